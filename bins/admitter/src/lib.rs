@@ -1,0 +1,1 @@
+//! tcab-admitter library (being written)

@@ -1,0 +1,1 @@
+//! tcab-lease-keeper library (being written)

@@ -1,0 +1,1 @@
+//! tcab-reaper library (being written)

@@ -1,0 +1,3 @@
+//! (being written)
+/// The backend client.
+pub struct BackendClient;

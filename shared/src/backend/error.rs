@@ -1,0 +1,4 @@
+//! (being written)
+/// A backend call that failed.
+#[derive(Debug)]
+pub struct BackendError;

@@ -1,0 +1,244 @@
+//! Wire types of the backend contract. Field names and shapes are those of
+//! docs/backend-contract.md; the example payloads in docs/contract/ parse
+//! into these types (tested in the client's tests and in the reference backend's).
+
+use crate::secret::Secret;
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// A backend job id (a run or a publish). Opaque to the dispatcher, but it
+/// becomes a label value, so the client rejects an id that is not one.
+pub type JobId = String;
+
+/// The state of a run job at the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Pending,
+    Dispatched,
+    Starting,
+    Running,
+    Validating,
+    Storing,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    /// Not terminal: neither succeeded, failed nor cancelled.
+    pub fn is_live(self) -> bool {
+        !matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled)
+    }
+
+    /// Starting, running, validating or storing: a driver reported.
+    pub fn is_past_dispatched(self) -> bool {
+        matches!(
+            self,
+            JobState::Starting | JobState::Running | JobState::Validating | JobState::Storing
+        )
+    }
+
+    /// Dispatched through storing: the backend believes a driver holds it.
+    pub fn is_driven(self) -> bool {
+        self == JobState::Dispatched || self.is_past_dispatched()
+    }
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Pending => "pending",
+            JobState::Dispatched => "dispatched",
+            JobState::Starting => "starting",
+            JobState::Running => "running",
+            JobState::Validating => "validating",
+            JobState::Storing => "storing",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The state of a publish job at the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PublishState {
+    Queued,
+    Dispatched,
+    Succeeded,
+    Failed,
+}
+
+/// `POST /jobs/next` answered 200.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunClaim {
+    pub job: ClaimedRun,
+}
+
+/// A run handed to this dispatcher by an atomic claim.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClaimedRun {
+    pub id: JobId,
+    /// The per-job token the driver presents on its reports.
+    pub token: Secret,
+    pub queue_seq: i64,
+    pub harness: String,
+    pub model: String,
+    #[serde(default)]
+    pub case: Option<String>,
+    #[serde(default)]
+    pub jam: Option<String>,
+    #[serde(default)]
+    pub attempt: u32,
+    /// What the driver is to run; passed to it serialized, untouched.
+    pub launch_request: serde_json::Value,
+    pub lease_expires_at: Timestamp,
+}
+
+/// `POST /publish-jobs/next` answered 200.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PublishClaim {
+    pub publish_job: ClaimedPublish,
+}
+
+/// A publish handed to this dispatcher by an atomic claim.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClaimedPublish {
+    pub id: JobId,
+    pub token: Secret,
+    /// What the publisher is to release; passed to it serialized, untouched.
+    pub request: serde_json::Value,
+    pub lease_expires_at: Timestamp,
+}
+
+/// Body of `POST /jobs/leases` and `POST /publish-jobs/leases`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LeaseRequest {
+    pub job_ids: Vec<JobId>,
+}
+
+/// Answer of a lease renewal: the leases renewed (ids not driven are left out).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct LeaseRenewal {
+    pub now: Timestamp,
+    pub leases: Vec<Lease>,
+}
+
+/// One renewed lease.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct Lease {
+    pub id: JobId,
+    pub lease_expires_at: Timestamp,
+}
+
+/// `GET /jobs/active`: the runs the backend believes are driven.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ActiveRuns {
+    /// The backend's clock when it answered.
+    pub now: Timestamp,
+    pub jobs: Vec<ActiveRun>,
+}
+
+/// One driven run and its lease.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ActiveRun {
+    pub id: JobId,
+    pub state: JobState,
+    pub lease_expires_at: Option<Timestamp>,
+}
+
+/// `GET /publish-jobs/active`: the publishes the backend believes are driven.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ActivePublishes {
+    pub now: Timestamp,
+    pub publish_jobs: Vec<ActivePublish>,
+}
+
+/// One dispatched publish and its lease.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ActivePublish {
+    pub id: JobId,
+    pub state: PublishState,
+    pub lease_expires_at: Option<Timestamp>,
+}
+
+/// `GET /jobs/{id}` (the fields the dispatcher reads; the backend may send more).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct JobView {
+    pub id: JobId,
+    pub state: JobState,
+    #[serde(default)]
+    pub attempt: u32,
+    #[serde(default)]
+    pub lease_expires_at: Option<Timestamp>,
+}
+
+/// Body of `POST /jobs/{id}/lost` and `POST /publish-jobs/{id}/lost`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LostReport {
+    /// What the cluster shows: the dead pod's reason, a driver that exited
+    /// without its report landing, or a Job that no longer exists.
+    pub detail: String,
+}
+
+/// Answer of a lost report.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct LostOutcome {
+    pub id: JobId,
+    /// True when the job was no longer driven and the report changed nothing.
+    pub ignored: bool,
+    /// The job's state after the report.
+    pub state: String,
+    /// The id of the automatic retry, when one was enqueued.
+    #[serde(default)]
+    pub retry_id: Option<JobId>,
+}
+
+/// Why a run failed, as the backend classifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The platform failed the run (a dead driver); retried automatically.
+    Infrastructure,
+    /// The agent or the case failed; not retried.
+    Agent,
+}
+
+/// Body of `POST /jobs/{id}/status`, made with the per-job token. The
+/// dispatcher sends only `failed` + `infrastructure` (a death report).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StatusReport {
+    pub state: JobState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
+}
+
+/// Answer of a status report.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct StatusAck {
+    pub id: JobId,
+    pub state: JobState,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_predicates() {
+        use JobState::*;
+        for s in [Starting, Running, Validating, Storing] {
+            assert!(s.is_past_dispatched() && s.is_driven() && s.is_live());
+        }
+        assert!(Dispatched.is_driven() && !Dispatched.is_past_dispatched());
+        for s in [Succeeded, Failed, Cancelled] {
+            assert!(!s.is_live() && !s.is_driven());
+        }
+        assert!(Queued.is_live() && !Queued.is_driven());
+    }
+}

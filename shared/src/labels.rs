@@ -1,0 +1,216 @@
+//! Names on the cluster: label keys, the claim tag, Job names and the lane
+//! classifier. See docs/operations.md for what each label means to an operator.
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Selects every object this dispatcher owns: `app.kubernetes.io/managed-by`.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Maps a Job (and the driver's sandboxes) back to its backend job.
+pub const JOB_ID: &str = "tcab.dev/job-id";
+/// Names the admission lane of a Job: `run` or `publish`.
+pub const JOB_KIND: &str = "tcab.dev/job-kind";
+/// The claim tag of the claim a Job was created for.
+pub const CLAIM: &str = "tcab.dev/claim";
+/// Set by the Job controller on a Job's pods.
+pub const JOB_NAME: &str = "job-name";
+/// Tells the cluster autoscaler not to scale a node down under the pod.
+pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+
+/// Prefix of every driver Job's name.
+pub const DRIVER_PREFIX: &str = "tcab-driver-";
+/// Prefix of every publisher Job's name; also the fallback lane rule.
+pub const PUBLISHER_PREFIX: &str = "tcab-publisher-";
+
+/// Length, in hex characters, of a claim tag.
+pub const CLAIM_TAG_LEN: usize = 8;
+/// Longest object name or label value Kubernetes accepts here.
+pub const MAX_NAME_LEN: usize = 63;
+
+/// An admission lane. Each has its own backend queue, in-flight count and cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lane {
+    /// Runs, executed by driver Jobs.
+    Run,
+    /// Publishes, executed by publisher Jobs.
+    Publish,
+}
+
+impl Lane {
+    /// Both lanes, in a fixed order.
+    pub const ALL: [Lane; 2] = [Lane::Run, Lane::Publish];
+
+    /// The value of the `tcab.dev/job-kind` label.
+    pub fn label_value(self) -> &'static str {
+        match self {
+            Lane::Run => "run",
+            Lane::Publish => "publish",
+        }
+    }
+
+    /// The prefix of this lane's Job names.
+    pub fn name_prefix(self) -> &'static str {
+        match self {
+            Lane::Run => DRIVER_PREFIX,
+            Lane::Publish => PUBLISHER_PREFIX,
+        }
+    }
+
+    /// Classifies a Job by its `tcab.dev/job-kind` label, else by its name:
+    /// a Job without the label is a publish when its name starts with
+    /// `tcab-publisher-`, and a run otherwise.
+    pub fn classify(labels: &BTreeMap<String, String>, name: &str) -> Lane {
+        match labels.get(JOB_KIND).map(String::as_str) {
+            Some("run") => Lane::Run,
+            Some("publish") => Lane::Publish,
+            _ if name.starts_with(PUBLISHER_PREFIX) => Lane::Publish,
+            _ => Lane::Run,
+        }
+    }
+}
+
+impl fmt::Display for Lane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label_value())
+    }
+}
+
+/// The claim tag of a per-job token: the first eight hex digits of its
+/// SHA-256. Stable for a token, different for each claim (each claim gets a
+/// fresh token), and safe to show: it does not reveal the token.
+pub fn claim_tag(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    let mut tag = hex::encode(digest);
+    tag.truncate(CLAIM_TAG_LEN);
+    tag
+}
+
+/// The Job name for one claim of one backend job: `<prefix><id>-<claim tag>`,
+/// a DNS-1123 label of at most 63 characters. The id is lowercased and any
+/// character outside `[a-z0-9-]` becomes `-`; an id too long to fit is cut
+/// and followed by a hash of the whole id, so two long ids never share a name.
+pub fn job_name(lane: Lane, job_id: &str, claim: &str) -> String {
+    let prefix = lane.name_prefix();
+    let mut id: String = job_id
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9') => c,
+            _ => '-',
+        })
+        .collect();
+    let room = MAX_NAME_LEN - prefix.len() - 1 - claim.len();
+    let changed = id != job_id;
+    if id.len() > room || (changed && id.len() + 9 <= room) {
+        // Keep the name unique to the original id even when it was altered.
+        let hash = hex::encode(Sha256::digest(job_id.as_bytes()));
+        let keep = room.saturating_sub(9).min(id.len());
+        id.truncate(keep);
+        id = format!("{}-{}", id.trim_end_matches('-'), &hash[..8]);
+    }
+    let id = id.trim_matches('-');
+    let name = format!("{prefix}{id}-{claim}");
+    debug_assert!(name.len() <= MAX_NAME_LEN);
+    name
+}
+
+/// Whether `value` is a valid label value (at most 63 characters of
+/// `[A-Za-z0-9-_.]`, starting and ending alphanumeric, or empty).
+pub fn is_label_value(value: &str) -> bool {
+    if value.is_empty() {
+        return true;
+    }
+    let bytes = value.as_bytes();
+    value.len() <= MAX_NAME_LEN
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A label selector string `key=value`.
+pub fn selector(key: &str, value: &str) -> String {
+    format!("{key}={value}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn is_dns1123_label(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    }
+
+    #[test]
+    fn claim_tag_is_stable_short_and_distinct() {
+        assert_eq!(claim_tag("abc"), claim_tag("abc"));
+        assert_eq!(claim_tag("abc").len(), CLAIM_TAG_LEN);
+        assert_ne!(claim_tag("abc"), claim_tag("abd"));
+        assert_eq!(claim_tag("abc"), "ba7816bf");
+    }
+
+    #[test]
+    fn simple_ids_read_plainly() {
+        let name = job_name(Lane::Run, "0d6f2c1e-5b7a-4a57-9d0e-2b3f4c5d6e7f", "ba7816bf");
+        assert_eq!(name, "tcab-driver-0d6f2c1e-5b7a-4a57-9d0e-2b3f4c5d6e7f-ba7816bf");
+        let name = job_name(Lane::Publish, "pub-42", "00ff00ff");
+        assert_eq!(name, "tcab-publisher-pub-42-00ff00ff");
+    }
+
+    #[test]
+    fn altered_and_long_ids_stay_unique() {
+        let a = job_name(Lane::Run, "Job_1", "aaaaaaaa");
+        let b = job_name(Lane::Run, "job-1", "aaaaaaaa");
+        assert_ne!(a, b);
+        let long_a = "x".repeat(80) + "a";
+        let long_b = "x".repeat(80) + "b";
+        let (na, nb) = (
+            job_name(Lane::Publish, &long_a, "aaaaaaaa"),
+            job_name(Lane::Publish, &long_b, "aaaaaaaa"),
+        );
+        assert_ne!(na, nb);
+        assert!(is_dns1123_label(&na), "{na}");
+    }
+
+    #[test]
+    fn lane_classification() {
+        let mut labels = BTreeMap::new();
+        assert_eq!(Lane::classify(&labels, "tcab-publisher-x-1"), Lane::Publish);
+        assert_eq!(Lane::classify(&labels, "tcab-driver-x-1"), Lane::Run);
+        assert_eq!(Lane::classify(&labels, "anything"), Lane::Run);
+        labels.insert(JOB_KIND.into(), "run".into());
+        assert_eq!(Lane::classify(&labels, "tcab-publisher-x-1"), Lane::Run);
+        labels.insert(JOB_KIND.into(), "publish".into());
+        assert_eq!(Lane::classify(&labels, "tcab-driver-x-1"), Lane::Publish);
+    }
+
+    #[test]
+    fn label_values() {
+        assert!(is_label_value("abc-1.2_3"));
+        assert!(!is_label_value("-abc"));
+        assert!(!is_label_value(&"a".repeat(64)));
+        assert!(!is_label_value("a b"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, rng_seed: proptest::test_runner::RngSeed::Fixed(7), ..ProptestConfig::default() })]
+        #[test]
+        fn names_are_always_valid_and_stable(id in "[ -~]{1,120}", token in "[a-z0-9]{1,40}") {
+            let claim = claim_tag(&token);
+            for lane in Lane::ALL {
+                let n = job_name(lane, &id, &claim);
+                prop_assert!(is_dns1123_label(&n), "{}", n);
+                prop_assert!(n.starts_with(lane.name_prefix()));
+                prop_assert!(n.ends_with(&claim));
+                prop_assert_eq!(&n, &job_name(lane, &id, &claim));
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! The library the three dispatcher binaries share: configuration, cluster
+//! names and labels, the backend client, the Job builders, death causes,
+//! the watch-backed view of owned Jobs, telemetry and the tick loop.
+//!
+//! Decisions live in the binaries' crates as pure functions; this crate holds
+//! the vocabulary and the I/O edges they all use.
+
+pub mod backend;
+pub mod cluster;
+pub mod config;
+pub mod death;
+pub mod job_builder;
+pub mod labels;
+pub mod secret;
+pub mod telemetry;
+pub mod tick;
+
+pub use labels::Lane;
+pub use secret::Secret;
