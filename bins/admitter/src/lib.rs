@@ -1,1 +1,8 @@
-//! tcab-admitter library (being written)
+//! tcab-admitter: claims queued runs and publishes from the backend and
+//! creates one driver or publisher Job for each, through two independent
+//! admission lanes, each under its own cap.
+//!
+//! The decision of a tick is the pure [`plan::plan`] over a snapshot; the
+//! rest of the crate gathers that snapshot and carries the decision out.
+
+pub mod plan;
