@@ -6,3 +6,6 @@
 //! rest of the crate gathers that snapshot and carries the decision out.
 
 pub mod plan;
+pub mod gate;
+pub mod lanes;
+pub mod vault;

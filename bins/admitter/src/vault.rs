@@ -1,0 +1,142 @@
+//! The admitter's gRPC client of the lease-keeper's localhost services: the
+//! token vault (`Put` each claim's per-job token before its Job exists) and
+//! the admission gate (`LastRenewal`).
+//!
+//! The channel connects lazily, so a lease-keeper that is not up yet is not
+//! a start-up error: it is a closed gate until it answers.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+use tcab_proto::vault::admission_gate_client::AdmissionGateClient;
+use tcab_proto::vault::token_vault_client::TokenVaultClient;
+use tcab_proto::vault::{self as pb, ClaimKey, LastRenewalRequest, PutRequest, RenewalStatus};
+use tcab_shared::{Lane, Secret};
+use tonic::transport::{Channel, Endpoint};
+
+/// How the vault client retries and times out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VaultSettings {
+    /// Deadline of one call (and of connecting).
+    pub call_timeout: Duration,
+    /// How many times a `Put` is tried in all.
+    pub put_attempts: u32,
+    /// Pause before the first retry of a `Put`; doubled for each further one.
+    pub put_retry_delay: Duration,
+}
+
+impl Default for VaultSettings {
+    fn default() -> Self {
+        VaultSettings {
+            call_timeout: Duration::from_secs(2),
+            put_attempts: 3,
+            put_retry_delay: Duration::from_millis(100),
+        }
+    }
+}
+
+/// A vault or gate call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VaultError {
+    /// The address does not make a gRPC endpoint.
+    #[error("invalid vault address {addr}")]
+    Address {
+        /// The address given.
+        addr: SocketAddr,
+        /// Why tonic refused it.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// A call failed (including "could not connect").
+    #[error("vault {call} failed after {attempts} attempt(s): {code:?} {message}")]
+    Call {
+        /// The RPC.
+        call: &'static str,
+        /// Attempts made.
+        attempts: u32,
+        /// The gRPC status code of the last attempt.
+        code: tonic::Code,
+        /// Its message.
+        message: String,
+    },
+}
+
+/// Client of the token vault and the admission gate, over one lazy channel.
+#[derive(Clone, Debug)]
+pub struct VaultClient {
+    vault: TokenVaultClient<Channel>,
+    gate: AdmissionGateClient<Channel>,
+    settings: VaultSettings,
+}
+
+impl VaultClient {
+    /// A client of `http://{addr}` that connects on first use.
+    pub fn connect_lazy(addr: SocketAddr, settings: VaultSettings) -> Result<Self, VaultError> {
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|source| VaultError::Address { addr, source })?
+            .connect_timeout(settings.call_timeout)
+            .timeout(settings.call_timeout);
+        let channel = endpoint.connect_lazy();
+        Ok(VaultClient {
+            vault: TokenVaultClient::new(channel.clone()),
+            gate: AdmissionGateClient::new(channel),
+            settings,
+        })
+    }
+
+    /// Stores the per-job token of one claim, trying up to
+    /// `put_attempts` times with a doubling pause between tries.
+    pub async fn put(
+        &self,
+        lane: Lane,
+        job_id: &str,
+        claim: &str,
+        token: &Secret,
+    ) -> Result<(), VaultError> {
+        let request = PutRequest {
+            key: Some(ClaimKey { job_id: job_id.to_owned(), claim: claim.to_owned() }),
+            token: token.expose().to_owned(),
+            lane: match lane {
+                Lane::Run => pb::Lane::Run,
+                Lane::Publish => pb::Lane::Publish,
+            } as i32,
+        };
+        let attempts = self.settings.put_attempts.max(1);
+        let mut pause = self.settings.put_retry_delay;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut client = self.vault.clone();
+            match client.put(request.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(status) if attempt >= attempts => {
+                    return Err(VaultError::Call {
+                        call: "Put",
+                        attempts,
+                        code: status.code(),
+                        message: status.message().to_owned(),
+                    });
+                }
+                Err(status) => {
+                    tracing::debug!(job_id, attempt, code = ?status.code(), "vault Put failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = pause.saturating_mul(2);
+                }
+            }
+        }
+    }
+
+    /// Asks the admission gate for the lease-keeper's last renewal round.
+    pub async fn last_renewal(&self) -> Result<RenewalStatus, VaultError> {
+        let mut client = self.gate.clone();
+        client
+            .last_renewal(LastRenewalRequest {})
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| VaultError::Call {
+                call: "LastRenewal",
+                attempts: 1,
+                code: status.code(),
+                message: status.message().to_owned(),
+            })
+    }
+}
