@@ -8,8 +8,8 @@ use crate::labels::{self, Lane};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -181,7 +181,11 @@ impl OwnedJobs {
 
     /// How many Jobs are cached.
     pub fn len(&self) -> usize {
-        self.state.read().unwrap_or_else(|e| e.into_inner()).jobs.len()
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .jobs
+            .len()
     }
 
     /// Whether no Job is cached.
@@ -234,13 +238,21 @@ mod tests {
         assert_eq!(s.failed_pods, 1);
         assert!(!s.is_live());
 
-        let done = job("tcab-publisher-b-2", json!({}), json!({"conditions": [
-            {"type": "Complete", "status": "True"}]}));
+        let done = job(
+            "tcab-publisher-b-2",
+            json!({}),
+            json!({"conditions": [
+            {"type": "Complete", "status": "True"}]}),
+        );
         let s = JobSummary::from_job(&done);
         assert_eq!((s.lane, s.phase), (Lane::Publish, JobPhase::Succeeded));
 
-        let live = job("x", json!({}), json!({"active": 1, "conditions": [
-            {"type": "Failed", "status": "False"}]}));
+        let live = job(
+            "x",
+            json!({}),
+            json!({"active": 1, "conditions": [
+            {"type": "Failed", "status": "False"}]}),
+        );
         assert!(JobSummary::from_job(&live).is_live());
     }
 
@@ -253,7 +265,14 @@ mod tests {
         cache.apply(Event::InitDone);
         assert!(cache.is_ready());
         cache.apply(Event::Apply(job("b", json!({}), json!({}))));
-        assert_eq!(cache.snapshot().iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            cache
+                .snapshot()
+                .iter()
+                .map(|j| j.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         // A relist after a watch gap drops what vanished meanwhile.
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(job("b", json!({}), json!({}))));

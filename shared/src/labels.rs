@@ -158,8 +158,15 @@ mod tests {
 
     #[test]
     fn simple_ids_read_plainly() {
-        let name = job_name(Lane::Run, "0d6f2c1e-5b7a-4a57-9d0e-2b3f4c5d6e7f", "ba7816bf");
-        assert_eq!(name, "tcab-driver-0d6f2c1e-5b7a-4a57-9d0e-2b3f4c5d6e7f-ba7816bf");
+        let name = job_name(
+            Lane::Run,
+            "0d6f2c1e-5b7a-4a57-9d0e-2b3f4c5d6e7f",
+            "ba7816bf",
+        );
+        assert_eq!(
+            name,
+            "tcab-driver-0d6f2c1e-5b7a-4a57-9d0e-2b3f4c5d6e7f-ba7816bf"
+        );
         let name = job_name(Lane::Publish, "pub-42", "00ff00ff");
         assert_eq!(name, "tcab-publisher-pub-42-00ff00ff");
     }

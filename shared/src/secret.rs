@@ -69,7 +69,9 @@ mod tests {
         struct Holder {
             token: Secret,
         }
-        let h = Holder { token: "abc-secret".into() };
+        let h = Holder {
+            token: "abc-secret".into(),
+        };
         assert!(!format!("{h:?}").contains("abc-secret"));
     }
 }

@@ -1,1 +1,32 @@
-//! (being written)
+//! Logging: tracing to stderr, text or JSON, filtered by `RUST_LOG` (default `info`).
+
+use crate::config::LogFormat;
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber. Call once, first thing in `main`. A
+/// malformed `RUST_LOG` falls back to `info` and says so.
+pub fn init(format: LogFormat) {
+    let (filter, bad) = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => match EnvFilter::try_new(&spec) {
+            Ok(filter) => (filter, None),
+            Err(error) => (EnvFilter::new("info"), Some(error.to_string())),
+        },
+        _ => (EnvFilter::new("info"), None),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+    if installed.is_ok() {
+        if let Some(error) = bad {
+            tracing::warn!(%error, "RUST_LOG is malformed; logging at info");
+        }
+    }
+}

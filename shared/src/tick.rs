@@ -113,7 +113,13 @@ mod tests {
         let start = tokio::time::Instant::now();
         let handle = tokio::spawn(run_loop(Duration::from_secs(5), shutdown, move || {
             let n = c.fetch_add(1, Ordering::SeqCst);
-            async move { if n < 3 { TickOutcome::Busy } else { TickOutcome::Idle } }
+            async move {
+                if n < 3 {
+                    TickOutcome::Busy
+                } else {
+                    TickOutcome::Idle
+                }
+            }
         }));
         // Three busy ticks and the first idle one happen without time passing.
         while count.load(Ordering::SeqCst) < 4 {
@@ -126,6 +132,9 @@ mod tests {
         }
         trigger.trigger();
         let ticks = handle.await.expect("loop task");
-        assert_eq!(ticks, 5, "shutdown interrupts the sleep without another tick");
+        assert_eq!(
+            ticks, 5,
+            "shutdown interrupts the sleep without another tick"
+        );
     }
 }

@@ -29,7 +29,10 @@ pub enum JobState {
 impl JobState {
     /// Not terminal: neither succeeded, failed nor cancelled.
     pub fn is_live(self) -> bool {
-        !matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled)
+        !matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
     }
 
     /// Starting, running, validating or storing: a driver reported.
