@@ -1,1 +1,388 @@
-//! (being written)
+//! Job builders: pure functions from (settings, claimed job) to the batch/v1
+//! Job the admitter creates. docs/job-contract.md lists what the pods receive.
+
+use crate::backend::types::{ClaimedPublish, ClaimedRun};
+use crate::labels::{self, Lane};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SecretEnvSource, SecretVolumeSource, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
+
+/// Everything about a Job that comes from the admitter's configuration
+/// rather than from the claim. Built by `config::AdmitterConfig`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSettings {
+    /// Value of the `app.kubernetes.io/managed-by` label on every Job and pod.
+    pub managed_by: String,
+    /// The backend URL handed to drivers and publishers.
+    pub backend_url: String,
+    /// The driver image (pinned by the deployment).
+    pub driver_image: String,
+    /// The publisher image; `None` keeps the publish lane closed.
+    pub publisher_image: Option<String>,
+    /// `TCAB_DRIVER_ARTIFACTS_URL` for the driver.
+    pub artifacts_url: String,
+    /// `TCAB_DRIVER_REPOS_URL` for the driver.
+    pub repos_url: String,
+    /// `TCAB_DRIVER_FINISH_DEADLINE_SECONDS` for the driver.
+    pub finish_deadline_seconds: u64,
+    /// `TCAB_DRIVER_REPORT_DEADLINE_SECONDS` for the driver.
+    pub report_deadline_seconds: u64,
+    /// The managed-by value the driver puts on its sandbox pods.
+    pub driver_managed_by: String,
+    /// The driver pod's `terminationGracePeriodSeconds`.
+    pub termination_grace_seconds: i64,
+    /// The driver container's CPU request (a Kubernetes quantity).
+    pub cpu_request: String,
+    /// The driver container's memory request.
+    pub memory_request: String,
+    /// The driver container's CPU limit; `None` sets none.
+    pub cpu_limit: Option<String>,
+    /// The driver container's memory limit; unset by default (see the spec).
+    pub memory_limit: Option<String>,
+    /// `ttlSecondsAfterFinished` of every Job.
+    pub ttl_seconds_after_finished: i32,
+    /// The driver Job's `activeDeadlineSeconds` backstop.
+    pub driver_active_deadline_seconds: i64,
+    /// The publisher Job's `activeDeadlineSeconds` (45 minutes by default).
+    pub publisher_active_deadline_seconds: i64,
+    /// Secrets whose keys reach the driver's env through `envFrom`.
+    pub driver_secrets: Vec<String>,
+    /// A Secret mounted read-only (optional: true) instead of put in the env.
+    pub subscription_secret: Option<String>,
+    /// Where the subscription Secret is mounted.
+    pub subscription_dir: String,
+    /// The driver pod's `fsGroup`, so the unprivileged driver reads the mount.
+    pub fs_group: i64,
+    /// The driver pod's service account; `None` uses the namespace default.
+    pub driver_service_account: Option<String>,
+    /// Every `TCAB_K8S_*` and `TCAB_CONTAINER_*` variable of the admitter's
+    /// own environment, sorted by name, passed through to the driver.
+    pub passthrough_env: Vec<(String, String)>,
+}
+
+/// Name of the driver Job's one container (death causes look it up by name).
+pub const DRIVER_CONTAINER: &str = "driver";
+/// Name of the publisher Job's one container.
+pub const PUBLISHER_CONTAINER: &str = "publisher";
+/// Name of the pod volume that projects the subscription Secret.
+pub const SUBSCRIPTION_VOLUME: &str = "subscription";
+/// File mode of the projected subscription files: read-only for the owner
+/// and the pod's `fsGroup` (0440), nothing for anyone else.
+pub const SUBSCRIPTION_FILE_MODE: i32 = 0o440;
+/// The publisher pod's `terminationGracePeriodSeconds`. A publisher sent
+/// SIGTERM only has to post its failed result, which one backend call does;
+/// a minute covers that with the backend client's retries to spare.
+pub const PUBLISHER_TERMINATION_GRACE_SECONDS: i64 = 60;
+
+/// Environment variable names of the contract (docs/job-contract.md).
+pub mod env {
+    /// The backend URL (driver and publisher).
+    pub const BACKEND_URL: &str = "TCAB_BACKEND_URL";
+    /// Where the driver uploads the run tree.
+    pub const ARTIFACTS_URL: &str = "TCAB_DRIVER_ARTIFACTS_URL";
+    /// Where the driver uploads the bundle.
+    pub const REPOS_URL: &str = "TCAB_DRIVER_REPOS_URL";
+    /// The backend run id.
+    pub const JOB_ID: &str = "TCAB_JOB_ID";
+    /// The per-job token of this claim (driver and publisher).
+    pub const JOB_TOKEN: &str = "TCAB_JOB_TOKEN";
+    /// The claim's launch request as JSON.
+    pub const LAUNCH_REQUEST: &str = "TCAB_LAUNCH_REQUEST";
+    /// How long the run may take before the driver stops it.
+    pub const FINISH_DEADLINE: &str = "TCAB_DRIVER_FINISH_DEADLINE_SECONDS";
+    /// How long the driver keeps trying to land its terminal report.
+    pub const REPORT_DEADLINE: &str = "TCAB_DRIVER_REPORT_DEADLINE_SECONDS";
+    /// Always `kubernetes` here.
+    pub const RUNTIME: &str = "TCAB_DRIVER_RUNTIME";
+    /// The managed-by value the driver puts on its sandbox pods.
+    pub const DRIVER_MANAGED_BY: &str = "TCAB_DRIVER_MANAGED_BY";
+    /// The driver pod's own IP, from the downward API.
+    pub const POD_IP: &str = "TCAB_DRIVER_POD_IP";
+    /// The backend publish job id.
+    pub const PUBLISH_JOB_ID: &str = "TCAB_PUBLISH_JOB_ID";
+    /// The claim's publish request as JSON.
+    pub const PUBLISH_REQUEST: &str = "TCAB_PUBLISH_REQUEST";
+    /// Prefixes of the admitter's own variables passed through to the driver.
+    pub const PASSTHROUGH_PREFIXES: [&str; 2] = ["TCAB_K8S_", "TCAB_CONTAINER_"];
+}
+
+/// Why a Job could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobBuildError {
+    /// A publish was claimed while no publisher image is configured; the
+    /// publish lane should have been closed.
+    #[error(
+        "no publisher image is configured (TCAB_PUBLISHER_IMAGE), cannot build a Job for publish {id}"
+    )]
+    NoPublisherImage {
+        /// The backend publish job id.
+        id: String,
+    },
+}
+
+/// The driver Job for one claim of a run.
+///
+/// The returned Job holds the per-job token in its pod env (the contract
+/// with the driver), so never log or `Debug`-print it.
+pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
+    let token = run.token.expose();
+    let claim = labels::claim_tag(token);
+    let name = labels::job_name(Lane::Run, &run.id, &claim);
+    let object_labels = job_labels(settings, Lane::Run, &run.id, &claim);
+
+    let mut vars = vec![
+        plain(env::BACKEND_URL, &settings.backend_url),
+        plain(env::ARTIFACTS_URL, &settings.artifacts_url),
+        plain(env::REPOS_URL, &settings.repos_url),
+        plain(env::JOB_ID, &run.id),
+        plain(env::JOB_TOKEN, token),
+        plain(env::LAUNCH_REQUEST, &run.launch_request.to_string()),
+        plain(
+            env::FINISH_DEADLINE,
+            &settings.finish_deadline_seconds.to_string(),
+        ),
+        plain(
+            env::REPORT_DEADLINE,
+            &settings.report_deadline_seconds.to_string(),
+        ),
+        plain(env::RUNTIME, "kubernetes"),
+        plain(env::DRIVER_MANAGED_BY, &settings.driver_managed_by),
+        EnvVar {
+            name: env::POD_IP.to_owned(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    api_version: Some("v1".to_owned()),
+                    field_path: "status.podIP".to_owned(),
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        },
+    ];
+    vars.extend(
+        passthrough(&settings.passthrough_env)
+            .into_iter()
+            .map(|(k, v)| plain(k, v)),
+    );
+
+    let env_from: Vec<EnvFromSource> = settings
+        .driver_secrets
+        .iter()
+        .map(|secret| EnvFromSource {
+            secret_ref: Some(SecretEnvSource {
+                name: secret.clone(),
+                optional: None,
+            }),
+            ..EnvFromSource::default()
+        })
+        .collect();
+
+    let (volumes, mounts, security_context) = match &settings.subscription_secret {
+        Some(secret) => (
+            Some(vec![Volume {
+                name: SUBSCRIPTION_VOLUME.to_owned(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.clone()),
+                    optional: Some(true),
+                    default_mode: Some(SUBSCRIPTION_FILE_MODE),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            }]),
+            Some(vec![VolumeMount {
+                name: SUBSCRIPTION_VOLUME.to_owned(),
+                mount_path: settings.subscription_dir.clone(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            }]),
+            Some(PodSecurityContext {
+                fs_group: Some(settings.fs_group),
+                ..PodSecurityContext::default()
+            }),
+        ),
+        None => (None, None, None),
+    };
+
+    let container = Container {
+        name: DRIVER_CONTAINER.to_owned(),
+        image: Some(settings.driver_image.clone()),
+        env: Some(vars),
+        env_from: (!env_from.is_empty()).then_some(env_from),
+        volume_mounts: mounts,
+        resources: Some(resources(settings)),
+        ..Container::default()
+    };
+    let pod = PodSpec {
+        containers: vec![container],
+        restart_policy: Some("Never".to_owned()),
+        termination_grace_period_seconds: Some(settings.termination_grace_seconds),
+        service_account_name: settings.driver_service_account.clone(),
+        security_context,
+        volumes,
+        ..PodSpec::default()
+    };
+    assemble(
+        name,
+        object_labels,
+        pod,
+        settings.ttl_seconds_after_finished,
+        settings.driver_active_deadline_seconds,
+    )
+}
+
+/// The publisher Job for one claim of a publish, or an error when no
+/// publisher image is configured.
+///
+/// The publisher gets the publisher env of docs/job-contract.md only (no
+/// driver Secrets, subscription mount or service account), the driver's
+/// resource settings (there is no separate publisher sizing),
+/// `publisher_active_deadline_seconds` and
+/// [`PUBLISHER_TERMINATION_GRACE_SECONDS`]. Like the driver Job it holds the
+/// per-job token in its env: never log it.
+pub fn publisher_job(
+    settings: &JobSettings,
+    publish: &ClaimedPublish,
+) -> Result<Job, JobBuildError> {
+    let image =
+        settings
+            .publisher_image
+            .as_ref()
+            .ok_or_else(|| JobBuildError::NoPublisherImage {
+                id: publish.id.clone(),
+            })?;
+    let token = publish.token.expose();
+    let claim = labels::claim_tag(token);
+    let name = labels::job_name(Lane::Publish, &publish.id, &claim);
+    let object_labels = job_labels(settings, Lane::Publish, &publish.id, &claim);
+    let vars = vec![
+        plain(env::BACKEND_URL, &settings.backend_url),
+        plain(env::PUBLISH_JOB_ID, &publish.id),
+        plain(env::JOB_TOKEN, token),
+        plain(env::PUBLISH_REQUEST, &publish.request.to_string()),
+    ];
+    let container = Container {
+        name: PUBLISHER_CONTAINER.to_owned(),
+        image: Some(image.clone()),
+        env: Some(vars),
+        resources: Some(resources(settings)),
+        ..Container::default()
+    };
+    let pod = PodSpec {
+        containers: vec![container],
+        restart_policy: Some("Never".to_owned()),
+        termination_grace_period_seconds: Some(PUBLISHER_TERMINATION_GRACE_SECONDS),
+        ..PodSpec::default()
+    };
+    Ok(assemble(
+        name,
+        object_labels,
+        pod,
+        settings.ttl_seconds_after_finished,
+        settings.publisher_active_deadline_seconds,
+    ))
+}
+
+/// The four labels every Job and pod template carries.
+fn job_labels(
+    settings: &JobSettings,
+    lane: Lane,
+    id: &str,
+    claim: &str,
+) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::MANAGED_BY.to_owned(), settings.managed_by.clone()),
+        (labels::JOB_ID.to_owned(), id.to_owned()),
+        (labels::JOB_KIND.to_owned(), lane.label_value().to_owned()),
+        (labels::CLAIM.to_owned(), claim.to_owned()),
+    ])
+}
+
+/// The autoscaler guard, on the Job and its pod template.
+fn annotations() -> BTreeMap<String, String> {
+    BTreeMap::from([(labels::SAFE_TO_EVICT.to_owned(), "false".to_owned())])
+}
+
+/// Requests for CPU and memory, a CPU limit when configured, and a memory
+/// limit only when configured (unset by default, see the spec).
+fn resources(settings: &JobSettings) -> ResourceRequirements {
+    let requests = BTreeMap::from([
+        ("cpu".to_owned(), Quantity(settings.cpu_request.clone())),
+        (
+            "memory".to_owned(),
+            Quantity(settings.memory_request.clone()),
+        ),
+    ]);
+    let mut limits = BTreeMap::new();
+    if let Some(cpu) = &settings.cpu_limit {
+        limits.insert("cpu".to_owned(), Quantity(cpu.clone()));
+    }
+    if let Some(memory) = &settings.memory_limit {
+        limits.insert("memory".to_owned(), Quantity(memory.clone()));
+    }
+    ResourceRequirements {
+        requests: Some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// The passthrough variables: only `TCAB_K8S_*` and `TCAB_CONTAINER_*`
+/// names, sorted by name, one per name (the last given wins).
+fn passthrough(vars: &[(String, String)]) -> BTreeMap<&str, &str> {
+    vars.iter()
+        .filter(|(name, _)| {
+            env::PASSTHROUGH_PREFIXES
+                .iter()
+                .any(|p| name.starts_with(p))
+        })
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect()
+}
+
+/// A plain `name=value` variable.
+fn plain(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        ..EnvVar::default()
+    }
+}
+
+/// The Job around a pod spec: one-and-done, with its TTL and deadline.
+fn assemble(
+    name: String,
+    object_labels: BTreeMap<String, String>,
+    pod: PodSpec,
+    ttl_seconds_after_finished: i32,
+    active_deadline_seconds: i64,
+) -> Job {
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            labels: Some(object_labels.clone()),
+            annotations: Some(annotations()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            ttl_seconds_after_finished: Some(ttl_seconds_after_finished),
+            active_deadline_seconds: Some(active_deadline_seconds),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(object_labels),
+                    annotations: Some(annotations()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
