@@ -1,0 +1,284 @@
+//! Which failed driver Jobs to report as deaths: pure, over the cached Jobs,
+//! the claims the vault holds and the claims already handled.
+//!
+//! Only the Job of a job's current claim is reported: the claim whose token
+//! the vault holds (the most recent Put when it holds several). A failed Job
+//! of an older claim is stale; its driver exits at its first refused report.
+//! With no token at all, the job is left to lost-driver detection.
+
+use crate::vault::{HeldClaim, TokenKey};
+use std::collections::{BTreeMap, BTreeSet};
+use tcab_shared::Lane;
+use tcab_shared::cluster::{JobPhase, JobSummary};
+
+/// A failed driver Job whose death is to be reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeathCandidate {
+    /// The backend job id and the claim whose token will be presented.
+    pub key: TokenKey,
+    /// The failed Job's name.
+    pub job_name: String,
+}
+
+/// Why a failed driver Job is not reported this tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeathSkip {
+    /// The Job has no `tcab.dev/job-id` label.
+    NoJobId,
+    /// The Job has no `tcab.dev/claim` label, so it cannot be matched to a token.
+    NoClaim,
+    /// This claim's death was already reported or otherwise settled.
+    AlreadyHandled,
+    /// The vault holds no token for the job: left to lost-driver detection.
+    NoToken,
+    /// The vault's current claim for the job is another one: this Job is stale.
+    StaleClaim {
+        /// The current claim tag.
+        current: String,
+    },
+    /// Another failed Job of the same claim is reported instead.
+    Duplicate,
+}
+
+impl DeathSkip {
+    /// A short phrase for the debug log.
+    pub fn describe(&self) -> String {
+        match self {
+            DeathSkip::NoJobId => "no job-id label".into(),
+            DeathSkip::NoClaim => "no claim label".into(),
+            DeathSkip::AlreadyHandled => "already reported".into(),
+            DeathSkip::NoToken => "no token held; left to lost-driver detection".into(),
+            DeathSkip::StaleClaim { current } => {
+                format!("stale claim; the current claim is {current}")
+            }
+            DeathSkip::Duplicate => "another Job of the same claim is reported".into(),
+        }
+    }
+}
+
+/// The death reports of one tick, and why each other failed driver Job is left.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeathPlan {
+    /// To report, sorted by job id.
+    pub report: Vec<DeathCandidate>,
+    /// Left alone, by Job name (sorted), with the reason.
+    pub skipped: Vec<(String, DeathSkip)>,
+}
+
+/// The current claim per job id: the held claim with the latest Put.
+pub fn current_claims(held: &[HeldClaim]) -> BTreeMap<&str, &HeldClaim> {
+    let mut current: BTreeMap<&str, &HeldClaim> = BTreeMap::new();
+    for h in held {
+        let slot = current.entry(h.key.job_id.as_str()).or_insert(h);
+        if (h.seq, &h.key.claim) > (slot.seq, &slot.key.claim) {
+            *slot = h;
+        }
+    }
+    current
+}
+
+/// Plans the death reports from the cached Jobs, the claims the vault holds,
+/// and the claims already handled.
+pub fn plan_deaths(
+    jobs: &[JobSummary],
+    held: &[HeldClaim],
+    handled: &BTreeSet<TokenKey>,
+) -> DeathPlan {
+    let current = current_claims(held);
+    let mut failed: Vec<&JobSummary> = jobs
+        .iter()
+        .filter(|j| j.lane == Lane::Run && j.phase == JobPhase::Failed)
+        .collect();
+    failed.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let mut plan = DeathPlan::default();
+    let mut chosen: BTreeSet<TokenKey> = BTreeSet::new();
+    for job in failed {
+        let verdict = match (&job.job_id, &job.claim) {
+            (None, _) => Err(DeathSkip::NoJobId),
+            (Some(_), None) => Err(DeathSkip::NoClaim),
+            (Some(id), Some(claim)) => {
+                let key = TokenKey::new(id.clone(), claim.clone());
+                if handled.contains(&key) {
+                    Err(DeathSkip::AlreadyHandled)
+                } else {
+                    match current.get(id.as_str()) {
+                        None => Err(DeathSkip::NoToken),
+                        Some(h) if h.key.claim != *claim => Err(DeathSkip::StaleClaim {
+                            current: h.key.claim.clone(),
+                        }),
+                        Some(_) if chosen.contains(&key) => Err(DeathSkip::Duplicate),
+                        Some(_) => Ok(key),
+                    }
+                }
+            }
+        };
+        match verdict {
+            Ok(key) => {
+                chosen.insert(key.clone());
+                plan.report.push(DeathCandidate {
+                    key,
+                    job_name: job.name.clone(),
+                });
+            }
+            Err(skip) => plan.skipped.push((job.name.clone(), skip)),
+        }
+    }
+    plan.report
+        .sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.job_name.cmp(&b.job_name)));
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use proptest::test_runner::RngSeed;
+
+    fn job(id: &str, claim: &str, phase: JobPhase) -> JobSummary {
+        JobSummary {
+            name: tcab_shared::labels::job_name(Lane::Run, id, claim),
+            lane: Lane::Run,
+            job_id: Some(id.into()),
+            claim: Some(claim.into()),
+            phase,
+            failed_pods: 1,
+            created_at: None,
+        }
+    }
+
+    fn held(id: &str, claim: &str, seq: u64) -> HeldClaim {
+        HeldClaim {
+            key: TokenKey::new(id, claim),
+            lane: Lane::Run,
+            seq,
+        }
+    }
+
+    #[test]
+    fn reports_only_the_current_claim_once() {
+        let jobs = vec![
+            job("a", "c1", JobPhase::Failed),
+            job("a", "c2", JobPhase::Failed),
+            job("b", "c1", JobPhase::Failed),
+            job("c", "c1", JobPhase::Failed),
+            job("d", "c1", JobPhase::Live),
+            job("e", "c1", JobPhase::Failed),
+        ];
+        let held = vec![
+            held("a", "c1", 1),
+            held("a", "c2", 5),
+            held("c", "c1", 2),
+            held("d", "c1", 3),
+            held("e", "c1", 4),
+        ];
+        let handled = BTreeSet::from([TokenKey::new("e", "c1")]);
+        let plan = plan_deaths(&jobs, &held, &handled);
+        let reported: Vec<_> = plan
+            .report
+            .iter()
+            .map(|c| (&*c.key.job_id, &*c.key.claim))
+            .collect();
+        assert_eq!(reported, [("a", "c2"), ("c", "c1")]);
+        let skip_of = |id: &str, claim: &str| {
+            let name = tcab_shared::labels::job_name(Lane::Run, id, claim);
+            plan.skipped
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, s)| s.clone())
+        };
+        assert_eq!(
+            skip_of("a", "c1"),
+            Some(DeathSkip::StaleClaim {
+                current: "c2".into()
+            })
+        );
+        assert_eq!(skip_of("b", "c1"), Some(DeathSkip::NoToken));
+        assert_eq!(skip_of("e", "c1"), Some(DeathSkip::AlreadyHandled));
+        assert_eq!(
+            skip_of("d", "c1"),
+            None,
+            "live Jobs are not considered at all"
+        );
+    }
+
+    #[test]
+    fn publishers_and_unlabelled_jobs_are_not_reported() {
+        let mut publisher = job("p", "c1", JobPhase::Failed);
+        publisher.lane = Lane::Publish;
+        let mut no_claim = job("n", "c1", JobPhase::Failed);
+        no_claim.claim = None;
+        let plan = plan_deaths(
+            &[publisher, no_claim.clone()],
+            &[held("p", "c1", 1), held("n", "c1", 2)],
+            &BTreeSet::new(),
+        );
+        assert!(plan.report.is_empty());
+        assert_eq!(plan.skipped, vec![(no_claim.name, DeathSkip::NoClaim)]);
+    }
+
+    fn arb_job() -> impl Strategy<Value = JobSummary> {
+        (0..6u8, 0..3u8, 0..3u8, any::<bool>(), any::<bool>()).prop_map(
+            |(id, claim, phase, lane, label)| {
+                let phase = [JobPhase::Live, JobPhase::Succeeded, JobPhase::Failed][phase as usize];
+                let mut j = job(&format!("j{id}"), &format!("c{claim}"), phase);
+                if lane {
+                    j.lane = Lane::Publish;
+                }
+                if !label {
+                    j.name.push_str("-x");
+                }
+                j
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, rng_seed: RngSeed::Fixed(5), ..ProptestConfig::default() })]
+        #[test]
+        fn deaths_are_safe_and_deterministic(
+            jobs in proptest::collection::vec(arb_job(), 0..12).prop_map(|mut v| {
+                // Job names are unique in the cache (it is keyed by name).
+                v.sort_by(|a, b| a.name.cmp(&b.name));
+                v.dedup_by(|a, b| a.name == b.name);
+                v
+            }),
+            held_raw in proptest::collection::vec((0..6u8, 0..3u8, 0..50u64), 0..8),
+            handled_raw in proptest::collection::vec((0..6u8, 0..3u8), 0..4),
+            seed in any::<u64>(),
+        ) {
+            let held: Vec<HeldClaim> = held_raw.iter()
+                .map(|(i, c, s)| held(&format!("j{i}"), &format!("c{c}"), *s)).collect();
+            let handled: BTreeSet<TokenKey> = handled_raw.iter()
+                .map(|(i, c)| TokenKey::new(format!("j{i}"), format!("c{c}"))).collect();
+            let plan = plan_deaths(&jobs, &held, &handled);
+
+            // Each job id is reported at most once, never for a handled claim,
+            // only for a failed driver Job of the current claim.
+            let ids: BTreeSet<_> = plan.report.iter().map(|c| c.key.job_id.clone()).collect();
+            prop_assert_eq!(ids.len(), plan.report.len());
+            let current = current_claims(&held);
+            for c in &plan.report {
+                prop_assert!(!handled.contains(&c.key));
+                prop_assert_eq!(&current[c.key.job_id.as_str()].key.claim, &c.key.claim);
+                let j = jobs.iter().find(|j| j.name == c.job_name).unwrap();
+                prop_assert!(j.phase == JobPhase::Failed && j.lane == Lane::Run);
+            }
+
+            // Deterministic under reordering of every input.
+            let mut shuffled_jobs = jobs.clone();
+            let mut shuffled_held = held.clone();
+            let n = shuffled_jobs.len().max(1);
+            shuffled_jobs.rotate_left((seed as usize) % n);
+            shuffled_jobs.reverse();
+            shuffled_held.reverse();
+            prop_assert_eq!(plan_deaths(&shuffled_jobs, &shuffled_held, &handled), plan.clone());
+
+            // Handling every reported claim leaves nothing to report again.
+            let mut after = handled.clone();
+            after.extend(plan.report.iter().map(|c| c.key.clone()));
+            let again = plan_deaths(&jobs, &held, &after);
+            prop_assert!(again.report.is_empty());
+        }
+    }
+}

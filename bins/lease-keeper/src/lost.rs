@@ -1,0 +1,582 @@
+//! Which driven jobs are lost: pure, over the backend's active list (with the
+//! backend's `now`), the cached Jobs, the claims the vault holds and the jobs
+//! already reported.
+//!
+//! A lapse is judged against the backend's clock only, so a skewed pod clock
+//! changes no judgement. A job with a live Job of its lane is never lost: its
+//! lease was renewed earlier in the same tick.
+
+use crate::deaths::current_claims;
+use crate::vault::HeldClaim;
+use jiff::Timestamp;
+use std::collections::{BTreeMap, BTreeSet};
+use tcab_shared::Lane;
+use tcab_shared::backend::{ActivePublishes, ActiveRuns, JobId, JobState, PublishState};
+use tcab_shared::cluster::{JobPhase, JobSummary};
+
+/// What the cluster shows for a lost job; the detail sent with the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LostCause {
+    /// No Job of the job's lane exists for it any more.
+    JobGone,
+    /// Its Job completed, yet the backend still holds the job: the driver or
+    /// publisher exited without its report landing.
+    ExitedWithoutReport {
+        /// The completed Job.
+        job_name: String,
+    },
+    /// Its Job failed: the dead pod's cause is read from the cluster.
+    Died {
+        /// The failed Job.
+        job_name: String,
+    },
+}
+
+impl LostCause {
+    /// The Job to read a pod cause from, if any.
+    pub fn job_name(&self) -> Option<&str> {
+        match self {
+            LostCause::JobGone => None,
+            LostCause::ExitedWithoutReport { job_name } | LostCause::Died { job_name } => {
+                Some(job_name)
+            }
+        }
+    }
+}
+
+/// One lost job to report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostJob {
+    /// The backend job id.
+    pub job_id: JobId,
+    /// Its lane.
+    pub lane: Lane,
+    /// What the cluster shows.
+    pub cause: LostCause,
+}
+
+/// Why a job of the active list is not reported lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LostSkip {
+    /// A run still `dispatched`: the backend requeues it itself on a lapse.
+    NotPastDispatched(JobState),
+    /// A publish not in `dispatched`.
+    NotDispatched(PublishState),
+    /// Its lease runs until this time (backend clock).
+    LeaseCurrent(Timestamp),
+    /// A Job of its lane is live.
+    JobLive {
+        /// The live Job.
+        job_name: String,
+    },
+    /// Already reported lost by this process.
+    AlreadyReported,
+    /// The id appeared more than once in the list; the first entry counts.
+    Duplicate,
+}
+
+impl LostSkip {
+    /// A short phrase for the debug log.
+    pub fn describe(&self) -> String {
+        match self {
+            LostSkip::NotPastDispatched(s) => format!("run is {}, not past dispatched", s.as_str()),
+            LostSkip::NotDispatched(s) => format!("publish is {s:?}, not dispatched"),
+            LostSkip::LeaseCurrent(t) => format!("lease runs until {t}"),
+            LostSkip::JobLive { job_name } => format!("Job {job_name} is live"),
+            LostSkip::AlreadyReported => "already reported lost".into(),
+            LostSkip::Duplicate => "listed twice".into(),
+        }
+    }
+}
+
+/// The lost reports of one lane in one tick, and why the rest are left.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LostPlan {
+    /// To report, sorted by job id.
+    pub lost: Vec<LostJob>,
+    /// Left alone, sorted by job id, with the reason.
+    pub skipped: Vec<(JobId, LostSkip)>,
+}
+
+/// One entry of an active list, lane-neutral: its id, whether its state
+/// makes it eligible (else why not), and its lease.
+struct Entry<'a> {
+    id: &'a str,
+    /// The state's position, a tie-break among duplicate ids.
+    rank: u8,
+    eligible: Result<(), LostSkip>,
+    lease: Option<Timestamp>,
+}
+
+/// Plans lost driver reports from `GET /jobs/active`.
+pub fn plan_lost_runs(
+    active: &ActiveRuns,
+    jobs: &[JobSummary],
+    held: &[HeldClaim],
+    reported: &BTreeSet<JobId>,
+) -> LostPlan {
+    let entries = active.jobs.iter().map(|r| Entry {
+        id: &r.id,
+        rank: r.state as u8,
+        eligible: if r.state.is_past_dispatched() {
+            Ok(())
+        } else {
+            Err(LostSkip::NotPastDispatched(r.state))
+        },
+        lease: r.lease_expires_at,
+    });
+    plan(
+        Lane::Run,
+        entries.collect(),
+        active.now,
+        jobs,
+        held,
+        reported,
+    )
+}
+
+/// Plans lost publisher reports from `GET /publish-jobs/active`.
+pub fn plan_lost_publishes(
+    active: &ActivePublishes,
+    jobs: &[JobSummary],
+    held: &[HeldClaim],
+    reported: &BTreeSet<JobId>,
+) -> LostPlan {
+    let entries = active.publish_jobs.iter().map(|p| Entry {
+        id: &p.id,
+        rank: p.state as u8,
+        eligible: if p.state == PublishState::Dispatched {
+            Ok(())
+        } else {
+            Err(LostSkip::NotDispatched(p.state))
+        },
+        lease: p.lease_expires_at,
+    });
+    plan(
+        Lane::Publish,
+        entries.collect(),
+        active.now,
+        jobs,
+        held,
+        reported,
+    )
+}
+
+fn plan(
+    lane: Lane,
+    mut entries: Vec<Entry<'_>>,
+    now: Timestamp,
+    jobs: &[JobSummary],
+    held: &[HeldClaim],
+    reported: &BTreeSet<JobId>,
+) -> LostPlan {
+    // Sort so a reordered list gives the same plan; of duplicate ids the
+    // one with the latest lease counts (the most protective reading).
+    entries.sort_by(|a, b| {
+        a.id.cmp(b.id)
+            .then(b.lease.cmp(&a.lease))
+            .then(a.rank.cmp(&b.rank))
+    });
+    let mut by_id: BTreeMap<&str, Vec<&JobSummary>> = BTreeMap::new();
+    for j in jobs.iter().filter(|j| j.lane == lane) {
+        if let Some(id) = j.job_id.as_deref() {
+            by_id.entry(id).or_default().push(j);
+        }
+    }
+    let current = current_claims(held);
+
+    let mut out = LostPlan::default();
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for e in entries {
+        let id = e.id;
+        if !seen.insert(id) {
+            out.skipped.push((id.to_owned(), LostSkip::Duplicate));
+            continue;
+        }
+        let own_jobs = by_id.get(id).map(Vec::as_slice).unwrap_or_default();
+        let verdict = e.eligible.and_then(|()| {
+            if reported.contains(id) {
+                return Err(LostSkip::AlreadyReported);
+            }
+            if let Some(lease) = e.lease
+                && lease > now
+            {
+                return Err(LostSkip::LeaseCurrent(lease));
+            }
+            if let Some(live) = own_jobs
+                .iter()
+                .filter(|j| j.is_live())
+                .min_by(|a, b| a.name.cmp(&b.name))
+            {
+                return Err(LostSkip::JobLive {
+                    job_name: live.name.clone(),
+                });
+            }
+            let claim = current.get(id).map(|h| h.key.claim.as_str());
+            Ok(cause_of(own_jobs, claim))
+        });
+        match verdict {
+            Ok(cause) => out.lost.push(LostJob {
+                job_id: id.to_owned(),
+                lane,
+                cause,
+            }),
+            Err(skip) => out.skipped.push((id.to_owned(), skip)),
+        }
+    }
+    out
+}
+
+/// The cause shown by a job's finished Jobs: the current claim's Job when
+/// the vault knows it, else the newest (by creation, then name).
+fn cause_of(jobs: &[&JobSummary], current_claim: Option<&str>) -> LostCause {
+    let of_current = current_claim.and_then(|claim| {
+        jobs.iter()
+            .filter(|j| j.claim.as_deref() == Some(claim))
+            .min_by(|a, b| a.name.cmp(&b.name))
+    });
+    let newest = || {
+        jobs.iter().max_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then_with(|| b.name.cmp(&a.name))
+        })
+    };
+    match of_current.or_else(newest) {
+        None => LostCause::JobGone,
+        Some(j) => match j.phase {
+            JobPhase::Succeeded => LostCause::ExitedWithoutReport {
+                job_name: j.name.clone(),
+            },
+            // A live Job was ruled out before; treat it as failed defensively.
+            JobPhase::Failed | JobPhase::Live => LostCause::Died {
+                job_name: j.name.clone(),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vault::TokenKey;
+    use proptest::prelude::*;
+    use proptest::test_runner::RngSeed;
+    use tcab_shared::backend::{ActivePublish, ActiveRun};
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn job(lane: Lane, id: &str, claim: &str, phase: JobPhase, created: &str) -> JobSummary {
+        JobSummary {
+            name: tcab_shared::labels::job_name(lane, id, claim),
+            lane,
+            job_id: Some(id.into()),
+            claim: Some(claim.into()),
+            phase,
+            failed_pods: 0,
+            created_at: Some(ts(created)),
+        }
+    }
+
+    fn run(id: &str, state: JobState, lease: &str) -> ActiveRun {
+        ActiveRun {
+            id: id.into(),
+            state,
+            lease_expires_at: Some(ts(lease)),
+        }
+    }
+
+    #[test]
+    fn lapsed_runs_past_dispatched_without_a_live_job_are_lost() {
+        let active = ActiveRuns {
+            now: ts("2026-11-29T17:05:00Z"),
+            jobs: vec![
+                run("gone", JobState::Running, "2026-11-29T17:04:00Z"),
+                run("ok", JobState::Running, "2026-11-29T17:06:00Z"),
+                run("disp", JobState::Dispatched, "2026-11-29T17:00:00Z"),
+                run("live", JobState::Storing, "2026-11-29T17:00:00Z"),
+                run("exited", JobState::Validating, "2026-11-29T17:05:00Z"),
+                run("died", JobState::Starting, "2026-11-29T17:01:00Z"),
+                run("old", JobState::Running, "2026-11-29T17:01:00Z"),
+            ],
+        };
+        let t = "2026-11-29T16:00:00Z";
+        let jobs = vec![
+            job(Lane::Run, "live", "c1", JobPhase::Live, t),
+            job(Lane::Run, "live", "c0", JobPhase::Failed, t),
+            job(Lane::Run, "exited", "c1", JobPhase::Succeeded, t),
+            job(Lane::Run, "died", "c1", JobPhase::Failed, t),
+            // A publisher Job of the same id does not count for the run lane.
+            job(Lane::Publish, "gone", "c1", JobPhase::Live, t),
+            job(
+                Lane::Run,
+                "old",
+                "c1",
+                JobPhase::Failed,
+                "2026-11-29T16:00:00Z",
+            ),
+            job(
+                Lane::Run,
+                "old",
+                "c2",
+                JobPhase::Succeeded,
+                "2026-11-29T16:30:00Z",
+            ),
+        ];
+        let plan = plan_lost_runs(&active, &jobs, &[], &BTreeSet::new());
+        let lost: Vec<_> = plan
+            .lost
+            .iter()
+            .map(|l| (l.job_id.as_str(), l.cause.clone()))
+            .collect();
+        let name = |id: &str, c: &str| tcab_shared::labels::job_name(Lane::Run, id, c);
+        assert_eq!(
+            lost,
+            [
+                (
+                    "died",
+                    LostCause::Died {
+                        job_name: name("died", "c1")
+                    }
+                ),
+                (
+                    "exited",
+                    LostCause::ExitedWithoutReport {
+                        job_name: name("exited", "c1")
+                    }
+                ),
+                ("gone", LostCause::JobGone),
+                (
+                    "old",
+                    LostCause::ExitedWithoutReport {
+                        job_name: name("old", "c2")
+                    }
+                ),
+            ]
+        );
+        let skipped: BTreeMap<_, _> = plan.skipped.into_iter().collect();
+        assert_eq!(
+            skipped["disp"],
+            LostSkip::NotPastDispatched(JobState::Dispatched)
+        );
+        assert_eq!(
+            skipped["live"],
+            LostSkip::JobLive {
+                job_name: name("live", "c1")
+            }
+        );
+        assert_eq!(
+            skipped["ok"],
+            LostSkip::LeaseCurrent(ts("2026-11-29T17:06:00Z"))
+        );
+
+        // A job reported once is not reported again.
+        let plan = plan_lost_runs(&active, &jobs, &[], &BTreeSet::from(["gone".to_string()]));
+        assert!(plan.lost.iter().all(|l| l.job_id != "gone"));
+        assert!(
+            plan.skipped
+                .contains(&("gone".into(), LostSkip::AlreadyReported))
+        );
+
+        // With the vault naming the current claim, its Job describes the loss.
+        let held = [HeldClaim {
+            key: TokenKey::new("old", "c1"),
+            lane: Lane::Run,
+            seq: 1,
+        }];
+        let plan = plan_lost_runs(&active, &jobs, &held, &BTreeSet::new());
+        let old = plan.lost.iter().find(|l| l.job_id == "old").unwrap();
+        assert_eq!(
+            old.cause,
+            LostCause::Died {
+                job_name: name("old", "c1")
+            }
+        );
+    }
+
+    #[test]
+    fn publishes_dispatched_and_lapsed_without_an_active_publisher() {
+        let active = ActivePublishes {
+            now: ts("2026-11-29T17:05:00Z"),
+            publish_jobs: vec![
+                ActivePublish {
+                    id: "p1".into(),
+                    state: PublishState::Dispatched,
+                    lease_expires_at: Some(ts("2026-11-29T17:00:00Z")),
+                },
+                ActivePublish {
+                    id: "p2".into(),
+                    state: PublishState::Dispatched,
+                    lease_expires_at: Some(ts("2026-11-29T17:00:00Z")),
+                },
+                ActivePublish {
+                    id: "p3".into(),
+                    state: PublishState::Dispatched,
+                    lease_expires_at: None,
+                },
+                ActivePublish {
+                    id: "p4".into(),
+                    state: PublishState::Succeeded,
+                    lease_expires_at: None,
+                },
+            ],
+        };
+        let jobs = vec![
+            job(
+                Lane::Publish,
+                "p2",
+                "c",
+                JobPhase::Live,
+                "2026-11-29T16:00:00Z",
+            ),
+            job(
+                Lane::Publish,
+                "p1",
+                "c",
+                JobPhase::Failed,
+                "2026-11-29T16:00:00Z",
+            ),
+        ];
+        let plan = plan_lost_publishes(&active, &jobs, &[], &BTreeSet::new());
+        let ids: Vec<_> = plan
+            .lost
+            .iter()
+            .map(|l| (l.job_id.as_str(), l.lane))
+            .collect();
+        assert_eq!(ids, [("p1", Lane::Publish), ("p3", Lane::Publish)]);
+        assert!(matches!(plan.lost[0].cause, LostCause::Died { .. }));
+        assert_eq!(plan.lost[1].cause, LostCause::JobGone);
+    }
+
+    // ---- property tests over random snapshots ----
+
+    const STATES: [JobState; 6] = [
+        JobState::Dispatched,
+        JobState::Starting,
+        JobState::Running,
+        JobState::Validating,
+        JobState::Storing,
+        JobState::Queued,
+    ];
+
+    fn base() -> Timestamp {
+        ts("2026-11-29T17:00:00Z")
+    }
+
+    fn arb_active() -> impl Strategy<Value = ActiveRuns> {
+        let entry =
+            (0..8u8, 0..6usize, -300i64..300, any::<bool>()).prop_map(|(id, s, off, has)| {
+                ActiveRun {
+                    id: format!("j{id}"),
+                    state: STATES[s],
+                    lease_expires_at: has.then(|| base() + jiff::SignedDuration::from_secs(off)),
+                }
+            });
+        (proptest::collection::vec(entry, 0..10), -300i64..300).prop_map(|(jobs, now)| ActiveRuns {
+            now: base() + jiff::SignedDuration::from_secs(now),
+            jobs,
+        })
+    }
+
+    fn arb_jobs() -> impl Strategy<Value = Vec<JobSummary>> {
+        let j = (0..8u8, 0..3u8, 0..3usize, any::<bool>(), -3600i64..0).prop_map(
+            |(id, c, p, publ, age)| {
+                let phase = [JobPhase::Live, JobPhase::Succeeded, JobPhase::Failed][p];
+                let lane = if publ { Lane::Publish } else { Lane::Run };
+                let mut s = job(
+                    lane,
+                    &format!("j{id}"),
+                    &format!("c{c}"),
+                    phase,
+                    "2026-11-29T17:00:00Z",
+                );
+                s.created_at = Some(base() + jiff::SignedDuration::from_secs(age));
+                s
+            },
+        );
+        // Job names are unique in the cache (it is keyed by name).
+        proptest::collection::vec(j, 0..12).prop_map(|mut v| {
+            v.sort_by(|a, b| a.name.cmp(&b.name));
+            v.dedup_by(|a, b| a.name == b.name);
+            v
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, rng_seed: RngSeed::Fixed(11), ..ProptestConfig::default() })]
+        #[test]
+        fn lost_runs_are_safe_deterministic_and_skew_free(
+            active in arb_active(),
+            jobs in arb_jobs(),
+            held_raw in proptest::collection::vec((0..8u8, 0..3u8, 0..20u64), 0..6),
+            reported_raw in proptest::collection::vec(0..8u8, 0..3),
+            skew in prop_oneof![Just(-300i64), Just(300i64), -300i64..300],
+        ) {
+            let held: Vec<HeldClaim> = held_raw.iter().map(|(i, c, s)| HeldClaim {
+                key: TokenKey::new(format!("j{i}"), format!("c{c}")), lane: Lane::Run, seq: *s }).collect();
+            let reported: BTreeSet<JobId> = reported_raw.iter().map(|i| format!("j{i}")).collect();
+            let plan = plan_lost_runs(&active, &jobs, &held, &reported);
+
+            let mut ids = BTreeSet::new();
+            for l in &plan.lost {
+                // At most once, never twice across ticks.
+                prop_assert!(ids.insert(l.job_id.clone()));
+                prop_assert!(!reported.contains(&l.job_id));
+                // Never a job with a live driver Job.
+                prop_assert!(!jobs.iter().any(|j| j.lane == Lane::Run && j.is_live()
+                    && j.job_id.as_deref() == Some(l.job_id.as_str())));
+                // Only past dispatched, and only when the counted lease lapsed.
+                let first = active.jobs.iter().filter(|e| e.id == l.job_id)
+                    .min_by_key(|e| (std::cmp::Reverse(e.lease_expires_at), e.state as u8)).unwrap();
+                prop_assert!(first.state.is_past_dispatched());
+                prop_assert!(first.lease_expires_at.is_none_or(|t| t <= active.now));
+            }
+
+            // Deterministic under reordering.
+            let mut shuffled = active.clone();
+            shuffled.jobs.reverse();
+            let mut jobs_rev = jobs.clone();
+            jobs_rev.reverse();
+            let mut held_rev = held.clone();
+            held_rev.reverse();
+            prop_assert_eq!(&plan_lost_runs(&shuffled, &jobs_rev, &held_rev, &reported), &plan);
+
+            // The pod's clock plays no part: shifting every cluster timestamp
+            // by up to five minutes changes nothing.
+            let skewed: Vec<JobSummary> = jobs.iter().cloned().map(|mut j| {
+                j.created_at = j.created_at.map(|t| t + jiff::SignedDuration::from_secs(skew));
+                j
+            }).collect();
+            prop_assert_eq!(&plan_lost_runs(&active, &skewed, &held, &reported), &plan);
+
+            // Reporting everything planned leaves nothing for the next tick.
+            let mut after = reported.clone();
+            after.extend(plan.lost.iter().map(|l| l.job_id.clone()));
+            prop_assert!(plan_lost_runs(&active, &jobs, &held, &after).lost.is_empty());
+        }
+
+        #[test]
+        fn lost_publishes_never_touch_a_live_publisher(
+            raw in proptest::collection::vec((0..6u8, any::<bool>(), -300i64..300), 0..8),
+            jobs in arb_jobs(),
+        ) {
+            let active = ActivePublishes { now: base(), publish_jobs: raw.iter().map(|(i, d, off)| ActivePublish {
+                id: format!("j{i}"),
+                state: if *d { PublishState::Dispatched } else { PublishState::Queued },
+                lease_expires_at: Some(base() + jiff::SignedDuration::from_secs(*off)),
+            }).collect() };
+            let plan = plan_lost_publishes(&active, &jobs, &[], &BTreeSet::new());
+            for l in &plan.lost {
+                prop_assert_eq!(l.lane, Lane::Publish);
+                prop_assert!(!jobs.iter().any(|j| j.lane == Lane::Publish && j.is_live()
+                    && j.job_id.as_deref() == Some(l.job_id.as_str())));
+                let e = active.publish_jobs.iter().filter(|e| e.id == l.job_id)
+                    .min_by_key(|e| (std::cmp::Reverse(e.lease_expires_at), e.state as u8)).unwrap();
+                prop_assert_eq!(e.state, PublishState::Dispatched);
+                prop_assert!(e.lease_expires_at.is_none_or(|t| t <= active.now));
+            }
+        }
+    }
+}
