@@ -9,3 +9,4 @@
 //! are older than the grace. It never talks to the backend.
 
 pub mod plan;
+pub mod run;

@@ -1,1 +1,19 @@
-fn main() {}
+//! tcab-reaper: deletes the sandbox pods dead drivers left behind.
+
+use anyhow::Context;
+use tcab_reaper::run::{Deps, run};
+use tcab_shared::config::{self, ReaperConfig};
+use tcab_shared::tick::Shutdown;
+
+const ABOUT: &str = "Deletes the sandbox pods of driver Jobs that failed, and orphaned sandboxes.";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config: ReaperConfig = config::load(ABOUT);
+    tcab_shared::telemetry::init(config.common.log_format);
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot build a Kubernetes client")?;
+    let shutdown = Shutdown::on_signals().context("cannot listen for signals")?;
+    run(config, Deps::new(client), shutdown).await
+}
