@@ -137,10 +137,10 @@ impl DeathCause {
             } => {
                 let mut line = match signal {
                     Some(sig) => format!(
-                        "container {} killed by signal {sig}{} (exit code {exit_code})",
+                        "container {} killed by signal {sig}{}, exit code {exit_code}",
                         one_line(container),
                         signal_name(*sig)
-                            .map(|n| format!(" ({n})"))
+                            .map(|n| format!(" {n}"))
                             .unwrap_or_default()
                     ),
                     None => {
@@ -181,7 +181,7 @@ impl DeathCause {
             }
             DeathCause::NeverStartedPod => "Job never started a pod".to_owned(),
             DeathCause::PodDeleted { .. } => "pod ran and was deleted".to_owned(),
-            DeathCause::Unknown => "Job failed, cause unknown (no pod evidence)".to_owned(),
+            DeathCause::Unknown => "Job failed, cause unknown".to_owned(),
         }
     }
 }
