@@ -1,0 +1,255 @@
+//! Thin HTTP clients for what the dev stack and its tests drive: the reference
+//! backend's console calls, and the simulated cluster's API and admin endpoints.
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+/// The reference backend's console calls (docs/backend-contract.md).
+#[derive(Clone)]
+pub struct Backend {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+async fn answer(resp: reqwest::Response, what: &str) -> anyhow::Result<Value> {
+    let status = resp.status();
+    let text = resp
+        .text()
+        .await
+        .with_context(|| format!("{what}: reading the answer"))?;
+    if !status.is_success() {
+        bail!("{what}: {status}: {text}");
+    }
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&text).with_context(|| format!("{what}: answer is not JSON: {text}"))
+}
+
+impl Backend {
+    /// A client for the backend at `url` with the service token.
+    pub fn new(url: &str, token: &str) -> Self {
+        Backend {
+            http: http_client(),
+            url: url.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+        }
+    }
+
+    /// The backend's base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.url))
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("{method} {path}"))?;
+        answer(resp, &format!("{method} {path}")).await
+    }
+
+    /// Enqueues one run; returns its id.
+    pub async fn enqueue_run(&self, run: Value) -> anyhow::Result<String> {
+        let v = self.call(reqwest::Method::POST, "/jobs", Some(run)).await?;
+        v["id"]
+            .as_str()
+            .map(str::to_owned)
+            .context("enqueue answer has no id")
+    }
+
+    /// Enqueues a batch of runs in order; returns their ids in the same order.
+    pub async fn enqueue_batch(&self, runs: Vec<Value>) -> anyhow::Result<Vec<String>> {
+        let v = self
+            .call(
+                reqwest::Method::POST,
+                "/jobs/batch",
+                Some(json!({ "runs": runs })),
+            )
+            .await?;
+        let ids = v["ids"].as_array().context("batch answer has no ids")?;
+        Ok(ids
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// Enqueues one publish; returns its id.
+    pub async fn enqueue_publish(&self, request: Value) -> anyhow::Result<String> {
+        let v = self
+            .call(
+                reqwest::Method::POST,
+                "/publish-jobs",
+                Some(json!({ "request": request })),
+            )
+            .await?;
+        v["id"]
+            .as_str()
+            .map(str::to_owned)
+            .context("publish answer has no id")
+    }
+
+    /// Sets a harness's parallelism limit.
+    pub async fn set_harness(&self, name: &str, max_parallel: u32) -> anyhow::Result<()> {
+        self.call(
+            reqwest::Method::PUT,
+            &format!("/harnesses/{name}"),
+            Some(json!({ "max_parallel": max_parallel })),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// A run as the backend sees it.
+    pub async fn job(&self, id: &str) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, &format!("/jobs/{id}"), None)
+            .await
+    }
+
+    /// A publish as the backend sees it.
+    pub async fn publish_job(&self, id: &str) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, &format!("/publish-jobs/{id}"), None)
+            .await
+    }
+
+    /// Every run (any state).
+    pub async fn jobs(&self) -> anyhow::Result<Vec<Value>> {
+        let v = self.call(reqwest::Method::GET, "/jobs", None).await?;
+        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Every publish (any state).
+    pub async fn publish_jobs(&self) -> anyhow::Result<Vec<Value>> {
+        let v = self
+            .call(reqwest::Method::GET, "/publish-jobs", None)
+            .await?;
+        Ok(v["publish_jobs"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Moves the backend's clock forward (needs `--enable-test-clock`).
+    pub async fn advance_clock(&self, seconds: u64) -> anyhow::Result<()> {
+        self.call(
+            reqwest::Method::POST,
+            "/admin/clock/advance",
+            Some(json!({ "seconds": seconds })),
+        )
+        .await
+        .map(drop)
+    }
+}
+
+/// The simulated cluster: its Kubernetes API (with the admin token) and its
+/// admin endpoints (faults, counters).
+#[derive(Clone)]
+pub struct Cluster {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    namespace: String,
+}
+
+impl Cluster {
+    /// A client for the sim at `url`, acting with `token` in `namespace`.
+    pub fn new(url: &str, token: &str, namespace: &str) -> Self {
+        Cluster {
+            http: http_client(),
+            url: url.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            namespace: namespace.to_owned(),
+        }
+    }
+
+    /// The sim's base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// GET a path of the sim (API or admin), as JSON.
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        answer(resp, &format!("GET {path}")).await
+    }
+
+    /// POST a JSON body to a path of the sim (API or admin).
+    pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await?;
+        answer(resp, &format!("POST {path}")).await
+    }
+
+    /// Jobs in a namespace (default: the stack's), optionally selected by label.
+    pub async fn jobs(&self, selector: Option<&str>) -> anyhow::Result<Vec<Value>> {
+        self.list("/apis/batch/v1", "jobs", &self.namespace.clone(), selector)
+            .await
+    }
+
+    /// Pods in a namespace, optionally selected by label.
+    pub async fn pods(
+        &self,
+        namespace: &str,
+        selector: Option<&str>,
+    ) -> anyhow::Result<Vec<Value>> {
+        self.list("/api/v1", "pods", namespace, selector).await
+    }
+
+    async fn list(
+        &self,
+        group: &str,
+        resource: &str,
+        ns: &str,
+        selector: Option<&str>,
+    ) -> anyhow::Result<Vec<Value>> {
+        let mut url = format!("{}{group}/namespaces/{ns}/{resource}", self.url);
+        if let Some(sel) = selector {
+            url.push_str("?labelSelector=");
+            url.push_str(&encode(sel));
+        }
+        let req = self.http.get(url).bearer_auth(&self.token);
+        let v = answer(req.send().await?, &format!("list {resource}")).await?;
+        Ok(v["items"].as_array().cloned().unwrap_or_default())
+    }
+}
+
+fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(15))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

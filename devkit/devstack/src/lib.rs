@@ -1,0 +1,14 @@
+//! tcab-devstack: the whole dispatcher system on one machine.
+//!
+//! It starts the reference backend (`tcab-backend-sim`) and the simulated
+//! cluster (`tcab-kube-sim`) as processes, then the three dispatcher binaries
+//! as processes wired exactly as the chart wires the pod's containers. The
+//! `tcab-devstack` binary runs it for a person; the tests in `tests/` use the
+//! same [`Stack`] for end-to-end and chaos scenarios.
+
+pub mod binaries;
+pub mod console;
+pub mod process;
+pub mod stack;
+
+pub use stack::{Container, Stack, StackOptions, wait_for};

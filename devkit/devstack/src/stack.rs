@@ -1,0 +1,397 @@
+//! The whole system on one machine: the reference backend and the simulated
+//! cluster as processes, and the three dispatcher binaries as processes, wired
+//! together exactly as the chart wires them in a real pod.
+
+use crate::binaries;
+use crate::console::{Backend, Cluster};
+use crate::process::{Proc, Spec, tail};
+use anyhow::{Context, bail};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The dispatcher's three containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Container {
+    Admitter,
+    LeaseKeeper,
+    Reaper,
+}
+
+impl Container {
+    /// All three, in start order (the lease-keeper first: it serves the vault).
+    pub const ALL: [Container; 3] = [
+        Container::LeaseKeeper,
+        Container::Admitter,
+        Container::Reaper,
+    ];
+
+    /// The binary's name.
+    pub fn binary(self) -> &'static str {
+        match self {
+            Container::Admitter => "tcab-admitter",
+            Container::LeaseKeeper => "tcab-lease-keeper",
+            Container::Reaper => "tcab-reaper",
+        }
+    }
+}
+
+/// How to start a stack.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// Where logs, the database and kubeconfigs go.
+    pub run_dir: PathBuf,
+    /// The dispatcher's namespace.
+    pub namespace: String,
+    /// The sandbox namespace (`TCAB_K8S_NAMESPACE`).
+    pub sandbox_namespace: String,
+    /// Cap of the run lane.
+    pub max_inflight: u32,
+    /// Cap of the publish lane.
+    pub max_publish_inflight: u32,
+    /// The containers' poll interval, in seconds.
+    pub poll_seconds: f64,
+    /// The backend's lease length, in seconds.
+    pub lease_seconds: u64,
+    /// ttlSecondsAfterFinished of the Jobs.
+    pub job_ttl_seconds: u32,
+    /// The reaper's orphan-sweep grace, in seconds.
+    pub orphan_grace_seconds: u64,
+    /// Driver pods' termination grace, in seconds.
+    pub driver_grace_seconds: u32,
+    /// Run the dispatcher under the chart's Role (the sim answers 403 to anything else).
+    pub rbac: bool,
+    /// RUST_LOG for the three containers.
+    pub rust_log: String,
+    /// Extra environment for the three containers (name, value).
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl StackOptions {
+    /// Defaults for a stack in `run_dir`: caps 8/8, fast polling, RBAC on.
+    pub fn new(run_dir: impl Into<PathBuf>) -> Self {
+        StackOptions {
+            run_dir: run_dir.into(),
+            namespace: "tcab".into(),
+            sandbox_namespace: "tcab".into(),
+            max_inflight: 8,
+            max_publish_inflight: 8,
+            poll_seconds: 0.2,
+            lease_seconds: 120,
+            job_ttl_seconds: 600,
+            orphan_grace_seconds: 600,
+            driver_grace_seconds: 5,
+            rbac: true,
+            rust_log: "info".into(),
+            extra_env: Vec::new(),
+        }
+    }
+}
+
+/// The service token the stack's backend and dispatcher share.
+pub const SERVICE_TOKEN: &str = "devstack-service-token";
+/// The token the dispatcher presents to the simulated cluster (bound to the chart's Role).
+pub const DISPATCHER_TOKEN: &str = "devstack-dispatcher-token";
+
+/// A running dev stack. Dropping it kills every process.
+pub struct Stack {
+    pub options: StackOptions,
+    /// The reference backend's console.
+    pub backend: Backend,
+    /// The simulated cluster, with its admin token.
+    pub cluster: Cluster,
+    /// kubeconfig with the admin token (for kubectl).
+    pub admin_kubeconfig: PathBuf,
+    /// kubeconfig the dispatcher uses.
+    pub dispatcher_kubeconfig: PathBuf,
+    bins: PathBuf,
+    vault_addr: String,
+    sims: Vec<Proc>,
+    containers: BTreeMap<Container, Proc>,
+}
+
+/// The chart's Role, as rendered and checked by charts/check_chart.py.
+pub fn golden_role() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../charts/tcab-dispatcher/tests/role.golden.yaml")
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn kubeconfig_token(path: &Path) -> anyhow::Result<String> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).context("kubeconfig is not YAML")?;
+    doc["users"][0]["user"]["token"]
+        .as_str()
+        .map(str::to_owned)
+        .context("kubeconfig has no users[0].user.token")
+}
+
+fn write_kubeconfig(path: &Path, server: &str, token: &str, namespace: &str) -> anyhow::Result<()> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {server}\nusers:\n- name: dispatcher\n  user:\n    token: {token}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: dispatcher\n    namespace: {namespace}\ncurrent-context: sim\n"
+    );
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+impl Stack {
+    /// Starts everything and waits until each process is up.
+    pub async fn start(options: StackOptions) -> anyhow::Result<Stack> {
+        let bins = binaries::bin_dir()?;
+        binaries::ensure_built(&bins)?;
+        std::fs::create_dir_all(&options.run_dir)
+            .with_context(|| format!("creating {}", options.run_dir.display()))?;
+        let dir = options.run_dir.clone();
+
+        let db = dir.join("backend.db");
+        let (backend_proc, backend_url) = Proc::start(
+            Spec {
+                name: "backend-sim".into(),
+                program: binaries::path(&bins, "tcab-backend-sim"),
+                args: vec![
+                    "--listen".into(),
+                    "127.0.0.1:0".into(),
+                    "--db".into(),
+                    db.display().to_string(),
+                    "--service-token".into(),
+                    SERVICE_TOKEN.into(),
+                    "--lease-seconds".into(),
+                    options.lease_seconds.to_string(),
+                    "--enable-test-clock".into(),
+                ],
+                env: vec![("RUST_LOG".into(), "info".into())],
+                log: dir.join("backend-sim.log"),
+            },
+            true,
+        )
+        .await?;
+        let backend_url = backend_url.context("backend url")?;
+
+        let admin_kubeconfig = dir.join("kubeconfig");
+        let mut args = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--kubeconfig-out".into(),
+            admin_kubeconfig.display().to_string(),
+            "--namespace".into(),
+            options.namespace.clone(),
+        ];
+        if options.rbac {
+            let role = golden_role();
+            if !role.is_file() {
+                bail!(
+                    "the chart's golden Role {} is missing (charts/check_chart.py --update-golden writes it)",
+                    role.display()
+                );
+            }
+            args.extend([
+                "--rbac-role".into(),
+                role.display().to_string(),
+                "--rbac-token".into(),
+                DISPATCHER_TOKEN.into(),
+            ]);
+        }
+        let (kube_proc, kube_url) = Proc::start(
+            Spec {
+                name: "kube-sim".into(),
+                program: binaries::path(&bins, "tcab-kube-sim"),
+                args,
+                env: vec![("RUST_LOG".into(), "info".into())],
+                log: dir.join("kube-sim.log"),
+            },
+            true,
+        )
+        .await?;
+        let kube_url = kube_url.context("kube url")?;
+        let admin_token = kubeconfig_token(&admin_kubeconfig)?;
+        let dispatcher_kubeconfig = dir.join("kubeconfig-dispatcher");
+        let token = if options.rbac {
+            DISPATCHER_TOKEN
+        } else {
+            admin_token.as_str()
+        };
+        write_kubeconfig(&dispatcher_kubeconfig, &kube_url, token, &options.namespace)?;
+
+        let mut stack = Stack {
+            backend: Backend::new(&backend_url, SERVICE_TOKEN),
+            cluster: Cluster::new(&kube_url, &admin_token, &options.namespace),
+            admin_kubeconfig,
+            dispatcher_kubeconfig,
+            bins,
+            vault_addr: format!("127.0.0.1:{}", free_port()?),
+            sims: vec![backend_proc, kube_proc],
+            containers: BTreeMap::new(),
+            options,
+        };
+        for c in Container::ALL {
+            stack.start_container(c).await?;
+        }
+        Ok(stack)
+    }
+
+    /// The environment of one container, as the chart would set it.
+    pub fn container_env(&self, c: Container) -> Vec<(String, String)> {
+        let o = &self.options;
+        let mut env: Vec<(String, String)> = vec![
+            (
+                "KUBECONFIG".into(),
+                self.dispatcher_kubeconfig.display().to_string(),
+            ),
+            ("POD_NAMESPACE".into(), o.namespace.clone()),
+            ("RUST_LOG".into(), o.rust_log.clone()),
+            (
+                "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS".into(),
+                o.poll_seconds.to_string(),
+            ),
+            ("TCAB_DISPATCHER_VAULT_ADDR".into(), self.vault_addr.clone()),
+        ];
+        let backend = [
+            ("TCAB_BACKEND_URL", self.backend.url().to_owned()),
+            ("TCAB_BACKEND_SERVICE_TOKEN", SERVICE_TOKEN.to_owned()),
+            ("TCAB_PUBLISHER_IMAGE", "tcab/publisher:dev".to_owned()),
+        ];
+        match c {
+            Container::Admitter => {
+                env.extend(backend.map(|(k, v)| (k.to_owned(), v)));
+                env.extend(
+                    [
+                        ("TCAB_DRIVER_IMAGE", "tcab/driver:dev".to_owned()),
+                        ("TCAB_DISPATCHER_MAX_INFLIGHT", o.max_inflight.to_string()),
+                        (
+                            "TCAB_DISPATCHER_MAX_PUBLISH_INFLIGHT",
+                            o.max_publish_inflight.to_string(),
+                        ),
+                        (
+                            "TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS",
+                            (o.poll_seconds * 25.0).max(5.0).to_string(),
+                        ),
+                        (
+                            "TCAB_DISPATCHER_DRIVER_TERMINATION_GRACE_SECONDS",
+                            o.driver_grace_seconds.to_string(),
+                        ),
+                        (
+                            "TCAB_DISPATCHER_JOB_TTL_SECONDS",
+                            o.job_ttl_seconds.to_string(),
+                        ),
+                        ("TCAB_K8S_NAMESPACE", o.sandbox_namespace.clone()),
+                    ]
+                    .map(|(k, v)| (k.to_owned(), v)),
+                );
+            }
+            Container::LeaseKeeper => {
+                env.extend(backend.map(|(k, v)| (k.to_owned(), v)));
+                env.push((
+                    "TCAB_DISPATCHER_LEASE_SECONDS".into(),
+                    o.lease_seconds.to_string(),
+                ));
+            }
+            Container::Reaper => {
+                env.push(("TCAB_K8S_NAMESPACE".into(), o.sandbox_namespace.clone()));
+                env.push((
+                    "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS".into(),
+                    o.orphan_grace_seconds.to_string(),
+                ));
+            }
+        }
+        env.extend(o.extra_env.iter().cloned());
+        env
+    }
+
+    /// The log file of a container.
+    pub fn log_path(&self, c: Container) -> PathBuf {
+        self.options.run_dir.join(format!("{}.log", c.binary()))
+    }
+
+    /// A container's log so far.
+    pub fn log(&self, c: Container) -> String {
+        std::fs::read_to_string(self.log_path(c)).unwrap_or_default()
+    }
+
+    /// Starts (or restarts) one container.
+    pub async fn start_container(&mut self, c: Container) -> anyhow::Result<()> {
+        let spec = Spec {
+            name: c.binary().into(),
+            program: binaries::path(&self.bins, c.binary()),
+            args: Vec::new(),
+            env: self.container_env(c),
+            log: self.log_path(c),
+        };
+        let (proc, _) = Proc::start(spec, false).await?;
+        self.containers.insert(c, proc);
+        Ok(())
+    }
+
+    /// SIGKILLs one container (as a crash would) and leaves it down.
+    pub async fn kill_container(&mut self, c: Container) {
+        if let Some(p) = self.containers.get_mut(&c) {
+            p.kill().await;
+        }
+    }
+
+    /// SIGTERMs one container and returns its exit code (None: it had to be killed).
+    pub async fn stop_container(&mut self, c: Container) -> Option<i32> {
+        match self.containers.get_mut(&c) {
+            Some(p) => p.stop(Duration::from_secs(10)).await,
+            None => None,
+        }
+    }
+
+    /// Whether a container is running.
+    pub fn is_running(&mut self, c: Container) -> bool {
+        self.containers.get_mut(&c).is_some_and(Proc::is_running)
+    }
+
+    /// Fails with the containers' log tails if one of them has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        for c in Container::ALL {
+            if !self.is_running(c) && self.containers.contains_key(&c) {
+                bail!(
+                    "{} exited; log:\n{}",
+                    c.binary(),
+                    tail(&self.log_path(c), 40)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops everything politely.
+    pub async fn shutdown(mut self) {
+        for c in Container::ALL {
+            self.stop_container(c).await;
+        }
+        for p in &mut self.sims {
+            p.stop(Duration::from_secs(5)).await;
+        }
+    }
+}
+
+/// Waits until `check` returns `Some`, polling every 50 ms, up to `limit`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            match last_err {
+                Some(e) => {
+                    bail!("timed out after {limit:?} waiting for {what} (last error: {e:#})")
+                }
+                None => bail!("timed out after {limit:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
