@@ -298,8 +298,14 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
     tracing::info!(jobs = jobs.len(), "owned Jobs listed; reaping");
 
     let reaper = Reaper::new(deps.client, &sandbox_namespace, jobs, settings, deps.clock);
+    // A tick cut short by shutdown is harmless: reaping is idempotent and
+    // the next start plans again from the cluster.
+    let tick_shutdown = shutdown.clone();
     let ticks = run_loop(config.common.poll_interval, shutdown, || async {
-        reaper.tick().await;
+        tokio::select! {
+            _ = reaper.tick() => {}
+            _ = tick_shutdown.wait() => {}
+        }
         TickOutcome::Idle
     });
     tokio::select! {
