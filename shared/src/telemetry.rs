@@ -24,9 +24,7 @@ pub fn init(format: LogFormat) {
             .with_current_span(false)
             .try_init(),
     };
-    if installed.is_ok() {
-        if let Some(error) = bad {
-            tracing::warn!(%error, "RUST_LOG is malformed; logging at info");
-        }
+    if let (Ok(()), Some(error)) = (installed, bad) {
+        tracing::warn!(%error, "RUST_LOG is malformed; logging at info");
     }
 }
