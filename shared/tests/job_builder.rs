@@ -1,0 +1,640 @@
+//! The driver and publisher Jobs, field by field, against the spec's "The
+//! driver Job" and docs/job-contract.md.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+use serde_json::json;
+use std::collections::BTreeMap;
+use tcab_shared::backend::types::{ClaimedPublish, ClaimedRun};
+use tcab_shared::job_builder::{
+    DRIVER_CONTAINER, JobBuildError, JobSettings, PUBLISHER_CONTAINER,
+    PUBLISHER_TERMINATION_GRACE_SECONDS, SUBSCRIPTION_FILE_MODE, driver_job, publisher_job,
+};
+use tcab_shared::labels;
+
+const TOKEN: &str = "tok-9f8e7d6c5b4a-secret";
+
+fn settings() -> JobSettings {
+    JobSettings {
+        managed_by: "tcab-dispatcher".into(),
+        backend_url: "http://backend.tcab.svc:8080".into(),
+        driver_image: "ghcr.io/tcab/driver:3f9c2e1".into(),
+        publisher_image: Some("ghcr.io/tcab/publisher:3f9c2e1".into()),
+        artifacts_url: "s3://tcab-runs/artifacts".into(),
+        repos_url: "s3://tcab-runs/repos".into(),
+        finish_deadline_seconds: 3600,
+        report_deadline_seconds: 600,
+        driver_managed_by: "tcab-driver".into(),
+        termination_grace_seconds: 120,
+        cpu_request: "250m".into(),
+        memory_request: "512Mi".into(),
+        cpu_limit: Some("2".into()),
+        memory_limit: None,
+        ttl_seconds_after_finished: 3600,
+        driver_active_deadline_seconds: 7200,
+        publisher_active_deadline_seconds: 2700,
+        driver_secrets: vec!["provider-keys".into(), "extra-keys".into()],
+        subscription_secret: Some("claude-subscription".into()),
+        subscription_dir: "/var/run/tcab/subscription".into(),
+        fs_group: 10001,
+        driver_service_account: Some("tcab-driver".into()),
+        passthrough_env: vec![
+            (
+                "TCAB_CONTAINER_IMAGE_PYTHON".into(),
+                "ghcr.io/tcab/run-python:3f9c2e1".into(),
+            ),
+            ("TCAB_K8S_NAMESPACE".into(), "tcab-sandboxes".into()),
+            ("TCAB_K8S_NODE_SELECTOR".into(), "pool=sandbox".into()),
+        ],
+    }
+}
+
+fn launch_request() -> serde_json::Value {
+    json!({"harness": "claude-code", "model": "opus", "case": "fizzbuzz",
+           "sim": {"duration_ms": 1500, "outcome": "succeeded"}, "note": "quote \" and ü"})
+}
+
+fn run() -> ClaimedRun {
+    serde_json::from_value(json!({
+        "id": "run-7f3a",
+        "token": TOKEN,
+        "queue_seq": 42,
+        "harness": "claude-code",
+        "model": "opus",
+        "attempt": 1,
+        "launch_request": launch_request(),
+        "lease_expires_at": "2026-11-29T16:04:11Z"
+    }))
+    .unwrap()
+}
+
+fn publish_request() -> serde_json::Value {
+    json!({"release": "v1.4.0", "targets": ["console", "docs"]})
+}
+
+fn publish() -> ClaimedPublish {
+    serde_json::from_value(json!({
+        "id": "pub-12",
+        "token": "pub-token-0123",
+        "request": publish_request(),
+        "lease_expires_at": "2026-11-29T16:04:11Z"
+    }))
+    .unwrap()
+}
+
+fn pod_spec(job: &Job) -> &PodSpec {
+    job.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+fn container(job: &Job) -> &Container {
+    let pod = pod_spec(job);
+    assert_eq!(pod.containers.len(), 1, "exactly one container");
+    &pod.containers[0]
+}
+
+/// The env as (name, plain value or `fieldRef:<path>`), in order.
+fn env_of(job: &Job) -> Vec<(String, String)> {
+    container(job)
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|v: &EnvVar| {
+            let value = match (&v.value, &v.value_from) {
+                (Some(value), None) => value.clone(),
+                (None, Some(from)) => {
+                    let field = from.field_ref.as_ref().expect("only fieldRef is used");
+                    assert!(from.secret_key_ref.is_none() && from.config_map_key_ref.is_none());
+                    format!("fieldRef:{}", field.field_path)
+                }
+                other => panic!("{}: value and valueFrom {other:?}", v.name),
+            };
+            (v.name.clone(), value)
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[test]
+fn driver_env_is_exactly_the_contract() {
+    let job = driver_job(&settings(), &run());
+    let env = env_of(&job);
+    let launch = launch_request().to_string();
+    let want = pairs(&[
+        ("TCAB_BACKEND_URL", "http://backend.tcab.svc:8080"),
+        ("TCAB_DRIVER_ARTIFACTS_URL", "s3://tcab-runs/artifacts"),
+        ("TCAB_DRIVER_REPOS_URL", "s3://tcab-runs/repos"),
+        ("TCAB_JOB_ID", "run-7f3a"),
+        ("TCAB_JOB_TOKEN", TOKEN),
+        ("TCAB_LAUNCH_REQUEST", &launch),
+        ("TCAB_DRIVER_FINISH_DEADLINE_SECONDS", "3600"),
+        ("TCAB_DRIVER_REPORT_DEADLINE_SECONDS", "600"),
+        ("TCAB_DRIVER_RUNTIME", "kubernetes"),
+        ("TCAB_DRIVER_MANAGED_BY", "tcab-driver"),
+        ("TCAB_DRIVER_POD_IP", "fieldRef:status.podIP"),
+        (
+            "TCAB_CONTAINER_IMAGE_PYTHON",
+            "ghcr.io/tcab/run-python:3f9c2e1",
+        ),
+        ("TCAB_K8S_NAMESPACE", "tcab-sandboxes"),
+        ("TCAB_K8S_NODE_SELECTOR", "pool=sandbox"),
+    ]);
+    assert_eq!(env, want);
+}
+
+#[test]
+fn launch_request_round_trips_as_json() {
+    let job = driver_job(&settings(), &run());
+    let env = env_of(&job);
+    let raw = &env
+        .iter()
+        .find(|(k, _)| k == "TCAB_LAUNCH_REQUEST")
+        .unwrap()
+        .1;
+    let parsed: serde_json::Value = serde_json::from_str(raw).unwrap();
+    assert_eq!(parsed, launch_request());
+    assert_eq!(
+        parsed["sim"]["duration_ms"], 1500,
+        "the fake driver's script survives"
+    );
+}
+
+#[test]
+fn pod_ip_comes_from_the_downward_api() {
+    let job = driver_job(&settings(), &run());
+    let var = container(&job)
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == "TCAB_DRIVER_POD_IP")
+        .unwrap();
+    let field = var.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+    assert_eq!(field.field_path, "status.podIP");
+    assert_eq!(field.api_version.as_deref(), Some("v1"));
+    assert!(var.value.is_none());
+}
+
+#[test]
+fn passthrough_is_filtered_sorted_and_after_the_fixed_vars() {
+    let mut s = settings();
+    s.passthrough_env = vec![
+        ("TCAB_K8S_ZONE".into(), "z".into()),
+        ("TCAB_CONTAINER_IMAGE_NODE".into(), "node:1".into()),
+        ("TCAB_BACKEND_URL".into(), "http://evil".into()),
+        ("PATH".into(), "/bin".into()),
+        ("TCAB_K8S_A".into(), "a".into()),
+    ];
+    let env = env_of(&driver_job(&s, &run()));
+    let tail: Vec<_> = env[11..].to_vec();
+    assert_eq!(
+        tail,
+        pairs(&[
+            ("TCAB_CONTAINER_IMAGE_NODE", "node:1"),
+            ("TCAB_K8S_A", "a"),
+            ("TCAB_K8S_ZONE", "z"),
+        ])
+    );
+    let backend: Vec<_> = env
+        .iter()
+        .filter(|(k, _)| k == "TCAB_BACKEND_URL")
+        .collect();
+    assert_eq!(
+        backend.len(),
+        1,
+        "a passthrough never overrides a fixed var"
+    );
+    assert_eq!(backend[0].1, "http://backend.tcab.svc:8080");
+    assert!(!env.iter().any(|(k, _)| k == "PATH"));
+
+    s.passthrough_env.clear();
+    assert_eq!(
+        env_of(&driver_job(&s, &run())).len(),
+        11,
+        "only the fixed vars"
+    );
+}
+
+#[test]
+fn image_and_container_name() {
+    let job = driver_job(&settings(), &run());
+    let c = container(&job);
+    assert_eq!(c.name, DRIVER_CONTAINER);
+    assert_eq!(c.name, "driver");
+    assert_eq!(c.image.as_deref(), Some("ghcr.io/tcab/driver:3f9c2e1"));
+    assert!(
+        c.command.is_none() && c.args.is_none(),
+        "the image's entrypoint runs"
+    );
+}
+
+#[test]
+fn labels_on_the_job_and_its_pod_template() {
+    let job = driver_job(&settings(), &run());
+    let want = BTreeMap::from([
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "tcab-dispatcher".to_string(),
+        ),
+        ("tcab.dev/job-id".to_string(), "run-7f3a".to_string()),
+        ("tcab.dev/job-kind".to_string(), "run".to_string()),
+        ("tcab.dev/claim".to_string(), labels::claim_tag(TOKEN)),
+    ]);
+    assert_eq!(job.metadata.labels.as_ref(), Some(&want));
+    let template = job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap();
+    assert_eq!(template.labels.as_ref(), Some(&want));
+    for value in want.values() {
+        assert!(labels::is_label_value(value), "{value}");
+    }
+}
+
+#[test]
+fn safe_to_evict_false_on_the_pod_template_and_the_job() {
+    let job = driver_job(&settings(), &run());
+    let want = BTreeMap::from([(
+        "cluster-autoscaler.kubernetes.io/safe-to-evict".to_string(),
+        "false".to_string(),
+    )]);
+    let template = job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap();
+    assert_eq!(template.annotations.as_ref(), Some(&want));
+    assert_eq!(job.metadata.annotations.as_ref(), Some(&want));
+}
+
+#[test]
+fn one_and_done_with_ttl_deadline_and_grace() {
+    let job = driver_job(&settings(), &run());
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(spec.backoff_limit, Some(0));
+    assert_eq!(spec.ttl_seconds_after_finished, Some(3600));
+    assert_eq!(spec.active_deadline_seconds, Some(7200));
+    let pod = pod_spec(&job);
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(pod.termination_grace_period_seconds, Some(120));
+
+    let mut s = settings();
+    s.termination_grace_seconds = 300;
+    s.ttl_seconds_after_finished = 60;
+    s.driver_active_deadline_seconds = 99;
+    let job = driver_job(&s, &run());
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(spec.ttl_seconds_after_finished, Some(60));
+    assert_eq!(spec.active_deadline_seconds, Some(99));
+    assert_eq!(pod_spec(&job).termination_grace_period_seconds, Some(300));
+}
+
+fn quantities(map: Option<&BTreeMap<String, Quantity>>) -> Option<BTreeMap<&str, &str>> {
+    map.map(|m| m.iter().map(|(k, v)| (k.as_str(), v.0.as_str())).collect())
+}
+
+#[test]
+fn resources_request_cpu_and_memory_and_limit_only_cpu_by_default() {
+    let job = driver_job(&settings(), &run());
+    let r = container(&job).resources.as_ref().unwrap();
+    assert_eq!(
+        quantities(r.requests.as_ref()),
+        Some(BTreeMap::from([("cpu", "250m"), ("memory", "512Mi")]))
+    );
+    assert_eq!(
+        quantities(r.limits.as_ref()),
+        Some(BTreeMap::from([("cpu", "2")]))
+    );
+}
+
+#[test]
+fn resources_with_a_configured_memory_limit() {
+    let mut s = settings();
+    s.memory_limit = Some("4Gi".into());
+    let job = driver_job(&s, &run());
+    let r = container(&job).resources.as_ref().unwrap();
+    assert_eq!(
+        quantities(r.limits.as_ref()),
+        Some(BTreeMap::from([("cpu", "2"), ("memory", "4Gi")]))
+    );
+}
+
+#[test]
+fn resources_without_any_limit() {
+    let mut s = settings();
+    s.cpu_limit = None;
+    let job = driver_job(&s, &run());
+    let r = container(&job).resources.as_ref().unwrap();
+    assert!(r.limits.is_none());
+    assert_eq!(
+        quantities(r.requests.as_ref()),
+        Some(BTreeMap::from([("cpu", "250m"), ("memory", "512Mi")]))
+    );
+}
+
+#[test]
+fn env_from_one_secret_ref_per_driver_secret() {
+    let job = driver_job(&settings(), &run());
+    let from = container(&job).env_from.as_ref().unwrap();
+    let names: Vec<_> = from
+        .iter()
+        .map(|f| {
+            assert!(f.config_map_ref.is_none() && f.prefix.is_none());
+            f.secret_ref.as_ref().unwrap().name.clone()
+        })
+        .collect();
+    assert_eq!(names, ["provider-keys", "extra-keys"]);
+
+    let mut s = settings();
+    s.driver_secrets.clear();
+    assert!(container(&driver_job(&s, &run())).env_from.is_none());
+}
+
+#[test]
+fn subscription_secret_is_an_optional_read_only_volume_with_fs_group() {
+    let job = driver_job(&settings(), &run());
+    let pod = pod_spec(&job);
+    let volumes = pod.volumes.as_ref().unwrap();
+    assert_eq!(volumes.len(), 1);
+    let secret = volumes[0].secret.as_ref().unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("claude-subscription"));
+    assert_eq!(secret.optional, Some(true));
+    assert_eq!(secret.default_mode, Some(SUBSCRIPTION_FILE_MODE));
+    assert_eq!(SUBSCRIPTION_FILE_MODE, 0o440);
+    assert!(secret.items.is_none(), "every key is projected");
+
+    let mounts = container(&job).volume_mounts.as_ref().unwrap();
+    assert_eq!(mounts.len(), 1);
+    assert_eq!(mounts[0].name, volumes[0].name);
+    assert_eq!(mounts[0].mount_path, "/var/run/tcab/subscription");
+    assert_eq!(mounts[0].read_only, Some(true));
+    assert!(mounts[0].sub_path.is_none());
+
+    let security = pod.security_context.as_ref().unwrap();
+    assert_eq!(security.fs_group, Some(10001));
+}
+
+#[test]
+fn no_subscription_secret_no_volume() {
+    let mut s = settings();
+    s.subscription_secret = None;
+    let job = driver_job(&s, &run());
+    let pod = pod_spec(&job);
+    assert!(pod.volumes.is_none());
+    assert!(pod.security_context.is_none());
+    assert!(container(&job).volume_mounts.is_none());
+}
+
+#[test]
+fn service_account_when_configured() {
+    let job = driver_job(&settings(), &run());
+    assert_eq!(
+        pod_spec(&job).service_account_name.as_deref(),
+        Some("tcab-driver")
+    );
+    let mut s = settings();
+    s.driver_service_account = None;
+    assert!(
+        pod_spec(&driver_job(&s, &run()))
+            .service_account_name
+            .is_none()
+    );
+}
+
+#[test]
+fn name_is_per_claim_valid_and_hides_the_token() {
+    let job = driver_job(&settings(), &run());
+    let name = job.metadata.name.clone().unwrap();
+    assert_eq!(
+        name,
+        labels::job_name(labels::Lane::Run, "run-7f3a", &labels::claim_tag(TOKEN))
+    );
+    assert!(name.starts_with("tcab-driver-run-7f3a-"), "{name}");
+    assert!(is_dns1123_label(&name), "{name}");
+    assert!(job.metadata.generate_name.is_none());
+    assert!(
+        job.metadata.namespace.is_none(),
+        "the client's namespace applies"
+    );
+
+    // Same claim, same name (a repeated create answers 409); a new claim, a new name.
+    assert_eq!(driver_job(&settings(), &run()).metadata.name.unwrap(), name);
+    let mut reclaimed = run();
+    reclaimed.token = "another-token".into();
+    assert_ne!(
+        driver_job(&settings(), &reclaimed).metadata.name.unwrap(),
+        name
+    );
+
+    // The token only appears in its env var.
+    let mut json = serde_json::to_value(&job).unwrap();
+    let text = json.to_string();
+    assert_eq!(
+        text.matches(TOKEN).count(),
+        1,
+        "token once, in TCAB_JOB_TOKEN"
+    );
+    json["spec"]["template"]["spec"]["containers"][0]["env"] = json!([]);
+    assert!(!json.to_string().contains(TOKEN));
+}
+
+#[test]
+fn serializes_as_a_valid_batch_v1_job() {
+    let mut s = settings();
+    s.memory_limit = Some("4Gi".into());
+    let job = driver_job(&s, &run());
+    let value = serde_json::to_value(&job).unwrap();
+    assert_eq!(value["apiVersion"], "batch/v1");
+    assert_eq!(value["kind"], "Job");
+    assert_eq!(value["spec"]["backoffLimit"], 0);
+    assert_eq!(value["spec"]["ttlSecondsAfterFinished"], 3600);
+    assert_eq!(value["spec"]["activeDeadlineSeconds"], 7200);
+    let pod = &value["spec"]["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Never");
+    assert_eq!(pod["terminationGracePeriodSeconds"], 120);
+    assert_eq!(pod["securityContext"]["fsGroup"], 10001);
+    assert_eq!(pod["volumes"][0]["secret"]["optional"], true);
+    assert_eq!(pod["volumes"][0]["secret"]["defaultMode"], 0o440);
+    assert_eq!(pod["containers"][0]["volumeMounts"][0]["readOnly"], true);
+    assert_eq!(pod["containers"][0]["resources"]["limits"]["memory"], "4Gi");
+    assert_eq!(
+        pod["containers"][0]["env"][10]["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.podIP"
+    );
+    assert!(value.get("status").is_none());
+
+    let back: Job = serde_json::from_value(value).unwrap();
+    assert_eq!(back, job);
+    let publisher = publisher_job(&s, &publish()).unwrap();
+    let back: Job = serde_json::from_str(&serde_json::to_string(&publisher).unwrap()).unwrap();
+    assert_eq!(back, publisher);
+}
+
+#[test]
+fn publisher_job_has_the_publisher_contract() {
+    let job = publisher_job(&settings(), &publish()).unwrap();
+    let name = job.metadata.name.clone().unwrap();
+    assert_eq!(
+        name,
+        labels::job_name(
+            labels::Lane::Publish,
+            "pub-12",
+            &labels::claim_tag("pub-token-0123")
+        )
+    );
+    assert!(name.starts_with("tcab-publisher-pub-12-") && is_dns1123_label(&name));
+
+    let request = publish_request().to_string();
+    assert_eq!(
+        env_of(&job),
+        pairs(&[
+            ("TCAB_BACKEND_URL", "http://backend.tcab.svc:8080"),
+            ("TCAB_PUBLISH_JOB_ID", "pub-12"),
+            ("TCAB_JOB_TOKEN", "pub-token-0123"),
+            ("TCAB_PUBLISH_REQUEST", &request),
+        ])
+    );
+
+    let c = container(&job);
+    assert_eq!(c.name, PUBLISHER_CONTAINER);
+    assert_eq!(c.name, "publisher");
+    assert_eq!(c.image.as_deref(), Some("ghcr.io/tcab/publisher:3f9c2e1"));
+    assert!(c.env_from.is_none() && c.volume_mounts.is_none());
+
+    let want_labels = BTreeMap::from([
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "tcab-dispatcher".to_string(),
+        ),
+        ("tcab.dev/job-id".to_string(), "pub-12".to_string()),
+        ("tcab.dev/job-kind".to_string(), "publish".to_string()),
+        (
+            "tcab.dev/claim".to_string(),
+            labels::claim_tag("pub-token-0123"),
+        ),
+    ]);
+    assert_eq!(job.metadata.labels.as_ref(), Some(&want_labels));
+    let template = job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap();
+    assert_eq!(template.labels.as_ref(), Some(&want_labels));
+    let evict = BTreeMap::from([(labels::SAFE_TO_EVICT.to_string(), "false".to_string())]);
+    assert_eq!(template.annotations.as_ref(), Some(&evict));
+    assert_eq!(job.metadata.annotations.as_ref(), Some(&evict));
+
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(spec.backoff_limit, Some(0));
+    assert_eq!(spec.ttl_seconds_after_finished, Some(3600));
+    assert_eq!(spec.active_deadline_seconds, Some(45 * 60));
+    let pod = pod_spec(&job);
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(
+        pod.termination_grace_period_seconds,
+        Some(PUBLISHER_TERMINATION_GRACE_SECONDS)
+    );
+    assert!(pod.volumes.is_none() && pod.security_context.is_none());
+    assert!(pod.service_account_name.is_none());
+
+    let r = c.resources.as_ref().unwrap();
+    assert_eq!(
+        quantities(r.requests.as_ref()),
+        Some(BTreeMap::from([("cpu", "250m"), ("memory", "512Mi")]))
+    );
+    assert_eq!(
+        quantities(r.limits.as_ref()),
+        Some(BTreeMap::from([("cpu", "2")]))
+    );
+}
+
+#[test]
+fn no_publisher_image_is_a_typed_error() {
+    let mut s = settings();
+    s.publisher_image = None;
+    let err = publisher_job(&s, &publish()).unwrap_err();
+    assert_eq!(
+        err,
+        JobBuildError::NoPublisherImage {
+            id: "pub-12".into()
+        }
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("TCAB_PUBLISHER_IMAGE") && text.contains("pub-12"),
+        "{text}"
+    );
+}
+
+#[test]
+fn secrets_stay_out_of_debug_of_the_inputs() {
+    // The claim's Debug (what a log line might print) never shows the token.
+    assert!(!format!("{:?}", run()).contains(TOKEN));
+    assert!(!format!("{:?}", publish()).contains("pub-token-0123"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        rng_seed: RngSeed::Fixed(20261129),
+        ..ProptestConfig::default()
+    })]
+
+    /// For any id the backend hands out (a label value) and any token, the
+    /// name is valid, the labels are valid, and the env names are unique.
+    #[test]
+    fn names_labels_and_env_stay_valid(
+        id in "[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?",
+        token in "[ -~]{1,64}",
+        extra in proptest::collection::vec(("TCAB_(K8S|CONTAINER)_[A-Z_]{1,12}", "[ -~]{0,20}"), 0..6),
+    ) {
+        let mut s = settings();
+        s.passthrough_env = extra;
+        let mut claimed = run();
+        claimed.id = id.clone();
+        claimed.token = token.as_str().into();
+        let job = driver_job(&s, &claimed);
+        let name = job.metadata.name.clone().unwrap();
+        prop_assert!(is_dns1123_label(&name), "{}", name);
+        for value in job.metadata.labels.as_ref().unwrap().values() {
+            prop_assert!(labels::is_label_value(value), "{}", value);
+        }
+        let env = env_of(&job);
+        let mut names: Vec<_> = env.iter().map(|(k, _)| k.clone()).collect();
+        let passthrough = names[11..].to_vec();
+        let mut sorted = passthrough.clone();
+        sorted.sort();
+        prop_assert_eq!(passthrough, sorted);
+        let count = names.len();
+        names.sort();
+        names.dedup();
+        prop_assert_eq!(names.len(), count, "env names are unique");
+    }
+}
