@@ -1,0 +1,820 @@
+#!/usr/bin/env python3
+"""Checks of the tcab-dispatcher Helm chart.
+
+Renders and lints the chart with Helm's own engine (the Go SDK bundled in the
+PyPI package helm-python-sdk), validates every rendered manifest with
+kubernetes-validate in strict mode, asserts the structure the dispatcher relies
+on, and compares the dispatcher Role with a golden file the e2e tests load into
+the simulated cluster's RBAC mode.
+
+Usage (from anywhere; paths are relative to this file):
+
+    python3 -m venv .venv-chart
+    .venv-chart/bin/pip install -r charts/requirements.txt
+    .venv-chart/bin/python charts/check_chart.py [--update-golden] [-k SUBSTRING]
+
+Prints one line per check (PASS, FAIL or SKIP) and a final
+"N passed, N failed, N skipped" line; exits 1 when any check failed.
+Everything runs offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import logging
+import re
+import shutil
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+CHART = HERE / "tcab-dispatcher"
+GOLDEN = CHART / "tests" / "role.golden.yaml"
+REPO = HERE.parent
+# Where the binaries declare the environment variables they read.
+CONFIG_SOURCES = [REPO / "shared" / "src" / "config.rs", REPO / "shared" / "src" / "telemetry.rs"]
+
+RELEASE = "tcab-dispatcher"
+NAMESPACE = "tcab"
+SANDBOX_NS = "tcab-sandboxes"
+
+CONTAINERS = {
+    "admitter": "tcab-admitter",
+    "lease-keeper": "tcab-lease-keeper",
+    "reaper": "tcab-reaper",
+}
+
+# (apiGroup, resource, verb): exactly what the spec grants the dispatcher.
+DISPATCHER_RULES = {
+    *(("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")),
+    *(("", "pods", v) for v in ("get", "list", "delete")),
+    ("", "pods/log", "get"),
+}
+SANDBOX_RULES = {("", "pods", v) for v in ("get", "list", "delete")}
+
+# Environment each container gets when only the required values are set.
+DEFAULT_ENV = {
+    "admitter": {
+        "POD_NAMESPACE",
+        "TCAB_BACKEND_URL",
+        "TCAB_BACKEND_SERVICE_TOKEN",
+        "TCAB_DRIVER_IMAGE",
+        "TCAB_DISPATCHER_LOG_FORMAT",
+        "RUST_LOG",
+    },
+    "lease-keeper": {
+        "POD_NAMESPACE",
+        "TCAB_BACKEND_URL",
+        "TCAB_BACKEND_SERVICE_TOKEN",
+        "TCAB_DISPATCHER_LOG_FORMAT",
+        "RUST_LOG",
+    },
+    "reaper": {"POD_NAMESPACE", "TCAB_K8S_NAMESPACE", "TCAB_DISPATCHER_LOG_FORMAT", "RUST_LOG"},
+}
+
+try:
+    import yaml
+    import helm_python as helm
+    from kubernetes_validate import utils as kv
+except ImportError as missing:  # pragma: no cover - environment problem
+    print(f"FAIL imports: {missing}; install the pinned packages: pip install -r {HERE / 'requirements.txt'}")
+    print("0 passed, 1 failed")
+    sys.exit(1)
+
+
+# --------------------------------------------------------------------------- values
+
+
+def base_values() -> dict[str, Any]:
+    """The required values, nothing else: what the "defaults" install sets."""
+    return {
+        "backend": {
+            "url": "http://tcab-backend.tcab.svc:8080",
+            "serviceToken": {"existingSecret": "tcab-backend-token"},
+        },
+        "driver": {"image": "registry.example/tcab-driver:3f2a9c1"},
+    }
+
+
+def merged(*overrides: dict[str, Any]) -> dict[str, Any]:
+    """base_values() with each override deep-merged in order."""
+    out = base_values()
+    for override in overrides:
+        _deep_merge(out, copy.deepcopy(override))
+    return out
+
+
+def _deep_merge(into: dict[str, Any], new: dict[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def without(values: dict[str, Any], dotted: str) -> dict[str, Any]:
+    """A copy of values with the key at a dotted path removed."""
+    out = copy.deepcopy(values)
+    *parents, last = dotted.split(".")
+    node = out
+    for part in parents:
+        node = node[part]
+    node.pop(last, None)
+    return out
+
+
+PUBLISHER_IMAGE = "registry.example/tcab-publisher:3f2a9c1"
+TOKEN_VALUE = "not-a-real-service-token-7c1e"
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "defaults": base_values(),
+    "publishing": merged({"publisher": {"image": PUBLISHER_IMAGE}}),
+    "sandbox-elsewhere": merged({"sandbox": {"namespace": SANDBOX_NS}}),
+    "sandbox-same-namespace": merged({"sandbox": {"namespace": NAMESPACE}}),
+    "subscription-secrets-memory": merged(
+        {
+            "backend": {"serviceToken": {"existingSecret": "", "value": TOKEN_VALUE}},
+            "driver": {
+                "secrets": ["provider-api-keys", "git-credentials"],
+                "subscription": {"secret": "claude-subscription", "dir": "/home/driver/.claude"},
+                "fsGroup": 2000,
+                "memoryLimit": "6Gi",
+                "passthroughEnv": {
+                    "TCAB_CONTAINER_IMAGE_PYTHON": "registry.example/run-python:3f2a9c1",
+                    "TCAB_K8S_SANDBOX_NODE_SELECTOR": "pool=sandbox",
+                },
+            },
+        }
+    ),
+    "every-value": merged(
+        {
+            "image": {"repository": "registry.example/tcab-dispatcher", "tag": "9d8e7f6", "pullPolicy": "Always"},
+            "backend": {"timeoutSeconds": 15},
+            "dispatcher": {
+                "managedBy": "tcab-dispatcher-blue",
+                "pollIntervalSeconds": 2.5,
+                "logFormat": "text",
+                "rustLog": "tcab=debug,info",
+                "vaultAddr": "127.0.0.1:50999",
+                "maxInflight": 12,
+                "maxPublishInflight": 2,
+                "gateMaxAgeSeconds": 90,
+                "jobTtlSeconds": 1800,
+                "leaseSeconds": 180,
+                "logTailLines": 80,
+                "vaultAllowNonLoopback": False,
+                "orphanSweep": False,
+                "orphanGraceSeconds": 1200,
+            },
+            "driver": {
+                "terminationGraceSeconds": 150,
+                "cpuRequest": "500m",
+                "memoryRequest": "2Gi",
+                "cpuLimit": 1.5,
+                "memoryLimit": "8Gi",
+                "activeDeadlineSeconds": 1000000,
+                "artifactsUrl": "http://tcab-backend.tcab.svc:8080/artifacts",
+                "reposUrl": "http://tcab-backend.tcab.svc:8080/repos",
+                "finishDeadlineSeconds": 7200,
+                "reportDeadlineSeconds": 900,
+                "managedBy": "tcab-driver-blue",
+                "secrets": ["provider-api-keys"],
+                "subscription": {"secret": "sub", "dir": "/sub"},
+                "fsGroup": 1000,
+                "serviceAccount": "tcab-driver",
+            },
+            "publisher": {"image": PUBLISHER_IMAGE, "activeDeadlineSeconds": 2400},
+            "sandbox": {"namespace": SANDBOX_NS},
+        }
+    ),
+}
+
+# What "every-value" must render, per container: name -> exact string value.
+EVERY_VALUE_ENV = {
+    "common": {
+        "TCAB_DISPATCHER_MANAGED_BY": "tcab-dispatcher-blue",
+        "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS": "2.5",
+        "TCAB_DISPATCHER_LOG_FORMAT": "text",
+        "RUST_LOG": "tcab=debug,info",
+    },
+    "backend": {
+        "TCAB_DISPATCHER_VAULT_ADDR": "127.0.0.1:50999",
+        "TCAB_BACKEND_URL": "http://tcab-backend.tcab.svc:8080",
+        "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS": "15",
+        "TCAB_PUBLISHER_IMAGE": PUBLISHER_IMAGE,
+    },
+    "admitter": {
+        "TCAB_DRIVER_IMAGE": "registry.example/tcab-driver:3f2a9c1",
+        "TCAB_DISPATCHER_MAX_INFLIGHT": "12",
+        "TCAB_DISPATCHER_MAX_PUBLISH_INFLIGHT": "2",
+        "TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS": "90",
+        "TCAB_DISPATCHER_JOB_TTL_SECONDS": "1800",
+        "TCAB_DISPATCHER_DRIVER_TERMINATION_GRACE_SECONDS": "150",
+        "TCAB_DISPATCHER_DRIVER_CPU_REQUEST": "500m",
+        "TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST": "2Gi",
+        "TCAB_DISPATCHER_DRIVER_CPU_LIMIT": "1.5",
+        "TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT": "8Gi",
+        "TCAB_DISPATCHER_DRIVER_ACTIVE_DEADLINE_SECONDS": "1000000",
+        "TCAB_DISPATCHER_PUBLISHER_ACTIVE_DEADLINE_SECONDS": "2400",
+        "TCAB_DRIVER_ARTIFACTS_URL": "http://tcab-backend.tcab.svc:8080/artifacts",
+        "TCAB_DRIVER_REPOS_URL": "http://tcab-backend.tcab.svc:8080/repos",
+        "TCAB_DRIVER_FINISH_DEADLINE_SECONDS": "7200",
+        "TCAB_DRIVER_REPORT_DEADLINE_SECONDS": "900",
+        "TCAB_DRIVER_MANAGED_BY": "tcab-driver-blue",
+        "TCAB_DRIVER_SECRETS": "provider-api-keys",
+        "TCAB_DRIVER_SUBSCRIPTION_SECRET": "sub",
+        "TCAB_DRIVER_SUBSCRIPTION_DIR": "/sub",
+        "TCAB_DRIVER_FS_GROUP": "1000",
+        "TCAB_DRIVER_SERVICE_ACCOUNT": "tcab-driver",
+        "TCAB_K8S_NAMESPACE": SANDBOX_NS,
+    },
+    "lease-keeper": {
+        "TCAB_DISPATCHER_LEASE_SECONDS": "180",
+        "TCAB_DISPATCHER_LOG_TAIL_LINES": "80",
+        "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK": "false",
+    },
+    "reaper": {
+        "TCAB_K8S_NAMESPACE": SANDBOX_NS,
+        "TCAB_DRIVER_MANAGED_BY": "tcab-driver-blue",
+        "TCAB_DISPATCHER_ORPHAN_SWEEP": "false",
+        "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS": "1200",
+    },
+}
+
+# Values that must be refused: (name, values, substrings the error must contain).
+# The first group is refused by values.schema.json, at `helm install` time.
+SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("missing backend.url", without(base_values(), "backend.url"), ["backend", "url"]),
+    ("empty backend.url", merged({"backend": {"url": ""}}), ["/backend/url"]),
+    ("missing driver.image", without(base_values(), "driver.image"), ["driver", "image"]),
+    ("empty driver.image", merged({"driver": {"image": ""}}), ["/driver/image"]),
+    (
+        "passthrough key with a bad prefix",
+        merged({"driver": {"passthroughEnv": {"OPENAI_API_KEY": "x"}}}),
+        ["passthroughEnv", "OPENAI_API_KEY"],
+    ),
+    ("non-numeric maxInflight", merged({"dispatcher": {"maxInflight": "eight"}}), ["/dispatcher/maxInflight"]),
+    ("zero maxInflight", merged({"dispatcher": {"maxInflight": 0}}), ["/dispatcher/maxInflight"]),
+    ("unknown logFormat", merged({"dispatcher": {"logFormat": "xml"}}), ["/dispatcher/logFormat"]),
+    ("vaultAddr not IP:port", merged({"dispatcher": {"vaultAddr": "vault"}}), ["/dispatcher/vaultAddr"]),
+    ("negative leaseSeconds", merged({"dispatcher": {"leaseSeconds": -5}}), ["/dispatcher/leaseSeconds"]),
+    ("backend.url without scheme", merged({"backend": {"url": "tcab-backend:8080"}}), ["/backend/url"]),
+    ("misspelt top-level key", merged({"drivre": {"image": "x"}}), ["drivre"]),
+]
+# The second group is refused by the templates themselves (checked with the
+# schema removed, so the template layer is proven on its own), and the last
+# three also through the full chart.
+TEMPLATE_REFUSALS: list[tuple[str, dict[str, Any], list[str], bool]] = [
+    ("missing backend.url", without(base_values(), "backend.url"), ["backend.url is required"], False),
+    ("missing driver.image", without(base_values(), "driver.image"), ["driver.image is required"], False),
+    (
+        "passthrough key with a bad prefix",
+        merged({"driver": {"passthroughEnv": {"OPENAI_API_KEY": "x"}}}),
+        ['"OPENAI_API_KEY" is not allowed', "TCAB_K8S_", "TCAB_CONTAINER_"],
+        False,
+    ),
+    (
+        "passthrough TCAB_K8S_NAMESPACE",
+        merged({"driver": {"passthroughEnv": {"TCAB_K8S_NAMESPACE": "elsewhere"}}}),
+        ["sandbox.namespace"],
+        True,
+    ),
+    (
+        "no service token",
+        merged({"backend": {"serviceToken": {"existingSecret": ""}}}),
+        ["backend.serviceToken is required"],
+        True,
+    ),
+    (
+        "both token sources",
+        merged({"backend": {"serviceToken": {"value": TOKEN_VALUE}}}),
+        ["either existingSecret or value, not both"],
+        True,
+    ),
+]
+
+
+# --------------------------------------------------------------------------- runner
+
+
+class Skip(Exception):
+    """Raised by a check that cannot run here; printed as SKIP."""
+
+
+@dataclass
+class Runner:
+    """Runs named checks, prints one line each, keeps the tally."""
+
+    only: str | None = None
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def check(self, name: str, fn: Callable[[], str | None]) -> None:
+        if self.only and self.only not in name:
+            return
+        try:
+            note = fn()
+        except Skip as why:
+            self.skipped += 1
+            print(f"SKIP {name}: {why}")
+        except AssertionError as why:
+            self.failed += 1
+            self.failures.append(name)
+            print(f"FAIL {name}: {why}")
+        except Exception as why:  # a crash in a check is a failure of that check
+            self.failed += 1
+            self.failures.append(name)
+            detail = "".join(traceback.format_exception_only(type(why), why)).strip()
+            print(f"FAIL {name}: unexpected {detail}")
+        else:
+            self.passed += 1
+            print(f"PASS {name}" + (f" ({note})" if note else ""))
+        sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@dataclass
+class Rendered:
+    """The manifests of one rendering, parsed."""
+
+    docs: list[dict[str, Any]]
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [d for d in self.docs if d.get("kind") == kind]
+
+    def one(self, kind: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+        found = [d for d in self.of_kind(kind) if d["metadata"].get("namespace") == namespace]
+        assert len(found) == 1, f"expected one {kind} in {namespace}, found {len(found)}"
+        return found[0]
+
+    def deployment(self) -> dict[str, Any]:
+        return self.one("Deployment")
+
+    def containers(self) -> dict[str, dict[str, Any]]:
+        spec = self.deployment()["spec"]["template"]["spec"]
+        return {c["name"]: c for c in spec["containers"]}
+
+    def env(self, container: str) -> dict[str, dict[str, Any]]:
+        entries = self.containers()[container].get("env") or []
+        names = [e["name"] for e in entries]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        assert not dupes, f"{container}: duplicate env names {dupes}"
+        return {e["name"]: e for e in entries}
+
+
+def render(chart: Any, values: dict[str, Any]) -> Rendered:
+    """Render with Helm's engine and parse every manifest (NOTES.txt left out)."""
+    out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    docs: list[dict[str, Any]] = []
+    for path in sorted(out):
+        if not path.endswith((".yaml", ".yml")):
+            continue
+        for doc in yaml.safe_load_all(out[path]):
+            if doc:
+                docs.append(doc)
+    return Rendered(docs)
+
+
+def render_error(chart: Any, values: dict[str, Any]) -> str:
+    """Render values that must be refused; return Helm's error message."""
+    try:
+        chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    except helm.HelmError as err:
+        return str(err)
+    raise AssertionError("rendered, but it must be refused")
+
+
+def rules_of(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """A Role's rules as (apiGroup, resource, verb) triples; refuses wider forms."""
+    triples: set[tuple[str, str, str]] = set()
+    for rule in role.get("rules") or []:
+        extra = set(rule) - {"apiGroups", "resources", "verbs"}
+        assert not extra, f"rule {rule} has {sorted(extra)}"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert "*" not in (group, resource, verb), f"wildcard in rule {rule}"
+                    triples.add((group, resource, verb))
+    return triples
+
+
+def fmt_rules(rules: set[tuple[str, str, str]]) -> str:
+    return ", ".join(f"{g or 'core'}/{r}:{v}" for g, r, v in sorted(rules))
+
+
+# Letters the config source's variable table uses for the binaries that read a variable.
+READ_BY = {"A": "admitter", "L": "lease-keeper", "R": "reaper"}
+
+
+def declared_env_names() -> tuple[set[str], dict[str, set[str]], list[str]]:
+    """The environment variable names the config sources declare.
+
+    Returns every string literal naming a variable (TCAB_*, POD_NAMESPACE,
+    RUST_LOG), the names each container's binary reads where the config's
+    variable table says so (`var("NAME", &[A, L], ..)`), and the files read.
+    """
+    names: set[str] = set()
+    per_container: dict[str, set[str]] = {c: set() for c in CONTAINERS}
+    read: list[str] = []
+    literal = re.compile(r'"((?:TCAB_|POD_NAMESPACE|RUST_LOG)[A-Z0-9_]*)"')
+    table_row = re.compile(r'var\(\s*"([A-Z0-9_]+)"\s*,\s*&\[([A-Z,\s]*)\]')
+    for source in CONFIG_SOURCES:
+        if not source.exists():
+            continue
+        read.append(str(source.relative_to(REPO)))
+        text = source.read_text(encoding="utf-8")
+        names.update(literal.findall(text))
+        for name, letters in table_row.findall(text):
+            for letter in re.findall(r"[A-Z]", letters):
+                if letter in READ_BY:
+                    per_container[READ_BY[letter]].add(name)
+    if "RUST_LOG" in names:  # read by the shared telemetry of every binary
+        for declared in per_container.values():
+            declared.add("RUST_LOG")
+    return names, per_container, read
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--update-golden", action="store_true", help=f"rewrite {GOLDEN.relative_to(REPO)}")
+    parser.add_argument("-k", dest="only", help="run only the checks whose name contains this")
+    args = parser.parse_args()
+
+    # The Go engine logs template `fail`s it meets while linting; keep that off stdout/stderr.
+    logging.getLogger("helm_python.native").addHandler(logging.NullHandler())
+    logging.getLogger("helm_python.native").propagate = False
+    helm.enable_logging(logging.CRITICAL)
+
+    kube_version = kv.latest_version()
+    run = Runner(only=args.only)
+    print(
+        f"chart {CHART.relative_to(REPO)}; Helm SDK {helm.helm_sdk_version()} via helm-python-sdk "
+        f"{helm.__version__}; kubernetes-validate {kv.__version__} against Kubernetes {kube_version} (strict)"
+    )
+
+    chart = helm.Chart.load(CHART)
+    rendered: dict[str, Rendered] = {}
+
+    # --- render and lint each scenario
+    for name, values in SCENARIOS.items():
+
+        def do_render(name: str = name, values: dict[str, Any] = values) -> str:
+            rendered[name] = render(chart, values)
+            kinds = sorted(d["kind"] for d in rendered[name].docs)
+            return ", ".join(kinds)
+
+        run.check(f"render [{name}]", do_render)
+
+        def do_lint(values: dict[str, Any] = values) -> None:
+            report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version=f"v{kube_version}")
+            problems = [m for m in report["messages"] if m["severity"] >= 2] + [
+                {"error": e} for e in report["errors"]
+            ]
+            assert not problems, "; ".join(str(p.get("error")) for p in problems)
+
+        run.check(f"lint --strict [{name}]", do_lint)
+
+    def need(name: str) -> Rendered:
+        if name not in rendered:
+            raise AssertionError(f"scenario {name} did not render")
+        return rendered[name]
+
+    # --- every manifest is valid Kubernetes, strictly
+    for name in SCENARIOS:
+
+        def do_validate(name: str = name) -> str:
+            docs = need(name).docs
+            errors = []
+            for doc in docs:
+                label = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+                try:
+                    kv.validate(doc, kube_version, strict=True)
+                except kv.ValidationError as err:
+                    where = ".".join(str(p) for p in err.path)
+                    errors.append(f"{label}: {where}: {err.message}")
+                except kv.SchemaNotFoundError as err:
+                    errors.append(f"{label}: {err.message}")
+            assert not errors, "; ".join(errors)
+            return f"{len(docs)} manifests"
+
+        run.check(f"kubernetes-validate --strict {kube_version} [{name}]", do_validate)
+
+    # --- structure of the default install
+    def deployment_shape() -> None:
+        r = need("defaults")
+        assert len(r.of_kind("Deployment")) == 1, "expected exactly one Deployment"
+        spec = r.deployment()["spec"]
+        assert spec.get("replicas") == 1, f"replicas = {spec.get('replicas')}"
+        assert spec.get("strategy") == {"type": "Recreate"}, f"strategy = {spec.get('strategy')}"
+        pod = spec["template"]["spec"]
+        grace = pod.get("terminationGracePeriodSeconds")
+        assert isinstance(grace, int) and 10 <= grace <= 60, f"terminationGracePeriodSeconds = {grace}"
+        selector = spec["selector"]["matchLabels"]
+        labels = spec["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), "pod labels do not match the selector"
+        assert "app.kubernetes.io/managed-by" not in labels, (
+            "the dispatcher pod must not carry app.kubernetes.io/managed-by (the dispatcher selects its Jobs by it)"
+        )
+
+    run.check("Deployment: one replica, strategy Recreate, grace ~30 s", deployment_shape)
+
+    def containers_and_commands() -> None:
+        r = need("defaults")
+        containers = r.containers()
+        assert list(containers) == list(CONTAINERS), f"containers = {list(containers)}"
+        for cname, binary in CONTAINERS.items():
+            c = containers[cname]
+            assert c.get("command") == [binary], f"{cname}: command = {c.get('command')}"
+            assert not c.get("args"), f"{cname}: args {c.get('args')} (the binaries take no flags)"
+        images = {c["image"] for c in containers.values()}
+        assert images == {"tcab-dispatcher:0.1.0"}, f"images = {images}"
+        pod = r.deployment()["spec"]["template"]["spec"]
+        assert not pod.get("initContainers"), "unexpected init containers"
+
+    run.check("Deployment: three containers admitter/lease-keeper/reaper with their commands", containers_and_commands)
+
+    def image_values() -> None:
+        containers = need("every-value").containers()
+        for cname, c in containers.items():
+            assert c["image"] == "registry.example/tcab-dispatcher:9d8e7f6", f"{cname}: image = {c['image']}"
+            assert c["imagePullPolicy"] == "Always", f"{cname}: imagePullPolicy = {c['imagePullPolicy']}"
+
+    run.check("Deployment: one image from image.repository/tag/pullPolicy", image_values)
+
+    def hardened() -> None:
+        r = need("defaults")
+        pod = r.deployment()["spec"]["template"]["spec"]
+        assert pod.get("securityContext", {}).get("runAsNonRoot") is True, "pod runAsNonRoot"
+        for cname, c in r.containers().items():
+            sc = c.get("securityContext") or {}
+            assert sc.get("readOnlyRootFilesystem") is True, f"{cname}: readOnlyRootFilesystem"
+            assert sc.get("runAsNonRoot") is True, f"{cname}: runAsNonRoot"
+            assert sc.get("allowPrivilegeEscalation") is False, f"{cname}: allowPrivilegeEscalation"
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], f"{cname}: capabilities.drop"
+            assert not sc.get("capabilities", {}).get("add"), f"{cname}: capabilities.add"
+            res = c.get("resources") or {}
+            req = res.get("requests") or {}
+            assert req.get("cpu") and req.get("memory"), f"{cname}: requests {req}"
+            assert (res.get("limits") or {}).get("memory"), f"{cname}: no memory limit"
+            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                assert probe not in c, f"{cname}: has {probe} (nothing in the pod listens off loopback)"
+            assert not c.get("ports"), f"{cname}: exposes ports {c.get('ports')}"
+
+    run.check("containers: hardened securityContext, own resources, no probes or ports", hardened)
+
+    def no_service() -> None:
+        for name, r in rendered.items():
+            kinds = {d["kind"] for d in r.docs}
+            assert "Service" not in kinds and "Ingress" not in kinds, f"[{name}] renders {kinds}"
+            assert not r.deployment()["spec"]["template"]["spec"].get("hostNetwork"), f"[{name}] hostNetwork"
+        assert rendered, "nothing rendered"
+
+    run.check("no Service in any scenario", no_service)
+
+    def role_rules() -> None:
+        r = need("defaults")
+        roles = r.of_kind("Role")
+        assert len(roles) == 1, f"expected one Role, found {len(roles)}"
+        got = rules_of(roles[0])
+        assert got == DISPATCHER_RULES, (
+            f"missing: {fmt_rules(DISPATCHER_RULES - got) or '-'}; extra: {fmt_rules(got - DISPATCHER_RULES) or '-'}"
+        )
+        assert not r.of_kind("ClusterRole") and not r.of_kind("ClusterRoleBinding"), "cluster-wide RBAC"
+
+    run.check("Role: exactly batch/jobs create,get,list,watch,delete; pods get,list,delete; pods/log get", role_rules)
+
+    def binding() -> None:
+        r = need("defaults")
+        sa = r.one("ServiceAccount")
+        role = r.one("Role")
+        rb = r.one("RoleBinding")
+        assert rb["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        }, f"roleRef = {rb['roleRef']}"
+        want = [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}]
+        assert rb["subjects"] == want, f"subjects = {rb['subjects']}"
+        pod = r.deployment()["spec"]["template"]["spec"]
+        assert pod.get("serviceAccountName") == sa["metadata"]["name"], "pod does not run as the ServiceAccount"
+
+    run.check("RoleBinding binds the Role to the dispatcher's ServiceAccount", binding)
+
+    def token_from_secret() -> None:
+        for name in ("defaults", "subscription-secrets-memory"):
+            r = need(name)
+            want_secret = "tcab-backend-token" if name == "defaults" else f"{RELEASE}-backend-token"
+            for cname in ("admitter", "lease-keeper"):
+                entry = r.env(cname).get("TCAB_BACKEND_SERVICE_TOKEN")
+                assert entry, f"[{name}] {cname}: no TCAB_BACKEND_SERVICE_TOKEN"
+                assert "value" not in entry, f"[{name}] {cname}: token given as a plain value"
+                ref = entry.get("valueFrom", {}).get("secretKeyRef")
+                assert ref == {"name": want_secret, "key": "token"}, f"[{name}] {cname}: secretKeyRef = {ref}"
+            assert "TCAB_BACKEND_SERVICE_TOKEN" not in r.env("reaper"), f"[{name}] the reaper gets the token"
+        # the chart-created Secret holds the value; no manifest carries it in clear
+        r = need("subscription-secrets-memory")
+        secret = r.one("Secret")
+        assert secret["metadata"]["name"] == f"{RELEASE}-backend-token", secret["metadata"]["name"]
+        assert base64.b64decode(secret["data"]["token"]).decode() == TOKEN_VALUE, "Secret data.token"
+        clear = [d["kind"] for d in r.docs if TOKEN_VALUE in yaml.safe_dump(d)]
+        assert not clear, f"token in clear in {clear}"
+        assert not need("defaults").of_kind("Secret"), "a Secret is created although existingSecret is set"
+
+    run.check("service token comes from a secretKeyRef (existing or chart-created Secret)", token_from_secret)
+
+    def default_env() -> None:
+        r = need("defaults")
+        for cname, want in DEFAULT_ENV.items():
+            got = set(r.env(cname))
+            assert got == want, f"{cname}: extra {sorted(got - want)}, missing {sorted(want - got)}"
+        env = r.env("admitter")
+        assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+        assert env["TCAB_BACKEND_URL"]["value"] == "http://tcab-backend.tcab.svc:8080"
+        assert env["TCAB_DRIVER_IMAGE"]["value"] == "registry.example/tcab-driver:3f2a9c1"
+        assert env["TCAB_DISPATCHER_LOG_FORMAT"]["value"] == "json"
+        assert r.env("reaper")["TCAB_K8S_NAMESPACE"]["value"] == NAMESPACE
+
+    run.check("env: required values rendered, unset values left to the binaries' defaults", default_env)
+
+    def every_value_env() -> None:
+        r = need("every-value")
+        for cname in CONTAINERS:
+            want = dict(EVERY_VALUE_ENV["common"])
+            if cname != "reaper":
+                want.update(EVERY_VALUE_ENV["backend"])
+            want.update(EVERY_VALUE_ENV[cname])
+            env = r.env(cname)
+            got = {k: e.get("value") for k, e in env.items() if "value" in e}
+            wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+            assert not wrong, f"{cname}: (got, want) {wrong}"
+            extra = set(got) - set(want)
+            assert not extra, f"{cname}: unexpected {sorted(extra)}"
+
+    run.check("env: every tuning value renders its variable, whole numbers without exponent", every_value_env)
+
+    def publishing() -> None:
+        r = need("publishing")
+        for cname in ("admitter", "lease-keeper"):
+            entry = r.env(cname).get("TCAB_PUBLISHER_IMAGE")
+            assert entry and entry.get("value") == PUBLISHER_IMAGE, f"{cname}: TCAB_PUBLISHER_IMAGE = {entry}"
+        assert "TCAB_PUBLISHER_IMAGE" not in r.env("reaper"), "reaper gets TCAB_PUBLISHER_IMAGE"
+        for cname in CONTAINERS:
+            assert "TCAB_PUBLISHER_IMAGE" not in need("defaults").env(cname), f"defaults: {cname} publishes"
+
+    run.check("publishing: TCAB_PUBLISHER_IMAGE on admitter and lease-keeper only when set", publishing)
+
+    def sandbox_elsewhere() -> None:
+        r = need("sandbox-elsewhere")
+        role = r.one("Role", SANDBOX_NS)
+        got = rules_of(role)
+        assert got == SANDBOX_RULES, f"sandbox Role: {fmt_rules(got)}"
+        rb = r.one("RoleBinding", SANDBOX_NS)
+        assert rb["roleRef"]["kind"] == "Role" and rb["roleRef"]["name"] == role["metadata"]["name"], rb["roleRef"]
+        sa = r.one("ServiceAccount")["metadata"]["name"]
+        assert rb["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}], rb["subjects"]
+        assert rules_of(r.one("Role")) == DISPATCHER_RULES, "the dispatcher Role changed"
+        assert r.env("reaper")["TCAB_K8S_NAMESPACE"]["value"] == SANDBOX_NS, "reaper sandbox namespace"
+        assert r.env("admitter")["TCAB_K8S_NAMESPACE"]["value"] == SANDBOX_NS, "driver sandbox namespace"
+        assert "TCAB_K8S_NAMESPACE" not in need("defaults").env("admitter"), "defaults: admitter sets a sandbox ns"
+        same = need("sandbox-same-namespace")
+        assert len(same.of_kind("Role")) == 1 and len(same.of_kind("RoleBinding")) == 1, (
+            "sandbox namespace = release namespace must add no Role"
+        )
+
+    run.check("sandbox namespace elsewhere: extra Role (pods get,list,delete) + RoleBinding there", sandbox_elsewhere)
+
+    def subscription() -> None:
+        r = need("subscription-secrets-memory")
+        env = {k: e.get("value") for k, e in r.env("admitter").items()}
+        want = {
+            "TCAB_DRIVER_SECRETS": "provider-api-keys,git-credentials",
+            "TCAB_DRIVER_SUBSCRIPTION_SECRET": "claude-subscription",
+            "TCAB_DRIVER_SUBSCRIPTION_DIR": "/home/driver/.claude",
+            "TCAB_DRIVER_FS_GROUP": "2000",
+            "TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT": "6Gi",
+            "TCAB_CONTAINER_IMAGE_PYTHON": "registry.example/run-python:3f2a9c1",
+            "TCAB_K8S_SANDBOX_NODE_SELECTOR": "pool=sandbox",
+        }
+        wrong = {k: (env.get(k), v) for k, v in want.items() if env.get(k) != v}
+        assert not wrong, f"(got, want) {wrong}"
+        for cname in ("lease-keeper", "reaper"):
+            leaked = set(want) & set(r.env(cname))
+            assert not leaked, f"{cname} gets driver settings {sorted(leaked)}"
+        assert "TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT" not in need("defaults").env("admitter"), (
+            "a driver memory limit is set by default"
+        )
+
+    run.check("subscription + driver secrets + memory limit + passthrough reach the admitter", subscription)
+
+    def env_declared() -> str:
+        declared, per_container, read = declared_env_names()
+        if not any(n.startswith("TCAB_") for n in declared):
+            raise Skip(f"no TCAB_* string literals in {', '.join(read) or 'shared/src/config.rs'} yet")
+        # Per binary when the config's variable table says who reads what, else the union.
+        by_binary = all(len(v) > 1 for v in per_container.values())
+        problems = []
+        for name, r in rendered.items():
+            passthrough = set(SCENARIOS[name].get("driver", {}).get("passthroughEnv", {}))
+            for cname in CONTAINERS:
+                allowed = per_container[cname] if by_binary else declared
+                if cname == "admitter":  # the admitter passes these through to driver pods
+                    allowed = allowed | passthrough
+                undeclared = set(r.env(cname)) - allowed
+                if undeclared:
+                    problems.append(f"[{name}] {cname}: {sorted(undeclared)}")
+        assert rendered, "nothing rendered"
+        assert not problems, "not declared in the config source: " + "; ".join(problems)
+        scope = "per binary" if by_binary else "any binary"
+        return f"{len(declared)} names declared in {', '.join(read)}, checked {scope}"
+
+    run.check("env: every variable name is one the config source declares", env_declared)
+
+    # --- refusals
+    for what, values, needles in SCHEMA_REFUSALS:
+
+        def do_refuse(values: dict[str, Any] = values, needles: list[str] = needles) -> str:
+            message = render_error(chart, values)
+            missing = [n for n in needles if n not in message]
+            assert not missing, f"message lacks {missing}: {message!r}"
+            return first_line(message)
+
+        run.check(f"refused by the schema: {what}", do_refuse)
+
+    with tempfile.TemporaryDirectory(prefix="tcab-chart-") as tmp:
+        # The same chart without values.schema.json: proves the templates refuse on their own.
+        bare_dir = Path(tmp) / CHART.name
+        shutil.copytree(CHART, bare_dir, ignore=shutil.ignore_patterns("values.schema.json", "tests"))
+        bare = helm.Chart.load(bare_dir)
+        for what, values, needles, also_full in TEMPLATE_REFUSALS:
+            targets = [("template", bare)] + ([("chart", chart)] if also_full else [])
+            for layer, target in targets:
+
+                def do_refuse(
+                    values: dict[str, Any] = values, needles: list[str] = needles, target: Any = target
+                ) -> str:
+                    message = render_error(target, values)
+                    missing = [n for n in needles if n not in message]
+                    assert not missing, f"message lacks {missing}: {message!r}"
+                    return first_line(message)
+
+                run.check(f"refused by the {layer}: {what}", do_refuse)
+        bare.close()
+
+    # --- the golden Role
+    def golden() -> str | None:
+        role = need("defaults").one("Role")
+        if args.update_golden:
+            GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+            GOLDEN.write_text(golden_text(role), encoding="utf-8")
+            return f"rewrote {GOLDEN.relative_to(REPO)}"
+        assert GOLDEN.exists(), f"{GOLDEN.relative_to(REPO)} is missing; run with --update-golden"
+        stored = yaml.safe_load(GOLDEN.read_text(encoding="utf-8"))
+        assert stored == role, (
+            f"the rendered Role differs from {GOLDEN.relative_to(REPO)}; review the change, then run "
+            "with --update-golden"
+        )
+        assert GOLDEN.read_text(encoding="utf-8") == golden_text(role), (
+            f"{GOLDEN.relative_to(REPO)} is equal in content but not in layout; run with --update-golden"
+        )
+        return None
+
+    run.check(f"golden: rendered dispatcher Role matches {GOLDEN.relative_to(REPO)}", golden)
+
+    chart.close()
+    tail = f", {run.skipped} skipped" if run.skipped else ""
+    print(f"{run.passed} passed, {run.failed} failed{tail}")
+    return 1 if run.failed else 0
+
+
+def first_line(message: str) -> str:
+    """The most telling line of a Helm error, for the PASS line."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    meaningful = [ln for ln in lines if ln.startswith("- at") or "error" in ln or "required" in ln]
+    return (meaningful or lines or [""])[0][:160]
+
+
+def golden_text(role: dict[str, Any]) -> str:
+    header = (
+        "# The dispatcher Role as the chart renders it with default values\n"
+        f"# (release {RELEASE}, namespace {NAMESPACE}). Generated: do not edit; run\n"
+        "#   python3 charts/check_chart.py --update-golden\n"
+        "# The e2e tests load this Role into the simulated cluster's RBAC mode.\n"
+    )
+    return header + yaml.safe_dump(role, sort_keys=False, default_flow_style=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+{{/*
+Names and labels.
+*/}}
+
+{{/* The chart's short name. */}}
+{{- define "tcab-dispatcher.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Base name of every object: the release name, plus the chart name unless the release name already says it. */}}
+{{- define "tcab-dispatcher.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $short := include "tcab-dispatcher.name" . -}}
+{{- if contains $short .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $short | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels that select the dispatcher pod. */}}
+{{- define "tcab-dispatcher.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tcab-dispatcher.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels on every object the chart creates (not on the pod: the dispatcher selects its own Jobs by managed-by). */}}
+{{- define "tcab-dispatcher.labels" -}}
+{{ include "tcab-dispatcher.selectorLabels" . }}
+app.kubernetes.io/part-of: tcab
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* The dispatcher's ServiceAccount. */}}
+{{- define "tcab-dispatcher.serviceAccountName" -}}
+{{- include "tcab-dispatcher.fullname" . -}}
+{{- end -}}
+
+{{/* The image of the three containers. */}}
+{{- define "tcab-dispatcher.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/*
+The Secret holding the backend service token: an existing one, or the one this
+chart creates from backend.serviceToken.value. Exactly one of the two must be set.
+*/}}
+{{- define "tcab-dispatcher.tokenSecretName" -}}
+{{- $t := .Values.backend.serviceToken -}}
+{{- if and $t.existingSecret $t.value -}}
+{{- fail "backend.serviceToken: set either existingSecret or value, not both" -}}
+{{- else if $t.existingSecret -}}
+{{- $t.existingSecret -}}
+{{- else if $t.value -}}
+{{- printf "%s-backend-token" (include "tcab-dispatcher.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- fail "backend.serviceToken is required: set backend.serviceToken.existingSecret (a Secret holding the token) or backend.serviceToken.value" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The key of the token inside that Secret. */}}
+{{- define "tcab-dispatcher.tokenSecretKey" -}}
+{{- if .Values.backend.serviceToken.existingSecret -}}
+{{- required "backend.serviceToken.existingSecretKey must not be empty" .Values.backend.serviceToken.existingSecretKey -}}
+{{- else -}}
+token
+{{- end -}}
+{{- end -}}
+
+{{/* The sandbox namespace: sandbox.namespace, else the release namespace. */}}
+{{- define "tcab-dispatcher.sandboxNamespace" -}}
+{{- .Values.sandbox.namespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{/*
+A value as an env var string: whole numbers print without an exponent
+(Helm reads YAML numbers as floats), everything else as text.
+*/}}
+{{- define "tcab-dispatcher.envString" -}}
+{{- if and (kindIs "float64" .) (eq . (float64 (int64 .))) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The env list of one container, as YAML. Called with (list $ CONTAINER), where
+CONTAINER is admitter, lease-keeper or reaper. Optional variables are rendered
+only when their value is set (not null, not ""), so the binaries' own defaults
+apply otherwise; required ones fail the render with a message naming the value.
+*/}}
+{{- define "tcab-dispatcher.env" -}}
+{{- $root := index . 0 -}}
+{{- $container := index . 1 -}}
+{{- $v := $root.Values -}}
+{{- /* the admitter and the lease-keeper talk to the backend and share the vault */ -}}
+{{- $backendAndVault := or (eq $container "admitter") (eq $container "lease-keeper") -}}
+{{- $env := list (dict "name" "POD_NAMESPACE" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.namespace"))) -}}
+{{- if $backendAndVault -}}
+{{- $url := required "backend.url is required: the backend's in-cluster base URL, e.g. http://tcab-backend.tcab.svc:8080" $v.backend.url -}}
+{{- $env = append $env (dict "name" "TCAB_BACKEND_URL" "value" $url) -}}
+{{- $ref := dict "name" (include "tcab-dispatcher.tokenSecretName" $root) "key" (include "tcab-dispatcher.tokenSecretKey" $root) -}}
+{{- $env = append $env (dict "name" "TCAB_BACKEND_SERVICE_TOKEN" "valueFrom" (dict "secretKeyRef" $ref)) -}}
+{{- end -}}
+{{- if eq $container "admitter" -}}
+{{- $image := required "driver.image is required: the image the admitter runs for each claimed run, e.g. registry.example/tcab-driver:3f2a9c1" $v.driver.image -}}
+{{- $env = append $env (dict "name" "TCAB_DRIVER_IMAGE" "value" $image) -}}
+{{- end -}}
+{{- if eq $container "reaper" -}}
+{{- $env = append $env (dict "name" "TCAB_K8S_NAMESPACE" "value" (include "tcab-dispatcher.sandboxNamespace" $root)) -}}
+{{- end -}}
+{{- /* optional variables, as (NAME VALUE) pairs */ -}}
+{{- $d := $v.dispatcher -}}
+{{- $opt := list
+  (list "TCAB_DISPATCHER_MANAGED_BY" $d.managedBy)
+  (list "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS" $d.pollIntervalSeconds)
+  (list "TCAB_DISPATCHER_LOG_FORMAT" $d.logFormat)
+  (list "RUST_LOG" $d.rustLog) -}}
+{{- if $backendAndVault -}}
+{{- $opt = concat $opt (list
+  (list "TCAB_DISPATCHER_VAULT_ADDR" $d.vaultAddr)
+  (list "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS" $v.backend.timeoutSeconds)
+  (list "TCAB_PUBLISHER_IMAGE" $v.publisher.image)) -}}
+{{- end -}}
+{{- if eq $container "admitter" -}}
+{{- $dr := $v.driver -}}
+{{- $opt = concat $opt (list
+  (list "TCAB_DISPATCHER_MAX_INFLIGHT" $d.maxInflight)
+  (list "TCAB_DISPATCHER_MAX_PUBLISH_INFLIGHT" $d.maxPublishInflight)
+  (list "TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS" $d.gateMaxAgeSeconds)
+  (list "TCAB_DISPATCHER_JOB_TTL_SECONDS" $d.jobTtlSeconds)
+  (list "TCAB_DISPATCHER_DRIVER_TERMINATION_GRACE_SECONDS" $dr.terminationGraceSeconds)
+  (list "TCAB_DISPATCHER_DRIVER_CPU_REQUEST" $dr.cpuRequest)
+  (list "TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST" $dr.memoryRequest)
+  (list "TCAB_DISPATCHER_DRIVER_CPU_LIMIT" $dr.cpuLimit)
+  (list "TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT" $dr.memoryLimit)
+  (list "TCAB_DISPATCHER_DRIVER_ACTIVE_DEADLINE_SECONDS" $dr.activeDeadlineSeconds)
+  (list "TCAB_DISPATCHER_PUBLISHER_ACTIVE_DEADLINE_SECONDS" $v.publisher.activeDeadlineSeconds)
+  (list "TCAB_DRIVER_ARTIFACTS_URL" $dr.artifactsUrl)
+  (list "TCAB_DRIVER_REPOS_URL" $dr.reposUrl)
+  (list "TCAB_DRIVER_FINISH_DEADLINE_SECONDS" $dr.finishDeadlineSeconds)
+  (list "TCAB_DRIVER_REPORT_DEADLINE_SECONDS" $dr.reportDeadlineSeconds)
+  (list "TCAB_DRIVER_MANAGED_BY" $dr.managedBy)
+  (list "TCAB_DRIVER_SECRETS" (join "," ($dr.secrets | default list)))
+  (list "TCAB_DRIVER_SUBSCRIPTION_SECRET" $dr.subscription.secret)
+  (list "TCAB_DRIVER_SUBSCRIPTION_DIR" $dr.subscription.dir)
+  (list "TCAB_DRIVER_FS_GROUP" $dr.fsGroup)
+  (list "TCAB_DRIVER_SERVICE_ACCOUNT" $dr.serviceAccount)
+  (list "TCAB_K8S_NAMESPACE" $v.sandbox.namespace)) -}}
+{{- end -}}
+{{- if eq $container "lease-keeper" -}}
+{{- $opt = concat $opt (list
+  (list "TCAB_DISPATCHER_LEASE_SECONDS" $d.leaseSeconds)
+  (list "TCAB_DISPATCHER_LOG_TAIL_LINES" $d.logTailLines)
+  (list "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK" $d.vaultAllowNonLoopback)) -}}
+{{- end -}}
+{{- if eq $container "reaper" -}}
+{{- $opt = concat $opt (list
+  (list "TCAB_DRIVER_MANAGED_BY" $v.driver.managedBy)
+  (list "TCAB_DISPATCHER_ORPHAN_SWEEP" $d.orphanSweep)
+  (list "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS" $d.orphanGraceSeconds)) -}}
+{{- end -}}
+{{- range $opt -}}
+{{- $val := index . 1 -}}
+{{- if not (kindIs "invalid" $val) -}}
+{{- $s := include "tcab-dispatcher.envString" $val -}}
+{{- if ne $s "" -}}
+{{- $env = append $env (dict "name" (index . 0) "value" $s) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* the operator's passthrough variables for driver pods (admitter only) */ -}}
+{{- if eq $container "admitter" -}}
+{{- range $key, $value := $v.driver.passthroughEnv -}}
+{{- if not (or (hasPrefix "TCAB_K8S_" $key) (hasPrefix "TCAB_CONTAINER_" $key)) -}}
+{{- fail (printf "driver.passthroughEnv: key %q is not allowed: keys must start with TCAB_K8S_ or TCAB_CONTAINER_" $key) -}}
+{{- end -}}
+{{- if eq $key "TCAB_K8S_NAMESPACE" -}}
+{{- fail "driver.passthroughEnv: TCAB_K8S_NAMESPACE is not allowed here: set the sandbox namespace with sandbox.namespace, so the reaper and its RBAC follow it" -}}
+{{- end -}}
+{{- $env = append $env (dict "name" $key "value" (include "tcab-dispatcher.envString" $value)) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $env -}}
+{{- end -}}
+
+{{/* The hardened securityContext of each container. */}}
+{{- define "tcab-dispatcher.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+privileged: false
+capabilities:
+  drop:
+    - ALL
+{{- end -}}
