@@ -36,6 +36,10 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 CHART = HERE / "tcab-dispatcher"
 GOLDEN = CHART / "tests" / "role.golden.yaml"
+README = CHART / "README.md"
+VALUES = CHART / "values.yaml"
+# Values documented as a whole rather than key by key.
+VALUE_GROUPS = {"podSecurityContext", "resources.admitter", "resources.leaseKeeper", "resources.reaper"}
 REPO = HERE.parent
 # Where the binaries declare the environment variables they read.
 CONFIG_SOURCES = [REPO / "shared" / "src" / "config.rs", REPO / "shared" / "src" / "telemetry.rs"]
@@ -444,6 +448,40 @@ def declared_env_names() -> tuple[set[str], dict[str, set[str]], list[str]]:
     return names, per_container, read
 
 
+def value_paths(values: dict[str, Any], prefix: str = "") -> set[str]:
+    """Dotted paths of the values a user sets: leaves, empty maps, and VALUE_GROUPS."""
+    paths: set[str] = set()
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and path not in VALUE_GROUPS:
+            paths |= value_paths(value, f"{path}.")
+        else:
+            paths.add(path)
+    return paths
+
+
+def uncommented_keys(text: str) -> list[str]:
+    """Dotted paths of values.yaml keys not directly preceded by a comment line."""
+    missing: list[str] = []
+    stack: list[tuple[int, str]] = []
+    previous = ""
+    key_line = re.compile(r"^(\s*)([A-Za-z][A-Za-z0-9_]*):")
+    for line in text.splitlines():
+        match = key_line.match(line)
+        if match:
+            indent = len(match.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            path = ".".join([p for _, p in stack] + [match.group(2)])
+            inside_group = any(path.startswith(g + ".") for g in VALUE_GROUPS)
+            if not inside_group and not previous.lstrip().startswith("#"):
+                missing.append(path)
+            stack.append((indent, match.group(2)))
+        if line.strip():
+            previous = line
+    return missing
+
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -742,6 +780,26 @@ def main() -> int:
 
     run.check("env: every variable name is one the config source declares", env_declared)
 
+    def documented() -> str:
+        text = VALUES.read_text(encoding="utf-8")
+        missing_comment = uncommented_keys(text)
+        assert not missing_comment, f"values.yaml keys without a comment: {missing_comment}"
+        paths = value_paths(yaml.safe_load(text))
+        readme = README.read_text(encoding="utf-8")
+        section = re.search(r"^## Values\n(.*?)(?=^## )", readme, flags=re.M | re.S)
+        assert section, "README has no '## Values' section"
+        readme = section.group(1)
+        table = set(re.findall(r"^\| `([A-Za-z][A-Za-z0-9_.]*)` \|", readme, flags=re.M))
+        assert paths == table, (
+            f"README values table lacks {sorted(paths - table)}, has unknown {sorted(table - paths)}"
+        )
+        schema_keys = value_paths_of_schema(chart.schema or {})
+        unschema = sorted(p for p in paths if not any(p == s or p.startswith(s + ".") for s in schema_keys))
+        assert not unschema, f"values.schema.json does not describe {unschema}"
+        return f"{len(paths)} values"
+
+    run.check("docs: every value commented in values.yaml, in the README table and in the schema", documented)
+
     # --- refusals
     for what, values, needles in SCHEMA_REFUSALS:
 
@@ -804,6 +862,16 @@ def first_line(message: str) -> str:
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     meaningful = [ln for ln in lines if ln.startswith("- at") or "error" in ln or "required" in ln]
     return (meaningful or lines or [""])[0][:160]
+
+
+def value_paths_of_schema(schema: dict[str, Any], prefix: str = "") -> set[str]:
+    """Dotted paths the schema names under `properties`."""
+    paths: set[str] = set()
+    for key, sub in (schema.get("properties") or {}).items():
+        path = f"{prefix}{key}"
+        paths.add(path)
+        paths |= value_paths_of_schema(sub, f"{path}.")
+    return paths
 
 
 def golden_text(role: dict[str, Any]) -> str:
