@@ -81,13 +81,22 @@ mod tests {
     #[test]
     fn a_recent_successful_round_opens_both_lanes() {
         let gates = lane_gates(Ok(&status(true, 1_000, true, true)), MAX);
-        assert_eq!(gates, LaneGates { run: GateState::Open, publish: GateState::Open });
+        assert_eq!(
+            gates,
+            LaneGates {
+                run: GateState::Open,
+                publish: GateState::Open
+            }
+        );
     }
 
     #[test]
     fn unreachable_unobserved_or_stale_closes_both() {
         let err = lane_gates(Err("connection refused"), MAX);
-        assert_eq!(err, LaneGates::closed("lease-keeper unreachable: connection refused"));
+        assert_eq!(
+            err,
+            LaneGates::closed("lease-keeper unreachable: connection refused")
+        );
         let fresh = lane_gates(Ok(&status(false, 0, true, true)), MAX);
         assert!(!fresh.run.is_open() && !fresh.publish.is_open());
         let stale = lane_gates(Ok(&status(true, 60_001, true, true)), MAX);
@@ -108,6 +117,9 @@ mod tests {
         assert!(gates.publish.is_open());
         let gates = lane_gates(Ok(&status(true, 10, true, false)), MAX);
         assert!(gates.run.is_open());
-        assert_eq!(gates.publish, GateState::Closed("publish lease renewal failed".into()));
+        assert_eq!(
+            gates.publish,
+            GateState::Closed("publish lease renewal failed".into())
+        );
     }
 }

@@ -152,7 +152,9 @@ mod tests {
     fn creation_failures_back_off_exponentially_and_success_resets() {
         let t0 = Instant::now();
         let mut lane = LaneState::default();
-        let delays: Vec<u64> = (0..8).map(|_| lane.record_create_failure(t0).as_secs()).collect();
+        let delays: Vec<u64> = (0..8)
+            .map(|_| lane.record_create_failure(t0).as_secs())
+            .collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60]);
         assert_eq!(lane.backoff_until(), Some(t0 + MAX_BACKOFF));
         lane.record_created("x", t0);
@@ -179,7 +181,10 @@ mod tests {
         assert!(lane.note_hold(Some(&closed("stale"))));
         assert!(!lane.note_hold(Some(&closed("stale"))));
         assert!(lane.note_hold(Some(&closed("unreachable"))));
-        let full = |n| HoldReason::LaneFull { in_flight: n, cap: 8 };
+        let full = |n| HoldReason::LaneFull {
+            in_flight: n,
+            cap: 8,
+        };
         assert!(lane.note_hold(Some(&full(8))));
         assert!(!lane.note_hold(Some(&full(9))));
         assert!(lane.note_hold(None));

@@ -5,7 +5,13 @@
 //! The decision of a tick is the pure [`plan::plan`] over a snapshot; the
 //! rest of the crate gathers that snapshot and carries the decision out.
 
-pub mod plan;
+pub mod admit;
+pub mod clock;
 pub mod gate;
 pub mod lanes;
+pub mod plan;
+pub mod run;
 pub mod vault;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use run::{Admitter, AdmitterSettings, Deps, TickReport, run};

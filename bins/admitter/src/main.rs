@@ -1,1 +1,40 @@
-fn main() {}
+//! tcab-admitter: claims queued runs and publishes and creates their Jobs.
+
+use anyhow::Context as _;
+use std::sync::Arc;
+use tcab_admitter::{Deps, SystemClock, run};
+use tcab_shared::backend::BackendClient;
+use tcab_shared::config::{self, AdmitterConfig};
+use tcab_shared::{telemetry, tick::Shutdown};
+
+const ABOUT: &str = "Claims queued runs and publishes from the backend and creates their Jobs.";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config: AdmitterConfig = config::load(ABOUT);
+    telemetry::init(config.common.log_format);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kube = kube::Client::try_default()
+        .await
+        .context("building the kube client")?;
+    let namespace = config
+        .common
+        .namespace
+        .clone()
+        .unwrap_or_else(|| kube.default_namespace().to_owned());
+    let b = &config.backend;
+    let backend = BackendClient::new(&b.url, b.service_token.clone(), b.timeout)
+        .context("building the backend client")?;
+    let shutdown = Shutdown::on_signals().context("installing signal handlers")?;
+    run(
+        config,
+        Deps {
+            kube,
+            namespace,
+            backend,
+            clock: Arc::new(SystemClock),
+        },
+        shutdown,
+    )
+    .await
+}

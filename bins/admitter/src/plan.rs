@@ -179,7 +179,10 @@ pub fn decide_lane(snapshot: &Snapshot, lane: Lane) -> Decision {
     }
     let n = in_flight(&snapshot.jobs, lane, &input.created_unseen);
     if n >= input.cap {
-        return Decision::Hold(HoldReason::LaneFull { in_flight: n, cap: input.cap });
+        return Decision::Hold(HoldReason::LaneFull {
+            in_flight: n,
+            cap: input.cap,
+        });
     }
     if let GateState::Closed(why) = &input.gate {
         return Decision::Hold(HoldReason::GateClosed { why: why.clone() });
@@ -255,7 +258,12 @@ mod tests {
         assert_eq!(in_flight(&jobs, Lane::Run, &[]), 1);
         assert_eq!(in_flight(&jobs, Lane::Publish, &[]), 1);
         // An unseen name counts once; a name the cache already shows counts as cached.
-        let unseen = vec!["r9".to_owned(), "r9".to_owned(), "r1".to_owned(), "r2".to_owned()];
+        let unseen = vec![
+            "r9".to_owned(),
+            "r9".to_owned(),
+            "r1".to_owned(),
+            "r2".to_owned(),
+        ];
         assert_eq!(in_flight(&jobs, Lane::Run, &unseen), 2);
     }
 
@@ -266,7 +274,10 @@ mod tests {
         s.run.created_unseen.push("r2".into());
         assert_eq!(
             plan(&s).run,
-            Decision::Hold(HoldReason::LaneFull { in_flight: 2, cap: 2 })
+            Decision::Hold(HoldReason::LaneFull {
+                in_flight: 2,
+                cap: 2
+            })
         );
         assert_eq!(plan(&s).publish, Decision::Admit { in_flight: 0 });
     }
@@ -283,16 +294,24 @@ mod tests {
         s.run.backoff_until = Some(until);
         s.run.cap = 0;
         s.run.gate = GateState::Closed("renewal failed".into());
-        assert_eq!(plan(&s).run, Decision::Hold(HoldReason::BackingOff { until }));
+        assert_eq!(
+            plan(&s).run,
+            Decision::Hold(HoldReason::BackingOff { until })
+        );
         s.run.backoff_until = Some(s.now);
         assert_eq!(
             plan(&s).run,
-            Decision::Hold(HoldReason::LaneFull { in_flight: 0, cap: 0 })
+            Decision::Hold(HoldReason::LaneFull {
+                in_flight: 0,
+                cap: 0
+            })
         );
         s.run.cap = 1;
         assert_eq!(
             plan(&s).run,
-            Decision::Hold(HoldReason::GateClosed { why: "renewal failed".into() })
+            Decision::Hold(HoldReason::GateClosed {
+                why: "renewal failed".into()
+            })
         );
         s.run.gate = GateState::Open;
         assert!(plan(&s).run.admits());
@@ -307,7 +326,11 @@ mod tests {
     }
 
     fn arb_phase() -> impl Strategy<Value = JobPhase> {
-        prop_oneof![Just(JobPhase::Live), Just(JobPhase::Succeeded), Just(JobPhase::Failed)]
+        prop_oneof![
+            Just(JobPhase::Live),
+            Just(JobPhase::Succeeded),
+            Just(JobPhase::Failed)
+        ]
     }
 
     fn arb_lane() -> impl Strategy<Value = Lane> {
@@ -315,7 +338,10 @@ mod tests {
     }
 
     fn arb_gate() -> impl Strategy<Value = GateState> {
-        prop_oneof![Just(GateState::Open), Just(GateState::Closed("stale".into()))]
+        prop_oneof![
+            Just(GateState::Open),
+            Just(GateState::Closed("stale".into()))
+        ]
     }
 
     /// A lane's input; its unseen names share the lane's name prefix.

@@ -93,7 +93,10 @@ impl VaultClient {
         token: &Secret,
     ) -> Result<(), VaultError> {
         let request = PutRequest {
-            key: Some(ClaimKey { job_id: job_id.to_owned(), claim: claim.to_owned() }),
+            key: Some(ClaimKey {
+                job_id: job_id.to_owned(),
+                claim: claim.to_owned(),
+            }),
             token: token.expose().to_owned(),
             lane: match lane {
                 Lane::Run => pb::Lane::Run,

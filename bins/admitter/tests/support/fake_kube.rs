@@ -1,0 +1,252 @@
+//! A minimal Kubernetes API for batch/v1 Jobs on 127.0.0.1:0, enough for the
+//! admitter: list, watch (a stream of events from a resourceVersion), create
+//! (201, 409 AlreadyExists, or an injected refusal per lane). It records the
+//! highest number of non-terminal Jobs per lane ever present at once.
+//! (Label selectors are not applied: every Job here is the admitter's.)
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use tcab_shared::{Lane, labels};
+use tokio::sync::mpsc;
+
+pub const NAMESPACE: &str = "ns";
+
+#[derive(Default)]
+struct Inner {
+    rv: u64,
+    jobs: BTreeMap<String, Value>,
+    log: Vec<(u64, Value)>,
+    watchers: Vec<mpsc::UnboundedSender<Result<Bytes, Infallible>>>,
+    refuse: HashMap<Lane, (u16, String, String)>,
+    creates: HashMap<Lane, u32>,
+    max_live: HashMap<Lane, usize>,
+}
+
+#[derive(Clone)]
+pub struct FakeKube {
+    pub url: String,
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn lane_of(job: &Value) -> Lane {
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(job["metadata"]["labels"].clone()).unwrap_or_default();
+    let name = job["metadata"]["name"].as_str().unwrap_or_default();
+    Lane::classify(&labels, name)
+}
+
+fn is_live(job: &Value) -> bool {
+    !job["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
+    })
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                      "message": message, "reason": reason, "code": code});
+    (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
+}
+
+impl Inner {
+    /// Stores a new version of a Job and tells every watcher.
+    fn emit(&mut self, kind: &str, mut job: Value) {
+        self.rv += 1;
+        job["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        let name = job["metadata"]["name"].as_str().unwrap().to_owned();
+        if kind == "DELETED" {
+            self.jobs.remove(&name);
+        } else {
+            self.jobs.insert(name, job.clone());
+        }
+        let event = json!({"type": kind, "object": job});
+        self.log.push((self.rv, event.clone()));
+        let line = Bytes::from(format!("{event}\n"));
+        self.watchers.retain(|w| w.send(Ok(line.clone())).is_ok());
+        for lane in Lane::ALL {
+            let live = self
+                .jobs
+                .values()
+                .filter(|j| lane_of(j) == lane && is_live(j))
+                .count();
+            let max = self.max_live.entry(lane).or_default();
+            *max = (*max).max(live);
+        }
+    }
+}
+
+impl FakeKube {
+    pub async fn start() -> Self {
+        let inner = Arc::new(Mutex::new(Inner::default()));
+        let app = Router::new()
+            .route(
+                &format!("/apis/batch/v1/namespaces/{NAMESPACE}/jobs"),
+                get(list_or_watch).post(create),
+            )
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        FakeKube { url, inner }
+    }
+
+    pub fn client(&self) -> kube::Client {
+        let mut config = kube::Config::new(self.url.parse().unwrap());
+        config.default_namespace = NAMESPACE.into();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// Puts a Job there as another admitter would have (labelled, live).
+    pub fn seed(&self, lane: Lane, id: &str, claim: &str, managed_by: &str) -> String {
+        let name = labels::job_name(lane, id, claim);
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+            "name": name, "namespace": NAMESPACE, "uid": format!("uid-{name}"),
+            "creationTimestamp": "2026-11-29T17:00:00Z",
+            "labels": {labels::MANAGED_BY: managed_by, labels::JOB_ID: id,
+                       labels::JOB_KIND: lane.label_value(), labels::CLAIM: claim}},
+            "spec": {"template": {"spec": {"containers": []}}}, "status": {}});
+        self.inner.lock().unwrap().emit("ADDED", job);
+        name
+    }
+
+    /// Makes every create of `lane` answer this error status.
+    pub fn refuse(&self, lane: Lane, refusal: Option<(u16, &str, &str)>) {
+        let mut inner = self.inner.lock().unwrap();
+        match refusal {
+            Some((code, reason, message)) => {
+                inner
+                    .refuse
+                    .insert(lane, (code, reason.into(), message.into()));
+            }
+            None => {
+                inner.refuse.remove(&lane);
+            }
+        }
+    }
+
+    /// Marks a Job succeeded.
+    pub fn finish(&self, name: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        let Some(mut job) = inner.jobs.get(name).cloned() else {
+            return;
+        };
+        job["status"] =
+            json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]});
+        inner.emit("MODIFIED", job);
+    }
+
+    /// Names of the live Jobs of a lane.
+    pub fn live(&self, lane: Lane) -> Vec<String> {
+        let inner = self.inner.lock().unwrap();
+        inner
+            .jobs
+            .iter()
+            .filter(|(_, j)| lane_of(j) == lane && is_live(j))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Every Job of a lane.
+    pub fn jobs(&self, lane: Lane) -> Vec<Value> {
+        let inner = self.inner.lock().unwrap();
+        inner
+            .jobs
+            .values()
+            .filter(|j| lane_of(j) == lane)
+            .cloned()
+            .collect()
+    }
+
+    /// Create requests answered 201 in a lane.
+    pub fn creates(&self, lane: Lane) -> u32 {
+        self.inner
+            .lock()
+            .unwrap()
+            .creates
+            .get(&lane)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The most non-terminal Jobs of a lane ever present at once.
+    pub fn max_live(&self, lane: Lane) -> usize {
+        self.inner
+            .lock()
+            .unwrap()
+            .max_live
+            .get(&lane)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+async fn list_or_watch(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let mut inner = inner.lock().unwrap();
+    let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    if !watching {
+        let items: Vec<Value> = inner.jobs.values().cloned().collect();
+        let body = json!({"apiVersion": "batch/v1", "kind": "JobList",
+                          "metadata": {"resourceVersion": inner.rv.to_string()}, "items": items});
+        return axum::Json(body).into_response();
+    }
+    let from: u64 = query
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let (tx, rx) = mpsc::unbounded_channel();
+    for (rv, event) in &inner.log {
+        if *rv > from {
+            let _ = tx.send(Ok(Bytes::from(format!("{event}\n"))));
+        }
+    }
+    inner.watchers.push(tx);
+    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+async fn create(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    axum::Json(mut job): axum::Json<Value>,
+) -> Response {
+    let mut inner = inner.lock().unwrap();
+    let lane = lane_of(&job);
+    if let Some((code, reason, message)) = inner.refuse.get(&lane).cloned() {
+        return status(code, &reason, &message);
+    }
+    let Some(name) = job["metadata"]["name"].as_str().map(str::to_owned) else {
+        return status(422, "Invalid", "metadata.name: Required value");
+    };
+    if inner.jobs.contains_key(&name) {
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("jobs.batch \"{name}\" already exists"),
+        );
+    }
+    job["metadata"]["uid"] = json!(format!("uid-{name}"));
+    job["metadata"]["namespace"] = json!(NAMESPACE);
+    job["metadata"]["creationTimestamp"] = json!("2026-11-29T17:00:00Z");
+    *inner.creates.entry(lane).or_default() += 1;
+    inner.emit("ADDED", job);
+    let stored = inner.jobs[&name].clone();
+    (StatusCode::CREATED, axum::Json(stored)).into_response()
+}
+
+/// The Jobs API of the fake's namespace.
+pub fn jobs_api(kube: &FakeKube) -> kube::Api<k8s_openapi::api::batch::v1::Job> {
+    kube::Api::namespaced(kube.client(), NAMESPACE)
+}
