@@ -7,6 +7,10 @@
 
 pub mod deaths;
 pub mod gate;
+pub mod inspect;
 pub mod lost;
 pub mod renew;
+pub mod run;
 pub mod vault;
+
+pub use run::{Deps, Keeper, TickReport, run};

@@ -1,1 +1,37 @@
-fn main() {}
+//! tcab-lease-keeper: renews leases, reports dead and lost drivers and
+//! publishers, and serves the token vault. Configuration: environment only.
+
+use anyhow::Context as _;
+use tcab_lease_keeper::{Deps, run, vault};
+use tcab_shared::backend::BackendClient;
+use tcab_shared::config::{self, LeaseKeeperConfig};
+use tcab_shared::tick::Shutdown;
+
+const ABOUT: &str = "Renews claim leases, reports dead and lost drivers and publishers, and serves the token vault.";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config: LeaseKeeperConfig = config::load(ABOUT);
+    tcab_shared::telemetry::init(config.common.log_format);
+    let backend = BackendClient::new(
+        &config.backend.url,
+        config.backend.service_token.clone(),
+        config.backend.timeout,
+    )?;
+    let kube = kube::Client::try_default()
+        .await
+        .context("cannot build the Kubernetes client")?;
+    let vault_listener =
+        vault::bind(config.common.vault_addr, config.vault_allow_non_loopback).await?;
+    let shutdown = Shutdown::on_signals().context("cannot install signal handlers")?;
+    run(
+        config,
+        Deps {
+            backend,
+            kube,
+            vault_listener,
+        },
+        shutdown,
+    )
+    .await
+}
