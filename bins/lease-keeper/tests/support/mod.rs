@@ -406,8 +406,19 @@ async fn list_jobs(State(st): KubeShared, Query(q): Query<HashMap<String, String
         (s.list_ready, s.jobs.values().cloned().collect::<Vec<_>>())
     };
     if !ready {
-        futures::future::pending::<()>().await;
+        // Hold the list until the test lets it answer.
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if st.lock().unwrap().list_ready {
+                break;
+            }
+        }
     }
+    let items: Vec<Value> = if ready {
+        items
+    } else {
+        st.lock().unwrap().jobs.values().cloned().collect()
+    };
     axum::Json(json!({"apiVersion": "batch/v1", "kind": "JobList", "metadata": {"resourceVersion": "1"}, "items": items}))
         .into_response()
 }

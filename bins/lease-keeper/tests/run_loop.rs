@@ -1,0 +1,149 @@
+//! `run()` end to end: the Job watch, the vault over real gRPC, the gate and
+//! the tick loop, against a mock backend and a fake Kubernetes API.
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+use tcab_lease_keeper::{Deps, run, vault};
+use tcab_proto::vault::{
+    ClaimKey, Lane as PbLane, LastRenewalRequest, PutRequest,
+    admission_gate_client::AdmissionGateClient, token_vault_client::TokenVaultClient,
+};
+use tcab_shared::backend::JobState;
+use tcab_shared::labels::{Lane, claim_tag, job_name};
+use tcab_shared::tick::Shutdown;
+
+/// Polls `cond` until it holds, failing after a deadline.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn waits_for_the_first_list_then_reports_a_death_with_the_vaulted_token() {
+    let backend = MockBackend::start().await;
+    let kube = FakeKube::start().await;
+    kube.lock().list_ready = false;
+
+    let token = "per-job-token-1";
+    let claim = claim_tag(token);
+    let name = job_name(Lane::Run, "j1", &claim);
+    backend.add_run("j1", JobState::Running, token);
+    kube.put_job(job_json(&name, "j1", &claim, "run", failed_status(1)));
+    kube.put_pod(
+        pod_json(&name, oom_pod_status()),
+        "step 1\nstep 2\nstep 3\nstep 4",
+    );
+    backend.add_run("j2", JobState::Running, "t2");
+    kube.put_job(job_json(
+        &job_name(Lane::Run, "j2", "c2c2c2c2"),
+        "j2",
+        "c2c2c2c2",
+        "run",
+        live_status(),
+    ));
+
+    let listener = vault::bind("127.0.0.1:0".parse().unwrap(), false)
+        .await
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (trigger, shutdown) = Shutdown::channel();
+    let deps = Deps {
+        backend: backend.client(),
+        kube: kube.client(),
+        vault_listener: listener,
+    };
+    let task = tokio::spawn(run(
+        config(false, Duration::from_millis(50)),
+        deps,
+        shutdown,
+    ));
+
+    // The admitter's side: Put the token, read the gate.
+    let mut tv = TokenVaultClient::connect(url.clone()).await.unwrap();
+    tv.put(PutRequest {
+        key: Some(ClaimKey {
+            job_id: "j1".into(),
+            claim: claim.clone(),
+        }),
+        token: token.into(),
+        lane: PbLane::Run as i32,
+    })
+    .await
+    .unwrap();
+    let mut gate = AdmissionGateClient::connect(url).await.unwrap();
+    let status = gate
+        .last_renewal(LastRenewalRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!status.observed, "no round before the cache has listed");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        backend.lock().run_renewals.is_empty(),
+        "never renews from a cache that has not listed"
+    );
+
+    kube.lock().list_ready = true;
+    eventually("the death report", || {
+        !backend.lock().status_reports.is_empty()
+    })
+    .await;
+    eventually("a few more ticks", || {
+        backend.lock().run_renewals.len() >= 3
+    })
+    .await;
+    let status = gate
+        .last_renewal(LastRenewalRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(status.observed && status.runs_renewed && status.publishes_renewed);
+
+    {
+        let s = backend.lock();
+        assert_eq!(s.run_renewals[0], vec!["j2"]);
+        assert_eq!(s.status_reports.len(), 1, "reported once");
+        let (id, presented, body) = &s.status_reports[0];
+        assert_eq!((id.as_str(), presented.as_str()), ("j1", token));
+        let detail = body["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("OOMKilled") && detail.contains("step 4") && !detail.contains("step 1"),
+            "{detail}"
+        );
+    }
+
+    trigger.trigger();
+    let ended = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended.is_ok(), "{ended:?}");
+}
+
+#[tokio::test]
+async fn a_non_loopback_vault_listener_is_refused() {
+    let backend = MockBackend::start().await;
+    let kube = FakeKube::start().await;
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let deps = Deps {
+        backend: backend.client(),
+        kube: kube.client(),
+        vault_listener: listener,
+    };
+    let err = run(
+        config(false, Duration::from_millis(50)),
+        deps,
+        Shutdown::never(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("non-loopback"), "{err}");
+}
