@@ -131,8 +131,13 @@ impl Keeper {
             })
         });
 
-        // 2. Death reports.
-        report.reported_dead = self.report_deaths(&snapshot).await;
+        // 2. Death reports, after a run renewal that succeeded (a backend
+        // that cannot renew would refuse them too; they wait a tick).
+        if report.renewed_runs.is_some() {
+            report.reported_dead = self.report_deaths(&snapshot).await;
+        } else {
+            tracing::debug!("run renewal failed this tick; deaths are reported on a later tick");
+        }
 
         // 3. and 4. Lost drivers and publishers, each only after its lane renewed.
         if report.renewed_runs.is_some() {
@@ -229,7 +234,7 @@ impl Keeper {
             {
                 Ok(evidence) => evidence,
                 Err(error) => {
-                    tracing::warn!(job_id = %key.job_id, job = %candidate.job_name, error = %anyhow::Error::from(error), "cannot read the dead driver; retrying next tick");
+                    tracing::warn!(job_id = %key.job_id, job = %candidate.job_name, error = %chain(&error), "cannot read the dead driver; retrying next tick");
                     continue;
                 }
             };
@@ -354,13 +359,25 @@ impl Keeper {
                 match self.inspector.evidence(job_name, lost.lane).await {
                     Ok(evidence) => format!("{kind} Job {job_name} failed: {}", evidence.detail),
                     Err(error) => {
-                        tracing::debug!(job = %job_name, error = %anyhow::Error::from(error), "cannot read the dead Job; reporting without its cause");
+                        tracing::debug!(job = %job_name, error = %chain(&error), "cannot read the dead Job; reporting without its cause");
                         format!("{kind} Job {job_name} failed (its pod could not be read)")
                     }
                 }
             }
         }
     }
+}
+
+/// An error and its sources on one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        line.push_str(": ");
+        line.push_str(&s.to_string());
+        source = s.source();
+    }
+    line
 }
 
 /// Runs the lease-keeper until `shutdown`: serves the vault, watches the

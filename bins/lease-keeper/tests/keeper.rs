@@ -132,8 +132,11 @@ async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
     // The backend goes down; meanwhile one driver's Job vanishes and every lease lapses.
     rig.backend.set_down(true);
     rig.delete_job(&gone);
+    // A driver dies while the backend is down: reported once it is back.
+    rig.claimed_run("died", JobState::Running, failed_status(1));
     let report = rig.keeper.tick().await;
     assert_eq!(report.renewed_runs, None);
+    assert!(report.reported_dead.is_empty());
     assert!(
         !report.judged_runs,
         "nothing is judged on a tick whose renewal failed"
@@ -154,6 +157,11 @@ async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
     let s = rig.backend.lock();
     assert_eq!(s.lost_reports.len(), 1);
     assert_eq!(s.lost_reports[0].0, "gone");
+    assert_eq!(
+        s.status_reports.len(),
+        1,
+        "no death report was attempted while the backend was down"
+    );
     assert!(
         s.lost_reports[0].1.contains("Job no longer exists"),
         "{}",
