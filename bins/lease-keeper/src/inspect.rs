@@ -148,3 +148,25 @@ fn newest(mut pods: Vec<Pod>) -> Option<Pod> {
     });
     pods.pop()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, created: &str) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "creationTimestamp": created}}))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_newest_pod_is_read() {
+        let pods = vec![
+            pod("b", "2026-11-29T17:00:00Z"),
+            pod("c", "2026-11-29T17:05:00Z"),
+            pod("a", "2026-11-29T17:05:00Z"),
+        ];
+        assert_eq!(newest(pods).unwrap().name_any(), "c");
+        assert!(newest(Vec::new()).is_none());
+    }
+}
