@@ -244,6 +244,20 @@ pub(crate) fn select_runs(
     rows.collect()
 }
 
+/// The first run (lowest `queue_seq`) matching a SQL condition.
+pub(crate) fn first_run(
+    tx: &Transaction<'_>,
+    condition: &str,
+    args: impl rusqlite::Params,
+) -> rusqlite::Result<Option<RunRow>> {
+    tx.query_row(
+        &format!("SELECT {RUN_COLUMNS} FROM runs WHERE {condition} ORDER BY queue_seq LIMIT 1"),
+        args,
+        RunRow::from_row,
+    )
+    .optional()
+}
+
 /// A publish's row.
 #[derive(Debug, Clone)]
 pub(crate) struct PublishRow {
@@ -291,6 +305,22 @@ pub(crate) fn load_publish(tx: &Transaction<'_>, id: &str) -> rusqlite::Result<O
     tx.query_row(
         &format!("SELECT {PUBLISH_COLUMNS} FROM publishes WHERE id = ?1"),
         [id],
+        PublishRow::from_row,
+    )
+    .optional()
+}
+
+/// The first publish (lowest `queue_seq`) matching a SQL condition.
+pub(crate) fn first_publish(
+    tx: &Transaction<'_>,
+    condition: &str,
+    args: impl rusqlite::Params,
+) -> rusqlite::Result<Option<PublishRow>> {
+    tx.query_row(
+        &format!(
+            "SELECT {PUBLISH_COLUMNS} FROM publishes WHERE {condition} ORDER BY queue_seq LIMIT 1"
+        ),
+        args,
         PublishRow::from_row,
     )
     .optional()

@@ -3,8 +3,8 @@
 
 use crate::clock::ts_from_ms;
 use crate::db::{
-    Lane, PublishRow, RunRow, history, load_publish, load_run, push_history, select_publishes,
-    select_runs,
+    Lane, PublishRow, RunRow, first_publish, first_run, history, load_publish, load_run,
+    push_history, select_publishes, select_runs,
 };
 use crate::model::{DRIVEN_SQL, FailureKind, PublishOutcome, PublishState, RunState};
 use crate::rules::{
@@ -277,10 +277,7 @@ fn requeue_lapsed(tx: &Transaction<'_>, ctx: &Ctx) -> Result<(), OpError> {
 pub(crate) fn claim_run(tx: &Transaction<'_>, ctx: &Ctx) -> Result<Option<RunClaim>, OpError> {
     requeue_lapsed(tx, ctx)?;
     refresh_holds(tx, ctx)?;
-    let Some(run) = select_runs(tx, "state = 'queued' LIMIT 1", [])?
-        .into_iter()
-        .next()
-    else {
+    let Some(run) = first_run(tx, "state = 'queued'", [])? else {
         return Ok(None);
     };
     let (token, hash) = mint_token("tok_run_");
@@ -775,10 +772,7 @@ pub(crate) fn claim_publish(
     tx: &Transaction<'_>,
     ctx: &Ctx,
 ) -> Result<Option<PublishClaim>, OpError> {
-    let Some(p) = select_publishes(tx, "state = 'queued' LIMIT 1", [])?
-        .into_iter()
-        .next()
-    else {
+    let Some(p) = first_publish(tx, "state = 'queued'", [])? else {
         return Ok(None);
     };
     let (token, hash) = mint_token("tok_pub_");
