@@ -1,1 +1,231 @@
-//! (being written)
+//! # tcab-kube-sim: a simulated Kubernetes cluster for tests and the dev stack
+//!
+//! A Kubernetes API server on `127.0.0.1` that speaks the real JSON over
+//! HTTP for namespaced `batch/v1` Jobs and `v1` Pods (create, get, list,
+//! watch, update, merge patch, delete, deletecollection, `pods/log`,
+//! `pods/eviction`, Tables for kubectl, discovery), with a Job controller, a
+//! kubelet, a fake tcab driver and publisher, RBAC mode, fault injection and
+//! counters. State is in memory only.
+//!
+//! ## In-process use (tests)
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use tcab_kube_sim::{SimOptions, spawn};
+//! let sim = spawn(SimOptions { namespace: "tcab".into(), ..SimOptions::default() }).await?;
+//! // kube-rs: build a client from the URL (no TLS, bearer token optional)
+//! // let mut cfg = kube::Config::new(sim.url().parse()?);
+//! // cfg.default_namespace = sim.namespace().into();
+//! // or from the kubeconfig file: sim.kubeconfig_path()
+//! let counters = sim.admin().counters().await?;          // max live Jobs, requests
+//! sim.admin().oom_kill("tcab", "some-pod").await.ok();    // faults
+//! # Ok(()) }
+//! ```
+//!
+//! `SimOptions::speed` makes sim time run faster than real time (deadlines,
+//! TTLs, grace periods and the fake driver's script all scale with it).
+//!
+//! ## Behaviour worth knowing
+//!
+//! - resourceVersions are one global counter; a watch from a version older
+//!   than the kept history gets an `ERROR` event with a 410 `Expired` Status
+//!   (as a real server does); `POST /admin/watch/compact` forces that.
+//! - Deleting a Job with no `propagationPolicy` orphans its pods, as for a
+//!   real `batch/v1` Job; `Background` and `Foreground` delete them.
+//! - A pod whose container runs is deleted gracefully: deletionTimestamp,
+//!   SIGTERM to its program, SIGKILL after the grace period, then removal.
+//! - Job pods run a program chosen by the Job: `tcab.dev/job-kind=run` (or a
+//!   `tcab-driver-` name) runs the fake driver, `publish` (or
+//!   `tcab-publisher-`) the fake publisher; other pods run for the
+//!   annotation `kube-sim.tcab.dev/run-seconds` (Job pods default to
+//!   [`Timing::default_job_pod_run`], bare pods run until deleted) and exit
+//!   with `kube-sim.tcab.dev/exit-code` (default 0).
+//! - The fake driver follows docs/job-contract.md; its script is the `sim`
+//!   key of `TCAB_LAUNCH_REQUEST` ([`driver::Script`]).
+//! - Admin endpoints: see [`admin`].
+
+pub mod admin;
+pub mod clock;
+pub mod controller;
+pub mod discovery;
+pub mod driver;
+pub mod faults;
+pub mod http;
+pub mod kubeconfig;
+pub mod kubelet;
+pub mod objects;
+pub mod rbac;
+pub mod selector;
+pub mod sim;
+pub mod status;
+pub mod store;
+pub mod table;
+
+pub use admin::{AdminClient, Counters};
+pub use faults::{ApiFault, ApiFaultMode};
+pub use rbac::Rbac;
+pub use sim::{Propagation, Sim, Timing};
+
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+
+/// How to start a sim.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Where to write the kubeconfig; `None` writes a temporary file that is
+    /// removed when the handle is dropped.
+    pub kubeconfig_out: Option<PathBuf>,
+    /// The namespace written to the kubeconfig (every namespace exists).
+    pub namespace: String,
+    /// The bearer token written to the kubeconfig (unrestricted).
+    pub admin_token: String,
+    /// RBAC mode: the Role manifest (YAML text) and the token it binds.
+    pub rbac: Option<Rbac>,
+    /// How many times faster than real time the sim's clock runs.
+    pub speed: f64,
+    /// Delays of the simulated cluster.
+    pub timing: Timing,
+    /// How many change events are kept for watch resumption.
+    pub history: usize,
+    /// Run the Job controller (off: Jobs never get pods; for benchmarks).
+    pub controller: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            kubeconfig_out: None,
+            namespace: "default".into(),
+            admin_token: "kube-sim-admin".into(),
+            rbac: None,
+            speed: 1.0,
+            timing: Timing::default(),
+            history: 50_000,
+            controller: true,
+        }
+    }
+}
+
+/// A running sim. Dropping it stops the server, the controller and every pod.
+pub struct SimHandle {
+    addr: SocketAddr,
+    url: String,
+    kubeconfig: PathBuf,
+    temp_kubeconfig: bool,
+    sim: Arc<Sim>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl SimHandle {
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    /// The kubeconfig written at start.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+    /// The kubeconfig's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.sim.namespace
+    }
+    /// The kubeconfig's (unrestricted) token.
+    pub fn admin_token(&self) -> &str {
+        &self.sim.admin_token
+    }
+    /// A client for the admin endpoints.
+    pub fn admin(&self) -> AdminClient {
+        AdminClient::new(&self.url)
+    }
+    /// The shared state, for in-process inspection (store, clock, faults).
+    pub fn sim(&self) -> &Arc<Sim> {
+        &self.sim
+    }
+    /// Writes another kubeconfig for this sim with a different token (e.g.
+    /// the RBAC token).
+    pub fn write_kubeconfig(&self, path: &Path, token: &str) -> std::io::Result<()> {
+        kubeconfig::write(path, &self.url, &self.sim.namespace, token)
+    }
+    /// Stops everything now.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+    fn stop(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        self.sim.crash_node();
+        if self.temp_kubeconfig {
+            let _ = std::fs::remove_file(&self.kubeconfig);
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Starts a sim: binds the listener, writes the kubeconfig, starts the
+/// server and the Job controller.
+pub async fn spawn(opts: SimOptions) -> anyhow::Result<SimHandle> {
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .with_context(|| format!("binding {}", opts.listen))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    let url = format!("http://{addr}");
+    let sim = Sim::new(
+        clock::SimClock::new(opts.speed),
+        opts.timing.clone(),
+        opts.history,
+        opts.rbac.clone(),
+        opts.namespace.clone(),
+        opts.admin_token.clone(),
+    )
+    .context("building the HTTP client of the fake drivers")?;
+    let (kubeconfig, temp) = match &opts.kubeconfig_out {
+        Some(p) => (p.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!(
+                "kube-sim-{}-{}.kubeconfig",
+                addr.port(),
+                uuid::Uuid::new_v4().simple()
+            )),
+            true,
+        ),
+    };
+    kubeconfig::write(&kubeconfig, &url, &opts.namespace, &opts.admin_token)
+        .with_context(|| format!("writing the kubeconfig {}", kubeconfig.display()))?;
+    let mut tasks = Vec::new();
+    if opts.controller {
+        tasks.push(tokio::spawn(controller::run(sim.clone())));
+    }
+    let app = http::router(http::AppState {
+        sim: sim.clone(),
+        addr: addr.to_string(),
+    });
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "kube-sim server stopped");
+        }
+    }));
+    Ok(SimHandle {
+        addr,
+        url,
+        kubeconfig,
+        temp_kubeconfig: temp,
+        sim,
+        tasks,
+    })
+}

@@ -1,0 +1,359 @@
+//! Label and field selectors, parsed the way the API server parses them.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requirement {
+    /// `key=value` or `key==value`.
+    Equals(String, String),
+    /// `key!=value` (also true when the key is absent).
+    NotEquals(String, String),
+    /// `key in (a,b)`.
+    In(String, Vec<String>),
+    /// `key notin (a,b)` (also true when the key is absent).
+    NotIn(String, Vec<String>),
+    /// `key`.
+    Exists(String),
+    /// `!key`.
+    DoesNotExist(String),
+}
+
+/// A parsed label selector: all requirements must hold. Empty matches all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSelector(pub Vec<Requirement>);
+
+/// Why a selector did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unable to parse requirement: {0}")]
+pub struct SelectorError(pub String);
+
+fn valid_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 317
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+fn valid_value(v: &str) -> bool {
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Splits on commas that are not inside parentheses.
+fn split_top(s: &str) -> Result<Vec<&str>, SelectorError> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err(SelectorError(format!("unbalanced ')' in {s:?}")));
+                }
+            }
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err(SelectorError(format!("unbalanced '(' in {s:?}")));
+    }
+    parts.push(&s[start..]);
+    Ok(parts)
+}
+
+fn parse_set(rest: &str, whole: &str) -> Result<Vec<String>, SelectorError> {
+    let rest = rest.trim();
+    let inner = rest
+        .strip_prefix('(')
+        .and_then(|r| r.strip_suffix(')'))
+        .ok_or_else(|| SelectorError(format!("{whole:?}: expected '(' values ')'")))?;
+    let mut values = Vec::new();
+    for v in inner.split(',') {
+        let v = v.trim();
+        if !valid_value(v) {
+            return Err(SelectorError(format!("{whole:?}: invalid value {v:?}")));
+        }
+        values.push(v.to_string());
+    }
+    Ok(values)
+}
+
+fn parse_requirement(part: &str) -> Result<Requirement, SelectorError> {
+    let p = part.trim();
+    let err = |why: &str| SelectorError(format!("{p:?}: {why}"));
+    if let Some(k) = p.strip_prefix('!') {
+        let k = k.trim();
+        return if valid_key(k) {
+            Ok(Requirement::DoesNotExist(k.into()))
+        } else {
+            Err(err("invalid key"))
+        };
+    }
+    for (op, neg) in [("!=", true), ("==", false), ("=", false)] {
+        if let Some((k, v)) = p.split_once(op) {
+            let (k, v) = (k.trim(), v.trim());
+            if !valid_key(k) {
+                return Err(err("invalid key"));
+            }
+            if !valid_value(v) {
+                return Err(err("invalid value"));
+            }
+            return Ok(if neg {
+                Requirement::NotEquals(k.into(), v.into())
+            } else {
+                Requirement::Equals(k.into(), v.into())
+            });
+        }
+    }
+    // `key in (..)`, `key notin (..)`, or a bare `key`.
+    let mut words = p.splitn(2, char::is_whitespace);
+    let key = words.next().unwrap_or("").trim();
+    let rest = words.next().unwrap_or("").trim();
+    if rest.is_empty() {
+        if let Some((k, r)) = key.split_once('(') {
+            let _ = (k, r);
+            return Err(err("expected an operator"));
+        }
+        return if valid_key(key) {
+            Ok(Requirement::Exists(key.into()))
+        } else {
+            Err(err("invalid key"))
+        };
+    }
+    if !valid_key(key) {
+        return Err(err("invalid key"));
+    }
+    if let Some(r) = rest.strip_prefix("notin") {
+        return Ok(Requirement::NotIn(key.into(), parse_set(r, p)?));
+    }
+    if let Some(r) = rest.strip_prefix("in") {
+        return Ok(Requirement::In(key.into(), parse_set(r, p)?));
+    }
+    Err(err("unknown operator"))
+}
+
+impl LabelSelector {
+    /// Parses a `labelSelector` query value.
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+        if s.trim().is_empty() {
+            return Ok(LabelSelector::default());
+        }
+        split_top(s)?
+            .into_iter()
+            .map(parse_requirement)
+            .collect::<Result<_, _>>()
+            .map(LabelSelector)
+    }
+
+    /// Builds an equality selector from a `matchLabels` map.
+    pub fn from_map(labels: &BTreeMap<String, String>) -> Self {
+        LabelSelector(
+            labels
+                .iter()
+                .map(|(k, v)| Requirement::Equals(k.clone(), v.clone()))
+                .collect(),
+        )
+    }
+
+    /// Whether the labels satisfy every requirement.
+    pub fn matches_with(&self, get: impl Fn(&str) -> Option<String>) -> bool {
+        self.0.iter().all(|r| match r {
+            Requirement::Equals(k, v) => get(k).as_deref() == Some(v),
+            Requirement::NotEquals(k, v) => get(k).as_deref() != Some(v),
+            Requirement::In(k, vs) => get(k).is_some_and(|x| vs.contains(&x)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|x| !vs.contains(&x)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::DoesNotExist(k) => get(k).is_none(),
+        })
+    }
+
+    /// Whether an object (its `metadata.labels`) satisfies the selector.
+    pub fn matches(&self, obj: &Value) -> bool {
+        if self.0.is_empty() {
+            return true;
+        }
+        let labels = &obj["metadata"]["labels"];
+        self.matches_with(|k| labels.get(k).and_then(Value::as_str).map(str::to_string))
+    }
+}
+
+/// One `fieldSelector` term: a JSON path, expected value and polarity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FieldTerm {
+    path: Vec<&'static str>,
+    value: String,
+    equal: bool,
+}
+
+/// A parsed field selector (metadata.name, metadata.namespace, and for pods
+/// status.phase and spec.nodeName).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSelector(Vec<FieldTerm>);
+
+impl FieldSelector {
+    /// Parses a `fieldSelector` query value for the given resource.
+    pub fn parse(s: &str, resource: &str) -> Result<Self, SelectorError> {
+        let mut terms = Vec::new();
+        if s.trim().is_empty() {
+            return Ok(FieldSelector(terms));
+        }
+        for part in s.split(',') {
+            let part = part.trim();
+            let (field, value, equal) = if let Some((f, v)) = part.split_once("!=") {
+                (f, v, false)
+            } else if let Some((f, v)) = part.split_once("==") {
+                (f, v, true)
+            } else if let Some((f, v)) = part.split_once('=') {
+                (f, v, true)
+            } else {
+                return Err(SelectorError(format!(
+                    "invalid selector: {part:?}; expected field=value"
+                )));
+            };
+            let path: Vec<&'static str> = match (field.trim(), resource) {
+                ("metadata.name", _) => vec!["metadata", "name"],
+                ("metadata.namespace", _) => vec!["metadata", "namespace"],
+                ("status.phase", "pods") => vec!["status", "phase"],
+                ("spec.nodeName", "pods") => vec!["spec", "nodeName"],
+                ("status.successful", "jobs") => vec!["status", "succeeded"],
+                (other, _) => {
+                    return Err(SelectorError(format!("field label not supported: {other}")));
+                }
+            };
+            terms.push(FieldTerm {
+                path,
+                value: value.trim().to_string(),
+                equal,
+            });
+        }
+        Ok(FieldSelector(terms))
+    }
+
+    /// The single name this selector pins (`metadata.name=X`), if any.
+    pub fn pinned_name(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|t| t.equal && t.path == ["metadata", "name"])
+            .map(|t| t.value.as_str())
+    }
+
+    /// Whether the object satisfies every term.
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.0.iter().all(|t| {
+            let mut v = obj;
+            for p in &t.path {
+                v = &v[*p];
+            }
+            let actual = match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            (actual == t.value) == t.equal
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn obj(labels: &[(&str, &str)]) -> Value {
+        let m: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        json!({"metadata": {"name": "a", "labels": m}})
+    }
+
+    #[test]
+    fn every_operator() {
+        let o = obj(&[
+            ("app.kubernetes.io/managed-by", "tcab"),
+            ("tcab.dev/job-kind", "run"),
+        ]);
+        let yes = [
+            "",
+            "app.kubernetes.io/managed-by=tcab",
+            "app.kubernetes.io/managed-by==tcab",
+            "tcab.dev/job-kind!=publish",
+            "tcab.dev/job-kind in (run, publish)",
+            "tcab.dev/job-kind notin (publish)",
+            "tcab.dev/job-kind",
+            "!tcab.dev/job-id",
+            "missing!=x",
+            "missing notin (x)",
+            "app.kubernetes.io/managed-by=tcab,tcab.dev/job-kind in (run),!other",
+        ];
+        for s in yes {
+            assert!(LabelSelector::parse(s).unwrap().matches(&o), "{s}");
+        }
+        let no = [
+            "app.kubernetes.io/managed-by=x",
+            "tcab.dev/job-kind in (publish)",
+            "tcab.dev/job-kind notin (run,x)",
+            "missing",
+            "!tcab.dev/job-kind",
+            "missing in (x)",
+        ];
+        for s in no {
+            assert!(!LabelSelector::parse(s).unwrap().matches(&o), "{s}");
+        }
+    }
+
+    #[test]
+    fn bad_selectors_are_errors() {
+        for s in ["a in b", "a in (b", "=x", "a=b c", "a notin", "a)"] {
+            assert!(LabelSelector::parse(s).is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn field_selectors() {
+        let o =
+            json!({"metadata": {"name": "x", "namespace": "ns"}, "status": {"phase": "Running"}});
+        let f = FieldSelector::parse("metadata.name=x", "pods").unwrap();
+        assert!(f.matches(&o));
+        assert_eq!(f.pinned_name(), Some("x"));
+        assert!(
+            !FieldSelector::parse("metadata.name!=x", "pods")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            FieldSelector::parse("status.phase==Running,metadata.namespace=ns", "pods")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(FieldSelector::parse("spec.foo=1", "pods").is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, rng_seed: proptest::test_runner::RngSeed::Fixed(4), ..ProptestConfig::default() })]
+        #[test]
+        fn equality_selectors_agree_with_a_map_lookup(
+            labels in proptest::collection::btree_map("[a-c]", "[x-z]", 0..3),
+            key in "[a-c]", value in "[x-z]",
+        ) {
+            let o = json!({"metadata": {"labels": labels}});
+            let eq = LabelSelector::parse(&format!("{key}={value}")).unwrap().matches(&o);
+            prop_assert_eq!(eq, labels.get(&key) == Some(&value));
+            let ne = LabelSelector::parse(&format!("{key}!={value}")).unwrap().matches(&o);
+            prop_assert_eq!(ne, !eq);
+            let notin = LabelSelector::parse(&format!("{key} notin ({value})")).unwrap().matches(&o);
+            prop_assert_eq!(notin, !eq);
+            let exists = LabelSelector::parse(&key).unwrap().matches(&o);
+            prop_assert_eq!(exists, labels.contains_key(&key));
+        }
+    }
+}

@@ -1,0 +1,598 @@
+//! The object store: namespaced Jobs and Pods as JSON, one global
+//! resourceVersion counter (like etcd's revision), a bounded history of
+//! change events for watch resumption, fan-out to watchers, pod logs, and the
+//! per-lane count of non-terminal Jobs.
+
+use crate::clock::k8s_time;
+use crate::status::ApiError;
+use jiff::Timestamp;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::broadcast;
+
+/// The two kinds of object the sim stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// batch/v1 Job.
+    Job,
+    /// v1 Pod.
+    Pod,
+}
+
+impl Kind {
+    /// API group ("" for core).
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::Job => "batch",
+            Kind::Pod => "",
+        }
+    }
+    /// `apiVersion` of the objects.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::Job => "batch/v1",
+            Kind::Pod => "v1",
+        }
+    }
+    /// Plural resource name.
+    pub fn resource(self) -> &'static str {
+        match self {
+            Kind::Job => "jobs",
+            Kind::Pod => "pods",
+        }
+    }
+    /// `kind` of the objects.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Kind::Job => "Job",
+            Kind::Pod => "Pod",
+        }
+    }
+    /// The not-found error for a name of this kind.
+    pub fn not_found(self, name: &str) -> ApiError {
+        ApiError::not_found(self.group(), self.resource(), name)
+    }
+}
+
+/// Where an object lives: kind, namespace, name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    /// Job or Pod.
+    pub kind: Kind,
+    /// Namespace.
+    pub ns: String,
+    /// Name.
+    pub name: String,
+}
+
+impl Key {
+    /// Builds a key.
+    pub fn new(kind: Kind, ns: &str, name: &str) -> Self {
+        Key {
+            kind,
+            ns: ns.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// The type of a watch event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Removed.
+    Deleted,
+}
+
+impl EventType {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change to one object.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// The resourceVersion this change produced.
+    pub rv: u64,
+    /// Added, modified or deleted.
+    pub etype: EventType,
+    /// Which object.
+    pub key: Key,
+    /// The object after the change (for a deletion, its last state).
+    pub object: Arc<Value>,
+}
+
+/// What a watch starts from: events to send first, then the live channel.
+pub struct WatchStart {
+    /// Events to send before the live ones (history, or synthetic ADDED).
+    pub initial: Vec<Arc<Event>>,
+    /// The store's resourceVersion when the watch started.
+    pub start_rv: u64,
+    /// Live events after `start_rv`.
+    pub rx: broadcast::Receiver<Arc<Event>>,
+}
+
+/// One log line of a pod's container.
+#[derive(Debug, Clone)]
+struct LogLine {
+    container: String,
+    line: String,
+}
+
+struct Inner {
+    rv: u64,
+    objects: BTreeMap<Key, Arc<Value>>,
+    history: VecDeque<Arc<Event>>,
+    /// Every event with rv <= this has left the history.
+    compacted: u64,
+    logs: HashMap<(String, String), Vec<LogLine>>,
+    live_jobs: BTreeMap<String, i64>,
+    max_live_jobs: BTreeMap<String, i64>,
+}
+
+/// The in-memory object store. All writes take one short lock.
+pub struct Store {
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<Arc<Event>>,
+    history_limit: usize,
+}
+
+/// The `tcab.dev/job-kind` label of a Job ("" when unlabelled).
+pub fn lane_of(job: &Value) -> String {
+    job["metadata"]["labels"]["tcab.dev/job-kind"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Whether a Job has a true `Complete` or `Failed` condition.
+pub fn job_finished(job: &Value) -> bool {
+    job["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
+    })
+}
+
+const NAME_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Five random characters, as the API server appends for `generateName`.
+pub fn random_suffix() -> String {
+    let bytes = *uuid::Uuid::new_v4().as_bytes();
+    bytes[..5]
+        .iter()
+        .map(|b| NAME_CHARS[*b as usize % NAME_CHARS.len()] as char)
+        .collect()
+}
+
+impl Store {
+    /// A store keeping up to `history_limit` events for watch resumption.
+    pub fn new(history_limit: usize) -> Self {
+        let (tx, _) = broadcast::channel(65_536);
+        Store {
+            inner: Mutex::new(Inner {
+                rv: 1,
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                compacted: 1,
+                logs: HashMap::new(),
+                live_jobs: BTreeMap::new(),
+                max_live_jobs: BTreeMap::new(),
+            }),
+            tx,
+            history_limit: history_limit.max(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current resourceVersion.
+    pub fn rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// A receiver of every future event.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.tx.subscribe()
+    }
+
+    fn commit(&self, inner: &mut Inner, etype: EventType, key: Key, mut obj: Value) -> Arc<Value> {
+        inner.rv += 1;
+        let rv = inner.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let obj = Arc::new(obj);
+        let old = match etype {
+            EventType::Deleted => inner.objects.remove(&key),
+            _ => inner.objects.insert(key.clone(), obj.clone()),
+        };
+        if key.kind == Kind::Job {
+            let live = |j: &Value| (lane_of(j), !job_finished(j));
+            if let Some(o) = &old {
+                let (lane, was_live) = live(o);
+                if was_live {
+                    *inner.live_jobs.entry(lane).or_default() -= 1;
+                }
+            }
+            if etype != EventType::Deleted {
+                let (lane, is_live) = live(&obj);
+                if is_live {
+                    let n = inner.live_jobs.entry(lane.clone()).or_default();
+                    *n += 1;
+                    let n = *n;
+                    let max = inner.max_live_jobs.entry(lane).or_default();
+                    *max = (*max).max(n);
+                }
+            }
+        }
+        if key.kind == Kind::Pod && etype == EventType::Deleted {
+            inner.logs.remove(&(key.ns.clone(), key.name.clone()));
+        }
+        let ev = Arc::new(Event {
+            rv,
+            etype,
+            key,
+            object: obj.clone(),
+        });
+        inner.history.push_back(ev.clone());
+        while inner.history.len() > self.history_limit {
+            if let Some(old) = inner.history.pop_front() {
+                inner.compacted = old.rv;
+            }
+        }
+        let _ = self.tx.send(ev);
+        obj
+    }
+
+    /// Creates an object: fills name (from generateName), namespace, uid,
+    /// creationTimestamp and resourceVersion. 409 when the name is taken.
+    pub fn create(
+        &self,
+        kind: Kind,
+        ns: &str,
+        mut obj: Value,
+        now: Timestamp,
+    ) -> Result<Arc<Value>, ApiError> {
+        let mut inner = self.lock();
+        let given = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let name = if given.is_empty() {
+            let prefix = obj["metadata"]["generateName"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let mut name = format!("{prefix}{}", random_suffix());
+            for _ in 0..8 {
+                if !inner.objects.contains_key(&Key::new(kind, ns, &name)) {
+                    break;
+                }
+                name = format!("{prefix}{}", random_suffix());
+            }
+            name
+        } else {
+            given
+        };
+        let key = Key::new(kind, ns, &name);
+        if inner.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(
+                kind.group(),
+                kind.resource(),
+                &name,
+            ));
+        }
+        obj["apiVersion"] = json!(kind.api_version());
+        obj["kind"] = json!(kind.kind());
+        let md = &mut obj["metadata"];
+        md["name"] = json!(name);
+        md["namespace"] = json!(ns);
+        if md["uid"].as_str().is_none_or(str::is_empty) {
+            md["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        }
+        md["creationTimestamp"] = json!(k8s_time(now));
+        if let Some(m) = md.as_object_mut() {
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+        }
+        if kind == Kind::Job {
+            md["generation"] = json!(1);
+        }
+        Ok(self.commit(&mut inner, EventType::Added, key, obj))
+    }
+
+    /// Reads one object.
+    pub fn get(&self, key: &Key) -> Option<Arc<Value>> {
+        self.lock().objects.get(key).cloned()
+    }
+
+    /// Lists objects of a kind (in one namespace, or all) that pass `keep`,
+    /// sorted by namespace and name, with the store's resourceVersion.
+    pub fn list(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        keep: impl Fn(&Value) -> bool,
+    ) -> (u64, Vec<Arc<Value>>) {
+        let inner = self.lock();
+        let items = inner
+            .objects
+            .range(range_of(kind, ns))
+            .filter(|(k, _)| ns.is_none_or(|n| k.ns == n))
+            .filter(|(_, v)| keep(v))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (inner.rv, items)
+    }
+
+    /// Applies `change` to an object; a change that returns `Ok(false)`
+    /// writes nothing. 404 when absent.
+    pub fn update(
+        &self,
+        key: &Key,
+        change: impl FnOnce(&mut Value) -> Result<bool, ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
+        let mut inner = self.lock();
+        let current = inner
+            .objects
+            .get(key)
+            .ok_or_else(|| key.kind.not_found(&key.name))?;
+        let mut obj = (**current).clone();
+        if !change(&mut obj)? {
+            return Ok(current.clone());
+        }
+        Ok(self.commit(&mut inner, EventType::Modified, key.clone(), obj))
+    }
+
+    /// Removes an object; returns its last state (with the deletion's rv).
+    pub fn remove(&self, key: &Key) -> Option<Arc<Value>> {
+        let mut inner = self.lock();
+        let obj = (**inner.objects.get(key)?).clone();
+        Some(self.commit(&mut inner, EventType::Deleted, key.clone(), obj))
+    }
+
+    /// Removes every object of `kind` at once; returns how many.
+    pub fn remove_all(&self, kind: Kind) -> usize {
+        let mut inner = self.lock();
+        let keys: Vec<Key> = inner
+            .objects
+            .range(range_of(kind, None))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &keys {
+            if let Some(obj) = inner.objects.get(k).map(|o| (**o).clone()) {
+                self.commit(&mut inner, EventType::Deleted, k.clone(), obj);
+            }
+        }
+        keys.len()
+    }
+
+    /// Starts a watch of `kind` (one namespace or all). With `from` = a
+    /// resourceVersion, the history after it is replayed (410 when that
+    /// history is gone); with `None`, every current object is sent as ADDED.
+    pub fn watch(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        from: Option<u64>,
+    ) -> Result<WatchStart, ApiError> {
+        let inner = self.lock();
+        let rx = self.tx.subscribe();
+        let in_scope = |k: &Key| k.kind == kind && ns.is_none_or(|n| k.ns == n);
+        let initial = match from {
+            Some(rv) if rv < inner.compacted => return Err(ApiError::expired(rv)),
+            Some(rv) => inner
+                .history
+                .iter()
+                .filter(|e| e.rv > rv && in_scope(&e.key))
+                .cloned()
+                .collect(),
+            None => inner
+                .objects
+                .range(range_of(kind, ns))
+                .filter(|(k, _)| in_scope(k))
+                .map(|(k, v)| {
+                    let rv = v["metadata"]["resourceVersion"]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    Arc::new(Event {
+                        rv,
+                        etype: EventType::Added,
+                        key: k.clone(),
+                        object: v.clone(),
+                    })
+                })
+                .collect(),
+        };
+        Ok(WatchStart {
+            initial,
+            start_rv: inner.rv,
+            rx,
+        })
+    }
+
+    /// Whether a list continuation or exact read at `rv` can still be served.
+    pub fn check_not_expired(&self, rv: u64) -> Result<(), ApiError> {
+        if rv < self.lock().compacted {
+            Err(ApiError::expired(rv))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Drops the whole event history (an admin action): every watch resumed
+    /// from an older resourceVersion then gets 410 Gone.
+    pub fn compact(&self) -> u64 {
+        let mut inner = self.lock();
+        inner.history.clear();
+        inner.compacted = inner.rv;
+        inner.rv
+    }
+
+    /// Appends a line to a pod container's log.
+    pub fn append_log(&self, ns: &str, pod: &str, container: &str, line: &str) {
+        let mut inner = self.lock();
+        if !inner.objects.contains_key(&Key::new(Kind::Pod, ns, pod)) {
+            return;
+        }
+        inner
+            .logs
+            .entry((ns.to_string(), pod.to_string()))
+            .or_default()
+            .push(LogLine {
+                container: container.to_string(),
+                line: line.to_string(),
+            });
+    }
+
+    /// The log lines of one container of a pod (the last `tail` of them).
+    pub fn read_log(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        tail: Option<usize>,
+    ) -> Vec<String> {
+        let inner = self.lock();
+        let lines: Vec<String> = inner
+            .logs
+            .get(&(ns.to_string(), pod.to_string()))
+            .map(|ls| {
+                ls.iter()
+                    .filter(|l| l.container == container)
+                    .map(|l| l.line.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        match tail {
+            Some(n) if n < lines.len() => lines[lines.len() - n..].to_vec(),
+            _ => lines,
+        }
+    }
+
+    /// The current and the largest number of non-terminal Jobs per
+    /// `tcab.dev/job-kind` value ("" = unlabelled).
+    pub fn job_counts(&self) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
+        let inner = self.lock();
+        (inner.live_jobs.clone(), inner.max_live_jobs.clone())
+    }
+
+    /// Resets the largest-seen counts to the current counts.
+    pub fn reset_max_jobs(&self) {
+        let mut inner = self.lock();
+        inner.max_live_jobs = inner.live_jobs.clone();
+    }
+}
+
+fn range_of(kind: Kind, ns: Option<&str>) -> std::ops::RangeInclusive<Key> {
+    match ns {
+        Some(ns) => {
+            Key::new(kind, ns, "")..=Key {
+                kind,
+                ns: format!("{ns}\u{0}"),
+                name: String::new(),
+            }
+        }
+        None => {
+            Key::new(kind, "", "")..=Key {
+                kind,
+                ns: "\u{10FFFF}".into(),
+                name: String::new(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str) -> Value {
+        json!({"metadata": {"name": name, "labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    }
+
+    #[test]
+    fn create_get_list_update_remove() {
+        let s = Store::new(100);
+        let now = Timestamp::now();
+        let a = s.create(Kind::Pod, "ns", pod("a"), now).unwrap();
+        assert_eq!(a["metadata"]["resourceVersion"], "2");
+        assert!(s.create(Kind::Pod, "ns", pod("a"), now).is_err());
+        s.create(Kind::Pod, "other", pod("a"), now).unwrap();
+        let g = s
+            .create(
+                Kind::Pod,
+                "ns",
+                json!({"metadata": {"generateName": "x-"}}),
+                now,
+            )
+            .unwrap();
+        assert!(g["metadata"]["name"].as_str().unwrap().starts_with("x-"));
+        let (rv, items) = s.list(Kind::Pod, Some("ns"), |_| true);
+        assert_eq!((rv, items.len()), (4, 2));
+        assert_eq!(s.list(Kind::Pod, None, |_| true).1.len(), 3);
+        assert_eq!(s.list(Kind::Job, None, |_| true).1.len(), 0);
+        let key = Key::new(Kind::Pod, "ns", "a");
+        let same = s.update(&key, |_| Ok(false)).unwrap();
+        assert_eq!(same["metadata"]["resourceVersion"], "2");
+        let up = s.update(&key, |o| {
+            o["status"]["phase"] = json!("Running");
+            Ok(true)
+        });
+        assert_eq!(up.unwrap()["metadata"]["resourceVersion"], "5");
+        assert_eq!(s.remove(&key).unwrap()["metadata"]["resourceVersion"], "6");
+        assert!(s.get(&key).is_none());
+    }
+
+    #[test]
+    fn watch_replays_history_and_expires() {
+        let s = Store::new(3);
+        let now = Timestamp::now();
+        for n in ["a", "b", "c", "d"] {
+            s.create(Kind::Pod, "ns", pod(n), now).unwrap();
+        }
+        // rv 2..=5 written; history keeps 3..=5.
+        let w = s.watch(Kind::Pod, Some("ns"), Some(3)).unwrap();
+        assert_eq!(
+            w.initial.iter().map(|e| e.rv).collect::<Vec<_>>(),
+            vec![4, 5]
+        );
+        assert!(s.watch(Kind::Pod, Some("ns"), Some(1)).is_err());
+        let w = s.watch(Kind::Pod, Some("ns"), None).unwrap();
+        assert_eq!(w.initial.len(), 4);
+        s.compact();
+        assert_eq!(
+            s.watch(Kind::Pod, Some("ns"), Some(4)).err().unwrap().code,
+            410
+        );
+    }
+
+    #[test]
+    fn counts_live_jobs_per_lane() {
+        let s = Store::new(10);
+        let now = Timestamp::now();
+        let job =
+            |n: &str| json!({"metadata": {"name": n, "labels": {"tcab.dev/job-kind": "run"}}});
+        s.create(Kind::Job, "ns", job("a"), now).unwrap();
+        s.create(Kind::Job, "ns", job("b"), now).unwrap();
+        s.update(&Key::new(Kind::Job, "ns", "a"), |j| {
+            j["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+            Ok(true)
+        })
+        .unwrap();
+        s.create(Kind::Job, "ns", job("c"), now).unwrap();
+        let (live, max) = s.job_counts();
+        assert_eq!(live["run"], 2);
+        assert_eq!(max["run"], 2);
+        s.remove(&Key::new(Kind::Job, "ns", "b"));
+        assert_eq!(s.job_counts().0["run"], 1);
+    }
+}
