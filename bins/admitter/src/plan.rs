@@ -148,18 +148,21 @@ impl Plan {
 /// The number of non-terminal Jobs of `lane`: live cached Jobs plus the
 /// created-but-unseen names the cache does not hold (each name once).
 pub fn in_flight(jobs: &[JobSummary], lane: Lane, created_unseen: &[String]) -> u32 {
-    let cached: BTreeSet<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
-    let live: BTreeSet<&str> = jobs
+    // Cached names are unique (the cache is keyed by name), so a count of
+    // the live ones is order-independent. The unseen list is short (at most
+    // a cap's worth), so each is looked up in the cache directly.
+    let live = jobs
         .iter()
         .filter(|j| j.lane == lane && j.is_live())
-        .map(|j| j.name.as_str())
-        .collect();
-    let unseen: BTreeSet<&str> = created_unseen
+        .count();
+    let unseen = created_unseen
         .iter()
         .map(String::as_str)
-        .filter(|name| !cached.contains(name))
-        .collect();
-    u32::try_from(live.len() + unseen.len()).unwrap_or(u32::MAX)
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .filter(|name| !jobs.iter().any(|j| j.name == *name))
+        .count();
+    u32::try_from(live + unseen).unwrap_or(u32::MAX)
 }
 
 /// Decides one lane. The checks run in a fixed order, so the reason given is
