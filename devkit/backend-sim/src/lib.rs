@@ -24,6 +24,27 @@
 //! `POST /publish-jobs`, `PUT /harnesses/{name}`, `GET /jobs/{id}`,
 //! `GET /jobs?state=`) are listed in the contract doc.
 //!
+//! # Choices the contract leaves open
+//!
+//! - Holds are re-decided after every operation, so a waiting run's state is
+//!   always `queued` or `pending` as the rules say now; each change is a
+//!   history entry whose detail names the rule.
+//! - A lapsed lease is judged only by `POST /jobs/next` (as the contract
+//!   says); `POST /publish-jobs/next` does not requeue lapsed publishes (the
+//!   dispatcher reports them lost, and the backstop catches the rest).
+//! - A `failed` report without `failure_kind` is an agent failure.
+//!   `failure_kind` with any other state is a 400. A repeated report of the
+//!   current state is acknowledged without a change.
+//! - A held record (`{"state_reached", "record"}`) finishes a run as
+//!   succeeded when it reached validating or later, as failed (agent) when it
+//!   says failed, and as failed (infrastructure, no retry) when taken earlier.
+//! - Per-job calls answer 401 for an unknown id too, and check the token
+//!   before the body, so a wrong token learns nothing.
+//! - `POST /admin/clock/advance` takes the service token.
+//! - `GET /jobs/{id}` adds `launch_request`, `enqueued_at`, `failure_kind`,
+//!   `detail`, `has_record`, `record_state_reached`, `finished_from_record`,
+//!   `lost`, `lost_superseded`, `retry_of`, `retry_id` to the example's fields.
+//!
 //! Module map: [`clock`] (time), `db` (schema, rows), [`rules`] (pure
 //! decisions), `ops` (transactions), `http` (routes, auth), [`cli`] (flags).
 

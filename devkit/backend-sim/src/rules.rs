@@ -307,12 +307,17 @@ pub fn decide_lost(facts: &RunFacts) -> LostDecision {
 }
 
 /// The terminal state (and failure kind) of a run finished from its held
-/// record: the record's result stands when the run got as far as storing
-/// (or reported its own end); a record taken earlier fails the run without a
+/// record. A driver hands its record over before storing (or on SIGTERM),
+/// naming the last state it reached: a record from validating on carries a
+/// finished, validated result, so the run succeeds from it; a record that
+/// says `failed` fails it as the agent's failure; a record taken earlier
+/// (starting, running) fails the run as infrastructure, still without a
 /// retry (the spec retries nothing once a record is held).
 pub fn record_outcome(reached: RunState) -> (RunState, Option<FailureKind>) {
     match reached {
-        RunState::Storing | RunState::Succeeded => (RunState::Succeeded, None),
+        RunState::Validating | RunState::Storing | RunState::Succeeded => {
+            (RunState::Succeeded, None)
+        }
         RunState::Failed => (RunState::Failed, Some(FailureKind::Agent)),
         _ => (RunState::Failed, Some(FailureKind::Infrastructure)),
     }
@@ -510,6 +515,7 @@ mod tests {
         };
         assert_eq!(decide_lost(&held), LostDecision::Finish(Finish::FromRecord));
         assert_eq!(record_outcome(Storing), (Succeeded, None));
+        assert_eq!(record_outcome(Validating), (Succeeded, None));
         assert_eq!(record_outcome(Failed).0, Failed);
         assert_eq!(
             record_outcome(Running),

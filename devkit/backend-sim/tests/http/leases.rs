@@ -137,3 +137,36 @@ async fn a_job_past_dispatched_is_not_requeued_by_a_lapse() {
     let active = rig.get("/jobs/active").await.body;
     assert_eq!(active["jobs"][0]["state"], "running");
 }
+
+#[tokio::test]
+async fn the_old_token_is_refused_as_soon_as_the_job_is_requeued() {
+    let rig = Rig::start().await;
+    // y holds jam J, so x waits; a is claimed past it.
+    let y = rig.enqueue("h", "m", Some("J")).await;
+    let (_, ty, _) = rig.claim().await.unwrap();
+    let x = rig.enqueue("h", "m", Some("J")).await;
+    let a = rig.enqueue("h", "m", None).await;
+    let (got, old_token, _) = rig.claim().await.unwrap();
+    assert_eq!(got, a);
+    rig.report(&y, &ty, json!({"state": "succeeded"})).await;
+    rig.advance(121.0).await;
+    // This claim requeues a (lapsed) and hands out x, which sits ahead of it.
+    assert_eq!(rig.claim().await.unwrap().0, x);
+    assert_eq!(rig.state(&a).await, "queued");
+    let before = rig.job(&a).await;
+    for (path, body) in [
+        (format!("/jobs/{a}/status"), json!({"state": "running"})),
+        (format!("/jobs/{a}/status"), json!({"state": "succeeded"})),
+        (
+            format!("/jobs/{a}/record"),
+            json!({"state_reached": "running", "record": {}}),
+        ),
+    ] {
+        let r = rig.post_as(&path, &old_token, body).await;
+        assert_error(&r, StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    assert_eq!(rig.job(&a).await, before);
+    let (again, new_token, _) = rig.claim().await.unwrap();
+    assert_eq!(again, a);
+    assert_ne!(new_token, old_token);
+}

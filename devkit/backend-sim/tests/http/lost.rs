@@ -42,7 +42,11 @@ async fn lost_without_record_fails_as_infrastructure_and_retries_at_the_back() {
 #[tokio::test]
 async fn lost_with_a_record_finishes_from_it_with_no_retry() {
     let rig = Rig::start().await;
-    for (reached, final_state) in [("storing", "succeeded"), ("running", "failed")] {
+    for (reached, final_state) in [
+        ("storing", "succeeded"),
+        ("validating", "succeeded"),
+        ("running", "failed"),
+    ] {
         let a = rig.enqueue("h", "m", None).await;
         let (_, token, _) = rig.claim().await.unwrap();
         rig.report(&a, &token, json!({"state": "running"})).await;
