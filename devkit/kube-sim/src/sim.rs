@@ -106,6 +106,14 @@ impl Sim {
     pub fn create_job(&self, ns: &str, mut job: Value) -> Result<Arc<Value>, ApiError> {
         objects::strip_server_fields(&mut job, false);
         objects::validate_job(&job)?;
+        // Resolve generateName first: the pod template's job-name label needs it.
+        if objects::name(&job).is_empty() {
+            let prefix = job["metadata"]["generateName"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            job["metadata"]["name"] = json!(format!("{prefix}{}", crate::store::random_suffix()));
+        }
         objects::default_job(&mut job);
         self.store.create(Kind::Job, ns, job, self.clock.now())
     }

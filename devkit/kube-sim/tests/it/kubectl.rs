@@ -1,0 +1,177 @@
+//! Drives the real kubectl against the sim: get -l, -o json, -o yaml, logs,
+//! delete and get --watch. Skips (passing) when kubectl is not on PATH.
+
+use crate::common::*;
+use serde_json::{Value, json};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn kubectl_on_path() -> bool {
+    Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+#[tokio::test]
+async fn kubectl_works_against_the_sim() {
+    if !kubectl_on_path() {
+        println!("SKIP kubectl_works_against_the_sim: kubectl is not on PATH");
+        return;
+    }
+    let s = sim().await;
+    let c = client();
+    post(
+        &c,
+        &jobs_url(&s),
+        &plain_job("kc-run", json!({"lane": "run"}), 300.0),
+    )
+    .await;
+    post(
+        &c,
+        &jobs_url(&s),
+        &plain_job("kc-pub", json!({"lane": "publish"}), 300.0),
+    )
+    .await;
+    let pod = eventually("pod runs", SECS, || async {
+        let (_, l) = get(
+            &c,
+            &format!("{}?labelSelector=job-name%3Dkc-run", pods_url(&s)),
+        )
+        .await;
+        l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["status"]["phase"] == "Running")
+            .cloned()
+    })
+    .await;
+    let pod_name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    s.sim()
+        .store
+        .append_log(NS, &pod_name, "main", "first line");
+    s.sim()
+        .store
+        .append_log(NS, &pod_name, "main", "second line");
+    let home_dir = tempfile::tempdir().unwrap();
+    let home = home_dir.path().to_path_buf();
+    let kc = s.kubeconfig_path().to_path_buf();
+    let run = move |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .env("HOME", &home)
+            .env_remove("KUBECONFIG")
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let run2 = run.clone();
+    let table = tokio::task::spawn_blocking(move || run2(&["get", "jobs", "-l", "lane=run"]))
+        .await
+        .unwrap();
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.starts_with("NAME") && header.contains("STATUS") && header.contains("COMPLETIONS"),
+        "{table}"
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 1, "{table}");
+    assert!(
+        rows[0].starts_with("kc-run") && rows[0].contains("Running"),
+        "{table}"
+    );
+
+    let r = run.clone();
+    let json_out = tokio::task::spawn_blocking(move || r(&["get", "jobs", "-o", "json"]))
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 2);
+    let r = run.clone();
+    let yaml_out = tokio::task::spawn_blocking(move || r(&["get", "job", "kc-pub", "-o", "yaml"]))
+        .await
+        .unwrap();
+    let y: serde_yaml::Value = serde_yaml::from_str(&yaml_out).unwrap();
+    assert_eq!(y["metadata"]["labels"]["lane"].as_str(), Some("publish"));
+    let r = run.clone();
+    let pods_table =
+        tokio::task::spawn_blocking(move || r(&["get", "pods", "-l", "job-name=kc-run"]))
+            .await
+            .unwrap();
+    assert!(
+        pods_table.contains(&pod_name) && pods_table.contains("Running"),
+        "{pods_table}"
+    );
+
+    let (r, p) = (run.clone(), pod_name.clone());
+    let logs = tokio::task::spawn_blocking(move || r(&["logs", &p, "--tail=1"]))
+        .await
+        .unwrap();
+    assert_eq!(logs, "second line\n");
+
+    // get --watch sees the deletion the delete below causes
+    let home_w = tempfile::tempdir().unwrap();
+    let watcher = Command::new("kubectl")
+        .env("HOME", home_w.path())
+        .arg("--kubeconfig")
+        .arg(s.kubeconfig_path())
+        .args([
+            "get",
+            "jobs",
+            "--watch",
+            "--output-watch-events",
+            "--request-timeout=0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let r = run.clone();
+    let deleted = tokio::task::spawn_blocking(move || r(&["delete", "job", "kc-run"]))
+        .await
+        .unwrap();
+    assert!(
+        deleted.contains("kc-run") && deleted.contains("deleted"),
+        "{deleted}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = watcher.id();
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    let out = tokio::task::spawn_blocking(move || watcher.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("ADDED") && text.contains("kc-pub"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("DELETED") && l.contains("kc-run")),
+        "{text}"
+    );
+    eventually(
+        "the job's pod is deleted too (kubectl sends Background)",
+        SECS,
+        || async {
+            (get(&c, &format!("{}/{pod_name}", pods_url(&s))).await.0 == 404).then_some(())
+        },
+    )
+    .await;
+}

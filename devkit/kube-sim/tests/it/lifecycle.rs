@@ -1,0 +1,627 @@
+//! A Job's whole life with the fake driver and publisher, and each fault.
+
+use crate::backend::FakeBackend;
+use crate::common::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+use tcab_kube_sim::{SimHandle, Timing};
+
+/// A driver Job as the admitter builds it (see docs/job-contract.md).
+fn driver_job(id: &str, backend: &str, script: Value, grace: i64, extra_spec: Value) -> Value {
+    let labels = json!({"app.kubernetes.io/managed-by": "tcab-dispatcher", "tcab.dev/job-id": id,
+        "tcab.dev/job-kind": "run", "tcab.dev/claim": "abcd1234"});
+    let launch = json!({"case": "c", "sim": script}).to_string();
+    let mut job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": format!("tcab-driver-{id}-abcd1234"), "labels": labels},
+        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 3600, "template": {
+            "metadata": {"labels": labels, "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace, "containers": [{
+                "name": "driver", "image": "driver:sha",
+                "env": [
+                    {"name": "TCAB_BACKEND_URL", "value": backend},
+                    {"name": "TCAB_JOB_ID", "value": id},
+                    {"name": "TCAB_JOB_TOKEN", "value": format!("tok-{id}")},
+                    {"name": "TCAB_LAUNCH_REQUEST", "value": launch},
+                    {"name": "TCAB_DRIVER_MANAGED_BY", "value": "tcab-driver"},
+                    {"name": "TCAB_K8S_NAMESPACE", "value": "sandboxes"},
+                ]}]}}}
+    });
+    if let Value::Object(m) = extra_spec {
+        for (k, v) in m {
+            job["spec"][k] = v;
+        }
+    }
+    job
+}
+
+fn driver_name(id: &str) -> String {
+    format!("tcab-driver-{id}-abcd1234")
+}
+
+async fn job(s: &SimHandle, name: &str) -> Option<Value> {
+    let (code, j) = get(&client(), &format!("{}/{name}", jobs_url(s))).await;
+    (code == 200).then_some(j)
+}
+
+fn condition<'a>(job: &'a Value, kind: &str) -> Option<&'a Value> {
+    job["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind && c["status"] == "True")
+}
+
+async fn wait_condition(s: &SimHandle, name: &str, kind: &str) -> Value {
+    eventually(&format!("{name} {kind}"), SECS, || async {
+        job(s, name).await.filter(|j| condition(j, kind).is_some())
+    })
+    .await
+}
+
+async fn pods(s: &SimHandle, ns: &str, selector: &str) -> Vec<Value> {
+    let url = format!(
+        "{}/api/v1/namespaces/{ns}/pods?labelSelector={selector}",
+        s.url()
+    );
+    get(&client(), &url).await.1["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn driver_pod(s: &SimHandle, id: &str) -> Value {
+    let sel = format!("job-name%3D{}", driver_name(id));
+    eventually("driver pod", SECS, || async {
+        pods(s, NS, &sel).await.into_iter().next()
+    })
+    .await
+}
+
+async fn sandboxes(s: &SimHandle, id: &str) -> Vec<Value> {
+    pods(
+        s,
+        "sandboxes",
+        &format!("tcab.dev/job-id%3D{id},app.kubernetes.io/managed-by%3Dtcab-driver"),
+    )
+    .await
+}
+
+async fn wait_reported(b: &FakeBackend, what: &str) {
+    eventually(what, SECS, || async {
+        b.summary().iter().any(|c| c == what).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_driver_job_lives_its_whole_life() {
+    let (b, url) = FakeBackend::start().await;
+    let s = sim().await;
+    let c = client();
+    let script = json!({"duration_ms": 400, "log_lines": 2});
+    let mut j = driver_job("j1", &url, script, 30, json!({}));
+    j["spec"]["ttlSecondsAfterFinished"] = json!(1);
+    assert_eq!(post(&c, &jobs_url(&s), &j).await.0, 201);
+    let pod = driver_pod(&s, "j1").await;
+    assert_eq!(pod["metadata"]["labels"]["tcab.dev/job-id"], "j1");
+    assert_eq!(
+        pod["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"],
+        "false"
+    );
+    // while it runs: a sandbox in the sandbox namespace, no owner
+    let sb = eventually("sandbox", SECS, || async {
+        sandboxes(&s, "j1").await.into_iter().next()
+    })
+    .await;
+    assert!(sb["metadata"]["ownerReferences"].is_null());
+    assert_eq!(
+        sb["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"],
+        "false"
+    );
+    let running = wait_condition(&s, &driver_name("j1"), "Complete").await;
+    assert_eq!(running["status"]["succeeded"], 1);
+    assert!(
+        running["status"]["completionTime"].is_string()
+            && running["status"]["startTime"].is_string()
+    );
+    assert!(condition(&running, "SuccessCriteriaMet").is_some());
+    assert_eq!(
+        b.summary(),
+        vec![
+            "/jobs/j1/status starting",
+            "/jobs/j1/status running",
+            "/jobs/j1/status validating",
+            "/jobs/j1/record",
+            "/jobs/j1/status storing",
+            "/jobs/j1/status succeeded"
+        ]
+    );
+    assert!(b.calls().iter().all(|c| c.token == "tok-j1"));
+    assert!(
+        sandboxes(&s, "j1").await.is_empty(),
+        "the driver deletes its sandbox"
+    );
+    let pod_name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    let (_, p) = get(&c, &format!("{}/{pod_name}", pods_url(&s))).await;
+    assert_eq!(p["status"]["phase"], "Succeeded");
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        0
+    );
+    let log = c
+        .get(format!("{}/{pod_name}/log?container=driver", pods_url(&s)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        log.contains("running: step 2/2") && log.contains("created sandbox pod"),
+        "{log}"
+    );
+    // ttlSecondsAfterFinished: the Job and its pod go
+    eventually("ttl deletes the job", SECS, || async {
+        job(&s, &driver_name("j1")).await.is_none().then_some(())
+    })
+    .await;
+    eventually("ttl deletes the pod", SECS, || async {
+        (get(&c, &format!("{}/{pod_name}", pods_url(&s))).await.0 == 404).then_some(())
+    })
+    .await;
+    let counters = s.admin().counters().await.unwrap();
+    assert_eq!(counters.max_live_jobs.get("run"), Some(&1));
+    assert_eq!(counters.live_jobs.get("run"), Some(&0));
+}
+
+#[tokio::test]
+async fn scripted_failure_and_crash() {
+    let (b, url) = FakeBackend::start().await;
+    let s = sim().await;
+    let c = client();
+    post(
+        &c,
+        &jobs_url(&s),
+        &driver_job(
+            "f1",
+            &url,
+            json!({"duration_ms": 40, "outcome": "failed"}),
+            30,
+            json!({}),
+        ),
+    )
+    .await;
+    post(
+        &c,
+        &jobs_url(&s),
+        &driver_job(
+            "c1",
+            &url,
+            json!({"duration_ms": 40, "crash_at": "running"}),
+            30,
+            json!({}),
+        ),
+    )
+    .await;
+    wait_condition(&s, &driver_name("f1"), "Complete").await;
+    let f = b
+        .calls()
+        .into_iter()
+        .find(|c| c.path == "/jobs/f1/status" && c.body["state"] == "failed")
+        .unwrap();
+    assert_eq!(f.body["failure_kind"], "agent");
+    let failed = wait_condition(&s, &driver_name("c1"), "Failed").await;
+    assert_eq!(
+        condition(&failed, "Failed").unwrap()["reason"],
+        "BackoffLimitExceeded"
+    );
+    assert_eq!(failed["status"]["failed"], 1);
+    let pod = driver_pod(&s, "c1").await;
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        1
+    );
+    assert_eq!(
+        sandboxes(&s, "c1").await.len(),
+        1,
+        "a crash leaves the sandbox behind"
+    );
+    assert!(
+        !b.summary()
+            .iter()
+            .any(|c| c.starts_with("/jobs/c1/status validating"))
+    );
+}
+
+#[tokio::test]
+async fn a_refused_report_makes_the_driver_delete_its_sandbox_and_exit() {
+    let (b, url) = FakeBackend::start().await;
+    b.behaviour.lock().unwrap().refuse_from = Some("running".into());
+    let s = sim().await;
+    post(
+        &client(),
+        &jobs_url(&s),
+        &driver_job("r1", &url, json!({"duration_ms": 100}), 30, json!({})),
+    )
+    .await;
+    wait_condition(&s, &driver_name("r1"), "Failed").await;
+    assert!(sandboxes(&s, "r1").await.is_empty());
+    assert_eq!(
+        b.summary(),
+        vec!["/jobs/r1/status starting", "/jobs/r1/status running"]
+    );
+    let log_pod = driver_pod(&s, "r1").await;
+    assert_eq!(
+        log_pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        1
+    );
+}
+
+#[tokio::test]
+async fn backend_errors_are_retried() {
+    let (b, url) = FakeBackend::start().await;
+    b.behaviour.lock().unwrap().fail_next = 2;
+    let s = sim().await;
+    post(
+        &client(),
+        &jobs_url(&s),
+        &driver_job(
+            "e1",
+            &url,
+            json!({"duration_ms": 40, "record": false}),
+            30,
+            json!({}),
+        ),
+    )
+    .await;
+    wait_condition(&s, &driver_name("e1"), "Complete").await;
+    let starts = b
+        .summary()
+        .iter()
+        .filter(|c| *c == "/jobs/e1/status starting")
+        .count();
+    assert_eq!(starts, 3, "{:?}", b.summary());
+    wait_reported(&b, "/jobs/e1/status succeeded").await;
+}
+
+#[tokio::test]
+async fn eviction_sends_sigterm_and_the_driver_hands_over() {
+    let (b, url) = FakeBackend::start().await;
+    let s = sim().await;
+    post(
+        &client(),
+        &jobs_url(&s),
+        &driver_job("v1", &url, json!({"hang": true}), 30, json!({})),
+    )
+    .await;
+    wait_reported(&b, "/jobs/v1/status running").await;
+    eventually("sandbox", SECS, || async {
+        sandboxes(&s, "v1").await.into_iter().next()
+    })
+    .await;
+    let pod = driver_pod(&s, "v1").await;
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    // watch the pod to see its DisruptionTarget before it goes
+    let c = client();
+    let rv = rv_of(&pod);
+    let mut w = WatchReader::open(
+        &c,
+        &format!(
+            "{}?watch=true&resourceVersion={rv}&fieldSelector=metadata.name%3D{name}",
+            pods_url(&s)
+        ),
+    )
+    .await;
+    s.admin().evict(NS, &name).await.unwrap();
+    let ev = w.next_change(SECS).await.unwrap();
+    let conds = ev["object"]["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let dt = conds
+        .iter()
+        .find(|c| c["type"] == "DisruptionTarget")
+        .expect("DisruptionTarget");
+    assert_eq!(dt["reason"], "EvictionByEvictionAPI");
+    let failed = wait_condition(&s, &driver_name("v1"), "Failed").await;
+    assert_eq!(failed["status"]["failed"], 1);
+    let calls = b.summary();
+    let tail: Vec<&String> = calls.iter().rev().take(2).collect();
+    assert_eq!(tail, vec!["/jobs/v1/status failed", "/jobs/v1/record"]);
+    let f = b
+        .calls()
+        .into_iter()
+        .find(|c| c.body["state"] == "failed")
+        .unwrap();
+    assert_eq!(f.body["failure_kind"], "infrastructure");
+    assert!(
+        sandboxes(&s, "v1").await.is_empty(),
+        "the sandbox is deleted after SIGTERM"
+    );
+    // the pod went through terminated (SIGTERM exit) and is removed
+    let mut saw_terminated = false;
+    loop {
+        let ev = w.next_change(SECS).await.unwrap();
+        if ev["object"]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
+        {
+            saw_terminated = true;
+        }
+        if ev["type"] == "DELETED" {
+            break;
+        }
+    }
+    assert!(saw_terminated);
+}
+
+#[tokio::test]
+async fn oom_kill_is_sigkill_with_no_cleanup() {
+    let (b, url) = FakeBackend::start().await;
+    let s = sim().await;
+    post(
+        &client(),
+        &jobs_url(&s),
+        &driver_job("o1", &url, json!({"hang": true}), 30, json!({})),
+    )
+    .await;
+    wait_reported(&b, "/jobs/o1/status running").await;
+    eventually("sandbox", SECS, || async {
+        sandboxes(&s, "o1").await.into_iter().next()
+    })
+    .await;
+    let pod = driver_pod(&s, "o1").await;
+    s.admin()
+        .oom_kill(NS, pod["metadata"]["name"].as_str().unwrap())
+        .await
+        .unwrap();
+    let failed = wait_condition(&s, &driver_name("o1"), "Failed").await;
+    assert_eq!(failed["status"]["failed"], 1);
+    let pod = driver_pod(&s, "o1").await;
+    let t = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(
+        (
+            t["reason"].as_str(),
+            t["exitCode"].as_i64(),
+            t["signal"].as_i64()
+        ),
+        (Some("OOMKilled"), Some(137), Some(9))
+    );
+    assert_eq!(pod["status"]["phase"], "Failed");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        sandboxes(&s, "o1").await.len(),
+        1,
+        "the sandbox is orphaned"
+    );
+    assert!(
+        !b.summary()
+            .iter()
+            .any(|c| c.contains("failed") || c.contains("record"))
+    );
+}
+
+#[tokio::test]
+async fn the_grace_period_is_honoured_then_sigkill() {
+    let (b, url) = FakeBackend::start().await;
+    b.behaviour.lock().unwrap().slow_failed = Some(Duration::from_secs(30));
+    let s = sim().await;
+    post(
+        &client(),
+        &jobs_url(&s),
+        &driver_job(
+            "g1",
+            &url,
+            json!({"hang": true, "record": false}),
+            1,
+            json!({}),
+        ),
+    )
+    .await;
+    wait_reported(&b, "/jobs/g1/status running").await;
+    let pod = driver_pod(&s, "g1").await;
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let c = client();
+    let mut w = WatchReader::open(
+        &c,
+        &format!(
+            "{}?watch=true&resourceVersion={}&fieldSelector=metadata.name%3D{name}",
+            pods_url(&s),
+            rv_of(&pod)
+        ),
+    )
+    .await;
+    s.admin().delete_pod(NS, &name, None).await.unwrap();
+    let mut exit = None;
+    loop {
+        let ev = w.next_change(SECS).await.unwrap();
+        if let Some(code) =
+            ev["object"]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+                .as_i64()
+        {
+            exit = Some(code);
+        }
+        if ev["type"] == "DELETED" {
+            break;
+        }
+    }
+    let took = started.elapsed();
+    assert_eq!(exit, Some(137), "killed after the grace period");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    let failed = wait_condition(&s, &driver_name("g1"), "Failed").await;
+    assert_eq!(
+        failed["status"]["failed"], 1,
+        "a pod deleted under a running Job counts failed"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_pod_under_a_running_job_fails_the_job() {
+    let s = sim().await;
+    post(&client(), &jobs_url(&s), &plain_job("d1", json!({}), 300.0)).await;
+    let pod = eventually("pod", SECS, || async {
+        pods(&s, NS, "job-name%3Dd1").await.into_iter().next()
+    })
+    .await;
+    s.admin()
+        .delete_pod(NS, pod["metadata"]["name"].as_str().unwrap(), Some(0))
+        .await
+        .unwrap();
+    let failed = wait_condition(&s, "d1", "Failed").await;
+    assert_eq!(failed["status"]["failed"], 1);
+    assert!(failed["status"]["active"].is_null());
+    assert!(
+        pods(&s, NS, "job-name%3Dd1").await.is_empty(),
+        "backoffLimit 0: no second pod"
+    );
+}
+
+#[tokio::test]
+async fn a_job_that_never_gets_a_pod_hits_its_deadline() {
+    let s = sim_with(|o| o.speed = 20.0).await;
+    s.admin().never_pod_next(1).await.unwrap();
+    let mut j = plain_job("n1", json!({}), 1.0);
+    j["spec"]["activeDeadlineSeconds"] = json!(10);
+    post(&client(), &jobs_url(&s), &j).await;
+    s.admin().never_pod_named("n2").await.unwrap();
+    post(&client(), &jobs_url(&s), &plain_job("n2", json!({}), 1.0)).await;
+    post(&client(), &jobs_url(&s), &plain_job("ok", json!({}), 1.0)).await;
+    wait_condition(&s, "ok", "Complete").await;
+    assert!(pods(&s, NS, "job-name%3Dn1").await.is_empty());
+    assert!(pods(&s, NS, "job-name%3Dn2").await.is_empty());
+    let failed = wait_condition(&s, "n1", "Failed").await;
+    assert_eq!(
+        condition(&failed, "Failed").unwrap()["reason"],
+        "DeadlineExceeded"
+    );
+    assert!(failed["status"]["failed"].is_null(), "no pod ever failed");
+}
+
+#[tokio::test]
+async fn active_deadline_terminates_a_running_driver() {
+    let (b, url) = FakeBackend::start().await;
+    let s = sim_with(|o| o.speed = 10.0).await;
+    post(
+        &client(),
+        &jobs_url(&s),
+        &driver_job(
+            "a1",
+            &url,
+            json!({"hang": true}),
+            30,
+            json!({"activeDeadlineSeconds": 5}),
+        ),
+    )
+    .await;
+    let failed = wait_condition(&s, &driver_name("a1"), "Failed").await;
+    assert_eq!(
+        condition(&failed, "Failed").unwrap()["reason"],
+        "DeadlineExceeded"
+    );
+    assert!(condition(&failed, "FailureTarget").is_some());
+    assert_eq!(failed["status"]["failed"], 1);
+    wait_reported(&b, "/jobs/a1/status failed").await;
+    assert!(sandboxes(&s, "a1").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_node_crash_removes_every_pod_at_once() {
+    let (b, url) = FakeBackend::start().await;
+    let s = sim().await;
+    for id in ["k1", "k2"] {
+        post(
+            &client(),
+            &jobs_url(&s),
+            &driver_job(id, &url, json!({"hang": true}), 30, json!({})),
+        )
+        .await;
+    }
+    for id in ["k1", "k2"] {
+        eventually("sandbox", SECS, || async {
+            sandboxes(&s, id).await.into_iter().next()
+        })
+        .await;
+    }
+    let before = b.calls().len();
+    let removed = s.admin().crash_node().await.unwrap();
+    assert_eq!(removed, 4, "two drivers and two sandboxes");
+    assert!(pods(&s, NS, "").await.is_empty() && sandboxes(&s, "k1").await.is_empty());
+    for id in ["k1", "k2"] {
+        let failed = wait_condition(&s, &driver_name(id), "Failed").await;
+        assert_eq!(failed["status"]["failed"], 1);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        b.calls().len(),
+        before,
+        "no program got to clean up or report"
+    );
+}
+
+#[tokio::test]
+async fn a_publisher_posts_its_result() {
+    let (b, url) = FakeBackend::start().await;
+    let s = sim().await;
+    let labels = json!({"tcab.dev/job-kind": "publish", "tcab.dev/job-id": "p1"});
+    let job = json!({
+        "metadata": {"name": "tcab-publisher-p1-abcd1234", "labels": labels},
+        "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": {"restartPolicy": "Never",
+            "containers": [{"name": "publisher", "image": "pub:1", "env": [
+                {"name": "TCAB_BACKEND_URL", "value": url},
+                {"name": "TCAB_PUBLISH_JOB_ID", "value": "p1"},
+                {"name": "TCAB_JOB_TOKEN", "value": "ptok"},
+                {"name": "TCAB_PUBLISH_REQUEST", "value": r#"{"sim":{"duration_ms":50,"outcome":"failed"}}"#}]}]}}}
+    });
+    post(&client(), &jobs_url(&s), &job).await;
+    wait_condition(&s, "tcab-publisher-p1-abcd1234", "Complete").await;
+    let calls = b.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        (calls[0].path.as_str(), calls[0].token.as_str()),
+        ("/publish-jobs/p1/result", "ptok")
+    );
+    assert_eq!(calls[0].body["outcome"], "failed");
+    assert_eq!(
+        s.admin()
+            .counters()
+            .await
+            .unwrap()
+            .max_live_jobs
+            .get("publish"),
+        Some(&1)
+    );
+}
+
+#[tokio::test]
+async fn max_live_jobs_are_counted_per_lane() {
+    let s = sim_with(|o| {
+        o.timing = Timing {
+            default_job_pod_run: Duration::from_secs(300),
+            ..Timing::default()
+        }
+    })
+    .await;
+    let c = client();
+    for n in ["r1", "r2", "r3"] {
+        post(
+            &c,
+            &jobs_url(&s),
+            &plain_job(n, json!({"tcab.dev/job-kind": "other"}), 0.2),
+        )
+        .await;
+    }
+    for n in ["r1", "r2", "r3"] {
+        wait_condition(&s, n, "Complete").await;
+    }
+    post(
+        &c,
+        &jobs_url(&s),
+        &plain_job("r4", json!({"tcab.dev/job-kind": "other"}), 0.2),
+    )
+    .await;
+    let counters = s.admin().counters().await.unwrap();
+    assert_eq!(counters.max_live_jobs.get("other"), Some(&3));
+    assert_eq!(counters.live_jobs.get("other"), Some(&1));
+}

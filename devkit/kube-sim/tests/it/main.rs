@@ -1,0 +1,9 @@
+//! Integration tests of the sim over real HTTP (one test binary).
+
+mod api;
+mod backend;
+mod cli;
+mod common;
+mod kube_client;
+mod kubectl;
+mod lifecycle;
