@@ -28,6 +28,8 @@ pub struct LaneState {
     failures: u32,
     /// The lane holds until then.
     backoff_until: Option<Instant>,
+    /// The last claim was empty: the lane rests until then.
+    rest_until: Option<Instant>,
     /// Created Job name -> when it was created, until the cache shows it.
     unseen: BTreeMap<String, Instant>,
     /// The reason the lane was last held, for logging only changes at info.
@@ -43,6 +45,11 @@ impl LaneState {
     /// Until when the lane backs off, if it does.
     pub fn backoff_until(&self) -> Option<Instant> {
         self.backoff_until
+    }
+
+    /// Until when the lane rests after an empty claim, if it does.
+    pub fn rest_until(&self) -> Option<Instant> {
+        self.rest_until
     }
 
     /// Names created that the cache has not shown yet, sorted.
@@ -69,11 +76,15 @@ impl LaneState {
         self.unseen.insert(name.to_owned(), now);
         self.failures = 0;
         self.backoff_until = None;
+        self.rest_until = None;
     }
 
-    /// A claim came back empty or the lane otherwise succeeded without a Job.
-    pub fn record_quiet(&mut self) {
+    /// A claim came back empty: nothing to admit until `until` (one poll
+    /// interval on), so a busy other lane does not make this one claim an
+    /// empty queue on every tick. Ends a claim-failure wait.
+    pub fn record_empty(&mut self, until: Instant) {
         self.backoff_until = None;
+        self.rest_until = Some(until);
     }
 
     /// A Job creation failed: back off exponentially, up to [`MAX_BACKOFF`].
@@ -101,6 +112,7 @@ impl LaneState {
                 (HoldReason::GateClosed { why: x }, HoldReason::GateClosed { why: y }) => x == y,
                 (HoldReason::LaneFull { .. }, HoldReason::LaneFull { .. }) => true,
                 (HoldReason::BackingOff { .. }, HoldReason::BackingOff { .. }) => true,
+                (HoldReason::Resting { .. }, HoldReason::Resting { .. }) => true,
                 (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
             },
             _ => false,
@@ -170,8 +182,11 @@ mod tests {
         lane.record_claim_failure(t0, Duration::from_secs(5));
         assert_eq!(lane.backoff_until(), Some(t0 + Duration::from_secs(5)));
         assert_eq!(lane.failures(), 1);
-        lane.record_quiet();
+        lane.record_empty(t0 + Duration::from_secs(1));
         assert_eq!(lane.backoff_until(), None);
+        assert_eq!(lane.rest_until(), Some(t0 + Duration::from_secs(1)));
+        lane.record_created("x", t0);
+        assert_eq!(lane.rest_until(), None);
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct LaneInput {
     pub created_unseen: Vec<String>,
     /// The lane is backing off until then (consecutive failures).
     pub backoff_until: Option<Instant>,
+    /// The lane's last claim came back empty; it rests until then.
+    pub rest_until: Option<Instant>,
     /// The admission gate's answer for this lane.
     pub gate: GateState,
 }
@@ -81,6 +83,12 @@ pub enum HoldReason {
         /// When the lane may try again.
         until: Instant,
     },
+    /// The lane's last claim came back empty: it claims again at `until`
+    /// (one poll interval later), as an idle admitter would.
+    Resting {
+        /// When the lane claims again.
+        until: Instant,
+    },
     /// The lane has `in_flight` non-terminal Jobs against a cap of `cap`.
     LaneFull {
         /// Live cached Jobs plus created-but-unseen Jobs of the lane.
@@ -101,6 +109,7 @@ impl fmt::Display for HoldReason {
             HoldReason::Disabled => f.write_str("lane disabled"),
             HoldReason::CacheNotReady => f.write_str("job cache not ready yet"),
             HoldReason::BackingOff { .. } => f.write_str("backing off after failures"),
+            HoldReason::Resting { .. } => f.write_str("queue was empty at the last claim"),
             HoldReason::LaneFull { in_flight, cap } => write!(f, "lane full ({in_flight}/{cap})"),
             HoldReason::GateClosed { why } => write!(f, "admission gate closed: {why}"),
         }
@@ -166,7 +175,8 @@ pub fn in_flight(jobs: &[JobSummary], lane: Lane, created_unseen: &[String]) -> 
 }
 
 /// Decides one lane. The checks run in a fixed order, so the reason given is
-/// the first that holds: disabled, cache not ready, backing off, full, gate.
+/// the first that holds: disabled, cache not ready, backing off, resting,
+/// full, gate.
 pub fn decide_lane(snapshot: &Snapshot, lane: Lane) -> Decision {
     let input = snapshot.lane(lane);
     if !input.enabled {
@@ -179,6 +189,11 @@ pub fn decide_lane(snapshot: &Snapshot, lane: Lane) -> Decision {
         && until > snapshot.now
     {
         return Decision::Hold(HoldReason::BackingOff { until });
+    }
+    if let Some(until) = input.rest_until
+        && until > snapshot.now
+    {
+        return Decision::Hold(HoldReason::Resting { until });
     }
     let n = in_flight(&snapshot.jobs, lane, &input.created_unseen);
     if n >= input.cap {
@@ -236,6 +251,7 @@ mod tests {
             cap,
             created_unseen: vec![],
             backoff_until: None,
+            rest_until: None,
             gate: GateState::Open,
         }
     }
@@ -302,6 +318,9 @@ mod tests {
             Decision::Hold(HoldReason::BackingOff { until })
         );
         s.run.backoff_until = Some(s.now);
+        s.run.rest_until = Some(until);
+        assert_eq!(plan(&s).run, Decision::Hold(HoldReason::Resting { until }));
+        s.run.rest_until = None;
         assert_eq!(
             plan(&s).run,
             Decision::Hold(HoldReason::LaneFull {
@@ -354,15 +373,19 @@ mod tests {
             0u32..6,
             proptest::collection::vec(0u8..30, 0..4),
             proptest::option::of(0u64..10),
+            proptest::option::of(0u64..10),
             arb_gate(),
         )
-            .prop_map(move |(enabled, cap, unseen, backoff, gate)| LaneInput {
-                enabled,
-                cap,
-                created_unseen: unseen.into_iter().map(|n| format!("{prefix}{n}")).collect(),
-                backoff_until: backoff.map(|s| base_instant() + Duration::from_secs(s)),
-                gate,
-            })
+            .prop_map(
+                move |(enabled, cap, unseen, backoff, rest, gate)| LaneInput {
+                    enabled,
+                    cap,
+                    created_unseen: unseen.into_iter().map(|n| format!("{prefix}{n}")).collect(),
+                    backoff_until: backoff.map(|s| base_instant() + Duration::from_secs(s)),
+                    rest_until: rest.map(|s| base_instant() + Duration::from_secs(s)),
+                    gate,
+                },
+            )
     }
 
     fn base_instant() -> Instant {

@@ -13,13 +13,20 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tcab_proto::vault::RenewalStatus;
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::cluster::OwnedJobs;
 use tcab_shared::config::AdmitterConfig;
 use tcab_shared::job_builder::JobSettings;
 use tcab_shared::tick::{Shutdown, TickOutcome, run_loop};
+
+/// How long an open gate answer is reused while the admitter is busy.
+/// Far below the lease-keeper's poll interval (a failed renewal round is
+/// seen within this), and it spares a gate call on most busy ticks; a
+/// closed answer is never reused, and the answer's age keeps counting.
+pub const GATE_REUSE: Duration = Duration::from_millis(250);
 
 /// What the admitter reads from its configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +37,11 @@ pub struct AdmitterSettings {
     pub max_publish_inflight: u32,
     /// How old the lease-keeper's last renewal round may be.
     pub gate_max_age: Duration,
-    /// The poll interval; also how long a lane waits after a failed claim.
+    /// How long an answer of the gate that opened both lanes is reused
+    /// before the gate is asked again ([`GATE_REUSE`]; zero asks every tick).
+    pub gate_reuse: Duration,
+    /// The poll interval; also how long a lane waits after a failed or an
+    /// empty claim before it claims again.
     pub poll_interval: Duration,
     /// What the Job builders read (the publisher image opens the publish lane).
     pub jobs: JobSettings,
@@ -43,6 +54,7 @@ impl AdmitterSettings {
             max_inflight: config.max_inflight,
             max_publish_inflight: config.max_publish_inflight,
             gate_max_age: config.gate_max_age,
+            gate_reuse: GATE_REUSE,
             poll_interval: config.common.poll_interval,
             jobs: config.jobs.clone(),
         }
@@ -95,6 +107,8 @@ pub struct Admitter {
     clock: Arc<dyn Clock>,
     run: LaneState,
     publish: LaneState,
+    /// The last gate answer that opened both lanes, and when it came.
+    open_gate: Option<(Instant, RenewalStatus)>,
 }
 
 impl fmt::Debug for Admitter {
@@ -153,6 +167,7 @@ impl Admitter {
             clock,
             run: LaneState::default(),
             publish: LaneState::default(),
+            open_gate: None,
         }
     }
 
@@ -178,6 +193,7 @@ impl Admitter {
             cap: self.settings.cap(lane),
             created_unseen: state.created_unseen(),
             backoff_until: state.backoff_until(),
+            rest_until: state.rest_until(),
             gate,
         }
     }
@@ -197,11 +213,33 @@ impl Admitter {
         }
     }
 
-    /// Asks the gate, turning an unreachable lease-keeper into a closed gate.
-    async fn read_gate(&self) -> LaneGates {
+    /// Reads the gate: a recent answer that opened both lanes is reused
+    /// (aged by the time since), else the lease-keeper is asked; an
+    /// unreachable lease-keeper is a closed gate.
+    async fn read_gate(&mut self) -> LaneGates {
+        let max_age = self.settings.gate_max_age;
+        let now = self.clock.now();
+        if let Some((at, status)) = &self.open_gate {
+            let since = now.saturating_duration_since(*at);
+            if since < self.settings.gate_reuse {
+                let mut aged = status.clone();
+                aged.age_ms = aged.age_ms.saturating_add(since.as_millis() as u64);
+                let gates = lane_gates(Ok(&aged), max_age);
+                if gates.run.is_open() && gates.publish.is_open() {
+                    return gates;
+                }
+            }
+        }
+        self.open_gate = None;
         match self.vault.last_renewal().await {
-            Ok(status) => lane_gates(Ok(&status), self.settings.gate_max_age),
-            Err(error) => lane_gates(Err(&error.to_string()), self.settings.gate_max_age),
+            Ok(status) => {
+                let gates = lane_gates(Ok(&status), max_age);
+                if gates.run.is_open() && gates.publish.is_open() {
+                    self.open_gate = Some((self.clock.now(), status));
+                }
+                gates
+            }
+            Err(error) => lane_gates(Err(&error.to_string()), max_age),
         }
     }
 
@@ -274,7 +312,7 @@ impl Admitter {
         }
     }
 
-    fn record(&mut self, lane: Lane, outcome: &LaneOutcome, now: std::time::Instant) {
+    fn record(&mut self, lane: Lane, outcome: &LaneOutcome, now: Instant) {
         let retry = self.settings.poll_interval;
         let state = self.lane_state_mut(lane);
         match outcome {
@@ -287,7 +325,7 @@ impl Admitter {
                 tracing::info!(%lane, job_id, job = %job_name, "lost race: the Job already exists");
             }
             LaneOutcome::Empty => {
-                state.record_quiet();
+                state.record_empty(now + retry);
                 tracing::debug!(%lane, "claim empty: nothing queued");
             }
             LaneOutcome::ClaimFailed(error) => {

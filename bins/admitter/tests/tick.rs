@@ -407,3 +407,45 @@ async fn the_cache_not_ready_holds_every_lane() {
     );
     assert_eq!(rig.backend.requests(Lane::Run), 0);
 }
+
+#[tokio::test]
+async fn an_open_gate_answer_is_reused_briefly_and_a_closed_one_never() {
+    let rig = Rig::start().await;
+    rig.backend.queue(Lane::Run, 10);
+    let config = rig.config(&[("TCAB_PUBLISHER_IMAGE", "")]);
+    let reuse = tcab_admitter::run::GATE_REUSE;
+    let mut admitter = rig.admitter_reusing_gate(&config, ready_cache(), rig.gate.addr, reuse);
+    admitter.tick().await;
+    assert_eq!(rig.gate.gate_calls(), 1);
+    // Within the window the open answer stands, even though renewals now fail.
+    rig.gate.set_status(tcab_proto::vault::RenewalStatus {
+        runs_renewed: false,
+        ..renewed()
+    });
+    rig.clock.advance(reuse / 2);
+    assert!(admitter.tick().await.plan.run.admits());
+    assert_eq!(rig.gate.gate_calls(), 1);
+    // Past it the gate is asked again, and the closed answer is asked anew each tick.
+    rig.clock.advance(reuse);
+    assert!(!admitter.tick().await.plan.run.admits());
+    assert!(!admitter.tick().await.plan.run.admits());
+    assert_eq!(rig.gate.gate_calls(), 3);
+    assert_eq!(rig.backend.requests(Lane::Run), 2);
+    // An open answer whose age, counted on, passes the max is not reused.
+    rig.gate.set_status(tcab_proto::vault::RenewalStatus {
+        age_ms: 59_990,
+        ..renewed()
+    });
+    assert!(admitter.tick().await.plan.run.admits());
+    rig.clock.advance(std::time::Duration::from_millis(20));
+    let report = admitter.tick().await;
+    assert_eq!(
+        rig.gate.gate_calls(),
+        5,
+        "re-asked: the reused answer would be too old"
+    );
+    assert!(
+        report.plan.run.admits(),
+        "the lease-keeper still says 59.99 s"
+    );
+}

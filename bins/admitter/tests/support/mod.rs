@@ -80,16 +80,33 @@ impl Rig {
         cache: OwnedJobs,
         vault: SocketAddr,
     ) -> Admitter {
-        let settings = VaultSettings {
+        // Tick tests change the gate between ticks: ask it on every tick
+        // (the reuse window has its own test).
+        self.admitter_reusing_gate(config, cache, vault, Duration::ZERO)
+    }
+
+    /// As [`Rig::admitter_with`], reusing an open gate answer for `gate_reuse`.
+    pub fn admitter_reusing_gate(
+        &self,
+        config: &AdmitterConfig,
+        cache: OwnedJobs,
+        vault: SocketAddr,
+        gate_reuse: Duration,
+    ) -> Admitter {
+        let vault_settings = VaultSettings {
             call_timeout: Duration::from_secs(2),
             put_attempts: 3,
             put_retry_delay: Duration::from_millis(1),
         };
+        let settings = AdmitterSettings {
+            gate_reuse,
+            ..AdmitterSettings::from_config(config)
+        };
         Admitter::new(
-            AdmitterSettings::from_config(config),
+            settings,
             backend_client(&self.backend.url),
             fake_kube::jobs_api(&self.kube),
-            VaultClient::connect_lazy(vault, settings).unwrap(),
+            VaultClient::connect_lazy(vault, vault_settings).unwrap(),
             cache,
             self.clock.clone(),
         )
