@@ -711,6 +711,19 @@ fn quantity(
     }
 }
 
+/// The driver's managed-by value must differ from the dispatcher's: the reaper
+/// tells a sandbox from the driver's own pod (same job id) by that label alone.
+fn distinct_managed_by(dispatcher: &str, driver: &str) -> Result<(), ConfigError> {
+    if dispatcher == driver {
+        return Err(ConfigError::Invalid {
+            var: "TCAB_DRIVER_MANAGED_BY",
+            expected: "a value different from TCAB_DISPATCHER_MANAGED_BY (sandboxes must be told from driver pods)",
+            got: driver.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 fn common(raw: &RawEnv) -> Result<CommonConfig, ConfigError> {
     let log_format = match set(&raw.tcab_dispatcher_log_format)
         .map(str::to_ascii_lowercase)
@@ -941,6 +954,7 @@ impl BinaryConfig for AdmitterConfig {
         if let Some(ns) = set(&raw.tcab_k8s_namespace) {
             check_name("TCAB_K8S_NAMESPACE", ns)?;
         }
+        distinct_managed_by(&jobs.managed_by, &jobs.driver_managed_by)?;
         Ok(AdmitterConfig {
             max_inflight: number(
                 "TCAB_DISPATCHER_MAX_INFLIGHT",
@@ -1003,14 +1017,17 @@ impl BinaryConfig for ReaperConfig {
 
     fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let raw = &env.raw;
+        let common = common(raw)?;
+        let driver_managed_by = label_value(
+            "TCAB_DRIVER_MANAGED_BY",
+            &raw.tcab_driver_managed_by,
+            "tcab-driver",
+        )?;
+        distinct_managed_by(&common.managed_by, &driver_managed_by)?;
         Ok(ReaperConfig {
-            common: common(raw)?,
+            common,
             sandbox_namespace: name("TCAB_K8S_NAMESPACE", &raw.tcab_k8s_namespace, None)?,
-            driver_managed_by: label_value(
-                "TCAB_DRIVER_MANAGED_BY",
-                &raw.tcab_driver_managed_by,
-                "tcab-driver",
-            )?,
+            driver_managed_by,
             orphan_sweep: boolean(
                 "TCAB_DISPATCHER_ORPHAN_SWEEP",
                 &raw.tcab_dispatcher_orphan_sweep,

@@ -242,6 +242,16 @@ fn lease_keeper_and_reaper_read_their_own_variables() {
     .expect("valid");
     assert_eq!(r.sandbox_namespace.as_deref(), Some("sandboxes"));
     assert!(!r.orphan_sweep);
+    let e = ReaperConfig::from_vars(vars(&[
+        ("TCAB_DISPATCHER_MANAGED_BY", "same"),
+        ("TCAB_DRIVER_MANAGED_BY", "same"),
+    ]))
+    .expect_err("the reaper could not tell sandboxes from driver pods")
+    .to_string();
+    assert!(
+        e.starts_with("TCAB_DRIVER_MANAGED_BY: expected a value different"),
+        "{e}"
+    );
 }
 
 #[test]
