@@ -161,7 +161,7 @@ pub async fn admit(lane: Lane, deps: AdmitDeps<'_>) -> LaneOutcome {
         .await
     {
         tracing::warn!(
-            %lane, job_id, %error,
+            %lane, job_id = %job_id, %error,
             "could not hand the per-job token to the vault; a death of this Job is left to lost-job detection"
         );
     }

@@ -318,11 +318,11 @@ impl Admitter {
         match outcome {
             LaneOutcome::Admitted { job_id, job_name } => {
                 state.record_created(job_name, now);
-                tracing::info!(%lane, job_id, job = %job_name, "admitted");
+                tracing::info!(%lane, job_id = %job_id, job = %job_name, "admitted");
             }
             LaneOutcome::AlreadyExists { job_id, job_name } => {
                 state.record_created(job_name, now);
-                tracing::info!(%lane, job_id, job = %job_name, "lost race: the Job already exists");
+                tracing::info!(%lane, job_id = %job_id, job = %job_name, "lost race: the Job already exists");
             }
             LaneOutcome::Empty => {
                 state.record_empty(now + retry);
@@ -340,7 +340,7 @@ impl Admitter {
                 let delay = state.record_create_failure(now);
                 let failures = state.failures();
                 tracing::error!(
-                    %lane, job_id, job = %job_name, reason = %error_chain(reason),
+                    %lane, job_id = %job_id, job = %job_name, reason = %error_chain(reason),
                     failures, backoff_ms = delay.as_millis() as u64,
                     "Job creation failed; the claim will lapse and the backend requeues the job"
                 );
