@@ -13,7 +13,10 @@ pub fn init(format: LogFormat) {
         },
         _ => (EnvFilter::new("info"), None),
     };
+    // Colour only for a person at a terminal, never into a log file or pipe.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
+        .with_ansi(ansi)
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let installed = match format {

@@ -65,6 +65,8 @@ pub struct Keeper {
     reported_runs: BTreeSet<JobId>,
     /// Publishes reported lost, kept while the backend still lists them.
     reported_publishes: BTreeSet<JobId>,
+    /// The ids each lane renewed last, so only a change is logged at info.
+    last_renewed: [BTreeSet<JobId>; 2],
 }
 
 impl Keeper {
@@ -90,6 +92,7 @@ impl Keeper {
             handled_deaths: BTreeSet::new(),
             reported_runs: BTreeSet::new(),
             reported_publishes: BTreeSet::new(),
+            last_renewed: [BTreeSet::new(), BTreeSet::new()],
         }
     }
 
@@ -170,7 +173,7 @@ impl Keeper {
     }
 
     async fn renew(
-        &self,
+        &mut self,
         lane: Lane,
         ids: &[JobId],
         problems: &mut Vec<String>,
@@ -182,8 +185,16 @@ impl Keeper {
         match result {
             Ok(renewal) => {
                 let renewed: Vec<JobId> = renewal.leases.into_iter().map(|l| l.id).collect();
-                if !renewed.is_empty() {
-                    tracing::info!(%lane, count = renewed.len(), job_ids = ?renewed, "renewed {} {lane} leases", renewed.len());
+                let now: BTreeSet<JobId> = renewed.iter().cloned().collect();
+                let last = &mut self.last_renewed[lane as usize];
+                if now != *last {
+                    // A state change: which leases this lane now keeps alive.
+                    let started: Vec<&JobId> = now.difference(last).collect();
+                    let stopped: Vec<&JobId> = last.difference(&now).collect();
+                    tracing::info!(%lane, count = now.len(), ?started, ?stopped, "renewed {} {lane} leases", now.len());
+                    *last = now;
+                } else {
+                    tracing::debug!(%lane, count = renewed.len(), "renewed {} {lane} leases (unchanged)", renewed.len());
                 }
                 if renewed.len() < ids.len() {
                     let left: Vec<&JobId> = ids.iter().filter(|id| !renewed.contains(id)).collect();
