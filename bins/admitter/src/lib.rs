@@ -3,7 +3,16 @@
 //! admission lanes, each under its own cap.
 //!
 //! The decision of a tick is the pure [`plan::plan`] over a snapshot; the
-//! rest of the crate gathers that snapshot and carries the decision out.
+//! rest of the crate gathers that snapshot and carries the decision out:
+//!
+//! - [`plan`]: per-lane decision (admit, or hold with its reason), pure;
+//! - [`gate`]: the lease-keeper's renewal status read into a gate per lane, pure;
+//! - [`lanes`]: what each lane remembers between ticks (back-off, rest after
+//!   an empty claim, Jobs created that the cache has not shown yet);
+//! - [`vault`]: the gRPC client of the token vault and the admission gate;
+//! - [`admit`]: one admission (claim, vault `Put`, create the Job);
+//! - [`run`]: the tick and the loop (`run(config, deps, shutdown)`);
+//! - [`clock`]: the injected clock.
 
 pub mod admit;
 pub mod clock;
