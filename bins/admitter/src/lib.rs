@@ -11,7 +11,7 @@
 //!   an empty claim, Jobs created that the cache has not shown yet);
 //! - [`vault`]: the gRPC client of the token vault and the admission gate;
 //! - [`admit`]: one admission (claim, vault `Put`, create the Job);
-//! - [`run`]: the tick and the loop (`run(config, deps, shutdown)`);
+//! - [`mod@run`]: the tick and the loop (`run(config, deps, shutdown)`);
 //! - [`clock`]: the injected clock.
 
 pub mod admit;
