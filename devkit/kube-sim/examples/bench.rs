@@ -8,7 +8,11 @@ use std::time::Instant;
 use tcab_kube_sim::{SimOptions, spawn};
 
 fn job(i: usize) -> Value {
-    let kind = if i.is_multiple_of(5) { "publish" } else { "run" };
+    let kind = if i.is_multiple_of(5) {
+        "publish"
+    } else {
+        "run"
+    };
     json!({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": format!("tcab-driver-bench-{i:05}"), "labels": {

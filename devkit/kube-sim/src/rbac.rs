@@ -21,6 +21,22 @@ pub struct PolicyRule {
     /// When not empty, only these object names.
     #[serde(default)]
     pub resource_names: Vec<String>,
+    /// Where the rule applies (from the Role's kind and namespace).
+    #[serde(skip)]
+    pub scope: RuleScope,
+}
+
+/// Where a rule applies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RuleScope {
+    /// A Role without `metadata.namespace`: every namespace (as if created
+    /// in whichever namespace is asked about), never cluster-wide calls.
+    #[default]
+    AnyNamespace,
+    /// A Role in this namespace only.
+    Namespace(String),
+    /// A ClusterRole: every namespace and cluster-wide (all-namespaces) calls.
+    Cluster,
 }
 
 #[derive(Debug, Deserialize)]
@@ -28,7 +44,15 @@ struct RoleDoc {
     #[serde(default)]
     kind: String,
     #[serde(default)]
+    metadata: RoleMeta,
+    #[serde(default)]
     rules: Vec<PolicyRule>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RoleMeta {
+    #[serde(default)]
+    namespace: Option<String>,
 }
 
 /// The request attributes RBAC decides on.
@@ -44,7 +68,7 @@ pub struct Attributes<'a> {
     pub subresource: Option<&'a str>,
     /// Object name, for named calls.
     pub name: Option<&'a str>,
-    /// Namespace.
+    /// Namespace ("" for a cluster-wide, all-namespaces call).
     pub namespace: &'a str,
 }
 
@@ -83,7 +107,9 @@ fn allows(list: &[String], value: &str) -> bool {
 
 impl Rbac {
     /// Parses a manifest (one or more YAML documents); every `kind: Role` (or
-    /// `ClusterRole`) document's rules are taken.
+    /// `ClusterRole`) document's rules are taken. A Role's rules apply in its
+    /// `metadata.namespace` only (in every namespace when it names none); a
+    /// ClusterRole's apply everywhere. Other documents are ignored.
     pub fn parse(yaml: &str, token: &str) -> Result<Self, RbacError> {
         let mut rules = Vec::new();
         let mut found = false;
@@ -93,10 +119,17 @@ impl Rbac {
                 continue;
             }
             let role: RoleDoc = serde_yaml::from_value(v).map_err(RbacError::Parse)?;
-            if role.kind == "Role" || role.kind == "ClusterRole" {
-                found = true;
-                rules.extend(role.rules);
-            }
+            let scope = match (role.kind.as_str(), role.metadata.namespace) {
+                ("ClusterRole", _) => RuleScope::Cluster,
+                ("Role", Some(ns)) if !ns.is_empty() => RuleScope::Namespace(ns),
+                ("Role", _) => RuleScope::AnyNamespace,
+                _ => continue,
+            };
+            found = true;
+            rules.extend(role.rules.into_iter().map(|r| PolicyRule {
+                scope: scope.clone(),
+                ..r
+            }));
         }
         if !found {
             return Err(RbacError::NoRole);
@@ -123,7 +156,13 @@ impl Rbac {
             None => a.resource.to_string(),
         };
         self.rules.iter().any(|r| {
-            allows(&r.verbs, a.verb)
+            let in_scope = match &r.scope {
+                RuleScope::Cluster => true,
+                RuleScope::AnyNamespace => !a.namespace.is_empty(),
+                RuleScope::Namespace(ns) => ns == a.namespace,
+            };
+            in_scope
+                && allows(&r.verbs, a.verb)
                 && allows(&r.api_groups, a.group)
                 && (allows(&r.resources, &resource)
                     || (a.subresource.is_some()
@@ -202,6 +241,28 @@ rules:
     }
 
     #[test]
+    fn roles_are_namespaced() {
+        let yaml = "kind: Role\nmetadata: {namespace: tcab}\nrules: [{apiGroups: [''], resources: [pods], verbs: [list]}]\n---\n\
+kind: Role\nmetadata: {namespace: sandboxes}\nrules: [{apiGroups: [''], resources: [pods], verbs: [delete]}]\n---\n\
+kind: ClusterRole\nrules: [{apiGroups: [batch], resources: ['*'], verbs: [get]}]\n";
+        let r = Rbac::parse(yaml, "t").unwrap();
+        let at = |verb, group, resource, ns| Attributes {
+            verb,
+            group,
+            resource,
+            subresource: None,
+            name: None,
+            namespace: ns,
+        };
+        assert!(r.allows(&at("list", "", "pods", "tcab")));
+        assert!(!r.allows(&at("list", "", "pods", "sandboxes")));
+        assert!(r.allows(&at("delete", "", "pods", "sandboxes")));
+        assert!(!r.allows(&at("delete", "", "pods", "tcab")));
+        assert!(r.allows(&at("get", "batch", "jobs", "")));
+        assert!(r.allows(&at("get", "batch", "jobs", "anywhere")));
+    }
+
+    #[test]
     fn grants_exactly_the_rules() {
         let r = Rbac::parse(ROLE, "t").unwrap();
         assert!(r.allows(&a("create", "batch", "jobs", None)));
@@ -214,6 +275,14 @@ rules:
         assert!(!r.allows(&a("get", "batch", "jobs", Some("status"))));
         assert!(!r.allows(&a("create", "", "jobs", None)));
         assert!(Rbac::parse("kind: ServiceAccount\n", "t").is_err());
+        let everywhere = Attributes {
+            namespace: "",
+            ..a("list", "batch", "jobs", None)
+        };
+        assert!(
+            !r.allows(&everywhere),
+            "a Role never grants a cluster-wide call"
+        );
         let msg = Rbac::forbidden_message(&a("create", "", "pods", None));
         assert!(msg.contains("cannot create resource \"pods\""));
     }

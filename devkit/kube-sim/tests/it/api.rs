@@ -713,3 +713,48 @@ async fn discovery_documents() {
     assert_eq!(t["columnDefinitions"][0]["name"], "Name");
     assert_eq!(t["rows"][0]["cells"][0], "a");
 }
+
+#[tokio::test]
+async fn the_charts_role_is_enforced_in_its_namespace_only() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../charts/tcab-dispatcher/tests/role.golden.yaml");
+    let Ok(yaml) = std::fs::read_to_string(&path) else {
+        println!("SKIP: no rendered chart Role at {}", path.display());
+        return;
+    };
+    let s = sim_with(|o| o.rbac = Some(Rbac::parse(&yaml, "dispatcher-token").unwrap())).await;
+    let c = client();
+    let job = plain_job("j", json!({}), 0.1);
+    let other_ns = format!("{}/apis/batch/v1/namespaces/elsewhere/jobs", s.url());
+    let r = c
+        .post(&other_ns)
+        .bearer_auth("dispatcher-token")
+        .json(&job)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403, "the Role is namespaced");
+    let all_ns = format!("{}/apis/batch/v1/jobs", s.url());
+    assert_eq!(
+        c.get(&all_ns)
+            .bearer_auth("dispatcher-token")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        403
+    );
+    let r = c
+        .post(jobs_url(&s))
+        .bearer_auth("dispatcher-token")
+        .json(&job)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        201,
+        "namespace {NS} is the chart's default"
+    );
+}
