@@ -188,6 +188,22 @@ impl Cluster {
         answer(resp, &format!("GET {path}")).await
     }
 
+    /// GET a path of the sim as text (e.g. a pod's log).
+    pub async fn get_text(&self, path: &str) -> anyhow::Result<String> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        if !status.is_success() {
+            bail!("GET {path}: {status}: {text}");
+        }
+        Ok(text)
+    }
+
     /// POST a JSON body to a path of the sim (API or admin).
     pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
         let resp = self

@@ -1,0 +1,295 @@
+//! End to end: the three real binaries as processes, against the simulated
+//! cluster (under the chart's Role: anything it does not grant is a 403) and
+//! the reference backend.
+
+mod common;
+
+use common::{TestStack, run, states};
+use serde_json::json;
+use std::time::Duration;
+use tcab_devstack::{Container, wait_for};
+
+/// The drain: 200 runs and 50 publishes with caps 8 and 8. Neither
+/// lane ever exceeds its cap (by the cluster's own record of concurrent
+/// non-terminal Jobs), each backend job gets exactly one Job, every job
+/// succeeds, no sandbox is left, and nothing was forbidden by RBAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drains_200_runs_and_50_publishes_within_the_caps() {
+    let mut t = TestStack::start(|o| {
+        o.max_inflight = 8;
+        o.max_publish_inflight = 8;
+    })
+    .await;
+    let runs: Vec<_> = (0..200)
+        .map(|i| {
+            run(
+                &format!("case-{i}"),
+                json!({"duration_ms": 150, "log_lines": 1}),
+            )
+        })
+        .collect();
+    let ids = t
+        .stack
+        .backend
+        .enqueue_batch(runs)
+        .await
+        .expect("enqueue runs");
+    assert_eq!(ids.len(), 200);
+    for i in 0..50 {
+        t.stack
+            .backend
+            .enqueue_publish(json!({"release": format!("r{i}"), "sim": {"duration_ms": 150}}))
+            .await
+            .expect("enqueue publish");
+    }
+
+    let (runs, pubs) = t.drained(Duration::from_secs(240)).await;
+    assert!(
+        runs.iter().all(|j| j["state"] == "succeeded"),
+        "runs: {}",
+        states(&runs)
+    );
+    assert!(
+        pubs.iter().all(|j| j["state"] == "succeeded"),
+        "publishes: {}",
+        states(&pubs)
+    );
+    assert_eq!(runs.len(), 200, "no retries were needed");
+
+    let counters = t.admin().counters().await.expect("counters");
+    let max = |lane: &str| counters.max_live_jobs.get(lane).copied().unwrap_or(0);
+    assert!(
+        max("run") <= 8 && max("publish") <= 8,
+        "caps exceeded: {:?}",
+        counters.max_live_jobs
+    );
+    assert_eq!(max("run"), 8, "the run lane should fill up to its cap");
+    assert!(
+        max("publish") >= 2,
+        "publishes ran alongside runs: {:?}",
+        counters.max_live_jobs
+    );
+    // Steady state never LISTs Jobs per tick: each container lists once at start.
+    let job_lists = counters.requests.get("list jobs").copied().unwrap_or(0);
+    assert!(
+        job_lists <= 6,
+        "Jobs were listed {job_lists} times: {:?}",
+        counters.requests
+    );
+
+    let by_id = t.jobs_by_id().await;
+    assert_eq!(by_id.len(), 250);
+    assert!(
+        by_id.values().all(|names| names.len() == 1),
+        "a backend job got two Jobs"
+    );
+    wait_for("no sandbox left", Duration::from_secs(10), || async {
+        Ok(t.sandboxes().await.is_empty().then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    for c in Container::ALL {
+        let log = t.stack.log(c);
+        assert!(
+            !log.contains("Forbidden"),
+            "{} was refused by RBAC:\n{}",
+            c.binary(),
+            t.logs()
+        );
+    }
+}
+
+/// An OOM-killed driver: the lease-keeper reports the death once, with the
+/// cause and the pod's last log lines; the reaper deletes the orphaned
+/// sandbox and leaves the driver's own pod (and its logs) alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
+    let t = TestStack::start(|_| {}).await;
+    let id = t
+        .stack
+        .backend
+        .enqueue_run(run("oom", json!({"hang": true, "log_lines": 2})))
+        .await
+        .expect("enqueue");
+    let selector = format!("tcab.dev/job-id={id},app.kubernetes.io/managed-by=tcab-dispatcher");
+    let cluster = t.stack.cluster.clone();
+    let driver = wait_for(
+        "the driver running with its sandbox",
+        Duration::from_secs(30),
+        || {
+            let (cluster, selector, t) = (cluster.clone(), selector.clone(), &t);
+            async move {
+                let pods = cluster.pods("tcab", Some(&selector)).await?;
+                let running = pods.iter().find(|p| p["status"]["phase"] == "Running");
+                let sandboxes = t.sandboxes().await;
+                Ok(running
+                    .filter(|_| !sandboxes.is_empty())
+                    .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned()))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    wait_for(
+        "the driver to report running",
+        Duration::from_secs(30),
+        || async { Ok((t.stack.backend.job(&id).await?["state"] == "running").then_some(())) },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+
+    t.admin().oom_kill("tcab", &driver).await.expect("oom kill");
+
+    let job = wait_for("the death report", Duration::from_secs(30), || async {
+        let j = t.stack.backend.job(&id).await?;
+        Ok((j["state"] == "failed").then_some(j))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let detail = job["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("OOMKilled"),
+        "detail: {detail}\n{}",
+        t.logs()
+    );
+    assert!(
+        detail.contains("last log lines"),
+        "detail carries the log tail: {detail}"
+    );
+    assert_eq!(job["failure_kind"], "infrastructure");
+    assert!(
+        job["retry_id"].is_string(),
+        "an infrastructure failure is retried: {job}"
+    );
+    assert_eq!(
+        job["lost"], false,
+        "reported as a death, not as lost: {job}"
+    );
+
+    wait_for(
+        "the orphaned sandbox reaped",
+        Duration::from_secs(10),
+        || async {
+            Ok(t.sandboxes()
+                .await
+                .iter()
+                .all(|p| p["metadata"]["labels"]["tcab.dev/job-id"] != id.as_str())
+                .then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let pods = t
+        .stack
+        .cluster
+        .pods("tcab", Some(&selector))
+        .await
+        .expect("pods");
+    assert!(
+        pods.iter()
+            .any(|p| p["metadata"]["name"] == driver.as_str()),
+        "the driver pod survives"
+    );
+    let log = t
+        .stack
+        .cluster
+        .get_text(&format!("/api/v1/namespaces/tcab/pods/{driver}/log"))
+        .await
+        .expect("the dead driver's log stays readable");
+    assert!(!log.trim().is_empty(), "the driver's log is still there");
+    let reported = t
+        .stack
+        .log(Container::LeaseKeeper)
+        .matches("reported dead")
+        .count();
+    assert_eq!(reported, 1, "reported exactly once:\n{}", t.logs());
+}
+
+/// The lease-keeper is down while the node crashes (every pod gone, no
+/// driver left to report): after it returns, the job is reported lost once
+/// its lease lapses by the backend's clock, naming what the cluster shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
+    let mut t = TestStack::start(|_| {}).await;
+    let id = t
+        .stack
+        .backend
+        .enqueue_run(run("lost", json!({"hang": true})))
+        .await
+        .expect("enqueue");
+    wait_for(
+        "the driver to report running",
+        Duration::from_secs(30),
+        || async { Ok((t.stack.backend.job(&id).await?["state"] == "running").then_some(())) },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+
+    assert_eq!(
+        t.stack.stop_container(Container::LeaseKeeper).await,
+        Some(0),
+        "clean exit on SIGTERM"
+    );
+    t.admin().crash_node().await.expect("crash the node");
+    t.stack
+        .start_container(Container::LeaseKeeper)
+        .await
+        .expect("restart");
+
+    // Move the backend's clock past the lease in steps, as time would pass.
+    for _ in 0..13 {
+        t.stack.backend.advance_clock(10).await.expect("advance");
+        let log = t.stack.log(Container::LeaseKeeper);
+        if log.contains("reported lost") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let job = wait_for("the lost report", Duration::from_secs(15), || async {
+        let j = t.stack.backend.job(&id).await?;
+        Ok((j["lost"] == true).then_some(j))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let detail = job["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("deleted") || detail.contains("no longer exists"),
+        "detail: {detail}"
+    );
+    assert_eq!(job["state"], "failed");
+    t.stack.check_alive().unwrap_or_else(|e| t.fail(e));
+}
+
+/// The README's run command works: the dev stack drains its demo workload and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_devstack_command_drains_its_demo() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tcab-devstack"))
+        .args([
+            "--runs",
+            "6",
+            "--publishes",
+            "2",
+            "--exit-when-drained",
+            "--dir",
+        ])
+        .arg(dir.path().join("stack"))
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .expect("the demo drains in time")
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("dev stack up"), "{stdout}");
+    assert!(
+        stdout.contains("failed 1, succeeded 5"),
+        "one scripted agent failure, five successes:\n{stdout}"
+    );
+}
