@@ -71,12 +71,41 @@ struct Backend<'a> {
 }
 
 impl Backend<'_> {
+    /// Posts with a few retries (short back-off) on errors other than 401/409.
     async fn post(&self, path: &str, body: Value) -> Result<(), CallError> {
+        self.post_until(path, body, None).await
+    }
+
+    /// Posts, retrying errors other than 401/409: a few times, or, with a
+    /// deadline (sim time), until it passes, with back-off capped at 1 s.
+    async fn post_until(
+        &self,
+        path: &str,
+        body: Value,
+        deadline: Option<Duration>,
+    ) -> Result<(), CallError> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
+        let started = self.ctx.sim.clock.now();
         let mut last = String::new();
-        for attempt in 0..4u32 {
+        for attempt in 0u32.. {
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                let out_of_time = match deadline {
+                    Some(d) => {
+                        self.ctx
+                            .sim
+                            .clock
+                            .now()
+                            .duration_since(started)
+                            .unsigned_abs()
+                            >= d
+                    }
+                    None => attempt >= 4,
+                };
+                if out_of_time {
+                    break;
+                }
+                let pause = Duration::from_millis((50u64 << attempt.min(5)).min(1000));
+                self.ctx.sim.clock.sleep(pause).await;
             }
             let res = self
                 .ctx
@@ -122,6 +151,10 @@ pub async fn run_driver(ctx: &ProcCtx) -> i32 {
         .env("TCAB_K8S_NAMESPACE")
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| ctx.key.ns.clone());
+    let report_deadline = ctx
+        .env("TCAB_DRIVER_REPORT_DEADLINE_SECONDS")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(Duration::from_secs);
     let backend = Backend { ctx, base, token };
     let status_path = format!("/jobs/{id}/status");
     let per_state = Duration::from_millis(script.duration_ms / STATES.len() as u64);
@@ -180,7 +213,10 @@ pub async fn run_driver(ctx: &ProcCtx) -> i32 {
     } else {
         json!({"state": "succeeded"})
     };
-    match backend.post(&status_path, body).await {
+    match backend
+        .post_until(&status_path, body, report_deadline)
+        .await
+    {
         Ok(()) => {
             ctx.log(format!("reported {}; exiting", script.outcome));
             0

@@ -41,7 +41,11 @@
 //!   [`Timing::default_job_pod_run`], bare pods run until deleted) and exit
 //!   with `kube-sim.tcab.dev/exit-code` (default 0).
 //! - The fake driver follows docs/job-contract.md; its script is the `sim`
-//!   key of `TCAB_LAUNCH_REQUEST` ([`driver::Script`]).
+//!   key of `TCAB_LAUNCH_REQUEST` ([`driver::Script`]). It retries backend
+//!   errors other than 401/409 a few times; its terminal report is retried
+//!   until `TCAB_DRIVER_REPORT_DEADLINE_SECONDS` (sim time) when that is set.
+//!   It does not enforce `TCAB_DRIVER_FINISH_DEADLINE_SECONDS` (`hang`
+//!   means hang, for deadline and fault tests).
 //! - Admin endpoints: see [`admin`].
 
 pub mod admin;

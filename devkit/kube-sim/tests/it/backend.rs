@@ -24,6 +24,8 @@ pub struct Behaviour {
     pub slow_failed: Option<Duration>,
     /// Answer 500 to the next N calls.
     pub fail_next: u32,
+    /// Answer 500 to the first N reports of this state.
+    pub fail_state: Option<(String, u32)>,
 }
 
 #[derive(Clone, Default)]
@@ -61,9 +63,16 @@ async fn record(State(b): State<FakeBackend>, req: Request) -> axum::response::R
             let pos = |s: &str| ORDER.iter().position(|x| *x == s).unwrap_or(99);
             !state.is_empty() && pos(&state) >= pos(from)
         });
-        let fail = beh.fail_next > 0;
+        let mut fail = beh.fail_next > 0;
         if fail {
             beh.fail_next -= 1;
+        }
+        if let Some((st, n)) = beh.fail_state.as_mut()
+            && *st == state
+            && *n > 0
+        {
+            *n -= 1;
+            fail = true;
         }
         (refuse, beh.slow_failed.filter(|_| state == "failed"), fail)
     };

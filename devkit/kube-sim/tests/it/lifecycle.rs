@@ -625,3 +625,30 @@ async fn max_live_jobs_are_counted_per_lane() {
     assert_eq!(counters.max_live_jobs.get("other"), Some(&3));
     assert_eq!(counters.live_jobs.get("other"), Some(&1));
 }
+
+#[tokio::test]
+async fn the_terminal_report_is_retried_until_the_report_deadline() {
+    let (b, url) = FakeBackend::start().await;
+    // the backend is down for the terminal report: more than 4 attempts land
+    b.behaviour.lock().unwrap().fail_state = Some(("succeeded".into(), 8));
+    let s = sim_with(|o| o.speed = 10.0).await;
+    let mut j = driver_job(
+        "t1",
+        &url,
+        json!({"duration_ms": 400, "record": false, "sandbox": false}),
+        30,
+        json!({}),
+    );
+    j["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "TCAB_DRIVER_REPORT_DEADLINE_SECONDS", "value": "30"}));
+    post(&client(), &jobs_url(&s), &j).await;
+    wait_condition(&s, &driver_name("t1"), "Complete").await;
+    let attempts = b
+        .summary()
+        .iter()
+        .filter(|c| *c == "/jobs/t1/status succeeded")
+        .count();
+    assert_eq!(attempts, 9, "{:?}", b.summary());
+}
