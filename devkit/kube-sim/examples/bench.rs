@@ -1,6 +1,6 @@
 //! Benchmark: time to create and list 10,000 Jobs through the HTTP API.
 //!
-//! `cargo run --release -p tcab-kube-sim --example bench [-- N]`
+//! `cargo run --release -p tcab-kube-sim --example bench [-- N [CONTROLLER_N]]`
 
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -106,7 +106,11 @@ async fn main() -> anyhow::Result<()> {
     println!("listed {n} Jobs in {pages} pages of 500 in {paged:.2?}");
     println!("total create + list: {:.2?}", create + list_all);
     drop(sim);
-    controller_phase(&client, 250).await
+    let controller_n = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(250);
+    controller_phase(&client, controller_n).await
 }
 
 /// The dev stack's scale: `n` Jobs through the Job controller and kubelet,

@@ -7,7 +7,7 @@ use crate::clock::k8s_time;
 use crate::status::ApiError;
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
@@ -138,6 +138,17 @@ struct Inner {
     logs: HashMap<(String, String), Vec<LogLine>>,
     live_jobs: BTreeMap<String, i64>,
     max_live_jobs: BTreeMap<String, i64>,
+    /// Pods by the uid of the Job that controls them.
+    owned: HashMap<String, BTreeSet<Key>>,
+}
+
+/// The uid of the controller (ownerReference with `controller: true`) of an object.
+fn controller_uid(obj: &Value) -> Option<&str> {
+    obj["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == true)
+        .and_then(|r| r["uid"].as_str())
 }
 
 /// The in-memory object store. All writes take one short lock.
@@ -187,6 +198,7 @@ impl Store {
                 logs: HashMap::new(),
                 live_jobs: BTreeMap::new(),
                 max_live_jobs: BTreeMap::new(),
+                owned: HashMap::new(),
             }),
             tx,
             history_limit: history_limit.max(1),
@@ -235,8 +247,27 @@ impl Store {
                 }
             }
         }
-        if key.kind == Kind::Pod && etype == EventType::Deleted {
-            inner.logs.remove(&(key.ns.clone(), key.name.clone()));
+        if key.kind == Kind::Pod {
+            if etype == EventType::Deleted {
+                inner.logs.remove(&(key.ns.clone(), key.name.clone()));
+            }
+            if let Some(uid) = old.as_deref().and_then(controller_uid)
+                && let Some(set) = inner.owned.get_mut(uid)
+            {
+                set.remove(&key);
+                if set.is_empty() {
+                    inner.owned.remove(uid);
+                }
+            }
+            if etype != EventType::Deleted
+                && let Some(uid) = controller_uid(&obj)
+            {
+                inner
+                    .owned
+                    .entry(uid.to_string())
+                    .or_default()
+                    .insert(key.clone());
+            }
         }
         let ev = Arc::new(Event {
             rv,
@@ -330,6 +361,20 @@ impl Store {
             .map(|(_, v)| v.clone())
             .collect();
         (inner.rv, items)
+    }
+
+    /// The pods whose controller is the object with this uid, by name.
+    pub fn owned_pods(&self, uid: &str) -> Vec<Arc<Value>> {
+        let inner = self.lock();
+        inner
+            .owned
+            .get(uid)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| inner.objects.get(k).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Applies `change` to an object; a change that returns `Ok(false)`
@@ -594,5 +639,26 @@ mod tests {
         assert_eq!(max["run"], 2);
         s.remove(&Key::new(Kind::Job, "ns", "b"));
         assert_eq!(s.job_counts().0["run"], 1);
+    }
+
+    #[test]
+    fn indexes_pods_by_controller() {
+        let s = Store::new(10);
+        let now = Timestamp::now();
+        let owned = |n: &str| json!({"metadata": {"name": n, "ownerReferences": [{"kind": "Job", "uid": "u1", "controller": true}]}});
+        s.create(Kind::Pod, "ns", owned("a"), now).unwrap();
+        s.create(Kind::Pod, "ns", owned("b"), now).unwrap();
+        s.create(Kind::Pod, "ns", pod("c"), now).unwrap();
+        assert_eq!(s.owned_pods("u1").len(), 2);
+        s.update(&Key::new(Kind::Pod, "ns", "a"), |p| {
+            p["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("ownerReferences");
+            Ok(true)
+        })
+        .unwrap();
+        s.remove(&Key::new(Kind::Pod, "ns", "b"));
+        assert!(s.owned_pods("u1").is_empty());
     }
 }
