@@ -758,3 +758,58 @@ async fn the_charts_role_is_enforced_in_its_namespace_only() {
         "namespace {NS} is the chart's default"
     );
 }
+
+#[tokio::test]
+async fn follow_logs_and_the_eviction_subresource() {
+    let s = sim().await;
+    let c = client();
+    let pod =
+        json!({"metadata": {"name": "f"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}});
+    assert_eq!(post(&c, &pods_url(&s), &pod).await.0, 201);
+    let (code, st) = get(&c, &format!("{}/f/log", pods_url(&s))).await;
+    if code == 400 {
+        assert!(
+            st["message"].as_str().unwrap().contains("waiting to start"),
+            "{st}"
+        );
+    }
+    eventually("f runs", SECS, || async {
+        (get(&c, &format!("{}/f", pods_url(&s))).await.1["status"]["phase"] == "Running")
+            .then_some(())
+    })
+    .await;
+    s.sim().store.append_log(NS, "f", "c", "one");
+    let mut resp = c
+        .get(format!("{}/f/log?follow=true", pods_url(&s)))
+        .send()
+        .await
+        .unwrap();
+    let mut got = String::new();
+    while !got.contains("one\n") {
+        got.push_str(std::str::from_utf8(&resp.chunk().await.unwrap().unwrap()).unwrap());
+    }
+    s.sim().store.append_log(NS, "f", "c", "two");
+    while !got.contains("two\n") {
+        let chunk = tokio::time::timeout(SECS, resp.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        got.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    // evict through the API: DisruptionTarget, then the pod goes (and the log stream ends)
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "f", "namespace": NS}});
+    let (code, _) = post(&c, &format!("{}/f/eviction", pods_url(&s)), &eviction).await;
+    assert_eq!(code, 201);
+    eventually("evicted pod gone", SECS, || async {
+        (get(&c, &format!("{}/f", pods_url(&s))).await.0 == 404).then_some(())
+    })
+    .await;
+    let rest = tokio::time::timeout(SECS, async {
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            got.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the follow stream ends with the container");
+}
