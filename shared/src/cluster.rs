@@ -5,6 +5,7 @@
 //! Jobs cost little memory and no tick LISTs the API.
 
 use crate::labels::{self, Lane};
+use crate::tick::Wake;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -97,6 +98,9 @@ pub struct OwnedJobs {
     state: Arc<RwLock<State>>,
     ready_tx: Arc<watch::Sender<bool>>,
     ready_rx: watch::Receiver<bool>,
+    /// Bumped whenever a Job stops being live (it finished or is gone), so a
+    /// loop can react at once instead of at its next poll.
+    finished: Arc<watch::Sender<u64>>,
 }
 
 impl Default for OwnedJobs {
@@ -113,6 +117,7 @@ impl OwnedJobs {
             state: Arc::new(RwLock::new(State::default())),
             ready_tx: Arc::new(ready_tx),
             ready_rx,
+            finished: Arc::new(watch::channel(0).0),
         }
     }
 
@@ -145,29 +150,48 @@ impl OwnedJobs {
 
     /// Applies one watch event. Public so tests can feed a cache directly.
     pub fn apply(&self, event: Event<Job>) {
+        if self.apply_event(event) {
+            self.finished.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Applies an event; true when a Job stopped being live (or a relist completed).
+    fn apply_event(&self, event: Event<Job>) -> bool {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         match event {
-            Event::Init => state.relist = Some(HashMap::new()),
+            Event::Init => {
+                state.relist = Some(HashMap::new());
+                false
+            }
             Event::InitApply(job) => {
                 let summary = JobSummary::from_job(&job);
                 state
                     .relist
                     .get_or_insert_with(HashMap::new)
                     .insert(summary.name.clone(), summary);
+                false
             }
             Event::InitDone => {
                 let fresh = state.relist.take().unwrap_or_default();
                 state.jobs = fresh;
                 drop(state);
                 self.ready_tx.send_replace(true);
+                true
             }
             Event::Apply(job) => {
                 let summary = JobSummary::from_job(&job);
+                let was_live = state
+                    .jobs
+                    .get(&summary.name)
+                    .is_none_or(JobSummary::is_live);
+                let finished = was_live && !summary.is_live();
                 state.jobs.insert(summary.name.clone(), summary);
+                finished
             }
-            Event::Delete(job) => {
-                state.jobs.remove(&job.name_any());
-            }
+            Event::Delete(job) => state
+                .jobs
+                .remove(&job.name_any())
+                .is_some_and(|gone| gone.is_live()),
         }
     }
 
@@ -196,6 +220,13 @@ impl OwnedJobs {
     /// Whether the first full list has arrived; before it, counts are unknown.
     pub fn is_ready(&self) -> bool {
         *self.ready_rx.borrow()
+    }
+
+    /// A wake-up that fires whenever a cached Job stops being live (it
+    /// finished, or was deleted while live) and when a relist completes: the
+    /// moments a lane gains room, a death can be reported, a sandbox reaped.
+    pub fn finishes(&self) -> Wake {
+        Wake::new(self.finished.subscribe())
     }
 
     /// Waits until the first full list has arrived.
@@ -254,6 +285,31 @@ mod tests {
             {"type": "Failed", "status": "False"}]}),
         );
         assert!(JobSummary::from_job(&live).is_live());
+    }
+
+    #[tokio::test]
+    async fn finishes_fire_when_a_job_stops_being_live() {
+        let cache = OwnedJobs::new();
+        let mut wake = cache.finishes();
+        assert!(!wake.is_pending(), "nothing happened yet");
+        cache.apply(Event::Apply(job("a", json!({}), json!({"active": 1}))));
+        assert!(!wake.is_pending(), "a new live Job frees no room");
+        cache.apply(Event::Apply(job(
+            "a",
+            json!({}),
+            json!({"conditions": [{"type": "Complete", "status": "True"}]}),
+        )));
+        assert!(wake.is_pending(), "a Job that finished frees room");
+        wake.wait().await;
+        assert!(!wake.is_pending());
+        cache.apply(Event::Delete(job("a", json!({}), json!({}))));
+        assert!(
+            !wake.is_pending(),
+            "deleting a finished Job frees nothing more"
+        );
+        cache.apply(Event::Apply(job("b", json!({}), json!({}))));
+        cache.apply(Event::Delete(job("b", json!({}), json!({}))));
+        assert!(wake.is_pending(), "a live Job deleted frees room");
     }
 
     #[test]

@@ -78,20 +78,85 @@ impl Shutdown {
     }
 }
 
+/// Ends an idle sleep early when something happened that a loop should
+/// react to at once (see `OwnedJobs::finishes`).
+#[derive(Debug)]
+pub struct Wake(Option<watch::Receiver<u64>>);
+
+impl Wake {
+    /// A wake-up fed by a counter that is bumped on each event.
+    pub fn new(rx: watch::Receiver<u64>) -> Wake {
+        Wake(Some(rx))
+    }
+
+    /// A wake-up that never fires.
+    pub fn never() -> Wake {
+        Wake(None)
+    }
+
+    /// Whether an event happened since the last [`Wake::wait`] or [`Wake::mark_seen`].
+    pub fn is_pending(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|rx| rx.has_changed().unwrap_or(false))
+    }
+
+    /// Forgets the events so far.
+    pub fn mark_seen(&mut self) {
+        if let Some(rx) = &mut self.0 {
+            rx.borrow_and_update();
+        }
+    }
+
+    /// Resolves at the next event (at once if one is pending); never, for [`Wake::never`].
+    pub async fn wait(&mut self) {
+        if let Some(rx) = &mut self.0
+            && rx.changed().await.is_ok()
+        {
+            return;
+        }
+        std::future::pending().await
+    }
+}
+
 /// Runs `tick` until shutdown. A tick in progress always finishes; a `Busy`
 /// tick loops straight back and an `Idle` one sleeps `poll` (interrupted by
 /// shutdown). Returns how many ticks ran.
-pub async fn run_loop<F, Fut>(poll: Duration, shutdown: Shutdown, mut tick: F) -> u64
+pub async fn run_loop<F, Fut>(poll: Duration, shutdown: Shutdown, tick: F) -> u64
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = TickOutcome>,
+{
+    run_loop_with_wake(poll, shutdown, Wake::never(), tick).await
+}
+
+/// As [`run_loop`], but an idle sleep also ends early when `wake` fires: a
+/// Job that finished during or after a tick starts the next tick at once.
+pub async fn run_loop_with_wake<F, Fut>(
+    poll: Duration,
+    shutdown: Shutdown,
+    mut wake: Wake,
+    mut tick: F,
+) -> u64
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = TickOutcome>,
 {
     let mut ticks = 0;
     while !shutdown.is_triggered() {
+        // Events from here on (including during the tick) wake the next sleep.
+        wake.mark_seen();
         let outcome = tick().await;
         ticks += 1;
-        if outcome == TickOutcome::Idle && !shutdown.sleep(poll).await {
-            break;
+        if outcome == TickOutcome::Idle {
+            let go_on = tokio::select! {
+                _ = tokio::time::sleep(poll) => true,
+                _ = wake.wait() => true,
+                _ = shutdown.wait() => false,
+            };
+            if !go_on {
+                break;
+            }
         }
         // Let other tasks run between busy ticks.
         tokio::task::yield_now().await;
@@ -102,6 +167,34 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_ends_an_idle_sleep_early() {
+        let (trigger, shutdown) = Shutdown::channel();
+        let (bump, rx) = watch::channel(0u64);
+        let count = Arc::new(AtomicU32::new(0));
+        let c = count.clone();
+        let start = tokio::time::Instant::now();
+        let handle = tokio::spawn(run_loop_with_wake(
+            Duration::from_secs(60),
+            shutdown,
+            Wake::new(rx),
+            move || {
+                c.fetch_add(1, Ordering::SeqCst);
+                async { TickOutcome::Idle }
+            },
+        ));
+        while count.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+        bump.send_replace(1);
+        while count.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO, "woken, not slept out");
+        trigger.trigger();
+        assert_eq!(handle.await.expect("loop task"), 2);
+    }
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -20,7 +20,7 @@ use tcab_shared::backend::BackendClient;
 use tcab_shared::cluster::OwnedJobs;
 use tcab_shared::config::AdmitterConfig;
 use tcab_shared::job_builder::JobSettings;
-use tcab_shared::tick::{Shutdown, TickOutcome, run_loop};
+use tcab_shared::tick::{Shutdown, TickOutcome, run_loop_with_wake};
 
 /// How long an open gate answer is reused while the admitter is busy.
 /// Far below the lease-keeper's poll interval (a failed renewal round is
@@ -415,6 +415,8 @@ pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyh
         _ = stop_view.wait() => {}
     }
 
+    // A Job that finishes frees room in its lane: tick at once, not at the next poll.
+    let wake = cache.finishes();
     let admitter = Arc::new(tokio::sync::Mutex::new(Admitter::new(
         settings.clone(),
         deps.backend,
@@ -423,7 +425,7 @@ pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyh
         cache,
         deps.clock,
     )));
-    run_loop(settings.poll_interval, stop_view, || {
+    run_loop_with_wake(settings.poll_interval, stop_view, wake, || {
         let admitter = admitter.clone();
         async move { admitter.lock().await.tick().await.outcome() }
     })

@@ -15,7 +15,7 @@ use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, JobId};
 use tcab_shared::cluster::OwnedJobs;
 use tcab_shared::config::LeaseKeeperConfig;
-use tcab_shared::tick::{Shutdown, TickOutcome, run_loop};
+use tcab_shared::tick::{Shutdown, TickOutcome, run_loop_with_wake};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
@@ -439,7 +439,8 @@ pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> a
             _ = shutdown.wait() => return,
         }
         tracing::info!(jobs = jobs.len(), "Job cache listed; renewing");
-        run_loop(poll, shutdown.clone(), || {
+        // A Job that fails is a death to report now, not at the next poll.
+        run_loop_with_wake(poll, shutdown.clone(), jobs.finishes(), || {
             let keeper = keeper.clone();
             async move {
                 keeper.lock().await.tick().await;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tcab_shared::cluster::OwnedJobs;
 use tcab_shared::config::ReaperConfig;
 use tcab_shared::labels;
-use tcab_shared::tick::{Shutdown, TickOutcome, run_loop};
+use tcab_shared::tick::{Shutdown, TickOutcome, run_loop_with_wake};
 
 /// The time source; tests pass a fixed or stepped clock.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -297,11 +297,13 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
     }
     tracing::info!(jobs = jobs.len(), "owned Jobs listed; reaping");
 
+    // A driver Job that fails leaves a sandbox to reap now, not at the next poll.
+    let wake = jobs.finishes();
     let reaper = Reaper::new(deps.client, &sandbox_namespace, jobs, settings, deps.clock);
     // A tick cut short by shutdown is harmless: reaping is idempotent and
     // the next start plans again from the cluster.
     let tick_shutdown = shutdown.clone();
-    let ticks = run_loop(config.common.poll_interval, shutdown, || async {
+    let ticks = run_loop_with_wake(config.common.poll_interval, shutdown, wake, || async {
         tokio::select! {
             _ = reaper.tick() => {}
             _ = tick_shutdown.wait() => {}

@@ -20,7 +20,7 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
         .parent()
         .map(Path::to_path_buf)
         .context("executable has no directory")?;
-    if dir.ends_with("deps") {
+    if dir.ends_with("deps") || dir.ends_with("examples") {
         dir.pop();
     }
     Ok(dir)

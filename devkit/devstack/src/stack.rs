@@ -340,6 +340,11 @@ impl Stack {
         }
     }
 
+    /// A running container's process id.
+    pub fn pid(&self, c: Container) -> Option<u32> {
+        self.containers.get(&c).and_then(Proc::pid)
+    }
+
     /// Whether a container is running.
     pub fn is_running(&mut self, c: Container) -> bool {
         self.containers.get_mut(&c).is_some_and(Proc::is_running)
