@@ -90,7 +90,15 @@ struct State {
     jobs: HashMap<String, JobSummary>,
     /// Objects of a relist in progress; swapped in at `InitDone`.
     relist: Option<HashMap<String, JobSummary>>,
+    /// Set by a watch error: the view may be stale until this instant, or
+    /// until the next event shows the watch delivering again.
+    degraded_until: Option<std::time::Instant>,
 }
+
+/// How long after a watch error the view counts as possibly stale, unless an
+/// event shows the watch is delivering again (a quiet re-established watch
+/// sends nothing). Lapses take a whole lease (two minutes), so this is ample.
+pub const DEGRADED_AFTER_ERROR: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A shared, cheaply cloned cache of the owned Jobs, fed by a watch.
 #[derive(Clone)]
@@ -140,7 +148,10 @@ impl OwnedJobs {
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(event) => feed.apply(event),
-                    Err(error) => tracing::warn!(%error, "job watch error; retrying with back-off"),
+                    Err(error) => {
+                        feed.mark_degraded(std::time::Instant::now());
+                        tracing::warn!(%error, "job watch error; retrying with back-off (the view may be stale meanwhile)");
+                    }
                 }
             }
             tracing::error!("job watch stream ended");
@@ -155,9 +166,28 @@ impl OwnedJobs {
         }
     }
 
+    /// Records a watch error: until the watch delivers again (or
+    /// [`DEGRADED_AFTER_ERROR`] passes), [`OwnedJobs::is_current`] is false.
+    pub fn mark_degraded(&self, now: std::time::Instant) {
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        state.degraded_until = Some(now + DEGRADED_AFTER_ERROR);
+    }
+
+    /// Whether decisions may trust the view: it has listed, and no watch error
+    /// happened that the watch has not since shown it recovered from. A stale
+    /// view would under-count a lane, miss a Job to renew, or call a live Job gone.
+    pub fn is_current(&self, now: std::time::Instant) -> bool {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        self.is_ready() && state.degraded_until.is_none_or(|until| now >= until)
+    }
+
     /// Applies an event; true when a Job stopped being live (or a relist completed).
     fn apply_event(&self, event: Event<Job>) -> bool {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if !matches!(event, Event::Init | Event::InitApply(_)) {
+            // The watch is delivering: whatever error came before is behind us.
+            state.degraded_until = None;
+        }
         match event {
             Event::Init => {
                 state.relist = Some(HashMap::new());
@@ -310,6 +340,29 @@ mod tests {
         cache.apply(Event::Apply(job("b", json!({}), json!({}))));
         cache.apply(Event::Delete(job("b", json!({}), json!({}))));
         assert!(wake.is_pending(), "a live Job deleted frees room");
+    }
+
+    #[test]
+    fn a_watch_error_makes_the_view_not_current_until_the_watch_delivers() {
+        let cache = OwnedJobs::new();
+        let t0 = std::time::Instant::now();
+        assert!(!cache.is_current(t0), "not listed yet");
+        cache.apply(Event::Init);
+        cache.apply(Event::InitDone);
+        assert!(cache.is_current(t0));
+        cache.mark_degraded(t0);
+        assert!(!cache.is_current(t0));
+        assert!(!cache.is_current(t0 + DEGRADED_AFTER_ERROR / 2));
+        assert!(
+            cache.is_current(t0 + DEGRADED_AFTER_ERROR),
+            "a quiet recovered watch counts again"
+        );
+        cache.mark_degraded(t0);
+        cache.apply(Event::Apply(job("a", json!({}), json!({}))));
+        assert!(
+            cache.is_current(t0),
+            "an event shows the watch delivers again"
+        );
     }
 
     #[test]

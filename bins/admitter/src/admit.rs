@@ -77,6 +77,19 @@ pub enum CreateFailure {
     Request(#[source] kube::Error),
 }
 
+impl CreateFailure {
+    /// Whether the Job may exist anyway: the request got no answer, or the
+    /// server failed after perhaps storing it. Such a Job counts against its
+    /// lane's cap until the watch shows it (or the unseen entry expires).
+    pub fn may_have_created(&self) -> bool {
+        match self {
+            CreateFailure::Build(_) => false,
+            CreateFailure::Api { code, .. } => *code >= 500,
+            CreateFailure::Request(_) => true,
+        }
+    }
+}
+
 /// A claimed job of either lane.
 enum Claimed {
     Run(ClaimedRun),

@@ -87,6 +87,12 @@ impl LaneState {
         self.rest_until = Some(until);
     }
 
+    /// A creation failed in a way that may still have created the Job: count
+    /// it as created-but-unseen, so the cap holds until the watch decides.
+    pub fn record_maybe_created(&mut self, name: &str, now: Instant) {
+        self.unseen.insert(name.to_owned(), now);
+    }
+
     /// A Job creation failed: back off exponentially, up to [`MAX_BACKOFF`].
     /// Returns the delay chosen.
     pub fn record_create_failure(&mut self, now: Instant) -> Duration {

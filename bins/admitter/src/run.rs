@@ -206,7 +206,8 @@ impl Admitter {
         self.publish.forget_seen(&jobs, now);
         Snapshot {
             now,
-            cache_ready: self.cache.is_ready(),
+            // A view the watch may have left stale could under-count a lane.
+            cache_ready: self.cache.is_current(std::time::Instant::now()),
             jobs,
             run: self.lane_input(Lane::Run, gates.run),
             publish: self.lane_input(Lane::Publish, gates.publish),
@@ -337,6 +338,11 @@ impl Admitter {
                 job_name,
                 reason,
             } => {
+                if reason.may_have_created() {
+                    // A timeout or a server error may hide a Job that exists:
+                    // count it against the cap until the watch shows or clears it.
+                    state.record_maybe_created(job_name, now);
+                }
                 let delay = state.record_create_failure(now);
                 let failures = state.failures();
                 tracing::error!(

@@ -449,3 +449,53 @@ async fn an_open_gate_answer_is_reused_briefly_and_a_closed_one_never() {
         "the lease-keeper still says 59.99 s"
     );
 }
+
+#[tokio::test]
+async fn a_create_answered_5xx_counts_against_the_cap_as_it_may_exist() {
+    let rig = Rig::start().await;
+    rig.backend.queue(Lane::Run, 5);
+    rig.kube
+        .refuse(Lane::Run, Some((500, "InternalError", "etcd timeout")));
+    let config = rig.config(&[
+        ("TCAB_DISPATCHER_MAX_INFLIGHT", "1"),
+        ("TCAB_PUBLISHER_IMAGE", ""),
+    ]);
+    // The cache is never fed, as if the watch lagged behind a Job that was stored.
+    let (mut admitter, _cache) = rig.admitter(&config);
+    let report = admitter.tick().await;
+    assert!(matches!(report.run, Some(LaneOutcome::CreateFailed { .. })));
+    rig.kube.refuse(Lane::Run, None);
+    // Past the back-off, the lane is full: the failed Job may exist.
+    rig.clock.advance(Duration::from_secs(5));
+    let report = admitter.tick().await;
+    assert_eq!(
+        report.plan.run,
+        Decision::Hold(HoldReason::LaneFull {
+            in_flight: 1,
+            cap: 1
+        })
+    );
+    assert_eq!(rig.backend.requests(Lane::Run), 1, "no second claim");
+}
+
+#[tokio::test]
+async fn a_create_refused_with_4xx_does_not_hold_a_slot() {
+    let rig = Rig::start().await;
+    rig.backend.queue(Lane::Run, 5);
+    rig.kube
+        .refuse(Lane::Run, Some((422, "Invalid", "spec.template: bad")));
+    let config = rig.config(&[
+        ("TCAB_DISPATCHER_MAX_INFLIGHT", "1"),
+        ("TCAB_PUBLISHER_IMAGE", ""),
+    ]);
+    let (mut admitter, _cache) = rig.admitter(&config);
+    admitter.tick().await;
+    rig.kube.refuse(Lane::Run, None);
+    rig.clock.advance(Duration::from_secs(5));
+    let report = admitter.tick().await;
+    assert!(
+        matches!(report.run, Some(LaneOutcome::Admitted { .. })),
+        "a refused Job surely does not exist: {:?}",
+        report.plan.run
+    );
+}

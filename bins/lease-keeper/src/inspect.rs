@@ -43,6 +43,9 @@ pub enum InspectError {
     },
 }
 
+/// How long a death report waits for a dead pod's log before going without it.
+pub const LOG_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Reads dead Jobs in one namespace.
 #[derive(Clone)]
 pub struct Inspector {
@@ -128,7 +131,14 @@ impl Inspector {
             ..LogParams::default()
         };
         let name = pod.name_any();
-        match self.pods.logs(&name, &params).await {
+        // Logs are read through the pod's kubelet; a dead node's kubelet may
+        // not answer for minutes, and renewals must not wait on it.
+        let read = tokio::time::timeout(LOG_READ_TIMEOUT, self.pods.logs(&name, &params)).await;
+        let Ok(read) = read else {
+            tracing::debug!(pod = %name, timeout_s = LOG_READ_TIMEOUT.as_secs(), "pod log read timed out; reporting without it");
+            return None;
+        };
+        match read {
             Ok(text) => Some(text),
             Err(error) => {
                 tracing::debug!(pod = %name, %error, "pod log unavailable; reporting without it");

@@ -69,6 +69,8 @@ pub enum LostSkip {
         /// The live Job.
         job_name: String,
     },
+    /// The backend gave no lease expiry: a lapse cannot be judged.
+    NoLease,
     /// Already reported lost by this process.
     AlreadyReported,
     /// The id appeared more than once in the list; the first entry counts.
@@ -82,6 +84,7 @@ impl LostSkip {
             LostSkip::NotPastDispatched(s) => format!("run is {}, not past dispatched", s.as_str()),
             LostSkip::NotDispatched(s) => format!("publish is {s:?}, not dispatched"),
             LostSkip::LeaseCurrent(t) => format!("lease runs until {t}"),
+            LostSkip::NoLease => "no lease expiry given; cannot judge a lapse".to_owned(),
             LostSkip::JobLive { job_name } => format!("Job {job_name} is live"),
             LostSkip::AlreadyReported => "already reported lost".into(),
             LostSkip::Duplicate => "listed twice".into(),
@@ -198,10 +201,10 @@ fn plan(
             if reported.contains(id) {
                 return Err(LostSkip::AlreadyReported);
             }
-            if let Some(lease) = e.lease
-                && lease > now
-            {
-                return Err(LostSkip::LeaseCurrent(lease));
+            match e.lease {
+                None => return Err(LostSkip::NoLease),
+                Some(lease) if lease > now => return Err(LostSkip::LeaseCurrent(lease)),
+                Some(_) => {}
             }
             if let Some(live) = own_jobs
                 .iter()
@@ -445,9 +448,16 @@ mod tests {
             .iter()
             .map(|l| (l.job_id.as_str(), l.lane))
             .collect();
-        assert_eq!(ids, [("p1", Lane::Publish), ("p3", Lane::Publish)]);
+        assert_eq!(ids, [("p1", Lane::Publish)]);
         assert!(matches!(plan.lost[0].cause, LostCause::Died { .. }));
-        assert_eq!(plan.lost[1].cause, LostCause::JobGone);
+        // No lease expiry: a lapse cannot be judged, so nothing is reported.
+        assert!(
+            plan.skipped
+                .iter()
+                .any(|(id, why)| id == "p3" && *why == LostSkip::NoLease),
+            "{:?}",
+            plan.skipped
+        );
     }
 
     // ---- property tests over random snapshots ----

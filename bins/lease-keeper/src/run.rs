@@ -101,6 +101,9 @@ impl Keeper {
     pub async fn tick(&mut self) -> TickReport {
         let mut report = TickReport::default();
         let snapshot = self.jobs.snapshot();
+        // A view the watch may have left stale would miss Jobs to renew and
+        // call live Jobs gone: renew what is known, but open no gate and judge nothing.
+        let current = self.jobs.is_current(std::time::Instant::now());
 
         // 1. Renew, one call per lane, and record the round for the gate.
         let plan = plan_renewals(&snapshot, self.publishing);
@@ -111,14 +114,30 @@ impl Keeper {
                 report.renewed_publishes = self.renew(Lane::Publish, ids, &mut problems).await;
                 report.renewed_publishes.is_some()
             }
-            None => true,
+            // This keeper does not renew publishes: a publish admitted now
+            // would go unrenewed, so the publish lane's gate stays closed.
+            None => {
+                problems.push(
+                    "publishing is off in the lease-keeper (TCAB_PUBLISHER_IMAGE unset)".into(),
+                );
+                false
+            }
         };
+        if !current {
+            problems.push("the lease-keeper's Job watch is degraded".into());
+            tracing::warn!(
+                "Job watch degraded: admissions held and nothing judged until it delivers again"
+            );
+        }
         self.gate.record(RenewalRound {
             finished_at: Instant::now(),
-            runs_renewed: report.renewed_runs.is_some(),
-            publishes_renewed,
+            runs_renewed: current && report.renewed_runs.is_some(),
+            publishes_renewed: current && publishes_renewed,
             detail: problems.join("; "),
         });
+        if !current {
+            return report;
+        }
 
         // Tokens whose Job finished or vanished (or never came) are dropped.
         for (key, reason) in self

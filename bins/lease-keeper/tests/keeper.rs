@@ -366,3 +366,24 @@ async fn lost_publishers_are_reported_only_after_the_publish_renewal() {
             .contains("publisher Job no longer exists")
     );
 }
+
+#[tokio::test]
+async fn a_degraded_job_watch_closes_the_gate_and_judges_nothing() {
+    let mut rig = Rig::new(false).await;
+    rig.claimed_run("alive", JobState::Running, live_status());
+    rig.keeper.tick().await;
+    // The watch errs: a Job created since may be missing from this view, so
+    // "no Job" cannot be told from "not seen yet".
+    rig.cache.mark_degraded(std::time::Instant::now());
+    rig.backend.advance(600);
+    let report = rig.keeper.tick().await;
+    assert!(
+        report.renewed_runs.is_some(),
+        "what is known is still renewed"
+    );
+    assert!(!report.judged_runs, "nothing is judged from a stale view");
+    let gate = rig.gate.last().unwrap();
+    assert!(!gate.runs_renewed, "admissions are held");
+    assert!(gate.detail.contains("watch is degraded"), "{}", gate.detail);
+    assert!(rig.backend.lock().lost_reports.is_empty());
+}
