@@ -9,3 +9,50 @@ pub mod vault {
 }
 
 pub use tonic_health;
+
+use std::fmt;
+
+impl fmt::Debug for vault::PutRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PutRequest")
+            .field("key", &self.key)
+            .field("token", &"<redacted>")
+            .field("lane", &self.lane)
+            .finish()
+    }
+}
+
+impl fmt::Debug for vault::GetReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GetReply")
+            .field("found", &self.found)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::vault::*;
+
+    #[test]
+    fn messages_with_a_token_never_print_it() {
+        let put = PutRequest {
+            key: Some(ClaimKey {
+                job_id: "j1".into(),
+                claim: "abcd1234".into(),
+            }),
+            token: "tok-secret-value".into(),
+            lane: Lane::Run as i32,
+        };
+        let get = GetReply {
+            found: true,
+            token: "tok-secret-value".into(),
+        };
+        for printed in [format!("{put:?}"), format!("{get:?}"), format!("{put:#?}")] {
+            assert!(!printed.contains("tok-secret-value"), "{printed}");
+            assert!(printed.contains("<redacted>"), "{printed}");
+        }
+        assert!(format!("{put:?}").contains("j1"), "the key still shows");
+    }
+}

@@ -3,7 +3,6 @@
 use anyhow::Context as _;
 use std::sync::Arc;
 use tcab_admitter::{Deps, SystemClock, run};
-use tcab_shared::backend::BackendClient;
 use tcab_shared::config::{self, AdmitterConfig};
 use tcab_shared::{telemetry, tick::Shutdown};
 
@@ -22,8 +21,7 @@ async fn main() -> anyhow::Result<()> {
         .namespace
         .clone()
         .unwrap_or_else(|| kube.default_namespace().to_owned());
-    let b = &config.backend;
-    let backend = BackendClient::new(&b.url, b.service_token.clone(), b.timeout)
+    let backend = tcab_shared::backend::client_from_config(&config.backend)
         .context("building the backend client")?;
     let shutdown = Shutdown::on_signals().context("installing signal handlers")?;
     run(

@@ -3,7 +3,6 @@
 
 use anyhow::Context as _;
 use tcab_lease_keeper::{Deps, run, vault};
-use tcab_shared::backend::BackendClient;
 use tcab_shared::config::{self, LeaseKeeperConfig};
 use tcab_shared::tick::Shutdown;
 
@@ -13,11 +12,8 @@ const ABOUT: &str = "Renews claim leases, reports dead and lost drivers and publ
 async fn main() -> anyhow::Result<()> {
     let config: LeaseKeeperConfig = config::load(ABOUT);
     tcab_shared::telemetry::init(config.common.log_format);
-    let backend = BackendClient::new(
-        &config.backend.url,
-        config.backend.service_token.clone(),
-        config.backend.timeout,
-    )?;
+    let backend = tcab_shared::backend::client_from_config(&config.backend)
+        .context("cannot build the backend client")?;
     let kube = kube::Client::try_default()
         .await
         .context("cannot build the Kubernetes client")?;

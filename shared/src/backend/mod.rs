@@ -5,6 +5,24 @@ pub mod client;
 pub mod error;
 pub mod types;
 
-pub use client::BackendClient;
+pub use client::{BackendClient, RetryPolicy};
 pub use error::BackendError;
 pub use types::*;
+
+use crate::config::BackendConfig;
+use std::time::Duration;
+
+/// How the dispatcher's loops retry a backend that answers 429/503: once,
+/// waiting at most a few seconds. A loop must not sit in one call for a
+/// minute: the next tick retries anyway, and renewals and the other lane
+/// should not wait behind it.
+pub const LOOP_RETRY: RetryPolicy = RetryPolicy {
+    max_retries: 1,
+    max_wait: Duration::from_secs(5),
+    default_wait: Duration::from_secs(1),
+};
+
+/// The backend client of a dispatcher binary, from its configuration.
+pub fn client_from_config(config: &BackendConfig) -> Result<BackendClient, BackendError> {
+    Ok(BackendClient::new(&config.url, config.service_token.clone(), config.timeout)?.with_retry_policy(LOOP_RETRY))
+}
