@@ -13,9 +13,8 @@
 //! # async fn demo() -> anyhow::Result<()> {
 //! use tcab_kube_sim::{SimOptions, spawn};
 //! let sim = spawn(SimOptions { namespace: "tcab".into(), ..SimOptions::default() }).await?;
-//! // kube-rs: build a client from the URL (no TLS, bearer token optional)
-//! // let mut cfg = kube::Config::new(sim.url().parse()?);
-//! // cfg.default_namespace = sim.namespace().into();
+//! // kube-rs: default namespace = the sim's, bearer = the admin token
+//! let client = sim.kube_client(None)?;
 //! // or from the kubeconfig file: sim.kubeconfig_path()
 //! let counters = sim.admin().counters().await?;          // max live Jobs, requests
 //! sim.admin().oom_kill("tcab", "some-pod").await.ok();    // faults
@@ -49,6 +48,7 @@
 //! - Admin endpoints: see [`admin`].
 
 pub mod admin;
+pub mod cli;
 pub mod clock;
 pub mod controller;
 pub mod discovery;
@@ -154,6 +154,21 @@ impl SimHandle {
     /// The shared state, for in-process inspection (store, clock, faults).
     pub fn sim(&self) -> &Arc<Sim> {
         &self.sim
+    }
+    /// A kube-rs client for this sim: plain HTTP to [`SimHandle::url`],
+    /// default namespace [`SimHandle::namespace`], bearer `token` (the admin
+    /// token when `None`, e.g. `Some(rbac_token)` for RBAC mode). Installs
+    /// the ring rustls provider if none is installed yet.
+    pub fn kube_client(&self, token: Option<&str>) -> anyhow::Result<kube::Client> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let url = self
+            .url
+            .parse()
+            .with_context(|| format!("the sim's URL {:?}", self.url))?;
+        let mut cfg = kube::Config::new(url);
+        cfg.default_namespace = self.sim.namespace.clone();
+        cfg.auth_info.token = Some(token.unwrap_or(&self.sim.admin_token).to_owned().into());
+        kube::Client::try_from(cfg).context("building the kube-rs client for the sim")
     }
     /// Writes another kubeconfig for this sim with a different token (e.g.
     /// the RBAC token).

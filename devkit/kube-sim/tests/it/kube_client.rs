@@ -12,17 +12,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use std::time::Duration;
 
-fn kube_client(url: &str) -> kube::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut cfg = kube::Config::new(url.parse().unwrap());
-    cfg.default_namespace = NS.into();
-    kube::Client::try_from(cfg).unwrap()
-}
-
 #[tokio::test]
 async fn kube_rs_speaks_to_the_sim() {
     let s = sim().await;
-    let client = kube_client(s.url());
+    let client = s.kube_client(None).unwrap();
     let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
     let job: Job = serde_json::from_value(plain_job("kr", json!({"lane": "run"}), 0.3)).unwrap();
     // the watcher starts before the Job exists and sees it complete
@@ -117,7 +110,7 @@ async fn kube_rs_speaks_to_the_sim() {
 #[tokio::test]
 async fn kube_rs_watcher_recovers_from_410() {
     let s = api_sim().await;
-    let jobs: Api<Job> = Api::namespaced(kube_client(s.url()), NS);
+    let jobs: Api<Job> = Api::namespaced(s.kube_client(None).unwrap(), NS);
     let stream = watcher(jobs.clone(), watcher::Config::default()).applied_objects();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
@@ -148,4 +141,49 @@ async fn kube_rs_watcher_recovers_from_410() {
         );
     }
     task.abort();
+}
+
+#[tokio::test]
+async fn sim_handle_kube_client_uses_the_namespace_and_the_token() {
+    let role = "kind: Role\nmetadata: {name: r}\nrules:\n- apiGroups: [batch]\n  resources: [jobs]\n  verbs: [list]\n";
+    let s = sim_with(|o| {
+        o.controller = false;
+        o.rbac = Some(tcab_kube_sim::Rbac::parse(role, "role-token").unwrap());
+    })
+    .await;
+    post(&client(), &jobs_url(&s), &plain_job("k1", json!({}), 1.0)).await;
+    // default namespace = the sim's; no token given = the admin token
+    let admin = s.kube_client(None).unwrap();
+    assert_eq!(admin.default_namespace(), NS);
+    let names = |l: kube::core::ObjectList<Job>| -> Vec<String> {
+        l.items
+            .into_iter()
+            .filter_map(|j| j.metadata.name)
+            .collect()
+    };
+    let jobs = Api::<Job>::default_namespaced(admin.clone());
+    assert_eq!(
+        names(jobs.list(&ListParams::default()).await.unwrap()),
+        ["k1"]
+    );
+    assert!(
+        Api::<Pod>::default_namespaced(admin)
+            .list(&ListParams::default())
+            .await
+            .is_ok()
+    );
+    // the given token is sent: the Role allows listing Jobs, not Pods
+    let limited = s.kube_client(Some("role-token")).unwrap();
+    let jobs = Api::<Job>::default_namespaced(limited.clone());
+    assert_eq!(
+        names(jobs.list(&ListParams::default()).await.unwrap()),
+        ["k1"]
+    );
+    match Api::<Pod>::default_namespaced(limited)
+        .list(&ListParams::default())
+        .await
+    {
+        Err(kube::Error::Api(st)) => assert_eq!(st.code, 403),
+        other => panic!("the Role has no pods: {other:?}"),
+    }
 }
