@@ -1,14 +1,17 @@
 //! The reaper against kube-sim: real HTTP, a real Job controller and the
 //! fake driver, which creates a sandbox pod and is then OOM-killed.
 
+mod support;
+
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, LogParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
+use support::Logs;
 use tcab_kube_sim::{Rbac, SimHandle, SimOptions, spawn};
 use tcab_reaper::run::{Deps, run};
 use tcab_shared::backend::types::ClaimedRun;
@@ -304,20 +307,6 @@ async fn sandbox_of_a_job_failed_and_ttl_deleted_while_the_reaper_was_down_is_sw
         .expect("reaper ends cleanly");
 }
 
-/// Collects formatted log lines.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("logs").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 const ROLE_WITHOUT_PODS: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -359,8 +348,8 @@ async fn forbidden_sandbox_namespace_is_logged_retried_and_not_fatal() {
     let reaper = tokio::spawn(run(reaper_config(&[]), deps, shutdown).with_subscriber(subscriber));
 
     let forbidden = || {
-        let text = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
-        text.lines()
+        logs.text()
+            .lines()
             .filter(|l| l.contains("WARN") && l.contains("cannot list sandbox pods"))
             .map(str::to_owned)
             .collect::<Vec<_>>()

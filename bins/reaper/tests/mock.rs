@@ -1,120 +1,13 @@
 //! The reaper's tick against a mocked Kubernetes API (tower-test): the
 //! requests it makes, what it deletes, and how it survives API errors.
 
+mod support;
+
 use http::{Method, Request, Response};
-use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
 use kube::Client;
 use kube::client::Body;
-use kube::runtime::watcher::Event;
-use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tcab_reaper::plan::SweepSettings;
-use tcab_reaper::run::{DeleteOutcome, Reaper};
-use tcab_shared::cluster::OwnedJobs;
-
-const SANDBOXES: &str = "sandboxes";
-const LIST_URI: &str =
-    "/api/v1/namespaces/sandboxes/pods?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dtcab-driver";
-
-/// One request as the mock saw it.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: Method,
-    uri: String,
-    body: Value,
-}
-
-type Responder = Box<dyn FnMut(&Seen) -> (u16, Value) + Send>;
-
-/// A client whose every request is recorded and answered by `respond`.
-fn mock_client(mut respond: Responder) -> (Client, Arc<Mutex<Vec<Seen>>>) {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = seen.clone();
-    tokio::spawn(async move {
-        while let Some((request, send)) = handle.next_request().await {
-            let (parts, body) = request.into_parts();
-            let bytes = body.collect_bytes().await.expect("request body");
-            let request = Seen {
-                method: parts.method,
-                uri: parts.uri.to_string(),
-                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            };
-            let (code, answer) = respond(&request);
-            log.lock().expect("log").push(request);
-            let response = Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(Body::from(serde_json::to_vec(&answer).expect("json")))
-                .expect("response");
-            send.send_response(response);
-        }
-    });
-    (Client::new(service, "dispatcher"), seen)
-}
-
-fn now() -> Timestamp {
-    "2027-01-15T12:00:00Z".parse().expect("ts")
-}
-
-fn job(name: &str, id: &str, failed: bool) -> Job {
-    let conditions = if failed {
-        json!([{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}])
-    } else {
-        json!([])
-    };
-    serde_json::from_value(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "dispatcher",
-            "creationTimestamp": "2027-01-15T11:00:00Z",
-            "labels": {"app.kubernetes.io/managed-by": "tcab-dispatcher",
-                       "tcab.dev/job-id": id, "tcab.dev/job-kind": "run"}},
-        "status": {"failed": i32::from(failed), "conditions": conditions},
-    }))
-    .expect("job json")
-}
-
-fn cache(jobs: Vec<Job>) -> OwnedJobs {
-    let cache = OwnedJobs::new();
-    cache.apply(Event::Init);
-    for j in jobs {
-        cache.apply(Event::InitApply(j));
-    }
-    cache.apply(Event::InitDone);
-    cache
-}
-
-fn pod(name: &str, id: &str, managed_by: &str, created: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "namespace": SANDBOXES, "uid": format!("uid-{name}"),
-            "creationTimestamp": created,
-            "labels": {"app.kubernetes.io/managed-by": managed_by, "tcab.dev/job-id": id}},
-    })
-}
-
-fn pod_list(items: Vec<Value>) -> Value {
-    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": items})
-}
-
-fn status(code: u16, reason: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
-           "message": format!("mock {reason}"), "reason": reason, "code": code})
-}
-
-fn settings() -> SweepSettings {
-    SweepSettings {
-        driver_managed_by: "tcab-driver".into(),
-        dispatcher_managed_by: "tcab-dispatcher".into(),
-        orphan_sweep: true,
-        orphan_grace: Duration::from_secs(600),
-    }
-}
-
-fn reaper(client: Client, jobs: OwnedJobs) -> Reaper {
-    Reaper::new(client, SANDBOXES, jobs, settings(), Arc::new(now))
-}
+use support::*;
+use tcab_reaper::run::DeleteOutcome;
 
 #[tokio::test]
 async fn failed_driver_sandbox_is_deleted_in_one_tick_with_one_list() {
@@ -183,10 +76,7 @@ async fn orphans_older_than_the_grace_are_swept() {
     ]);
     let (client, seen) = mock_client(Box::new(move |req| match req.method {
         Method::GET => (200, listed.clone()),
-        _ => (
-            200,
-            json!({"kind": "Status", "status": "Success", "code": 200}),
-        ),
+        _ => (200, success()),
     }));
     let report = reaper(client, cache(vec![])).tick().await;
     assert_eq!(
@@ -209,10 +99,7 @@ async fn failed_deletes_are_retried_next_tick_and_404_is_fine() {
             round += 1;
             return (200, listed.clone());
         }
-        let ok = (
-            200,
-            json!({"kind": "Status", "status": "Success", "code": 200}),
-        );
+        let ok = (200, success());
         match (round, req.uri.as_str()) {
             (1, "/api/v1/namespaces/sandboxes/pods/sb-1?") => (500, status(500, "InternalError")),
             (1, "/api/v1/namespaces/sandboxes/pods/sb-2?") => (403, status(403, "Forbidden")),
