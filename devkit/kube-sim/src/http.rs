@@ -658,6 +658,19 @@ fn watch(
     Ok(res)
 }
 
+/// The last `tail` lines (all of them when `None`).
+fn tail_of(lines: &[String], tail: Option<usize>) -> &[String] {
+    match tail {
+        Some(n) => &lines[lines.len().saturating_sub(n)..],
+        None => lines,
+    }
+}
+
+/// Log lines as the response text: each ends with a newline.
+fn log_text(lines: &[String]) -> String {
+    lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect()
+}
+
 fn logs(sim: &Arc<Sim>, ns: &str, name: &str, q: &Query) -> Result<Response, ApiError> {
     let pod = sim
         .store
@@ -698,12 +711,10 @@ fn logs(sim: &Arc<Sim>, ns: &str, name: &str, q: &Query) -> Result<Response, Api
         .get("tailLines")
         .and_then(|t| t.parse::<i64>().ok())
         .map(|t| t.max(0) as usize);
-    let lines = sim.store.read_log(ns, name, &container, tail);
-    let mut text = String::new();
-    for l in &lines {
-        text.push_str(l);
-        text.push('\n');
-    }
+    // One read gives both the text sent now and where following resumes, so
+    // a line appended meanwhile is neither lost nor sent twice.
+    let all = sim.store.read_log(ns, name, &container, None);
+    let text = log_text(tail_of(&all, tail));
     let follow = matches!(q.get("follow").map(String::as_str), Some("true" | "1"));
     if !follow {
         return Ok(([(header::CONTENT_TYPE, "text/plain")], text).into_response());
@@ -712,28 +723,26 @@ fn logs(sim: &Arc<Sim>, ns: &str, name: &str, q: &Query) -> Result<Response, Api
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
     let sim = sim.clone();
     let (ns, name) = (ns.to_string(), name.to_string());
-    let mut sent = sim.store.read_log(&ns, &name, &container, None).len();
+    let mut sent = all.len();
     tokio::spawn(async move {
         if tx.send(Ok(Bytes::from(text))).await.is_err() {
             return;
         }
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let all = sim.store.read_log(&ns, &name, &container, None);
-            let mut chunk = String::new();
-            for l in all.iter().skip(sent) {
-                chunk.push_str(l);
-                chunk.push('\n');
-            }
-            sent = sent.max(all.len());
-            if !chunk.is_empty() && tx.send(Ok(Bytes::from(chunk))).await.is_err() {
-                return;
-            }
+            // Whether it runs is read before the log: the lines a container
+            // writes before it stops are all in the read that follows.
             let running = sim
                 .pods
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .contains_key(&Key::new(Kind::Pod, &ns, &name));
+            let all = sim.store.read_log(&ns, &name, &container, None);
+            let chunk = log_text(all.get(sent..).unwrap_or_default());
+            sent = sent.max(all.len());
+            if !chunk.is_empty() && tx.send(Ok(Bytes::from(chunk))).await.is_err() {
+                return;
+            }
             if !running || tx.is_closed() {
                 return;
             }
@@ -928,6 +937,17 @@ mod tests {
             )
             .is_none()
         );
+    }
+
+    #[test]
+    fn log_tail_and_text() {
+        let lines: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        assert_eq!(tail_of(&lines, None), &lines[..]);
+        assert_eq!(tail_of(&lines, Some(2)), &lines[1..]);
+        assert_eq!(tail_of(&lines, Some(9)), &lines[..]);
+        assert!(tail_of(&lines, Some(0)).is_empty());
+        assert_eq!(log_text(&lines), "a\nb\nc\n");
+        assert_eq!(log_text(&[]), "");
     }
 
     #[test]
