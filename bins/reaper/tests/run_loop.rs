@@ -42,8 +42,22 @@ fn respond(send: tower_test::mock::SendResponse<Response<Body>>, body: &Value) {
 
 #[derive(Default)]
 struct Seen {
+    /// Whether the first Job list has arrived (and is being held).
+    job_list_held: bool,
     pod_lists: usize,
     deletes: Vec<String>,
+}
+
+/// Waits (in virtual time) until `cond` holds, failing after a deadline.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -70,6 +84,7 @@ async fn sweeps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
                 }
                 // The first list answers only when the test says so.
                 if let Some(gate) = jobs_released.take() {
+                    log.lock().expect("log").job_list_held = true;
                     let _ = gate.await;
                 }
                 let job = json!({"apiVersion": "batch/v1", "kind": "Job",
@@ -113,7 +128,12 @@ async fn sweeps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
     let client = Client::new(service, "default");
     let task = tokio::spawn(run(config(), Deps::new(client), shutdown));
 
-    // A minute of (paused, auto-advanced) time without the Job list: no tick.
+    // The Job list is asked for and held; a minute of (paused,
+    // auto-advanced) time passes without its answer: no tick.
+    until("the Job list request", || {
+        seen.lock().expect("log").job_list_held
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(
         seen.lock().expect("log").pod_lists,
@@ -123,14 +143,10 @@ async fn sweeps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
 
     release_jobs.send(()).expect("mock alive");
     // Ticks follow, one per poll interval; wait (in virtual time) for three.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while seen.lock().expect("log").pod_lists < 3 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no ticks after the list"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until("three ticks after the list", || {
+        seen.lock().expect("log").pod_lists >= 3
+    })
+    .await;
     assert!(
         seen.lock().expect("log").deletes.is_empty(),
         "the live Job's sandbox was deleted"
@@ -147,10 +163,13 @@ async fn sweeps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_before_the_first_list_stops_cleanly() {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    // Never answer anything.
+    // Never answer anything; count what is asked.
+    let asked = Arc::new(Mutex::new(0_usize));
+    let count = asked.clone();
     tokio::spawn(async move {
         let mut held = Vec::new();
         while let Some((_, send)) = handle.next_request().await {
+            *count.lock().expect("count") += 1;
             held.push(send);
         }
     });
@@ -160,7 +179,11 @@ async fn shutdown_before_the_first_list_stops_cleanly() {
         Deps::new(Client::new(service, "default")),
         shutdown,
     ));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Shut down while the first Job list is unanswered.
+    until("the Job list request", || {
+        *asked.lock().expect("count") >= 1
+    })
+    .await;
     trigger.trigger();
     let result = tokio::time::timeout(Duration::from_secs(10), task)
         .await
