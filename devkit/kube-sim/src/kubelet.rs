@@ -9,6 +9,7 @@ use crate::sim::Sim;
 use crate::store::Key;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
@@ -160,6 +161,23 @@ fn unregister(sim: &Sim, key: &Key) {
         .remove(key);
 }
 
+/// Counts a program in [`Sim::programs_running`] until it is dropped, which
+/// happens when the program returns or its task is aborted.
+struct Running(Arc<Sim>);
+
+impl Running {
+    fn new(sim: &Arc<Sim>) -> Self {
+        sim.programs.fetch_add(1, Ordering::SeqCst);
+        Running(sim.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.programs.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// How a container stopped.
 struct Stop {
     exit_code: i32,
@@ -211,7 +229,12 @@ async fn run_pod(sim: Arc<Sim>, key: Key, mut rx: mpsc::UnboundedReceiver<PodSig
         container,
         sigterm: term_rx,
     };
-    let mut proc = tokio::spawn(run_program(program_for(&sim, &pod), ctx));
+    let running = Running::new(&sim);
+    let program = program_for(&sim, &pod);
+    let mut proc = tokio::spawn(async move {
+        let _running = running;
+        run_program(program, ctx).await
+    });
     let mut kill_at: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let stop = loop {
         let kill_timer = async {
@@ -222,14 +245,14 @@ async fn run_pod(sim: Arc<Sim>, key: Key, mut rx: mpsc::UnboundedReceiver<PodSig
         };
         tokio::select! {
             res = &mut proc => {
-                break match res {
+                break Some(match res {
                     Ok(code) => Stop { exit_code: code, reason: if code == 0 { "Completed" } else { "Error" }, signal: None },
                     Err(_) => Stop { exit_code: 2, reason: "Error", signal: None },
-                };
+                });
             }
             _ = kill_timer => {
                 proc.abort();
-                break Stop { exit_code: 137, reason: "Error", signal: Some(9) };
+                break Some(Stop { exit_code: 137, reason: "Error", signal: Some(9) });
             }
             sig = rx.recv() => match sig {
                 Some(PodSignal::Term { grace }) => {
@@ -240,17 +263,24 @@ async fn run_pod(sim: Arc<Sim>, key: Key, mut rx: mpsc::UnboundedReceiver<PodSig
                 }
                 Some(PodSignal::Kill { oom }) => {
                     proc.abort();
-                    break Stop { exit_code: 137, reason: if oom { "OOMKilled" } else { "Error" }, signal: Some(9) };
+                    break Some(Stop { exit_code: 137, reason: if oom { "OOMKilled" } else { "Error" }, signal: Some(9) });
                 }
                 Some(PodSignal::Vanish) | None => {
                     proc.abort();
-                    unregister(&sim, &key);
-                    return;
+                    break None;
                 }
             }
         }
     };
+    // A killed program has stopped for good before its pod says so: nothing
+    // it does can follow the terminated status (or the pod's disappearance).
+    if !proc.is_finished() {
+        let _ = proc.await;
+    }
     unregister(&sim, &key);
+    let Some(stop) = stop else {
+        return; // vanished: no status to write
+    };
     let finished = k8s_time(sim.clock.now());
     let Ok(pod) = sim.store.update(&key, |p| {
         mark_terminated(p, &stop, &started, &finished);

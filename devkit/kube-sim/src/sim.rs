@@ -12,6 +12,7 @@ use crate::status::ApiError;
 use crate::store::{Key, Kind, Store};
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
@@ -73,6 +74,8 @@ pub struct Sim {
     pub(crate) controller_wake: Notify,
     /// HTTP client the fake drivers and publishers use.
     pub(crate) http: reqwest::Client,
+    /// Container programs started and not yet stopped.
+    pub(crate) programs: AtomicUsize,
 }
 
 impl Sim {
@@ -99,7 +102,15 @@ impl Sim {
             pods: Mutex::new(HashMap::new()),
             controller_wake: Notify::new(),
             http,
+            programs: AtomicUsize::new(0),
         }))
+    }
+
+    /// How many container programs (fake drivers, publishers, plain
+    /// containers) run now. A killed program counts until it has stopped
+    /// for good, so `0` after a node crash means nothing can act any more.
+    pub fn programs_running(&self) -> usize {
+        self.programs.load(Ordering::SeqCst)
     }
 
     /// Validates, defaults and stores a new Job.

@@ -386,7 +386,8 @@ async fn oom_kill_is_sigkill_with_no_cleanup() {
         (Some("OOMKilled"), Some(137), Some(9))
     );
     assert_eq!(pod["status"]["phase"], "Failed");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The kubelet writes the terminated status only once the killed driver
+    // has stopped for good, so nothing it could still do is missed below.
     assert_eq!(
         sandboxes(&s, "o1").await.len(),
         1,
@@ -446,8 +447,10 @@ async fn the_grace_period_is_honoured_then_sigkill() {
     }
     let took = started.elapsed();
     assert_eq!(exit, Some(137), "killed after the grace period");
+    // Not before the 1 s grace period; the upper bound only catches a hang
+    // (a loaded CI machine can be slow, so it is generous).
     assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        took >= Duration::from_millis(900) && took < Duration::from_secs(30),
         "{took:?}"
     );
     let failed = wait_condition(&s, &driver_name("g1"), "Failed").await;
@@ -552,7 +555,12 @@ async fn a_node_crash_removes_every_pod_at_once() {
         let failed = wait_condition(&s, &driver_name(id), "Failed").await;
         assert_eq!(failed["status"]["failed"], 1);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every program has stopped for good (the count drops only when a killed
+    // program's task is gone), so a report could no longer come.
+    eventually("the killed programs have stopped", SECS, || async {
+        (s.sim().programs_running() == 0).then_some(())
+    })
+    .await;
     assert_eq!(
         b.calls().len(),
         before,
