@@ -17,8 +17,7 @@ use support::{SERVICE_TOKEN, config};
 use tcab_backend_sim::{ManualClock, SimHandle, SimOptions, spawn};
 use tcab_lease_keeper::{Deps, run, vault};
 use tcab_proto::vault::{
-    ClaimKey, Lane as PbLane, LastRenewalRequest, PutRequest,
-    admission_gate_client::AdmissionGateClient, token_vault_client::TokenVaultClient,
+    ClaimKey, Lane as PbLane, PutRequest, token_vault_client::TokenVaultClient,
 };
 use tcab_shared::Secret;
 use tcab_shared::backend::{BackendClient, ClaimedRun};
@@ -26,6 +25,7 @@ use tcab_shared::config::{AdmitterConfig, BinaryConfig, Env};
 use tcab_shared::job_builder::{JobSettings, driver_job};
 use tcab_shared::labels::{self, claim_tag};
 use tcab_shared::tick::{Shutdown, ShutdownTrigger};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 const NS: &str = "tcab";
@@ -42,8 +42,67 @@ struct World {
 /// A running lease-keeper and the admitter's view of its vault.
 struct RunningKeeper {
     url: String,
+    /// How many `POST /jobs/leases` calls it has made (one per round).
+    renewals: watch::Receiver<usize>,
     trigger: ShutdownTrigger,
     task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// A pass-through in front of backend-sim for one lease-keeper, counting its
+/// run renewals: every round starts with one `POST /jobs/leases`.
+#[derive(Clone)]
+struct RenewalCounter {
+    target: String,
+    http: reqwest::Client,
+    renewals: Arc<watch::Sender<usize>>,
+}
+
+impl RenewalCounter {
+    /// Serves on 127.0.0.1:0; returns its base URL and the renewal count.
+    async fn start(target: String) -> (String, watch::Receiver<usize>) {
+        let (renewals, count) = watch::channel(0);
+        let proxy = RenewalCounter {
+            target,
+            http: reqwest::Client::new(),
+            renewals: Arc::new(renewals),
+        };
+        let app = axum::Router::new()
+            .fallback(RenewalCounter::forward)
+            .with_state(proxy);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, count)
+    }
+
+    async fn forward(
+        axum::extract::State(proxy): axum::extract::State<RenewalCounter>,
+        request: axum::extract::Request,
+    ) -> axum::response::Response {
+        let (parts, body) = request.into_parts();
+        if parts.method == http::Method::POST && parts.uri.path() == "/jobs/leases" {
+            proxy.renewals.send_modify(|n| *n += 1);
+        }
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let mut headers = parts.headers;
+        headers.remove(http::header::HOST);
+        let answer = proxy
+            .http
+            .request(parts.method, format!("{}{path}", proxy.target))
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let mut response = axum::response::Response::builder().status(answer.status());
+        if let Some(kind) = answer.headers().get(http::header::CONTENT_TYPE) {
+            response = response.header(http::header::CONTENT_TYPE, kind);
+        }
+        response
+            .body(axum::body::Body::from(answer.bytes().await.unwrap()))
+            .unwrap()
+    }
 }
 
 async fn deadline<T>(what: &str, secs: u64, f: impl Future<Output = T>) -> T {
@@ -101,17 +160,28 @@ impl World {
             .await
             .unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        let (backend_url, renewals) = RenewalCounter::start(self.backend.url()).await;
         let mut cfg = config(false, Duration::from_millis(50));
         cfg.common.namespace = Some(NS.into());
         cfg.log_tail_lines = 5;
         let deps = Deps {
-            backend: self.client.clone(),
+            backend: BackendClient::new(
+                &backend_url,
+                Secret::new(SERVICE_TOKEN),
+                Duration::from_secs(5),
+            )
+            .unwrap(),
             kube: self.kube.clone(),
             vault_listener: listener,
         };
         let (trigger, shutdown) = Shutdown::channel();
         let task = tokio::spawn(run(cfg, deps, shutdown));
-        RunningKeeper { url, trigger, task }
+        RunningKeeper {
+            url,
+            renewals,
+            trigger,
+            task,
+        }
     }
 
     /// Enqueues a run scripted to hang in `running`, claims it, Puts its
@@ -183,37 +253,16 @@ impl World {
 }
 
 impl RunningKeeper {
-    /// Waits until the keeper has finished `n` more renewal rounds (each
-    /// round's judgements complete before the next round starts).
+    /// Waits until the keeper has finished `n` more whole renewal rounds.
+    /// Rounds run one after another (each round's judgements complete
+    /// before the next round renews), so once the renewal count passes
+    /// `now + n`, the `n` rounds that started after now have all finished.
     async fn rounds(&self, n: usize) {
-        let mut gate = AdmissionGateClient::connect(self.url.clone())
+        let mut renewals = self.renewals.clone();
+        let target = *renewals.borrow_and_update() + n + 1;
+        deadline("renewal rounds", 20, renewals.wait_for(|&c| c >= target))
             .await
-            .unwrap();
-        deadline("renewal rounds", 20, async {
-            let mut seen = 0;
-            let mut last: Option<tokio::time::Instant> = None;
-            while seen <= n {
-                let s = gate
-                    .last_renewal(LastRenewalRequest {})
-                    .await
-                    .unwrap()
-                    .into_inner();
-                if s.observed {
-                    let now = tokio::time::Instant::now();
-                    let finished = now - Duration::from_millis(s.age_ms);
-                    let new = match last {
-                        None => true,
-                        Some(prev) => finished > prev + Duration::from_millis(5),
-                    };
-                    if new {
-                        seen += 1;
-                        last = Some(finished);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+            .expect("the renewal counter is alive");
     }
 
     async fn stop(self) {
