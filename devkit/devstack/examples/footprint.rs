@@ -27,7 +27,10 @@ fn rss_kib(pid: u32) -> (u64, u64) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let jobs: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let jobs: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10_000);
     let dir = tempfile::tempdir()?;
     let mut options = StackOptions::new(dir.path());
     options.poll_seconds = 1.0;
@@ -58,7 +61,13 @@ async fn main() -> anyhow::Result<()> {
                     "metadata": {"labels": {"app.kubernetes.io/managed-by": "tcab-dispatcher"}},
                     "spec": {"restartPolicy": "Never", "containers": [{"name": "driver", "image": "bench"}]}}}
             });
-            client.post(url).bearer_auth(token).json(&job).send().await.map(|r| r.status().is_success())
+            client
+                .post(url)
+                .bearer_auth(token)
+                .json(&job)
+                .send()
+                .await
+                .map(|r| r.status().is_success())
         }
     });
     let mut created = 0;
@@ -78,10 +87,14 @@ async fn main() -> anyhow::Result<()> {
         Container::LeaseKeeper | Container::Reaper => format!("jobs={created}"),
     };
     for c in Container::ALL {
-        wait_for("the cache to list every Job", Duration::from_secs(120), || {
-            let found = stack.log(c).contains(&marker(c));
-            async move { Ok(found.then_some(())) }
-        })
+        wait_for(
+            "the cache to list every Job",
+            Duration::from_secs(120),
+            || {
+                let found = stack.log(c).contains(&marker(c));
+                async move { Ok(found.then_some(())) }
+            },
+        )
         .await?;
     }
     admin.reset_counters().await?;
@@ -89,11 +102,18 @@ async fn main() -> anyhow::Result<()> {
     let window = Duration::from_secs(10);
     tokio::time::sleep(window).await;
 
-    println!("\nresident memory with {created} owned Jobs cached (debug builds are larger than release):");
+    println!(
+        "\nresident memory with {created} owned Jobs cached (debug builds are larger than release):"
+    );
     for c in Container::ALL {
         let pid = stack_pid(&mut stack, c);
         let (rss, hwm) = rss_kib(pid);
-        println!("  {:<18} RSS {:>6.1} MiB   peak {:>6.1} MiB", c.binary(), rss as f64 / 1024.0, hwm as f64 / 1024.0);
+        println!(
+            "  {:<18} RSS {:>6.1} MiB   peak {:>6.1} MiB",
+            c.binary(),
+            rss as f64 / 1024.0,
+            hwm as f64 / 1024.0
+        );
     }
     let counters = admin.counters().await?;
     println!("\nAPI requests over {window:?} of steady state (poll 1 s, 3 containers):");
@@ -107,7 +127,9 @@ async fn main() -> anyhow::Result<()> {
 }
 
 fn count_lines(stack: &Stack, file: &str) -> usize {
-    std::fs::read_to_string(stack.options.run_dir.join(file)).map(|t| t.lines().count()).unwrap_or(0)
+    std::fs::read_to_string(stack.options.run_dir.join(file))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
 }
 
 fn stack_pid(stack: &mut Stack, c: Container) -> u32 {
@@ -122,7 +144,10 @@ where
     T: Send + 'static,
 {
     use futures::StreamExt;
-    futures::stream::iter(0..n).map(make).buffer_unordered(32).boxed()
+    futures::stream::iter(0..n)
+        .map(make)
+        .buffer_unordered(32)
+        .boxed()
 }
 
 use futures::StreamExt;

@@ -1,4 +1,4 @@
-//! Finding the workspace's binaries (and building them when they are missing).
+//! Finding the workspace's binaries, built from the current sources.
 
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -13,7 +13,8 @@ pub const ALL: [&str; 5] = [
 ];
 
 /// The directory holding the workspace's binaries: next to the current
-/// executable (`target/<profile>/`, or its parent for test executables in `deps/`).
+/// executable (`target/<profile>/`, or its parent for test executables in
+/// `deps/` and examples in `examples/`).
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("locating the current executable")?;
     let mut dir = exe
@@ -31,53 +32,35 @@ pub fn path(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// Makes sure every binary exists, building the missing ones with cargo (the
-/// `CARGO` cargo sets for `cargo run`, or `cargo` on PATH) in the same profile.
+/// Makes sure every binary is built from the current sources: runs `cargo
+/// build` for them (the `CARGO` that cargo sets for `cargo run`, or `cargo` on
+/// PATH) in the same profile, a quick no-op when they are up to date. Without
+/// cargo, the binaries already there are used as they are.
 pub fn ensure_built(dir: &Path) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = std::process::Command::new(&cargo);
+    cmd.args(["build", "--bins", "--quiet"]);
+    for pkg in ALL {
+        cmd.args(["-p", pkg]);
+    }
+    if dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    match cmd.status() {
+        Ok(status) if status.success() => {}
+        Ok(status) => bail!("cargo build of the dev stack's binaries failed ({status})"),
+        Err(error) => eprintln!(
+            "cannot run {cargo} ({error}); using the binaries in {} as they are",
+            dir.display()
+        ),
+    }
     let missing: Vec<&str> = ALL
         .iter()
         .copied()
         .filter(|b| !path(dir, b).is_file())
         .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let release = dir.file_name().is_some_and(|n| n == "release");
-    eprintln!(
-        "building {} (not found in {})",
-        missing.join(", "),
-        dir.display()
-    );
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.arg("build").arg("--bins");
-    for pkg in [
-        "tcab-backend-sim",
-        "tcab-kube-sim",
-        "tcab-admitter",
-        "tcab-lease-keeper",
-        "tcab-reaper",
-    ] {
-        cmd.args(["-p", pkg]);
-    }
-    if release {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build of the dev stack's binaries failed ({status})");
-    }
-    let still: Vec<&str> = ALL
-        .iter()
-        .copied()
-        .filter(|b| !path(dir, b).is_file())
-        .collect();
-    if !still.is_empty() {
-        bail!(
-            "after building, still missing in {}: {}",
-            dir.display(),
-            still.join(", ")
-        );
+    if !missing.is_empty() {
+        bail!("missing in {}: {}", dir.display(), missing.join(", "));
     }
     Ok(())
 }

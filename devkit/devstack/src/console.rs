@@ -139,6 +139,11 @@ impl Backend {
         Ok(v["publish_jobs"].as_array().cloned().unwrap_or_default())
     }
 
+    /// `GET /jobs/active`: the driven runs with their leases and the backend's `now`.
+    pub async fn active_runs(&self) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, "/jobs/active", None).await
+    }
+
     /// Moves the backend's clock forward (needs `--enable-test-clock`).
     pub async fn advance_clock(&self, seconds: u64) -> anyhow::Result<()> {
         self.call(

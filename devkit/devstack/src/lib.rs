@@ -8,6 +8,7 @@
 
 pub mod binaries;
 pub mod console;
+pub mod demo;
 pub mod process;
 pub mod stack;
 

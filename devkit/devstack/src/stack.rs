@@ -116,9 +116,20 @@ pub fn golden_role() -> PathBuf {
         .join("../../charts/tcab-dispatcher/tests/role.golden.yaml")
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
+/// A free port for the vault, chosen below the kernel's ephemeral range
+/// (32768 and up), so no outgoing connection can take it between stack start
+/// and a lease-keeper restart. Each stack of a process gets its own.
+fn vault_port() -> anyhow::Result<u16> {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 100) as u16 * 100;
+    for _ in 0..2_000 {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 2_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port for the vault between 20000 and 32000")
 }
 
 fn kubeconfig_token(path: &Path) -> anyhow::Result<String> {
@@ -222,7 +233,7 @@ impl Stack {
             admin_kubeconfig,
             dispatcher_kubeconfig,
             bins,
-            vault_addr: format!("127.0.0.1:{}", free_port()?),
+            vault_addr: format!("127.0.0.1:{}", vault_port()?),
             sims: vec![backend_proc, kube_proc],
             containers: BTreeMap::new(),
             options,
@@ -398,5 +409,61 @@ where
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Enqueues the demo workload, prints how to reach everything, then prints a
+/// status line whenever it changes until Ctrl-C (or, with
+/// `exit_when_drained`, until every job is terminal). Returns whether every
+/// job ended as the demo scripted it (true on Ctrl-C).
+pub async fn run_demo(
+    stack: &mut Stack,
+    args: &crate::demo::Args,
+    every: Duration,
+) -> anyhow::Result<bool> {
+    use crate::demo;
+    let runs: Vec<_> = (0..args.runs).map(demo::demo_run).collect();
+    if !runs.is_empty() {
+        stack.backend.enqueue_batch(runs).await?;
+    }
+    for i in 0..args.publishes {
+        stack.backend.enqueue_publish(demo::demo_publish(i)).await?;
+    }
+    println!(
+        "\ndev stack up\n  backend  {}  (service token {SERVICE_TOKEN})\n  cluster  {}\n  kubectl  kubectl --kubeconfig {} get jobs,pods\n  logs     {}/*.log\n\nenqueued {} runs and {} publishes; enqueue more with\n  curl -H 'Authorization: Bearer {SERVICE_TOKEN}' -H 'Content-Type: application/json' \\\n    -d '{{\"harness\":\"h\",\"model\":\"m\",\"case\":\"c\",\"jam\":null,\"launch_request\":{{\"sim\":{{\"duration_ms\":2000}}}}}}' {}/jobs\nCtrl-C stops everything.\n",
+        stack.backend.url(),
+        stack.cluster.url(),
+        stack.admin_kubeconfig.display(),
+        stack.options.run_dir.display(),
+        args.runs,
+        args.publishes,
+        stack.backend.url(),
+    );
+    let mut last = String::new();
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(true),
+            _ = tokio::time::sleep(every) => {}
+        }
+        stack.check_alive()?;
+        let runs = stack.backend.jobs().await?;
+        let pubs = stack.backend.publish_jobs().await?;
+        let line = format!(
+            "runs: {} | publishes: {}",
+            demo::count_states(&runs),
+            demo::count_states(&pubs)
+        );
+        if line != last {
+            println!("{line}");
+            last = line;
+        }
+        if args.exit_when_drained
+            && runs
+                .iter()
+                .chain(pubs.iter())
+                .all(|j| demo::terminal(&j["state"]))
+        {
+            return Ok(demo::ended_as_scripted(&runs, &pubs));
+        }
     }
 }

@@ -76,10 +76,15 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
             .advance_clock(10)
             .await
             .expect("advance clock");
-        // Pacing: real time passes between steps so the containers tick at each
-        // new backend time (renewals every 0.1 s against a 120 s lease). Nothing
-        // here waits for a result; the drain below does, on its observable state.
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        // Before the next step, the lease-keeper must have renewed at the new
+        // backend time: every live Job's lease reaches 100 s past `now`.
+        wait_for(
+            "leases renewed at the new time",
+            Duration::from_secs(30),
+            || async { Ok(t.leases_renewed(100).await?.then_some(())) },
+        )
+        .await
+        .unwrap_or_else(|e| t.fail(e));
     }
 
     let (runs, pubs) = t.drained(Duration::from_secs(120)).await;

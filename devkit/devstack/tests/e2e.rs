@@ -104,7 +104,8 @@ async fn drains_200_runs_and_50_publishes_within_the_caps() {
 /// sandbox and leaves the driver's own pod (and its logs) alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
-    let t = TestStack::start(|_| {}).await;
+    // Debug logs everywhere: the end of the test checks no token reached them.
+    let t = TestStack::start(|o| o.rust_log = "debug".into()).await;
     let id = t
         .stack
         .backend
@@ -203,6 +204,39 @@ async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
         .matches("reported dead")
         .count();
     assert_eq!(reported, 1, "reported exactly once:\n{}", t.logs());
+
+    // No secret in any log: the service token, nor the per-job token the Job carries.
+    let jobs = t
+        .stack
+        .cluster
+        .jobs(Some(&format!("tcab.dev/job-id={id}")))
+        .await
+        .expect("jobs");
+    let env = jobs[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let job_token = env
+        .iter()
+        .find(|e| e["name"] == "TCAB_JOB_TOKEN")
+        .and_then(|e| e["value"].as_str())
+        .expect("the driver Job carries its token")
+        .to_owned();
+    assert!(job_token.len() >= 16);
+    for c in Container::ALL {
+        let log = t.stack.log(c);
+        assert!(log.len() > 1000, "{} logged at debug", c.binary());
+        assert!(
+            !log.contains(tcab_devstack::stack::SERVICE_TOKEN),
+            "{} logged the service token",
+            c.binary()
+        );
+        assert!(
+            !log.contains(&job_token),
+            "{} logged a per-job token",
+            c.binary()
+        );
+    }
 }
 
 /// The lease-keeper is down while the node crashes (every pod gone, no

@@ -91,6 +91,47 @@ impl TestStack {
         by_id
     }
 
+    /// Whether every driven run that has a live Job holds a lease reaching at
+    /// least `margin_s` past the backend's `now`: the lease-keeper renewed at
+    /// the backend's current time.
+    pub async fn leases_renewed(&self, margin_s: i64) -> anyhow::Result<bool> {
+        let active = self.stack.backend.active_runs().await?;
+        let now: jiff::Timestamp = active["now"].as_str().unwrap_or_default().parse()?;
+        let live: std::collections::BTreeSet<String> = self
+            .stack
+            .cluster
+            .jobs(None)
+            .await?
+            .iter()
+            .filter(|j| {
+                !j["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True"
+                    })
+                })
+            })
+            .filter_map(|j| {
+                j["metadata"]["labels"]["tcab.dev/job-id"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        for job in active["jobs"].as_array().cloned().unwrap_or_default() {
+            let id = job["id"].as_str().unwrap_or_default();
+            if !live.contains(id) {
+                continue;
+            }
+            let lease: jiff::Timestamp = job["lease_expires_at"]
+                .as_str()
+                .unwrap_or_default()
+                .parse()?;
+            if lease < now + jiff::SignedDuration::from_secs(margin_s) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Sandbox pods (driver-managed) left in the namespace.
     pub async fn sandboxes(&self) -> Vec<Value> {
         let ns = self.stack.options.sandbox_namespace.clone();

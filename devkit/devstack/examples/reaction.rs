@@ -1,0 +1,163 @@
+//! Reaction-time benchmark on the dev stack (prints figures; asserts nothing).
+//!
+//! `cargo run --release -p tcab-devstack --example reaction [-- ROUNDS]`
+//!
+//! With a 2 s poll interval, measures from the outside (polling every 20 ms):
+//! capacity freed -> next admission, driver OOM-killed -> death report at the
+//! backend, and driver OOM-killed -> its sandbox gone. The architecture's
+//! target for each is well under one poll interval.
+
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use tcab_devstack::{Stack, StackOptions, wait_for};
+use tcab_kube_sim::AdminClient;
+
+const POLL: f64 = 2.0;
+const TICK: Duration = Duration::from_millis(20);
+
+fn run(case: &str, sim: Value) -> Value {
+    json!({"harness": "h", "model": "m", "case": case, "jam": null, "launch_request": {"sim": sim}})
+}
+
+fn complete(job: &Value) -> bool {
+    job["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True")
+    })
+}
+
+async fn until<F, Fut>(what: &str, mut check: F) -> anyhow::Result<Instant>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    wait_for(what, Duration::from_secs(60), || {
+        let fut = check();
+        async move { Ok(fut.await?.then(Instant::now)) }
+    })
+    .await
+}
+
+fn summary(name: &str, samples: &[Duration]) {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(f64::total_cmp);
+    let median = ms[ms.len() / 2];
+    let max = ms[ms.len() - 1];
+    println!(
+        "  {name:<34} median {median:>6.0} ms   max {max:>6.0} ms   ({:.0}% of the {POLL} s poll interval at the median)",
+        median / (POLL * 10.0)
+    );
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5);
+    let dir = tempfile::tempdir()?;
+    let run_dir = std::env::var("REACTION_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| dir.path().to_owned());
+    let mut options = StackOptions::new(run_dir);
+    options.poll_seconds = POLL;
+    options.max_inflight = 1;
+    let stack = Stack::start(options).await?;
+    let admin = AdminClient::new(stack.cluster.url());
+    let (mut admit, mut report, mut reap) = (Vec::new(), Vec::new(), Vec::new());
+
+    for i in 0..rounds {
+        // Capacity freed -> next admission (run lane cap 1).
+        let a = stack
+            .backend
+            .enqueue_run(run(&format!("a{i}"), json!({"duration_ms": 800})))
+            .await?;
+        let b = stack
+            .backend
+            .enqueue_run(run(&format!("b{i}"), json!({"duration_ms": 300})))
+            .await?;
+        let cluster = stack.cluster.clone();
+        let jobs_of = |id: String| {
+            let cluster = cluster.clone();
+            async move { cluster.jobs(Some(&format!("tcab.dev/job-id={id}"))).await }
+        };
+        let freed = until("the first Job to complete", || {
+            let f = jobs_of(a.clone());
+            async move { Ok(f.await?.iter().any(complete)) }
+        })
+        .await?;
+        let admitted = until("the second Job to be created", || {
+            let f = jobs_of(b.clone());
+            async move { Ok(!f.await?.is_empty()) }
+        })
+        .await?;
+        admit.push(admitted.saturating_duration_since(freed));
+        until("the second run to finish", || {
+            let (backend, b) = (stack.backend.clone(), b.clone());
+            async move { Ok(backend.job(&b).await?["state"] == "succeeded") }
+        })
+        .await?;
+
+        // Pod death -> report, failed driver -> sandbox reaped.
+        let c = stack
+            .backend
+            .enqueue_run(run(&format!("c{i}"), json!({"hang": true})))
+            .await?;
+        until("the driver to report running", || {
+            let (backend, c) = (stack.backend.clone(), c.clone());
+            async move { Ok(backend.job(&c).await?["state"] == "running") }
+        })
+        .await?;
+        let pods = stack
+            .cluster
+            .pods(
+                "tcab",
+                Some(&format!(
+                    "tcab.dev/job-id={c},app.kubernetes.io/managed-by=tcab-dispatcher"
+                )),
+            )
+            .await?;
+        let pod = pods
+            .first()
+            .and_then(|p| p["metadata"]["name"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        tokio::time::sleep(TICK).await;
+        let killed = Instant::now();
+        admin.oom_kill("tcab", &pod).await?;
+        let (mut reported, mut reaped) = (None, None);
+        while reported.is_none() || reaped.is_none() {
+            if reported.is_none() && stack.backend.job(&c).await?["state"] == "failed" {
+                reported = Some(killed.elapsed());
+            }
+            let sandboxes = stack
+                .cluster
+                .pods(
+                    "tcab",
+                    Some(&format!(
+                        "tcab.dev/job-id={c},app.kubernetes.io/managed-by=tcab-driver"
+                    )),
+                )
+                .await?;
+            if reaped.is_none() && sandboxes.is_empty() {
+                reaped = Some(killed.elapsed());
+            }
+            anyhow::ensure!(
+                killed.elapsed() < Duration::from_secs(60),
+                "no reaction within a minute"
+            );
+            tokio::time::sleep(TICK).await;
+        }
+        report.extend(reported);
+        reap.extend(reaped);
+    }
+
+    println!(
+        "reaction times over {rounds} rounds (poll interval {POLL} s, observed every {TICK:?}):"
+    );
+    summary("capacity freed -> next admission", &admit);
+    summary("pod death -> death report", &report);
+    summary("failed driver -> sandbox reaped", &reap);
+    stack.shutdown().await;
+    Ok(())
+}
