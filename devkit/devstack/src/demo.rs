@@ -103,7 +103,7 @@ pub fn demo_run(i: usize) -> serde_json::Value {
         serde_json::json!({"duration_ms": 1000 + 250 * (i % 4) as u64, "log_lines": 3})
     };
     serde_json::json!({
-        "harness": if i % 2 == 0 { "claude-code" } else { "codex" },
+        "harness": if i.is_multiple_of(2) { "claude-code" } else { "codex" },
         "model": format!("model-{}", i % 3),
         "case": format!("case-{i:03}"),
         "jam": null,
