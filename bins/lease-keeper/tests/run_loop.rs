@@ -85,7 +85,10 @@ async fn waits_for_the_first_list_then_reports_a_death_with_the_vaulted_token() 
         .unwrap()
         .into_inner();
     assert!(!status.observed, "no round before the cache has listed");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually("the Job list to be asked for (and held)", || {
+        kube.lock().held_lists >= 1
+    })
+    .await;
     assert!(
         backend.lock().run_renewals.is_empty(),
         "never renews from a cache that has not listed"

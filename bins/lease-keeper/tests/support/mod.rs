@@ -329,6 +329,8 @@ pub struct KubeState {
     pub logs: HashMap<String, String>,
     /// When false, the Job list never answers (the cache never becomes ready).
     pub list_ready: bool,
+    /// Job lists that arrived while `list_ready` was false (each is held).
+    pub held_lists: usize,
     pub log_reads: usize,
 }
 
@@ -402,7 +404,10 @@ async fn list_jobs(State(st): KubeShared, Query(q): Query<HashMap<String, String
         return Response::new(Body::from_stream(stream));
     }
     let (ready, items) = {
-        let s = st.lock().unwrap();
+        let mut s = st.lock().unwrap();
+        if !s.list_ready {
+            s.held_lists += 1;
+        }
         (s.list_ready, s.jobs.values().cloned().collect::<Vec<_>>())
     };
     if !ready {
