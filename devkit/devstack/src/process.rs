@@ -66,10 +66,10 @@ impl Proc {
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    if let Some(tx) = url_tx.take() {
-                        let _ = tx.send(url.trim().to_owned());
-                    }
+                if let Some(url) = line.strip_prefix("listening on ")
+                    && let Some(tx) = url_tx.take()
+                {
+                    let _ = tx.send(url.trim().to_owned());
                 }
                 let _ = out_log
                     .lock()
