@@ -5,6 +5,10 @@ use crate::common::*;
 use serde_json::{Value, json};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// How long each step of the `get --watch` conversation may take.
+const WATCH_STEP: Duration = Duration::from_secs(30);
 
 fn kubectl_on_path() -> bool {
     Command::new("kubectl")
@@ -122,10 +126,13 @@ async fn kubectl_works_against_the_sim() {
         .unwrap();
     assert_eq!(logs, "second line\n");
 
-    // get --watch sees the deletion the delete below causes
+    // get --watch sees the deletion the delete below causes. kubectl lists
+    // first and watches from the list's resourceVersion, so once kc-run is
+    // printed a deletion cannot be missed.
     let home_w = tempfile::tempdir().unwrap();
-    let watcher = Command::new("kubectl")
+    let mut watcher = tokio::process::Command::new("kubectl")
         .env("HOME", home_w.path())
+        .env_remove("KUBECONFIG")
         .arg("--kubeconfig")
         .arg(s.kubeconfig_path())
         .args([
@@ -136,10 +143,28 @@ async fn kubectl_works_against_the_sim() {
             "--request-timeout=0",
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut out = BufReader::new(watcher.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let mut read_until = async |what: &str, hit: &dyn Fn(&str) -> bool| {
+        let step = async {
+            while let Some(line) = out.next_line().await.unwrap() {
+                let found = hit(&line);
+                seen.push(line);
+                if found {
+                    return;
+                }
+            }
+            panic!("kubectl get --watch ended before {what}: {seen:?}");
+        };
+        if tokio::time::timeout(WATCH_STEP, step).await.is_err() {
+            panic!("no {what} from kubectl get --watch within {WATCH_STEP:?}");
+        }
+    };
+    read_until("kc-run listed", &|l| l.contains("kc-run")).await;
     let r = run.clone();
     let deleted = tokio::task::spawn_blocking(move || r(&["delete", "job", "kc-run"]))
         .await
@@ -148,23 +173,15 @@ async fn kubectl_works_against_the_sim() {
         deleted.contains("kc-run") && deleted.contains("deleted"),
         "{deleted}"
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let pid = watcher.id();
-    let _ = Command::new("kill").arg(pid.to_string()).status();
-    let out = tokio::task::spawn_blocking(move || watcher.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    read_until("DELETED kc-run", &|l| {
+        l.contains("DELETED") && l.contains("kc-run")
+    })
+    .await;
+    watcher.kill().await.unwrap();
     assert!(
-        text.contains("ADDED") && text.contains("kc-pub"),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        text.lines()
-            .any(|l| l.contains("DELETED") && l.contains("kc-run")),
-        "{text}"
+        seen.iter()
+            .any(|l| l.contains("ADDED") && l.contains("kc-pub")),
+        "{seen:?}"
     );
     eventually(
         "the job's pod is deleted too (kubectl sends Background)",
