@@ -80,18 +80,16 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
     })
     .await
     .unwrap();
-    let mut kube_config = kube::Config::new(cluster.url().parse().unwrap());
-    kube_config.default_namespace = NS.into();
-    kube_config.auth_info.token = Some(cluster.admin_token().to_owned().into());
-    let kube = kube::Client::try_from(kube_config).unwrap();
+    let kube = cluster.kube_client(None).unwrap();
 
     let gate = gate::FakeGate::start().await;
-    // A short poll: a freed slot is noticed on the next poll (the shared Job
-    // cache has no change notification yet), and this test frees 250 of them.
+    // A Job that finishes wakes the admitter at once (the Job cache's
+    // finish notification), so a freed slot is refilled without waiting
+    // for a poll; the poll is only the fallback.
     let config = config(
         &url,
         gate.addr,
-        &[("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "0.01")],
+        &[("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "1")],
     );
     assert_eq!(
         (config.max_inflight, config.max_publish_inflight),
@@ -136,14 +134,7 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
     assert!(max("publish") >= 1);
     assert_eq!(max(""), 0, "every Job labelled with its lane");
     // One Job per backend job (no claim was ever made twice).
-    let jobs: kube::Api<Job> = kube::Api::namespaced(
-        {
-            let mut c = kube::Config::new(cluster.url().parse().unwrap());
-            c.auth_info.token = Some(cluster.admin_token().to_owned().into());
-            kube::Client::try_from(c).unwrap()
-        },
-        NS,
-    );
+    let jobs: kube::Api<Job> = kube::Api::namespaced(cluster.kube_client(None).unwrap(), NS);
     let list = jobs.list(&Default::default()).await.unwrap();
     let mut ids: Vec<String> = list
         .items
