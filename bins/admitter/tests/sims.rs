@@ -50,10 +50,7 @@ impl Sims {
     }
 
     fn kube(&self) -> kube::Client {
-        let mut config = kube::Config::new(self.cluster.url().parse().unwrap());
-        config.default_namespace = NS.into();
-        config.auth_info.token = Some(self.cluster.admin_token().to_owned().into());
-        kube::Client::try_from(config).unwrap()
+        self.cluster.kube_client(None).unwrap()
     }
 
     fn config(&self, extra: &[(&str, &str)]) -> AdmitterConfig {
