@@ -129,10 +129,7 @@ impl World {
         })
         .await
         .unwrap();
-        let mut kc = kube::Config::new(cluster.url().parse().unwrap());
-        kc.default_namespace = NS.into();
-        kc.auth_info.token = Some(cluster.admin_token().to_owned().into());
-        let kube = kube::Client::try_from(kc).unwrap();
+        let kube = cluster.kube_client(None).unwrap();
         let vars: Vec<(String, String)> = [
             ("TCAB_BACKEND_URL", backend.url()),
             ("TCAB_BACKEND_SERVICE_TOKEN", SERVICE_TOKEN.into()),
