@@ -155,12 +155,12 @@ impl SimHandle {
     pub fn sim(&self) -> &Arc<Sim> {
         &self.sim
     }
-    /// A kube-rs client for this sim: plain HTTP to [`SimHandle::url`],
-    /// default namespace [`SimHandle::namespace`], bearer `token` (the admin
-    /// token when `None`, e.g. `Some(rbac_token)` for RBAC mode). Installs
-    /// the ring rustls provider if none is installed yet.
-    pub fn kube_client(&self, token: Option<&str>) -> anyhow::Result<kube::Client> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+    /// The kube-rs configuration for this sim: plain HTTP to
+    /// [`SimHandle::url`], default namespace [`SimHandle::namespace`], bearer
+    /// `token` (the admin token when `None`, e.g. `Some(rbac_token)` for RBAC
+    /// mode). For tweaks such as `default_retry`; else see
+    /// [`SimHandle::kube_client`].
+    pub fn kube_config(&self, token: Option<&str>) -> anyhow::Result<kube::Config> {
         let url = self
             .url
             .parse()
@@ -168,7 +168,14 @@ impl SimHandle {
         let mut cfg = kube::Config::new(url);
         cfg.default_namespace = self.sim.namespace.clone();
         cfg.auth_info.token = Some(token.unwrap_or(&self.sim.admin_token).to_owned().into());
-        kube::Client::try_from(cfg).context("building the kube-rs client for the sim")
+        Ok(cfg)
+    }
+    /// A kube-rs client built from [`SimHandle::kube_config`]. Installs the
+    /// ring rustls provider if none is installed yet.
+    pub fn kube_client(&self, token: Option<&str>) -> anyhow::Result<kube::Client> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        kube::Client::try_from(self.kube_config(token)?)
+            .context("building the kube-rs client for the sim")
     }
     /// Writes another kubeconfig for this sim with a different token (e.g.
     /// the RBAC token).

@@ -153,6 +153,9 @@ async fn sim_handle_kube_client_uses_the_namespace_and_the_token() {
     .await;
     post(&client(), &jobs_url(&s), &plain_job("k1", json!({}), 1.0)).await;
     // default namespace = the sim's; no token given = the admin token
+    let cfg = s.kube_config(Some("t")).unwrap();
+    assert_eq!(cfg.cluster_url.to_string().trim_end_matches('/'), s.url());
+    assert_eq!(cfg.default_namespace, NS);
     let admin = s.kube_client(None).unwrap();
     assert_eq!(admin.default_namespace(), NS);
     let names = |l: kube::core::ObjectList<Job>| -> Vec<String> {
