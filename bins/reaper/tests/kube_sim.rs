@@ -36,9 +36,7 @@ async fn sim(rbac: Option<Rbac>) -> SimHandle {
 }
 
 fn client(sim: &SimHandle, token: &str) -> Client {
-    let mut config = kube::Config::new(sim.url().parse().expect("url"));
-    config.default_namespace = NS.into();
-    config.auth_info.token = Some(token.to_owned().into());
+    let mut config = sim.kube_config(Some(token)).expect("kube config");
     // Errors are the point of some tests: answer them now, do not retry.
     config.default_retry = false;
     Client::try_from(config).expect("client")
