@@ -47,10 +47,7 @@ async fn world(jobs: usize) -> anyhow::Result<World> {
         ..Default::default()
     })
     .await?;
-    let mut config = kube::Config::new(cluster.url().parse()?);
-    config.default_namespace = NS.into();
-    config.auth_info.token = Some(cluster.admin_token().to_owned().into());
-    let kube = kube::Client::try_from(config)?;
+    let kube = cluster.kube_client(None)?;
     let runs: Vec<_> = (0..jobs)
         .map(|i| {
             json!({"harness": "h", "model": "m", "case": format!("c{i}"), "jam": null,
