@@ -84,12 +84,13 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
 
     let gate = gate::FakeGate::start().await;
     // A Job that finishes wakes the admitter at once (the Job cache's
-    // finish notification), so a freed slot is refilled without waiting
-    // for a poll; the poll is only the fallback.
+    // finish notification, `OwnedJobs::finishes`), so a freed slot is
+    // refilled without waiting for a poll. The poll is the production
+    // default of 5 s: a drain paced by polls would blow the deadline.
     let config = config(
         &url,
         gate.addr,
-        &[("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "1")],
+        &[("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "5")],
     );
     assert_eq!(
         (config.max_inflight, config.max_publish_inflight),
