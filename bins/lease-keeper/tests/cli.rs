@@ -1,0 +1,58 @@
+//! The binary as an operator starts it: a bad environment exits 2 with one
+//! stderr line naming the variable, and never echoes a token.
+
+use std::process::{Command, Output};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_tcab-lease-keeper");
+const SERVICE_TOKEN: &str = "svc-token-7Qx2-never-printed";
+
+/// Runs the binary with exactly `env` (nothing inherited) and `args`.
+fn start(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(BINARY)
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .expect("the binary starts")
+}
+
+/// Asserts exit code 2, nothing on stdout, and exactly one stderr line,
+/// which it returns.
+fn config_error(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(output.stdout.is_empty(), "stdout: {:?}", output.stdout);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(!stderr.contains(SERVICE_TOKEN), "a token leaked: {stderr}");
+    stderr
+}
+
+#[test]
+fn an_empty_environment_exits_2_naming_the_backend_url() {
+    let stderr = config_error(&start(&[], &[]));
+    assert!(stderr.contains("TCAB_BACKEND_URL"), "{stderr}");
+}
+
+#[test]
+fn a_malformed_poll_interval_exits_2_naming_it_without_the_token() {
+    let env = [
+        ("TCAB_BACKEND_URL", "http://backend.invalid:8080"),
+        ("TCAB_BACKEND_SERVICE_TOKEN", SERVICE_TOKEN),
+        ("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "often"),
+    ];
+    let stderr = config_error(&start(&[], &env));
+    assert!(
+        stderr.contains("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let help = start(&["--help"], &[]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("TCAB_BACKEND_URL"));
+    let version = start(&["--version"], &[]);
+    assert_eq!(version.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("tcab-lease-keeper "));
+}
