@@ -1,0 +1,50 @@
+//! The binary as an operator starts it: a bad environment exits 2 with one
+//! stderr line naming the variable.
+
+use std::process::{Command, Output};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_tcab-reaper");
+const SERVICE_TOKEN: &str = "svc-token-7Qx2-never-printed";
+
+/// Runs the binary with exactly `env` (nothing inherited) and `args`.
+fn start(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(BINARY)
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .expect("the binary starts")
+}
+
+#[test]
+fn a_malformed_orphan_grace_exits_2_naming_it() {
+    // The reaper does not read the backend token; an operator may still set
+    // it in a shared environment, and it must not be echoed.
+    let output = start(
+        &[],
+        &[
+            ("TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS", "soon"),
+            ("TCAB_BACKEND_SERVICE_TOKEN", SERVICE_TOKEN),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(output.stdout.is_empty());
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("soon"), "{stderr}");
+    assert!(!stderr.contains(SERVICE_TOKEN), "a token leaked: {stderr}");
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let help = start(&["--help"], &[]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS"));
+    let version = start(&["--version"], &[]);
+    assert_eq!(version.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("tcab-reaper "));
+}
