@@ -193,6 +193,26 @@ impl Args {
     }
 }
 
+/// The error with its causes, `a: b: c` (what the binary prints).
+pub fn explain(e: &CliError) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}
+
+/// Logs to stderr; `RUST_LOG` sets the filter (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter.unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// Resolves on SIGINT or SIGTERM (how the binary is stopped).
 pub async fn interrupted() -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -316,6 +336,13 @@ mod tests {
     fn the_role_file_is_loaded_or_named_in_the_error() {
         let missing = run("--kubeconfig-out x --rbac-role /nonexistent/role.yaml --rbac-token t");
         let err = missing.into_options().unwrap_err();
+        assert!(
+            explain(&err).starts_with(
+                "loading the Role /nonexistent/role.yaml: reading /nonexistent/role.yaml: "
+            ),
+            "{}",
+            explain(&err)
+        );
         assert!(
             matches!(&err, CliError::Role { path, source: RbacError::Read { .. } } if path == "/nonexistent/role.yaml"),
             "{err:?}"

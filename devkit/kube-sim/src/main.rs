@@ -4,12 +4,7 @@ use tcab_kube_sim::cli::{self, Command};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env();
-    let filter = filter.unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    cli::init_logging();
     let opts = match cli::parse(std::env::args().skip(1)) {
         Ok(Command::Help) => {
             println!("{}", cli::USAGE);
@@ -19,11 +14,7 @@ async fn main() -> anyhow::Result<()> {
         Err(e) => Err(e),
     };
     let opts = opts.unwrap_or_else(|e| {
-        eprintln!(
-            "tcab-kube-sim: {:#}\n{}",
-            anyhow::Error::from(e),
-            cli::USAGE
-        );
+        eprintln!("tcab-kube-sim: {}\n{}", cli::explain(&e), cli::USAGE);
         std::process::exit(2)
     });
     let sim = tcab_kube_sim::spawn(opts).await?;
