@@ -343,7 +343,10 @@ async fn lease_renewals_send_the_ids_and_parse_the_leases() {
         assert_eq!(s.content_type.as_deref(), Some("application/json"));
     }
     for renewal in [runs, publishes] {
-        assert_eq!(renewal.now.to_string(), "2026-11-29T17:01:00Z");
+        assert_eq!(
+            renewal.now.map(|t| t.to_string()).as_deref(),
+            Some("2026-11-29T17:01:00Z")
+        );
         assert_eq!(renewal.leases.len(), 1);
         assert_eq!(renewal.leases[0].id, RUN_ID);
         assert_eq!(
@@ -983,4 +986,36 @@ fn a_client_is_not_built_from_bad_settings() {
         assert!(matches!(err, BackendError::Config { .. }), "{url}: {err:?}");
         assert_no_token(&err);
     }
+}
+
+/// A renewal answered 204 (nothing to renew) is an empty success, and an
+/// answer without `now` parses: neither may close the admission gate.
+#[tokio::test]
+async fn a_renewal_answered_204_or_without_now_is_a_success() {
+    use axum::routing::post;
+    let app = axum::Router::new()
+        .route(
+            "/jobs/leases",
+            post(|| async { axum::http::StatusCode::NO_CONTENT }),
+        )
+        .route(
+            "/publish-jobs/leases",
+            post(|| async { axum::Json(serde_json::json!({"leases": []})) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = tcab_shared::backend::BackendClient::new(
+        &url,
+        tcab_shared::Secret::new("svc-token-xyz"),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    let r = client.renew_run_leases(&[]).await.expect("204 is fine");
+    assert!(r.leases.is_empty() && r.now.is_none());
+    let r = client
+        .renew_publish_leases(&[])
+        .await
+        .expect("no `now` is fine");
+    assert!(r.leases.is_empty() && r.now.is_none());
 }

@@ -281,6 +281,13 @@ impl BackendClient {
                 job_token: None,
             })
             .await?;
+        if answer.status == StatusCode::NO_CONTENT {
+            // Nothing renewed (e.g. an empty list): a success, not a malformed answer.
+            return Ok(LeaseRenewal {
+                now: None,
+                leases: Vec::new(),
+            });
+        }
         let renewal: LeaseRenewal = self.parse(call, None, &answer)?;
         for (i, lease) in renewal.leases.iter().enumerate() {
             self.check_id(call, None, &answer, &format!("leases[{i}].id"), &lease.id)?;

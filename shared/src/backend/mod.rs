@@ -24,5 +24,8 @@ pub const LOOP_RETRY: RetryPolicy = RetryPolicy {
 
 /// The backend client of a dispatcher binary, from its configuration.
 pub fn client_from_config(config: &BackendConfig) -> Result<BackendClient, BackendError> {
-    Ok(BackendClient::new(&config.url, config.service_token.clone(), config.timeout)?.with_retry_policy(LOOP_RETRY))
+    Ok(
+        BackendClient::new(&config.url, config.service_token.clone(), config.timeout)?
+            .with_retry_policy(LOOP_RETRY),
+    )
 }

@@ -126,7 +126,9 @@ pub struct LeaseRequest {
 /// Answer of a lease renewal: the leases renewed (ids not driven are left out).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct LeaseRenewal {
-    pub now: Timestamp,
+    /// The backend's clock, when it says (informational; nothing is judged on it).
+    #[serde(default)]
+    pub now: Option<Timestamp>,
     pub leases: Vec<Lease>,
 }
 
