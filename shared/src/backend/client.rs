@@ -198,19 +198,9 @@ impl BackendClient {
     /// `POST /jobs/next`: claims the next claimable run; `None` on 204.
     pub async fn claim_run(&self) -> Result<Option<ClaimedRun>, BackendError> {
         const CALL: Call = "POST /jobs/next";
-        let answer = self
-            .send(Request {
-                call: CALL,
-                method: Method::POST,
-                path: "/jobs/next".into(),
-                job_id: None,
-                body: None,
-                job_token: None,
-            })
-            .await?;
-        if answer.status == StatusCode::NO_CONTENT {
+        let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
             return Ok(None);
-        }
+        };
         let claim: RunClaim = self.parse(CALL, None, &answer)?;
         let run = claim.job;
         self.check_id(CALL, None, &answer, "job.id", &run.id)?;
@@ -221,19 +211,9 @@ impl BackendClient {
     /// `POST /publish-jobs/next`: claims the next queued publish; `None` on 204.
     pub async fn claim_publish(&self) -> Result<Option<ClaimedPublish>, BackendError> {
         const CALL: Call = "POST /publish-jobs/next";
-        let answer = self
-            .send(Request {
-                call: CALL,
-                method: Method::POST,
-                path: "/publish-jobs/next".into(),
-                job_id: None,
-                body: None,
-                job_token: None,
-            })
-            .await?;
-        if answer.status == StatusCode::NO_CONTENT {
+        let Some(answer) = self.claim(CALL, "/publish-jobs/next").await? else {
             return Ok(None);
-        }
+        };
         let claim: PublishClaim = self.parse(CALL, None, &answer)?;
         let publish = claim.publish_job;
         self.check_id(CALL, None, &answer, "publish_job.id", &publish.id)?;
@@ -439,6 +419,21 @@ impl BackendClient {
 
     /// Sends `req`, retrying on 429/503 as the policy allows, and maps any
     /// non-2xx answer to its error.
+    /// Sends a claim; `None` when the backend answers 204 (nothing claimable).
+    async fn claim(&self, call: Call, path: &str) -> Result<Option<Answer>, BackendError> {
+        let answer = self
+            .send(Request {
+                call,
+                method: Method::POST,
+                path: path.into(),
+                job_id: None,
+                body: None,
+                job_token: None,
+            })
+            .await?;
+        Ok((answer.status != StatusCode::NO_CONTENT).then_some(answer))
+    }
+
     async fn send(&self, req: Request<'_>) -> Result<Answer, BackendError> {
         let inner = &*self.inner;
         let url = format!("{}{}", inner.base, req.path);
