@@ -139,9 +139,11 @@ impl OwnedJobs {
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let cache = OwnedJobs::new();
         let api: Api<Job> = Api::namespaced(client, namespace);
+        // Lists are paged (250 Jobs a page) so a
+        // relist of 10,000 Jobs never holds them all in memory at once.
         let config = watcher::Config::default()
             .labels(&labels::selector(labels::MANAGED_BY, managed_by))
-            .any_semantic();
+            .page_size(250);
         let feed = cache.clone();
         let task = tokio::spawn(async move {
             let mut stream = watcher::watcher(api, config).default_backoff().boxed();
