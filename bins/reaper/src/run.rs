@@ -70,6 +70,8 @@ pub enum DeleteOutcome {
 /// What one tick did, for tests and logs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TickReport {
+    /// The Job view may be stale (its watch erred): nothing was listed or planned.
+    pub view_stale: bool,
     /// The pod LIST failed (logged); nothing was planned.
     pub list_failed: bool,
     /// Pods the LIST returned.
@@ -113,6 +115,13 @@ impl Reaper {
     /// plan against the cached Jobs, delete what the plan says.
     pub async fn tick(&self) -> TickReport {
         let mut report = TickReport::default();
+        // A stale view could miss a newer live Job: its sandbox would look
+        // orphaned or reapable. Reap only from a view the watch keeps current.
+        if !self.jobs.is_current(std::time::Instant::now()) {
+            tracing::warn!("Job watch degraded: reaping paused until it delivers again");
+            report.view_stale = true;
+            return report;
+        }
         let selector = labels::selector(labels::MANAGED_BY, &self.settings.driver_managed_by);
         // The pods are listed before the Jobs are read, so a sandbox of a
         // newer claim is never judged against a Job snapshot older than it.

@@ -155,3 +155,22 @@ async fn transport_failure_is_not_fatal() {
         .await;
     assert!(report.list_failed);
 }
+
+#[tokio::test]
+async fn a_degraded_job_watch_pauses_reaping() {
+    let listed = pod_list(vec![pod(
+        "sb-a",
+        "a",
+        "tcab-driver",
+        "2027-01-15T11:59:00Z",
+    )]);
+    let (client, seen) = mock_client(Box::new(move |_| (200, listed.clone())));
+    let jobs = cache(vec![job("tcab-driver-a-1", "a", true)]);
+    // The watch erred: a newer live Job of job "a" may be missing from the view.
+    jobs.mark_degraded(std::time::Instant::now());
+    let reaper = reaper(client, jobs.clone());
+    let report = reaper.tick().await;
+    assert!(report.view_stale);
+    assert!(report.deletes.is_empty());
+    assert!(seen.lock().expect("log").is_empty(), "no call at all");
+}
