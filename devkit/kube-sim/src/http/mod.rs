@@ -1,0 +1,451 @@
+//! The HTTP API: request attributes, RBAC, fault injection, counters, and
+//! routing of Job and Pod requests to [`list`], [`watch`], [`logs`] and
+//! [`write`], and discovery.
+
+mod list;
+mod logs;
+mod watch;
+mod write;
+
+use crate::admin;
+use crate::discovery;
+use crate::faults::FaultAction;
+use crate::objects::{self, ensure_object};
+use crate::rbac::{Attributes, Rbac};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::sim::Sim;
+use crate::status::ApiError;
+use crate::store::{Key, Kind};
+use crate::table::{self, IncludeObject};
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 8 << 20;
+
+/// State of the HTTP layer.
+#[derive(Clone)]
+pub struct AppState {
+    /// The sim.
+    pub sim: Arc<Sim>,
+    /// `host:port` the server listens on.
+    pub addr: String,
+}
+
+/// Builds the router.
+pub fn router(state: AppState) -> axum::Router {
+    axum::Router::new().fallback(handle).with_state(state)
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut res = (code, json_body(&self.to_status())).into_response();
+        if let Some(s) = self.retry_after {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        res
+    }
+}
+
+fn json_body(v: &Value) -> ([(header::HeaderName, &'static str); 1], String) {
+    ([(header::CONTENT_TYPE, "application/json")], v.to_string())
+}
+
+fn ok(code: StatusCode, v: &Value) -> Response {
+    (code, json_body(v)).into_response()
+}
+
+/// What a resource request is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReqInfo {
+    /// Kubernetes verb.
+    pub verb: &'static str,
+    /// Jobs or Pods.
+    pub kind: Kind,
+    /// Namespace (`None` = all namespaces).
+    pub ns: Option<String>,
+    /// Object name.
+    pub name: Option<String>,
+    /// Subresource (`log`, `status`, `eviction`).
+    pub subresource: Option<String>,
+}
+
+impl ReqInfo {
+    /// `pods`, `pods/log`, `jobs`, ...
+    pub fn resource_path(&self) -> String {
+        match &self.subresource {
+            Some(s) => format!("{}/{s}", self.kind.resource()),
+            None => self.kind.resource().to_string(),
+        }
+    }
+}
+
+/// Parses the path and method of a resource request; `None` when the path
+/// is not a Job or Pod path.
+pub fn parse_request(method: &Method, path: &str, watch: bool) -> Option<ReqInfo> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    type KindOf = fn(&str) -> Option<Kind>;
+    let (group_ok, rest): (KindOf, &[&str]) = match segs.as_slice() {
+        ["api", "v1", rest @ ..] => (|r| (r == "pods").then_some(Kind::Pod), rest),
+        ["apis", "batch", "v1", rest @ ..] => (|r| (r == "jobs").then_some(Kind::Job), rest),
+        _ => return None,
+    };
+    let (ns, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+        rest => (None, rest),
+    };
+    let (kind, name, sub) = match rest {
+        [r] => (group_ok(r)?, None, None),
+        [r, n] if ns.is_some() => (group_ok(r)?, Some(n.to_string()), None),
+        [r, n, s] if ns.is_some() => (group_ok(r)?, Some(n.to_string()), Some(s.to_string())),
+        _ => return None,
+    };
+    let verb = match (method.as_str(), name.is_some(), watch) {
+        ("GET", true, true) | ("GET", false, true) => "watch",
+        ("GET", true, false) => "get",
+        ("GET", false, false) => "list",
+        ("POST", _, _) => "create",
+        ("PUT", true, _) => "update",
+        ("PATCH", true, _) => "patch",
+        ("DELETE", true, _) => "delete",
+        ("DELETE", false, _) => "deletecollection",
+        _ => return None,
+    };
+    Some(ReqInfo {
+        verb,
+        kind,
+        ns,
+        name,
+        subresource: sub,
+    })
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+type Query = HashMap<String, String>;
+
+fn query_of(req: &Request) -> Query {
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(req.uri())
+        .map(|q| q.0.into_iter().collect())
+        .unwrap_or_default()
+}
+
+async fn handle(State(app): State<AppState>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    if path == "/admin" || path.starts_with("/admin/") {
+        return admin::handle(app, req).await;
+    }
+    let method = req.method().clone();
+    if method == Method::GET
+        && let Some(doc) = discovery_doc(&app, &path)
+    {
+        return ok(StatusCode::OK, &doc);
+    }
+    match handle_resource(app, req, &path).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn discovery_doc(app: &AppState, path: &str) -> Option<Value> {
+    let p = path.trim_end_matches('/');
+    Some(match p {
+        "/version" => discovery::version(),
+        "/api" => discovery::api(&app.addr),
+        "/apis" => discovery::apis(),
+        "/apis/batch" => discovery::batch(),
+        "/api/v1" => discovery::core_v1(),
+        "/apis/batch/v1" => discovery::batch_v1(),
+        "/healthz" | "/readyz" | "/livez" => return None,
+        "/api/v1/namespaces" => {
+            let mut names: std::collections::BTreeSet<String> =
+                ["default".to_string(), app.sim.namespace.clone()]
+                    .into_iter()
+                    .collect();
+            for kind in [Kind::Job, Kind::Pod] {
+                for o in app.sim.store.list(kind, None, |_| true).1 {
+                    names.insert(
+                        o["metadata"]["namespace"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string(),
+                    );
+                }
+            }
+            json!({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"},
+                "items": names.iter().map(|n| discovery::namespace(n)).collect::<Vec<_>>()})
+        }
+        _ => {
+            let ns = p.strip_prefix("/api/v1/namespaces/")?;
+            if ns.contains('/') {
+                return None;
+            }
+            discovery::namespace(ns)
+        }
+    })
+}
+
+async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Response, ApiError> {
+    let q = query_of(&req);
+    if path.trim_end_matches('/') == "/healthz" || path == "/readyz" || path == "/livez" {
+        return Ok((StatusCode::OK, "ok").into_response());
+    }
+    let is_watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
+    let info =
+        parse_request(req.method(), path, is_watch).ok_or_else(|| ApiError::no_route(path))?;
+    let sim = app.sim.clone();
+    let ns_label = info.ns.clone().unwrap_or_default();
+    if let Some(rbac) = &sim.rbac
+        && bearer(req.headers()) == Some(rbac.token.as_str())
+    {
+        let attrs = Attributes {
+            verb: info.verb,
+            group: info.kind.group(),
+            resource: info.kind.resource(),
+            subresource: info.subresource.as_deref(),
+            name: info.name.as_deref(),
+            namespace: &ns_label,
+        };
+        if !rbac.allows(&attrs) {
+            return Err(ApiError::forbidden(Rbac::forbidden_message(&attrs)));
+        }
+    }
+    let resource = info.resource_path();
+    sim.faults.count_request(info.verb, &resource);
+    match sim.faults.take_api_fault(info.verb, &resource) {
+        Some(FaultAction::Fail(e)) => return Err(e),
+        Some(FaultAction::Delay(d)) => tokio::time::sleep(d).await,
+        None => {}
+    }
+    let table = wants_table(req.headers());
+    let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = axum::body::to_bytes(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+    let kind = info.kind;
+    let ns = info.ns.clone();
+    let view = View {
+        sim: &sim,
+        table,
+        include,
+    };
+    match (info.verb, info.name.as_deref(), info.subresource.as_deref()) {
+        ("list", None, None) => list::list(&view, kind, ns.as_deref(), &q),
+        ("watch", _, None) => watch::watch(&sim, kind, ns, info.name.clone(), &q, table, include),
+        ("get", Some(name), None | Some("status")) => {
+            let obj = sim
+                .store
+                .get(&Key::new(kind, &ns.unwrap_or_default(), name))
+                .ok_or_else(|| kind.not_found(name))?;
+            Ok(view.one(kind, &obj, StatusCode::OK))
+        }
+        ("get", Some(name), Some("log")) if kind == Kind::Pod => {
+            logs::logs(&sim, &ns.unwrap_or_default(), name, &q)
+        }
+        ("create", None, None) => {
+            let ns = ns.ok_or_else(|| ApiError::method_not_allowed("create needs a namespace"))?;
+            let mut obj = parse_body(&body)?;
+            check_body_identity(&mut obj, kind, &ns, None)?;
+            let created = match kind {
+                Kind::Job => sim.create_job(&ns, obj)?,
+                Kind::Pod => sim.create_pod(&ns, obj)?,
+            };
+            Ok(view.one(kind, &created, StatusCode::CREATED))
+        }
+        ("create", Some(name), Some("eviction")) if kind == Kind::Pod => {
+            sim.evict(&ns.unwrap_or_default(), name)?;
+            Ok(ok(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
+        }
+        ("update", Some(name), sub @ (None | Some("status"))) => {
+            let ns = ns.unwrap_or_default();
+            let mut obj = parse_body(&body)?;
+            check_body_identity(&mut obj, kind, &ns, Some(name))?;
+            let updated = write::replace(&sim, kind, &ns, name, obj, sub.is_some())?;
+            Ok(view.one(kind, &updated, StatusCode::OK))
+        }
+        ("patch", Some(name), sub @ (None | Some("status"))) => {
+            let ns = ns.unwrap_or_default();
+            let patched = write::patch(&sim, kind, &ns, name, &content_type, &body, sub.is_some())?;
+            Ok(view.one(kind, &patched, StatusCode::OK))
+        }
+        ("delete", Some(name), None) => {
+            let ns = ns.unwrap_or_default();
+            let opts = write::DeleteOpts::read(&body, &q)?;
+            let gone = write::delete_one(&sim, kind, &ns, name, &opts)?;
+            Ok(ok(StatusCode::OK, &gone))
+        }
+        ("deletecollection", None, None) => {
+            let ns = ns.ok_or_else(|| {
+                ApiError::method_not_allowed("deletecollection needs a namespace")
+            })?;
+            let opts = write::DeleteOpts::read(&body, &q)?;
+            let (label, field) = selectors(kind, &q)?;
+            let (rv, victims) = sim
+                .store
+                .list(kind, Some(&ns), |o| label.matches(o) && field.matches(o));
+            let mut items = Vec::new();
+            for v in victims {
+                if let Ok(gone) = write::delete_one(&sim, kind, &ns, objects::name(&v), &opts) {
+                    items.push(gone);
+                }
+            }
+            Ok(ok(
+                StatusCode::OK,
+                &json!({"kind": format!("{}List", kind.kind()), "apiVersion": kind.api_version(),
+                "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed(format!(
+            "{} is not supported on {}",
+            info.verb, resource
+        ))),
+    }
+}
+
+struct View<'a> {
+    sim: &'a Sim,
+    table: bool,
+    include: IncludeObject,
+}
+
+impl View<'_> {
+    fn one(&self, kind: Kind, obj: &Value, code: StatusCode) -> Response {
+        if self.table {
+            let rv = obj["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            ok(
+                code,
+                &table::table(&self.sim.clock, kind, [obj], rv, None, self.include),
+            )
+        } else {
+            ok(code, obj)
+        }
+    }
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    Ok(v)
+}
+
+fn check_body_identity(
+    obj: &mut Value,
+    kind: Kind,
+    ns: &str,
+    name: Option<&str>,
+) -> Result<(), ApiError> {
+    if let Some(k) = obj["kind"].as_str()
+        && k != kind.kind()
+    {
+        return Err(ApiError::bad_request(format!(
+            "the kind {k:?} does not match the resource {}",
+            kind.resource()
+        )));
+    }
+    let md = ensure_object(&mut obj["metadata"]);
+    if let Some(n) = md.get("namespace").and_then(Value::as_str)
+        && !n.is_empty()
+        && n != ns
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    if let Some(name) = name
+        && md
+            .get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| n != name)
+    {
+        return Err(ApiError::bad_request(
+            "the name of the object does not match the name on the URL",
+        ));
+    }
+    Ok(())
+}
+
+fn selectors(kind: Kind, q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let field = FieldSelector::parse(
+        q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        kind.resource(),
+    )
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok((label, field))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_info() {
+        let i = parse_request(&Method::GET, "/apis/batch/v1/namespaces/ns/jobs", false).unwrap();
+        assert_eq!(
+            (i.verb, i.kind, i.ns.as_deref()),
+            ("list", Kind::Job, Some("ns"))
+        );
+        let i = parse_request(&Method::GET, "/api/v1/namespaces/ns/pods/p/log", false).unwrap();
+        assert_eq!((i.verb, i.resource_path().as_str()), ("get", "pods/log"));
+        assert_eq!(
+            parse_request(&Method::GET, "/api/v1/pods", true)
+                .unwrap()
+                .verb,
+            "watch"
+        );
+        assert_eq!(
+            parse_request(&Method::DELETE, "/api/v1/namespaces/ns/pods", false)
+                .unwrap()
+                .verb,
+            "deletecollection"
+        );
+        assert!(parse_request(&Method::GET, "/api/v1/namespaces/ns/jobs", false).is_none());
+        assert!(
+            parse_request(
+                &Method::GET,
+                "/apis/apps/v1/namespaces/ns/deployments",
+                false
+            )
+            .is_none()
+        );
+    }
+}
