@@ -3,17 +3,28 @@
 //! A kube watcher streams every Job carrying the managed-by label; the cache
 //! keeps only the few fields decisions read ([`JobSummary`]), so 10,000 owned
 //! Jobs cost little memory and no tick LISTs the API.
+//!
+//! **A view is trusted only while it is current.** It becomes current when a
+//! (re)list completes (kube-runtime's `InitDone`) and stops being current at
+//! the next watch error, never by elapsed time. After an error the watcher is
+//! started afresh (after a back-off), so the next current view always comes
+//! from a complete list: kube-runtime on its own would resume the watch from
+//! its last resourceVersion, which is complete too but gives no moment at
+//! which the view is known to be caught up. A watch that goes silent (a stuck
+//! watch cache) is bounded by the watch timeout: the server ends every watch
+//! after it, and kube-runtime reconnects when nothing (not even a bookmark)
+//! arrived for that long.
 
 use crate::labels::{self, Lane};
 use crate::tick::Wake;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// Where an owned Job is in its life.
@@ -27,14 +38,26 @@ pub enum JobPhase {
     Failed,
 }
 
+/// A true condition of a Job: its reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobCondition {
+    /// `reason` (e.g. `BackoffLimitExceeded`, `DeadlineExceeded`).
+    pub reason: String,
+    /// `message`.
+    pub message: String,
+}
+
 /// The fields of one owned Job that decisions read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobSummary {
     /// The Job's name.
     pub name: String,
+    /// The Job's uid ("" when the server gave none).
+    pub uid: String,
     /// Its admission lane (label first, then the name rule).
     pub lane: Lane,
-    /// The backend job id from `tcab.dev/job-id`, if labelled.
+    /// The `tcab.dev/job-id` label as it is (possibly empty or malformed:
+    /// planners check it with `backend::is_job_id`).
     pub job_id: Option<String>,
     /// The claim tag from `tcab.dev/claim`, if labelled.
     pub claim: Option<String>,
@@ -42,8 +65,23 @@ pub struct JobSummary {
     pub phase: JobPhase,
     /// `status.failed`: pods that failed; it outlives the pods themselves.
     pub failed_pods: i32,
+    /// `status.active`: pods neither finished nor being deleted.
+    pub active_pods: i32,
+    /// `status.ready`: active pods that are ready.
+    pub ready_pods: i32,
+    /// `status.terminating`: pods being deleted that have not finished.
+    pub terminating_pods: i32,
+    /// A true `FailureTarget` condition (Kubernetes 1.31+ sets it as soon as
+    /// the Job is bound to fail; `Failed` follows once its pods terminated).
+    pub failure_target: Option<JobCondition>,
+    /// The true `Failed` condition, once the Job has failed.
+    pub failed: Option<JobCondition>,
+    /// The pod template's `terminationGracePeriodSeconds`, if set.
+    pub termination_grace_seconds: Option<i64>,
     /// `metadata.creationTimestamp`.
     pub created_at: Option<Timestamp>,
+    /// `metadata.deletionTimestamp` is set: the Job itself is being deleted.
+    pub deleting: bool,
 }
 
 impl JobSummary {
@@ -52,29 +90,49 @@ impl JobSummary {
         let labels = job.labels();
         let name = job.name_any();
         let status = job.status.as_ref();
-        let condition_true = |kind: &str| {
+        let condition = |kind: &str| {
             status
                 .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
+                .and_then(|cs| cs.iter().find(|c| c.type_ == kind && c.status == "True"))
+                .map(|c| JobCondition {
+                    reason: c.reason.clone().unwrap_or_default(),
+                    message: c.message.clone().unwrap_or_default(),
+                })
         };
-        let phase = if condition_true("Failed") {
+        let failed = condition("Failed");
+        let phase = if failed.is_some() {
             JobPhase::Failed
-        } else if condition_true("Complete") {
+        } else if condition("Complete").is_some() {
             JobPhase::Succeeded
         } else {
             JobPhase::Live
         };
+        let count = |f: fn(&k8s_openapi::api::batch::v1::JobStatus) -> Option<i32>| {
+            status.and_then(f).unwrap_or(0)
+        };
         JobSummary {
             lane: Lane::classify(labels, &name),
+            uid: job.metadata.uid.clone().unwrap_or_default(),
             job_id: labels.get(labels::JOB_ID).cloned(),
             claim: labels.get(labels::CLAIM).cloned(),
             phase,
-            failed_pods: status.and_then(|s| s.failed).unwrap_or(0),
+            failed_pods: count(|s| s.failed),
+            active_pods: count(|s| s.active),
+            ready_pods: count(|s| s.ready),
+            terminating_pods: count(|s| s.terminating),
+            failure_target: condition("FailureTarget"),
+            failed,
+            termination_grace_seconds: job
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|s| s.termination_grace_period_seconds),
             created_at: job
                 .metadata
                 .creation_timestamp
                 .as_ref()
                 .map(|t| Timestamp::from_second(t.0.as_second()).unwrap_or(Timestamp::UNIX_EPOCH)),
+            deleting: job.metadata.deletion_timestamp.is_some(),
             name,
         }
     }
@@ -83,6 +141,12 @@ impl JobSummary {
     pub fn is_live(&self) -> bool {
         self.phase == JobPhase::Live
     }
+
+    /// Whether the Job shows a first sign of failure: `FailureTarget`, a
+    /// failed pod, or a pod being deleted. Its pod is the evidence then.
+    pub fn shows_failure(&self) -> bool {
+        self.failure_target.is_some() || self.failed_pods > 0 || self.terminating_pods > 0
+    }
 }
 
 #[derive(Default)]
@@ -90,25 +154,58 @@ struct State {
     jobs: HashMap<String, JobSummary>,
     /// Objects of a relist in progress; swapped in at `InitDone`.
     relist: Option<HashMap<String, JobSummary>>,
-    /// Set by a watch error: the view may be stale until this instant, or
-    /// until the next event shows the watch delivering again.
-    degraded_until: Option<std::time::Instant>,
 }
 
-/// How long after a watch error the view counts as possibly stale, unless an
-/// event shows the watch is delivering again (a quiet re-established watch
-/// sends nothing). Lapses take a whole lease (two minutes), so this is ample.
-pub const DEGRADED_AFTER_ERROR: std::time::Duration = std::time::Duration::from_secs(30);
+/// How the watch of owned Jobs is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchSettings {
+    /// Server-side timeout of each watch call; a watch that delivers nothing
+    /// (not even a bookmark) for this long plus a small margin is reconnected.
+    pub timeout: Duration,
+    /// First back-off after a watch error before the view is listed again.
+    pub min_backoff: Duration,
+    /// Longest back-off between relist attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        WatchSettings {
+            timeout: Duration::from_secs(60),
+            min_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why the view is not current (for logs and the gate's reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ViewState {
+    /// Listed and watching without an error since.
+    Current,
+    /// Not listed yet since the start.
+    Listing,
+    /// The watch failed; a fresh list is under way.
+    Failed(String),
+}
+
+impl ViewState {
+    /// Whether decisions may trust the view.
+    pub fn is_current(&self) -> bool {
+        matches!(self, ViewState::Current)
+    }
+}
 
 /// A shared, cheaply cloned cache of the owned Jobs, fed by a watch.
 #[derive(Clone)]
 pub struct OwnedJobs {
     state: Arc<RwLock<State>>,
-    ready_tx: Arc<watch::Sender<bool>>,
-    ready_rx: watch::Receiver<bool>,
+    view: Arc<watch::Sender<ViewState>>,
     /// Bumped whenever a Job stops being live (it finished or is gone), so a
     /// loop can react at once instead of at its next poll.
     finished: Arc<watch::Sender<u64>>,
+    /// Bumped on every change to a cached Job (and when a relist completes).
+    changed: Arc<watch::Sender<u64>>,
 }
 
 impl Default for OwnedJobs {
@@ -118,82 +215,113 @@ impl Default for OwnedJobs {
 }
 
 impl OwnedJobs {
-    /// An empty cache that is not ready until the first full list arrives.
+    /// An empty cache that is not current until the first full list arrives.
     pub fn new() -> Self {
-        let (ready_tx, ready_rx) = watch::channel(false);
         OwnedJobs {
             state: Arc::new(RwLock::new(State::default())),
-            ready_tx: Arc::new(ready_tx),
-            ready_rx,
+            view: Arc::new(watch::channel(ViewState::Listing).0),
             finished: Arc::new(watch::channel(0).0),
+            changed: Arc::new(watch::channel(0).0),
         }
     }
 
     /// Starts watching the Jobs labelled `managed-by=<managed_by>` in
-    /// `namespace`. The returned task runs until the stream ends (it retries
-    /// API errors with back-off, so in practice never); the caller watches it.
+    /// `namespace`. The returned task runs until it is aborted: a watch
+    /// error marks the view not current and starts a fresh list after a
+    /// back-off. The caller watches the task.
     pub fn watch(
         client: Client,
         namespace: &str,
         managed_by: &str,
+        settings: WatchSettings,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let cache = OwnedJobs::new();
         let api: Api<Job> = Api::namespaced(client, namespace);
-        // Lists are paged (250 Jobs a page) so a
-        // relist of 10,000 Jobs never holds them all in memory at once.
+        // Lists are paged (250 Jobs a page) so a relist of 10,000 Jobs never
+        // holds them all in memory at once.
+        let timeout = u32::try_from(settings.timeout.as_secs().max(1)).unwrap_or(u32::MAX);
         let config = watcher::Config::default()
             .labels(&labels::selector(labels::MANAGED_BY, managed_by))
-            .page_size(250);
+            .page_size(250)
+            .timeout(timeout);
         let feed = cache.clone();
         let task = tokio::spawn(async move {
-            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) => feed.apply(event),
-                    Err(error) => {
-                        feed.mark_degraded(std::time::Instant::now());
-                        tracing::warn!(%error, "job watch error; retrying with back-off (the view may be stale meanwhile)");
+            let mut backoff = settings.min_backoff;
+            loop {
+                let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
+                let error = loop {
+                    match stream.next().await {
+                        Some(Ok(event)) => {
+                            if matches!(event, Event::InitDone) {
+                                backoff = settings.min_backoff;
+                            }
+                            feed.apply(event);
+                        }
+                        Some(Err(error)) => break error.to_string(),
+                        None => break "the watch stream ended".to_owned(),
                     }
-                }
+                };
+                feed.mark_failed(&error);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(settings.max_backoff);
             }
-            tracing::error!("job watch stream ended");
         });
         (cache, task)
     }
 
     /// Applies one watch event. Public so tests can feed a cache directly.
     pub fn apply(&self, event: Event<Job>) {
-        if self.apply_event(event) {
+        let (finished, listed) = self.apply_event(event);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        if finished {
             self.finished.send_modify(|n| *n = n.wrapping_add(1));
         }
-    }
-
-    /// Records a watch error: until the watch delivers again (or
-    /// [`DEGRADED_AFTER_ERROR`] passes), [`OwnedJobs::is_current`] is false.
-    pub fn mark_degraded(&self, now: std::time::Instant) {
-        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
-        state.degraded_until = Some(now + DEGRADED_AFTER_ERROR);
-    }
-
-    /// Whether decisions may trust the view: it has listed, and no watch error
-    /// happened that the watch has not since shown it recovered from. A stale
-    /// view would under-count a lane, miss a Job to renew, or call a live Job gone.
-    pub fn is_current(&self, now: std::time::Instant) -> bool {
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        self.is_ready() && state.degraded_until.is_none_or(|until| now >= until)
-    }
-
-    /// Applies an event; true when a Job stopped being live (or a relist completed).
-    fn apply_event(&self, event: Event<Job>) -> bool {
-        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
-        if !matches!(event, Event::Init | Event::InitApply(_)) {
-            // The watch is delivering: whatever error came before is behind us.
-            state.degraded_until = None;
+        if let Some(count) = listed {
+            let was = self.view.send_replace(ViewState::Current);
+            if !was.is_current() {
+                tracing::info!(
+                    owned_jobs = count,
+                    "Job view current: listed the owned Jobs"
+                );
+            }
         }
+    }
+
+    /// Records a watch error: the view is not current until the next
+    /// complete list. Logged once per transition.
+    pub fn mark_failed(&self, error: &str) {
+        let was = self.view.send_replace(ViewState::Failed(error.to_owned()));
+        if was.is_current() {
+            tracing::warn!(%error, "Job view not current: the watch failed; holding what depends on it until a fresh list completes");
+        } else {
+            tracing::debug!(%error, "Job watch still failing");
+        }
+    }
+
+    /// Whether decisions may trust the view: a list completed and no watch
+    /// error happened since.
+    pub fn is_current(&self) -> bool {
+        self.view.borrow().is_current()
+    }
+
+    /// The view's state (current, listing, or failed and why).
+    pub fn view_state(&self) -> ViewState {
+        self.view.borrow().clone()
+    }
+
+    /// Resolves whenever the view's state changes.
+    pub fn view_changes(&self) -> watch::Receiver<ViewState> {
+        self.view.subscribe()
+    }
+
+    /// Applies an event; returns whether a Job stopped being live, and the
+    /// number of Jobs when a relist completed.
+    fn apply_event(&self, event: Event<Job>) -> (bool, Option<usize>) {
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         match event {
             Event::Init => {
                 state.relist = Some(HashMap::new());
-                false
+                (false, None)
             }
             Event::InitApply(job) => {
                 let summary = JobSummary::from_job(&job);
@@ -201,14 +329,13 @@ impl OwnedJobs {
                     .relist
                     .get_or_insert_with(HashMap::new)
                     .insert(summary.name.clone(), summary);
-                false
+                (false, None)
             }
             Event::InitDone => {
                 let fresh = state.relist.take().unwrap_or_default();
+                let count = fresh.len();
                 state.jobs = fresh;
-                drop(state);
-                self.ready_tx.send_replace(true);
-                true
+                (true, Some(count))
             }
             Event::Apply(job) => {
                 let summary = JobSummary::from_job(&job);
@@ -218,12 +345,15 @@ impl OwnedJobs {
                     .is_none_or(JobSummary::is_live);
                 let finished = was_live && !summary.is_live();
                 state.jobs.insert(summary.name.clone(), summary);
-                finished
+                (finished, None)
             }
-            Event::Delete(job) => state
-                .jobs
-                .remove(&job.name_any())
-                .is_some_and(|gone| gone.is_live()),
+            Event::Delete(job) => (
+                state
+                    .jobs
+                    .remove(&job.name_any())
+                    .is_some_and(|gone| gone.is_live()),
+                None,
+            ),
         }
     }
 
@@ -233,6 +363,22 @@ impl OwnedJobs {
         let mut jobs: Vec<JobSummary> = state.jobs.values().cloned().collect();
         jobs.sort_by(|a, b| a.name.cmp(&b.name));
         jobs
+    }
+
+    /// The live Jobs of one lane, counted without copying the cache.
+    pub fn live_count(&self, lane: Lane) -> usize {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .jobs
+            .values()
+            .filter(|j| j.lane == lane && j.is_live())
+            .count()
+    }
+
+    /// Whether the cache holds a Job of this name.
+    pub fn contains(&self, name: &str) -> bool {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state.jobs.contains_key(name)
     }
 
     /// How many Jobs are cached.
@@ -249,11 +395,6 @@ impl OwnedJobs {
         self.len() == 0
     }
 
-    /// Whether the first full list has arrived; before it, counts are unknown.
-    pub fn is_ready(&self) -> bool {
-        *self.ready_rx.borrow()
-    }
-
     /// A wake-up that fires whenever a cached Job stops being live (it
     /// finished, or was deleted while live) and when a relist completes: the
     /// moments a lane gains room, a death can be reported, a sandbox reaped.
@@ -261,11 +402,17 @@ impl OwnedJobs {
         Wake::new(self.finished.subscribe())
     }
 
-    /// Waits until the first full list has arrived.
-    pub async fn wait_ready(&self) {
-        let mut rx = self.ready_rx.clone();
+    /// A wake-up that fires on every change to a cached Job: the moment a Job
+    /// first shows a sign of failure, while its pod may still be readable.
+    pub fn changes(&self) -> Wake {
+        Wake::new(self.changed.subscribe())
+    }
+
+    /// Waits until the view is current (the first full list has arrived).
+    pub async fn wait_current(&self) {
+        let mut rx = self.view.subscribe();
         // An error means the sender is gone, which cannot happen while `self` lives.
-        let _ = rx.wait_for(|ready| *ready).await;
+        let _ = rx.wait_for(ViewState::is_current).await;
     }
 }
 
@@ -277,29 +424,37 @@ mod tests {
     fn job(name: &str, labels: serde_json::Value, status: serde_json::Value) -> Job {
         serde_json::from_value(json!({
             "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": "ns", "labels": labels,
+            "metadata": {"name": name, "namespace": "ns", "labels": labels, "uid": format!("uid-{name}"),
                          "creationTimestamp": "2026-11-29T17:00:00Z"},
+            "spec": {"template": {"spec": {"terminationGracePeriodSeconds": 120, "containers": []}}},
             "status": status,
         }))
         .expect("valid job json")
     }
 
     #[test]
-    fn summary_reads_labels_and_phase() {
+    fn summary_reads_labels_phase_counts_and_conditions() {
         let j = job(
             "tcab-driver-a-1",
             json!({"tcab.dev/job-id": "a", "tcab.dev/claim": "1", "tcab.dev/job-kind": "run"}),
-            json!({"failed": 1, "conditions": [
-                {"type": "FailureTarget", "status": "True"},
+            json!({"failed": 1, "terminating": 0, "conditions": [
+                {"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy", "message": "m"},
                 {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}),
         );
         let s = JobSummary::from_job(&j);
         assert_eq!(s.lane, Lane::Run);
+        assert_eq!(s.uid, "uid-tcab-driver-a-1");
         assert_eq!(s.job_id.as_deref(), Some("a"));
         assert_eq!(s.claim.as_deref(), Some("1"));
         assert_eq!(s.phase, JobPhase::Failed);
         assert_eq!(s.failed_pods, 1);
-        assert!(!s.is_live());
+        assert_eq!(
+            s.failure_target.as_ref().unwrap().reason,
+            "PodFailurePolicy"
+        );
+        assert_eq!(s.failed.as_ref().unwrap().reason, "BackoffLimitExceeded");
+        assert_eq!(s.termination_grace_seconds, Some(120));
+        assert!(!s.is_live() && s.shows_failure());
 
         let done = job(
             "tcab-publisher-b-2",
@@ -309,14 +464,19 @@ mod tests {
         );
         let s = JobSummary::from_job(&done);
         assert_eq!((s.lane, s.phase), (Lane::Publish, JobPhase::Succeeded));
+        assert!(!s.shows_failure());
 
-        let live = job(
+        let failing = job(
             "x",
             json!({}),
-            json!({"active": 1, "conditions": [
-            {"type": "Failed", "status": "False"}]}),
+            json!({"active": 0, "terminating": 1, "ready": 0, "failed": 1, "conditions": [
+            {"type": "Failed", "status": "False"},
+            {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"}]}),
         );
-        assert!(JobSummary::from_job(&live).is_live());
+        let s = JobSummary::from_job(&failing);
+        assert!(s.is_live(), "FailureTarget alone is not Failed");
+        assert!(s.shows_failure());
+        assert_eq!((s.terminating_pods, s.failed_pods), (1, 1));
     }
 
     #[tokio::test]
@@ -345,36 +505,49 @@ mod tests {
     }
 
     #[test]
-    fn a_watch_error_makes_the_view_not_current_until_the_watch_delivers() {
+    fn changes_fire_on_every_event() {
         let cache = OwnedJobs::new();
-        let t0 = std::time::Instant::now();
-        assert!(!cache.is_current(t0), "not listed yet");
-        cache.apply(Event::Init);
-        cache.apply(Event::InitDone);
-        assert!(cache.is_current(t0));
-        cache.mark_degraded(t0);
-        assert!(!cache.is_current(t0));
-        assert!(!cache.is_current(t0 + DEGRADED_AFTER_ERROR / 2));
-        assert!(
-            cache.is_current(t0 + DEGRADED_AFTER_ERROR),
-            "a quiet recovered watch counts again"
-        );
-        cache.mark_degraded(t0);
-        cache.apply(Event::Apply(job("a", json!({}), json!({}))));
-        assert!(
-            cache.is_current(t0),
-            "an event shows the watch delivers again"
-        );
+        let mut wake = cache.changes();
+        cache.apply(Event::Apply(job("a", json!({}), json!({"active": 1}))));
+        assert!(wake.is_pending());
+        wake.mark_seen();
+        cache.apply(Event::Apply(job(
+            "a",
+            json!({}),
+            json!({"failed": 1, "terminating": 1}),
+        )));
+        assert!(wake.is_pending(), "a first sign of failure wakes");
     }
 
     #[test]
-    fn relist_replaces_the_cache_and_marks_ready() {
+    fn current_only_from_a_completed_list_until_the_next_error() {
         let cache = OwnedJobs::new();
-        assert!(!cache.is_ready());
+        assert!(!cache.is_current(), "not listed yet");
+        assert_eq!(cache.view_state(), ViewState::Listing);
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(job("a", json!({}), json!({}))));
+        assert!(!cache.is_current(), "a list in progress is not current");
+        cache.apply(Event::InitDone);
+        assert!(cache.is_current());
+        cache.mark_failed("500 Internal Server Error");
+        assert!(!cache.is_current());
+        assert!(matches!(cache.view_state(), ViewState::Failed(e) if e.contains("500")));
+        cache.apply(Event::Apply(job("b", json!({}), json!({}))));
+        assert!(
+            !cache.is_current(),
+            "an event after an error does not make the view current: only a relist does"
+        );
+        cache.apply(Event::Init);
+        cache.apply(Event::InitDone);
+        assert!(cache.is_current());
+    }
+
+    #[test]
+    fn relist_replaces_the_cache() {
+        let cache = OwnedJobs::new();
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(job("a", json!({}), json!({}))));
         cache.apply(Event::InitDone);
-        assert!(cache.is_ready());
         cache.apply(Event::Apply(job("b", json!({}), json!({}))));
         assert_eq!(
             cache
@@ -384,12 +557,14 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["a", "b"]
         );
+        assert_eq!(cache.live_count(Lane::Run), 2);
         // A relist after a watch gap drops what vanished meanwhile.
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(job("b", json!({}), json!({}))));
         assert_eq!(cache.len(), 2, "old view stays until the relist completes");
         cache.apply(Event::InitDone);
         assert_eq!(cache.snapshot().len(), 1);
+        assert!(cache.contains("b") && !cache.contains("a"));
         cache.apply(Event::Delete(job("b", json!({}), json!({}))));
         assert!(cache.is_empty());
     }

@@ -76,17 +76,17 @@ const fn var(
 pub const VARIABLES: &[VarDoc] = &[
     var(
         "TCAB_BACKEND_URL",
-        &[A, L],
+        &[A, L, R],
         None,
         true,
-        "Base URL of the backend's in-cluster Service.",
+        "Base URL of the backend's in-cluster Service (the reaper needs it only for the orphan sweep).",
     ),
     var(
         "TCAB_BACKEND_SERVICE_TOKEN",
-        &[A, L],
+        &[A, L, R],
         None,
         true,
-        "Service token for claims, leases and lost reports. Never logged.",
+        "Service token for claims, leases, lost reports and the active lists. Never logged.",
     ),
     var(
         "TCAB_DRIVER_IMAGE",
@@ -153,17 +153,31 @@ pub const VARIABLES: &[VarDoc] = &[
     ),
     var(
         "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS",
-        &[A, L],
+        &[A, L, R],
         Some("10"),
         false,
         "Timeout of one backend call.",
+    ),
+    var(
+        "TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS",
+        &[A, L, R],
+        Some("15"),
+        false,
+        "Timeout of one Kubernetes API call (every call but the Job watch).",
+    ),
+    var(
+        "TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS",
+        &[A, L, R],
+        Some("60"),
+        false,
+        "Server-side timeout of each Job watch; a watch silent (not even a bookmark) this long is reconnected, which bounds how stale a stuck watch leaves the view.",
     ),
     var(
         "TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS",
         &[A],
         Some("60"),
         false,
-        "The admitter claims only while the lease-keeper's last successful renewal is at most this old.",
+        "The admitter claims only while the lease-keeper's last successful renewal is at most this old; at most half the lease.",
     ),
     var(
         "TCAB_DISPATCHER_DRIVER_TERMINATION_GRACE_SECONDS",
@@ -293,10 +307,31 @@ pub const VARIABLES: &[VarDoc] = &[
     ),
     var(
         "TCAB_DISPATCHER_LEASE_SECONDS",
-        &[L],
+        &[A, L],
         Some("120"),
         false,
-        "Lease length the backend grants; a vaulted token with no Job after this long is dropped.",
+        "Lease length the backend grants; a vaulted token with no Job after this long is dropped. The gate age and the watch timeout must be at most half of it.",
+    ),
+    var(
+        "TCAB_DISPATCHER_START_GRACE_SECONDS",
+        &[L],
+        Some("300"),
+        false,
+        "A driver or publisher pod waiting this long on an image pull or a container config error is judged never to start: its Job is deleted and the death reported.",
+    ),
+    var(
+        "TCAB_DISPATCHER_UNSCHEDULABLE_GRACE_SECONDS",
+        &[L],
+        Some("1800"),
+        false,
+        "A driver or publisher pod unschedulable this long is judged never to start.",
+    ),
+    var(
+        "TCAB_DISPATCHER_TERMINATING_MARGIN_SECONDS",
+        &[L, R],
+        Some("60"),
+        false,
+        "How long past its pod's termination grace a failing Job may stay unfinished (a lost node) before it is judged dead: lease no longer renewed, death reported, sandboxes reaped.",
     ),
     var(
         "TCAB_DISPATCHER_LOG_TAIL_LINES",
@@ -324,7 +359,14 @@ pub const VARIABLES: &[VarDoc] = &[
         &[R],
         Some("true"),
         false,
-        "Also delete sandbox pods whose job id matches no owned Job at all (after the grace).",
+        "Also delete sandbox pods whose job id matches no owned Job and that the backend does not list as driven (after the grace).",
+    ),
+    var(
+        "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS",
+        &[R],
+        Some("300"),
+        false,
+        "How often the orphan sweep lists the sandbox pods (other ticks list them only when a failed driver awaits its reap).",
     ),
     var(
         "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS",
@@ -382,6 +424,10 @@ pub struct CommonConfig {
     pub log_format: LogFormat,
     /// `TCAB_DISPATCHER_VAULT_ADDR`.
     pub vault_addr: SocketAddr,
+    /// `TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS`.
+    pub kube_timeout: Duration,
+    /// `TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS`.
+    pub watch_timeout: Duration,
 }
 
 /// How to reach the backend.
@@ -406,8 +452,10 @@ pub struct AdmitterConfig {
     pub max_publish_inflight: u32,
     /// Everything the Job builders take from configuration.
     pub jobs: JobSettings,
-    /// `TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS`.
+    /// `TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS` (at most half the lease).
     pub gate_max_age: Duration,
+    /// `TCAB_DISPATCHER_LEASE_SECONDS`.
+    pub lease_length: Duration,
 }
 
 /// `tcab-lease-keeper`'s configuration.
@@ -423,6 +471,12 @@ pub struct LeaseKeeperConfig {
     pub lease_length: Duration,
     /// `TCAB_DISPATCHER_LOG_TAIL_LINES`.
     pub log_tail_lines: i64,
+    /// `TCAB_DISPATCHER_START_GRACE_SECONDS`.
+    pub start_grace: Duration,
+    /// `TCAB_DISPATCHER_UNSCHEDULABLE_GRACE_SECONDS`.
+    pub unschedulable_grace: Duration,
+    /// `TCAB_DISPATCHER_TERMINATING_MARGIN_SECONDS`.
+    pub terminating_margin: Duration,
 }
 
 /// `tcab-reaper`'s configuration.
@@ -437,6 +491,13 @@ pub struct ReaperConfig {
     pub orphan_sweep: bool,
     /// `TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS`.
     pub orphan_grace: Duration,
+    /// `TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS`.
+    pub orphan_sweep_interval: Duration,
+    /// `TCAB_DISPATCHER_TERMINATING_MARGIN_SECONDS`.
+    pub terminating_margin: Duration,
+    /// The backend, which the orphan sweep asks what it still drives; `None`
+    /// only when the sweep is off.
+    pub backend: Option<BackendConfig>,
 }
 
 /// The environment as envy reads it: every variable of [`VARIABLES`] as an
@@ -481,6 +542,12 @@ struct RawEnv {
     tcab_k8s_namespace: Option<String>,
     tcab_dispatcher_orphan_sweep: Option<String>,
     tcab_dispatcher_orphan_grace_seconds: Option<String>,
+    tcab_dispatcher_orphan_sweep_interval_seconds: Option<String>,
+    tcab_dispatcher_kube_timeout_seconds: Option<String>,
+    tcab_dispatcher_watch_timeout_seconds: Option<String>,
+    tcab_dispatcher_start_grace_seconds: Option<String>,
+    tcab_dispatcher_unschedulable_grace_seconds: Option<String>,
+    tcab_dispatcher_terminating_margin_seconds: Option<String>,
 }
 
 /// The environment a binary validates its configuration from.
@@ -552,7 +619,7 @@ fn url(
     value: &Option<String>,
     must: bool,
 ) -> Result<Option<String>, ConfigError> {
-    const EXPECTED: &str = "an http:// or https:// URL";
+    const EXPECTED: &str = "an http:// or https:// URL without a query or fragment";
     let Some(v) = set(value) else {
         return if must {
             Err(ConfigError::Missing {
@@ -568,7 +635,10 @@ fn url(
         .or_else(|| v.strip_prefix("https://"));
     match rest {
         Some(host)
-            if !host.is_empty() && !host.starts_with('/') && !v.contains(char::is_whitespace) =>
+            if !host.is_empty()
+                && !host.starts_with('/')
+                && !v.contains(char::is_whitespace)
+                && !v.contains(['?', '#']) =>
         {
             Ok(Some(v.trim_end_matches('/').to_owned()))
         }
@@ -617,6 +687,31 @@ fn seconds(
             got: v.to_owned(),
         }),
     }
+}
+
+/// A whole number of seconds >= 1 (the watch timeout is sent as an integer).
+fn whole_seconds(
+    var: &'static str,
+    value: &Option<String>,
+    default: u64,
+) -> Result<Duration, ConfigError> {
+    number(var, value, default, 1, WHOLE_AT_LEAST_1).map(Duration::from_secs)
+}
+
+/// `var` must be at most half the lease (`TCAB_DISPATCHER_LEASE_SECONDS`).
+fn at_most_half_lease(
+    var: &'static str,
+    value: Duration,
+    lease: Duration,
+) -> Result<(), ConfigError> {
+    if value > lease / 2 {
+        return Err(ConfigError::Invalid {
+            var,
+            expected: "at most half of TCAB_DISPATCHER_LEASE_SECONDS",
+            got: format!("{} (lease {})", value.as_secs_f64(), lease.as_secs_f64()),
+        });
+    }
+    Ok(())
 }
 
 fn boolean(var: &'static str, value: &Option<String>, default: bool) -> Result<bool, ConfigError> {
@@ -761,6 +856,16 @@ fn common(raw: &RawEnv) -> Result<CommonConfig, ConfigError> {
         )?,
         log_format,
         vault_addr,
+        kube_timeout: seconds(
+            "TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS",
+            &raw.tcab_dispatcher_kube_timeout_seconds,
+            15.0,
+        )?,
+        watch_timeout: whole_seconds(
+            "TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS",
+            &raw.tcab_dispatcher_watch_timeout_seconds,
+            60,
+        )?,
     })
 }
 
@@ -784,6 +889,22 @@ fn backend(raw: &RawEnv) -> Result<BackendConfig, ConfigError> {
             10.0,
         )?,
     })
+}
+
+fn lease(raw: &RawEnv) -> Result<Duration, ConfigError> {
+    seconds(
+        "TCAB_DISPATCHER_LEASE_SECONDS",
+        &raw.tcab_dispatcher_lease_seconds,
+        120.0,
+    )
+}
+
+fn terminating_margin(raw: &RawEnv) -> Result<Duration, ConfigError> {
+    seconds(
+        "TCAB_DISPATCHER_TERMINATING_MARGIN_SECONDS",
+        &raw.tcab_dispatcher_terminating_margin_seconds,
+        60.0,
+    )
 }
 
 /// A binary's configuration type.
@@ -955,6 +1076,17 @@ impl BinaryConfig for AdmitterConfig {
             check_name("TCAB_K8S_NAMESPACE", ns)?;
         }
         distinct_managed_by(&jobs.managed_by, &jobs.driver_managed_by)?;
+        let lease_length = lease(raw)?;
+        let gate_max_age = seconds(
+            "TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS",
+            &raw.tcab_dispatcher_gate_max_age_seconds,
+            60.0,
+        )?;
+        at_most_half_lease(
+            "TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS",
+            gate_max_age,
+            lease_length,
+        )?;
         Ok(AdmitterConfig {
             max_inflight: number(
                 "TCAB_DISPATCHER_MAX_INFLIGHT",
@@ -970,11 +1102,8 @@ impl BinaryConfig for AdmitterConfig {
                 1,
                 WHOLE_AT_LEAST_1,
             )?,
-            gate_max_age: seconds(
-                "TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS",
-                &raw.tcab_dispatcher_gate_max_age_seconds,
-                60.0,
-            )?,
+            gate_max_age,
+            lease_length,
             jobs,
             common,
             backend,
@@ -987,20 +1116,42 @@ impl BinaryConfig for LeaseKeeperConfig {
 
     fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let raw = &env.raw;
+        let common = common(raw)?;
+        let lease_length = lease(raw)?;
+        at_most_half_lease(
+            "TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS",
+            common.watch_timeout,
+            lease_length,
+        )?;
+        let vault_allow_non_loopback = boolean(
+            "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK",
+            &raw.tcab_dispatcher_vault_allow_non_loopback,
+            false,
+        )?;
+        if !vault_allow_non_loopback && !common.vault_addr.ip().is_loopback() {
+            return Err(ConfigError::Invalid {
+                var: "TCAB_DISPATCHER_VAULT_ADDR",
+                expected: "a loopback address (the vault holds per-job tokens; set TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK=true to override)",
+                got: common.vault_addr.to_string(),
+            });
+        }
         Ok(LeaseKeeperConfig {
             backend: backend(raw)?,
-            common: common(raw)?,
+            common,
             publishing: set(&raw.tcab_publisher_image).is_some(),
-            vault_allow_non_loopback: boolean(
-                "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK",
-                &raw.tcab_dispatcher_vault_allow_non_loopback,
-                false,
+            vault_allow_non_loopback,
+            lease_length,
+            start_grace: seconds(
+                "TCAB_DISPATCHER_START_GRACE_SECONDS",
+                &raw.tcab_dispatcher_start_grace_seconds,
+                300.0,
             )?,
-            lease_length: seconds(
-                "TCAB_DISPATCHER_LEASE_SECONDS",
-                &raw.tcab_dispatcher_lease_seconds,
-                120.0,
+            unschedulable_grace: seconds(
+                "TCAB_DISPATCHER_UNSCHEDULABLE_GRACE_SECONDS",
+                &raw.tcab_dispatcher_unschedulable_grace_seconds,
+                1800.0,
             )?,
+            terminating_margin: terminating_margin(raw)?,
             log_tail_lines: number(
                 "TCAB_DISPATCHER_LOG_TAIL_LINES",
                 &raw.tcab_dispatcher_log_tail_lines,
@@ -1024,15 +1175,30 @@ impl BinaryConfig for ReaperConfig {
             "tcab-driver",
         )?;
         distinct_managed_by(&common.managed_by, &driver_managed_by)?;
+        let orphan_sweep = boolean(
+            "TCAB_DISPATCHER_ORPHAN_SWEEP",
+            &raw.tcab_dispatcher_orphan_sweep,
+            true,
+        )?;
+        // The sweep asks the backend which jobs it still drives; without the
+        // sweep the reaper never calls the backend.
+        let backend = if orphan_sweep {
+            Some(backend(raw)?)
+        } else {
+            None
+        };
         Ok(ReaperConfig {
             common,
+            backend,
+            orphan_sweep_interval: seconds(
+                "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS",
+                &raw.tcab_dispatcher_orphan_sweep_interval_seconds,
+                300.0,
+            )?,
+            terminating_margin: terminating_margin(raw)?,
             sandbox_namespace: name("TCAB_K8S_NAMESPACE", &raw.tcab_k8s_namespace, None)?,
             driver_managed_by,
-            orphan_sweep: boolean(
-                "TCAB_DISPATCHER_ORPHAN_SWEEP",
-                &raw.tcab_dispatcher_orphan_sweep,
-                true,
-            )?,
+            orphan_sweep,
             orphan_grace: seconds(
                 "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS",
                 &raw.tcab_dispatcher_orphan_grace_seconds,

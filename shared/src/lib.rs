@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod death;
 pub mod job_builder;
+pub mod kube_api;
 pub mod labels;
 pub mod secret;
 pub mod telemetry;

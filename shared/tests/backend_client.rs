@@ -343,10 +343,7 @@ async fn lease_renewals_send_the_ids_and_parse_the_leases() {
         assert_eq!(s.content_type.as_deref(), Some("application/json"));
     }
     for renewal in [runs, publishes] {
-        assert_eq!(
-            renewal.now.map(|t| t.to_string()).as_deref(),
-            Some("2026-11-29T17:01:00Z")
-        );
+        assert_eq!(renewal.now.to_string(), "2026-11-29T17:01:00Z");
         assert_eq!(renewal.leases.len(), 1);
         assert_eq!(renewal.leases[0].id, RUN_ID);
         assert_eq!(
@@ -988,10 +985,10 @@ fn a_client_is_not_built_from_bad_settings() {
     }
 }
 
-/// A renewal answered 204 (nothing to renew) is an empty success, and an
-/// answer without `now` parses: neither may close the admission gate.
+/// Only the contract's 200 body is a renewal: a 204, a body without `now`, or
+/// a lease nobody asked for is a failed renewal (it must close the gate).
 #[tokio::test]
-async fn a_renewal_answered_204_or_without_now_is_a_success() {
+async fn a_renewal_that_is_not_the_contracts_200_body_fails() {
     use axum::routing::post;
     let app = axum::Router::new()
         .route(
@@ -1001,21 +998,62 @@ async fn a_renewal_answered_204_or_without_now_is_a_success() {
         .route(
             "/publish-jobs/leases",
             post(|| async { axum::Json(serde_json::json!({"leases": []})) }),
+        )
+        .route(
+            "/other/jobs/leases",
+            post(|| async {
+                axum::Json(serde_json::json!({"now": "2026-11-29T17:01:00Z",
+                    "leases": [{"id": "never-asked", "lease_expires_at": "2026-11-29T17:03:00Z"}]}))
+            }),
+        )
+        .route(
+            "/other/publish-jobs/leases",
+            post(|| async {
+                (
+                    axum::http::StatusCode::ACCEPTED,
+                    axum::Json(serde_json::json!({"now": "2026-11-29T17:01:00Z", "leases": []})),
+                )
+            }),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let client = tcab_shared::backend::BackendClient::new(
-        &url,
-        tcab_shared::Secret::new("svc-token-xyz"),
-        std::time::Duration::from_secs(5),
-    )
-    .unwrap();
-    let r = client.renew_run_leases(&[]).await.expect("204 is fine");
-    assert!(r.leases.is_empty() && r.now.is_none());
-    let r = client
+    let client = |base: &str| {
+        tcab_shared::backend::BackendClient::new(
+            base,
+            tcab_shared::Secret::new("svc-token-xyz"),
+            std::time::Duration::from_secs(5),
+        )
+        .unwrap()
+    };
+    let err = client(&url)
+        .renew_run_leases(&["a".into()])
+        .await
+        .expect_err("204 is not a renewal");
+    assert!(
+        err.is_malformed() && err.to_string().contains("204"),
+        "{err}"
+    );
+    let err = client(&url)
         .renew_publish_leases(&[])
         .await
-        .expect("no `now` is fine");
-    assert!(r.leases.is_empty() && r.now.is_none());
+        .expect_err("a body without `now` is not the contract's");
+    assert!(
+        err.is_malformed() && err.to_string().contains("now"),
+        "{err}"
+    );
+    let other = format!("{url}/other");
+    let err = client(&other)
+        .renew_run_leases(&["a".into()])
+        .await
+        .expect_err("a lease nobody asked for");
+    assert!(err.to_string().contains("never-asked"), "{err}");
+    let err = client(&other)
+        .renew_publish_leases(&[])
+        .await
+        .expect_err("202 is not 200");
+    assert!(
+        err.is_malformed() && err.to_string().contains("202"),
+        "{err}"
+    );
 }

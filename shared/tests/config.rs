@@ -215,6 +215,11 @@ fn lease_keeper_and_reaper_read_their_own_variables() {
     assert!(lk.publishing);
     assert_eq!(lk.log_tail_lines, 20);
     assert_eq!(lk.lease_length, Duration::from_secs(120));
+    assert_eq!(lk.start_grace, Duration::from_secs(300));
+    assert_eq!(lk.unschedulable_grace, Duration::from_secs(1800));
+    assert_eq!(lk.terminating_margin, Duration::from_secs(60));
+    assert_eq!(lk.common.kube_timeout, Duration::from_secs(15));
+    assert_eq!(lk.common.watch_timeout, Duration::from_secs(60));
     assert!(!lk.vault_allow_non_loopback);
     let lk = LeaseKeeperConfig::from_vars(vars(&MINIMAL[..2])).expect("no driver image needed");
     assert!(!lk.publishing);
@@ -229,10 +234,21 @@ fn lease_keeper_and_reaper_read_their_own_variables() {
         "{e}"
     );
 
-    // The reaper needs no backend at all.
-    let r = ReaperConfig::from_vars(Vec::new()).expect("reaper runs on defaults");
+    // The orphan sweep asks the backend what it still drives: with the sweep
+    // on (the default) the reaper needs the backend; with it off, nothing.
+    let e = ReaperConfig::from_vars(Vec::new())
+        .expect_err("the sweep needs the backend")
+        .to_string();
+    assert!(e.starts_with("TCAB_BACKEND_URL: required"), "{e}");
+    let r = ReaperConfig::from_vars(vars(&MINIMAL[..2])).expect("reaper runs on defaults");
     assert!(r.orphan_sweep);
+    assert_eq!(
+        r.backend.as_ref().map(|b| b.url.as_str()),
+        Some("http://backend.tcab:8080")
+    );
     assert_eq!(r.orphan_grace, Duration::from_secs(600));
+    assert_eq!(r.orphan_sweep_interval, Duration::from_secs(300));
+    assert_eq!(r.terminating_margin, Duration::from_secs(60));
     assert_eq!(r.driver_managed_by, "tcab-driver");
     assert_eq!(r.sandbox_namespace, None);
     let r = ReaperConfig::from_vars(vars(&[
@@ -241,7 +257,7 @@ fn lease_keeper_and_reaper_read_their_own_variables() {
     ]))
     .expect("valid");
     assert_eq!(r.sandbox_namespace.as_deref(), Some("sandboxes"));
-    assert!(!r.orphan_sweep);
+    assert!(!r.orphan_sweep && r.backend.is_none());
     let e = ReaperConfig::from_vars(vars(&[
         ("TCAB_DISPATCHER_MANAGED_BY", "same"),
         ("TCAB_DRIVER_MANAGED_BY", "same"),
@@ -252,6 +268,70 @@ fn lease_keeper_and_reaper_read_their_own_variables() {
         e.starts_with("TCAB_DRIVER_MANAGED_BY: expected a value different"),
         "{e}"
     );
+}
+
+/// Ages and timeouts that a lease must outlast are checked against it at
+/// start: a gate older than half the lease let a stall requeue a live run.
+#[test]
+fn what_must_fit_in_the_lease_is_checked_against_it() {
+    let a = AdmitterConfig::from_vars(vars(MINIMAL)).expect("defaults fit");
+    assert_eq!(
+        (a.gate_max_age, a.lease_length),
+        (Duration::from_secs(60), Duration::from_secs(120))
+    );
+    let e = AdmitterConfig::from_vars(with(&[("TCAB_DISPATCHER_LEASE_SECONDS", "10")]))
+        .expect_err("gate age 60 > lease 10 / 2")
+        .to_string();
+    assert!(
+        e.starts_with("TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS: expected at most half of TCAB_DISPATCHER_LEASE_SECONDS, got \"60 (lease 10)\""),
+        "{e}"
+    );
+    AdmitterConfig::from_vars(with(&[
+        ("TCAB_DISPATCHER_LEASE_SECONDS", "10"),
+        ("TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS", "5"),
+    ]))
+    .expect("5 <= 10 / 2");
+    let e = LeaseKeeperConfig::from_vars(with(&[("TCAB_DISPATCHER_LEASE_SECONDS", "100")]))
+        .expect_err("watch timeout 60 > 100 / 2")
+        .to_string();
+    assert!(
+        e.starts_with("TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS: expected at most half"),
+        "{e}"
+    );
+    let e = LeaseKeeperConfig::from_vars(with(&[("TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS", "1.5")]))
+        .expect_err("whole seconds")
+        .to_string();
+    assert!(
+        e.starts_with("TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS: expected a whole number"),
+        "{e}"
+    );
+}
+
+/// Everything that used to fail later with exit 1 is a configuration error.
+#[test]
+fn a_url_with_a_query_and_a_non_loopback_vault_are_configuration_errors() {
+    let e = AdmitterConfig::from_vars(with(&[(
+        "TCAB_BACKEND_URL",
+        "http://backend.tcab:8080/?x=1",
+    )]))
+    .expect_err("a query string")
+    .to_string();
+    assert!(
+        e.starts_with("TCAB_BACKEND_URL: expected an http:// or https:// URL without a query"),
+        "{e}"
+    );
+    let e = LeaseKeeperConfig::from_vars(with(&[("TCAB_DISPATCHER_VAULT_ADDR", "0.0.0.0:50051")]))
+        .expect_err("non-loopback vault")
+        .to_string();
+    assert!(
+        e.starts_with("TCAB_DISPATCHER_VAULT_ADDR: expected a loopback address"),
+        "{e}"
+    );
+    LeaseKeeperConfig::from_vars(with(&[
+        ("TCAB_DISPATCHER_VAULT_ADDR", "0.0.0.0:50051"),
+        ("TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK", "true"),
+    ]))
+    .expect("allowed explicitly");
 }
 
 #[test]
@@ -291,7 +371,7 @@ fn startup_handles_help_version_and_stray_arguments() {
     match startup::<AdmitterConfig>(&[], "", Env::from_vars(Vec::new())) {
         Startup::Fail(line) => assert_eq!(
             line,
-            "tcab-admitter: configuration error: TCAB_BACKEND_URL: required, expected an http:// or https:// URL"
+            "tcab-admitter: configuration error: TCAB_BACKEND_URL: required, expected an http:// or https:// URL without a query or fragment"
         ),
         other => panic!("{other:?}"),
     }

@@ -261,16 +261,33 @@ impl BackendClient {
                 job_token: None,
             })
             .await?;
-        if answer.status == StatusCode::NO_CONTENT {
-            // Nothing renewed (e.g. an empty list): a success, not a malformed answer.
-            return Ok(LeaseRenewal {
-                now: None,
-                leases: Vec::new(),
+        // Only the contract's 200 body is a renewal. A 204, another 2xx or a
+        // body without `now` and `leases` renewed nothing we can trust, and a
+        // renewal taken for a success when it was not lets a lease lapse
+        // under a live Job.
+        if answer.status != StatusCode::OK {
+            return Err(BackendError::Malformed {
+                call,
+                job_id: None,
+                status: answer.status.as_u16(),
+                what: format!(
+                    "expected 200 with the renewed leases, got {}",
+                    answer.status
+                ),
             });
         }
         let renewal: LeaseRenewal = self.parse(call, None, &answer)?;
         for (i, lease) in renewal.leases.iter().enumerate() {
-            self.check_id(call, None, &answer, &format!("leases[{i}].id"), &lease.id)?;
+            let field = format!("leases[{i}].id");
+            self.check_id(call, None, &answer, &field, &lease.id)?;
+            if !ids.contains(&lease.id) {
+                return Err(BackendError::Malformed {
+                    call,
+                    job_id: None,
+                    status: answer.status.as_u16(),
+                    what: format!("{field}: {:?} was not asked for", lease.id),
+                });
+            }
         }
         Ok(renewal)
     }

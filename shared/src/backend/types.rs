@@ -126,9 +126,8 @@ pub struct LeaseRequest {
 /// Answer of a lease renewal: the leases renewed (ids not driven are left out).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct LeaseRenewal {
-    /// The backend's clock, when it says (informational; nothing is judged on it).
-    #[serde(default)]
-    pub now: Option<Timestamp>,
+    /// The backend's clock (informational; nothing is judged on it).
+    pub now: Timestamp,
     pub leases: Vec<Lease>,
 }
 

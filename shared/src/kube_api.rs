@@ -1,0 +1,121 @@
+//! Bounded Kubernetes API calls. Every non-watch call the binaries make goes
+//! through [`bounded`], so a request the API server accepted and never
+//! answers costs at most the configured timeout, never a whole loop.
+
+use std::future::Future;
+use std::time::Duration;
+
+/// Why a Kubernetes API call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No answer within the timeout; the request may or may not have been applied.
+    #[error("the Kubernetes API did not answer within {} s", .0.as_secs_f64())]
+    TimedOut(Duration),
+    /// The client or the API server answered with an error.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+impl CallError {
+    /// The HTTP status the API server answered, if it answered one.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            CallError::Kube(kube::Error::Api(status)) => Some(status.code),
+            _ => None,
+        }
+    }
+
+    /// 404: the object is not there.
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+
+    /// 409: AlreadyExists on a create, Conflict on a precondition.
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409)
+    }
+
+    /// Whether the call may have been applied anyway: no answer, or a
+    /// server-side failure after which the write may still have landed.
+    pub fn is_ambiguous(&self) -> bool {
+        match self.code() {
+            Some(code) => code >= 500 || code == 429,
+            None => true,
+        }
+    }
+}
+
+/// Runs one API call with a timeout.
+pub async fn bounded<T, F>(limit: Duration, call: F) -> Result<T, CallError>
+where
+    F: Future<Output = Result<T, kube::Error>>,
+{
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result.map_err(CallError::Kube),
+        Err(_) => Err(CallError::TimedOut(limit)),
+    }
+}
+
+/// An error and its sources on one line (`a: b: c`).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("boom", "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_never_answers_times_out() {
+        let limit = Duration::from_secs(15);
+        let started = tokio::time::Instant::now();
+        let result: Result<(), _> = bounded(limit, std::future::pending()).await;
+        let error = result.expect_err("a hung call fails");
+        assert!(matches!(error, CallError::TimedOut(d) if d == limit));
+        assert_eq!(started.elapsed(), limit);
+        assert!(error.is_ambiguous());
+        assert!(error.to_string().contains("15 s"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn answers_pass_through_with_their_code() {
+        let ok = bounded(Duration::from_secs(1), async { Ok::<_, kube::Error>(7) }).await;
+        assert_eq!(ok.expect("ok"), 7);
+        let not_found = bounded(Duration::from_secs(1), async {
+            Err::<(), _>(api_error(404))
+        })
+        .await
+        .expect_err("404");
+        assert!(not_found.is_not_found() && !not_found.is_ambiguous());
+        let conflict = bounded(Duration::from_secs(1), async {
+            Err::<(), _>(api_error(409))
+        })
+        .await
+        .expect_err("409");
+        assert!(conflict.is_conflict());
+        let server = bounded(Duration::from_secs(1), async {
+            Err::<(), _>(api_error(500))
+        })
+        .await
+        .expect_err("500");
+        assert!(server.is_ambiguous());
+    }
+}
