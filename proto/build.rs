@@ -6,7 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Messages that carry a per-job token get a hand-written, redacting Debug
     // (proto/src/lib.rs), so no `?request` in a log line can print a token.
     tonic_prost_build::configure()
-        .skip_debug(["tcab.vault.v1.PutRequest", "tcab.vault.v1.GetReply"])
+        .skip_debug(["tcab.vault.v1.PutRequest"])
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -119,34 +119,44 @@ impl Wake {
     }
 }
 
+/// One loop's unit of work. A loop runs `tick` again at once after a `Busy`
+/// tick and after the poll interval (or a wake-up) after an `Idle` one.
+pub trait Tick {
+    /// Runs one tick.
+    fn tick(&mut self) -> impl Future<Output = TickOutcome> + Send;
+}
+
+/// Any closure returning a tick future is a [`Tick`].
+impl<F, Fut> Tick for F
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = TickOutcome> + Send,
+{
+    fn tick(&mut self) -> impl Future<Output = TickOutcome> + Send {
+        self()
+    }
+}
+
 /// Runs `tick` until shutdown. A tick in progress always finishes; a `Busy`
 /// tick loops straight back and an `Idle` one sleeps `poll` (interrupted by
 /// shutdown). Returns how many ticks ran.
-pub async fn run_loop<F, Fut>(poll: Duration, shutdown: Shutdown, tick: F) -> u64
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = TickOutcome>,
-{
+pub async fn run_loop<T: Tick>(poll: Duration, shutdown: Shutdown, tick: T) -> u64 {
     run_loop_with_wake(poll, shutdown, Wake::never(), tick).await
 }
 
 /// As [`run_loop`], but an idle sleep also ends early when `wake` fires: a
 /// Job that finished during or after a tick starts the next tick at once.
-pub async fn run_loop_with_wake<F, Fut>(
+pub async fn run_loop_with_wake<T: Tick>(
     poll: Duration,
     shutdown: Shutdown,
     mut wake: Wake,
-    mut tick: F,
-) -> u64
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = TickOutcome>,
-{
+    mut tick: T,
+) -> u64 {
     let mut ticks = 0;
     while !shutdown.is_triggered() {
         // Events from here on (including during the tick) wake the next sleep.
         wake.mark_seen();
-        let outcome = tick().await;
+        let outcome = tick.tick().await;
         ticks += 1;
         if outcome == TickOutcome::Idle {
             let go_on = tokio::select! {

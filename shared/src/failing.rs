@@ -1,0 +1,151 @@
+//! When a failing Job is judged dead without ever turning `Failed`.
+//!
+//! On Kubernetes 1.31+ a Job is `Failed` only once its pods have finished
+//! terminating. A pod on a lost node never finishes (no kubelet is left to
+//! stop it), so its Job keeps `FailureTarget` and a terminating pod until an
+//! operator removes the node. Such a Job is judged dead once it has shown
+//! failure for longer than its pods' termination grace plus a margin: the
+//! lease-keeper then stops renewing its lease and reports it, and the reaper
+//! deletes its sandboxes.
+//!
+//! Times are measured on this process's monotonic clock from the moment it
+//! first saw the sign, never from the cluster's timestamps: a skewed cluster
+//! clock changes no judgement, and after a restart the wait only starts over
+//! (the safe direction).
+
+use crate::cluster::JobSummary;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The grace the API server gives a pod that sets none.
+pub const DEFAULT_TERMINATION_GRACE: Duration = Duration::from_secs(30);
+
+/// Remembers when each live Job was first seen failing.
+#[derive(Debug, Clone, Default)]
+pub struct FailingSince {
+    /// Job uid (or name, when it has none) -> first seen failing.
+    since: HashMap<String, Instant>,
+}
+
+fn key(job: &JobSummary) -> &str {
+    if job.uid.is_empty() {
+        &job.name
+    } else {
+        &job.uid
+    }
+}
+
+impl FailingSince {
+    /// An empty memory.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records the Jobs that show failure now (keeping the earliest sighting)
+    /// and forgets every Job that no longer does, finished, or is gone.
+    pub fn observe(&mut self, jobs: &[JobSummary], now: Instant) {
+        let mut kept = HashMap::with_capacity(self.since.len());
+        for job in jobs.iter().filter(|j| j.is_live() && j.shows_failure()) {
+            let at = self.since.get(key(job)).copied().unwrap_or(now);
+            kept.insert(key(job).to_owned(), at);
+        }
+        self.since = kept;
+    }
+
+    /// When `job` was first seen failing, if it is failing.
+    pub fn since(&self, job: &JobSummary) -> Option<Instant> {
+        self.since.get(key(job)).copied()
+    }
+
+    /// Whether `job` has shown failure for longer than its termination grace
+    /// plus `margin` without finishing: it cannot finish failing.
+    pub fn is_stuck(&self, job: &JobSummary, now: Instant, margin: Duration) -> bool {
+        job.is_live()
+            && self
+                .since(job)
+                .is_some_and(|at| now.saturating_duration_since(at) > stuck_after(job, margin))
+    }
+}
+
+/// How long a Job may show failure before it is judged unable to finish.
+pub fn stuck_after(job: &JobSummary, margin: Duration) -> Duration {
+    let grace = job
+        .termination_grace_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(DEFAULT_TERMINATION_GRACE, Duration::from_secs);
+    grace + margin
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Lane;
+    use crate::cluster::{JobCondition, JobPhase};
+
+    fn job(name: &str, failing: bool, phase: JobPhase) -> JobSummary {
+        JobSummary {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            lane: Lane::Run,
+            job_id: Some(name.into()),
+            claim: Some("c".into()),
+            phase,
+            failed_pods: i32::from(failing),
+            active_pods: 0,
+            ready_pods: 0,
+            terminating_pods: i32::from(failing),
+            failure_target: failing.then(|| JobCondition {
+                reason: "BackoffLimitExceeded".into(),
+                message: String::new(),
+            }),
+            failed: None,
+            termination_grace_seconds: Some(120),
+            created_at: None,
+            deleting: false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_failing_past_its_grace_and_margin_is_stuck() {
+        let margin = Duration::from_secs(60);
+        let mut memory = FailingSince::new();
+        let t0 = Instant::now();
+        let healthy = job("a", false, JobPhase::Live);
+        let failing = job("b", true, JobPhase::Live);
+        memory.observe(&[healthy.clone(), failing.clone()], t0);
+        assert_eq!(memory.since(&healthy), None);
+        assert_eq!(memory.since(&failing), Some(t0));
+
+        // The first sighting is kept across observations.
+        let t1 = t0 + Duration::from_secs(100);
+        memory.observe(std::slice::from_ref(&failing), t1);
+        assert_eq!(memory.since(&failing), Some(t0));
+        assert!(!memory.is_stuck(&failing, t1, margin));
+        assert!(!memory.is_stuck(&failing, t0 + Duration::from_secs(180), margin));
+        assert!(memory.is_stuck(&failing, t0 + Duration::from_secs(181), margin));
+
+        // A Job that finished (or vanished) is forgotten; failing again starts over.
+        let done = job("b", true, JobPhase::Failed);
+        memory.observe(std::slice::from_ref(&done), t1);
+        assert_eq!(memory.since(&failing), None);
+        assert!(!memory.is_stuck(&done, t1 + Duration::from_secs(999), margin));
+        memory.observe(std::slice::from_ref(&failing), t1);
+        assert_eq!(memory.since(&failing), Some(t1));
+    }
+
+    #[test]
+    fn the_grace_defaults_like_the_api_server() {
+        let mut j = job("a", true, JobPhase::Live);
+        j.termination_grace_seconds = None;
+        assert_eq!(
+            stuck_after(&j, Duration::from_secs(5)),
+            Duration::from_secs(35)
+        );
+        j.termination_grace_seconds = Some(-3);
+        assert_eq!(
+            stuck_after(&j, Duration::from_secs(5)),
+            Duration::from_secs(35)
+        );
+    }
+}
