@@ -28,9 +28,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// Where an owned Job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum JobPhase {
     /// No terminal condition yet: it counts against its lane's cap.
+    #[default]
     Live,
     /// `Complete` condition true.
     Succeeded,
@@ -47,8 +48,9 @@ pub struct JobCondition {
     pub message: String,
 }
 
-/// The fields of one owned Job that decisions read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The fields of one owned Job that decisions read. `Default` is a live run
+/// Job with no name, labels or status (for building examples).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobSummary {
     /// The Job's name.
     pub name: String,
@@ -146,6 +148,13 @@ impl JobSummary {
     /// failed pod, or a pod being deleted. Its pod is the evidence then.
     pub fn shows_failure(&self) -> bool {
         self.failure_target.is_some() || self.failed_pods > 0 || self.terminating_pods > 0
+    }
+
+    /// Failing and not settled: live with a sign of failure, or `Failed`
+    /// while a pod still terminates (clusters before 1.31 set `Failed` early).
+    pub fn failing_unsettled(&self) -> bool {
+        (self.is_live() && self.shows_failure())
+            || (self.phase == JobPhase::Failed && self.terminating_pods > 0)
     }
 }
 

@@ -42,11 +42,11 @@ impl FailingSince {
         Self::default()
     }
 
-    /// Records the Jobs that show failure now (keeping the earliest sighting)
-    /// and forgets every Job that no longer does, finished, or is gone.
+    /// Records the Jobs that are failing and not settled now (keeping the
+    /// earliest sighting) and forgets every other Job.
     pub fn observe(&mut self, jobs: &[JobSummary], now: Instant) {
         let mut kept = HashMap::with_capacity(self.since.len());
-        for job in jobs.iter().filter(|j| j.is_live() && j.shows_failure()) {
+        for job in jobs.iter().filter(|j| j.failing_unsettled()) {
             let at = self.since.get(key(job)).copied().unwrap_or(now);
             kept.insert(key(job).to_owned(), at);
         }
@@ -61,7 +61,7 @@ impl FailingSince {
     /// Whether `job` has shown failure for longer than its termination grace
     /// plus `margin` without finishing: it cannot finish failing.
     pub fn is_stuck(&self, job: &JobSummary, now: Instant, margin: Duration) -> bool {
-        job.is_live()
+        job.failing_unsettled()
             && self
                 .since(job)
                 .is_some_and(|at| now.saturating_duration_since(at) > stuck_after(job, margin))
@@ -126,12 +126,26 @@ mod tests {
         assert!(memory.is_stuck(&failing, t0 + Duration::from_secs(181), margin));
 
         // A Job that finished (or vanished) is forgotten; failing again starts over.
-        let done = job("b", true, JobPhase::Failed);
+        let mut done = job("b", true, JobPhase::Failed);
+        done.terminating_pods = 0;
         memory.observe(std::slice::from_ref(&done), t1);
         assert_eq!(memory.since(&failing), None);
         assert!(!memory.is_stuck(&done, t1 + Duration::from_secs(999), margin));
         memory.observe(std::slice::from_ref(&failing), t1);
         assert_eq!(memory.since(&failing), Some(t1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_with_pods_still_terminating_is_not_settled() {
+        // Before Kubernetes 1.31 a Job is Failed while its pods terminate.
+        let mut memory = FailingSince::new();
+        let t0 = Instant::now();
+        let old = job("o", true, JobPhase::Failed);
+        assert_eq!(old.terminating_pods, 1);
+        memory.observe(std::slice::from_ref(&old), t0);
+        assert_eq!(memory.since(&old), Some(t0));
+        let later = t0 + Duration::from_secs(181);
+        assert!(memory.is_stuck(&old, later, Duration::from_secs(60)));
     }
 
     #[test]

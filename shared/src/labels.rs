@@ -29,9 +29,10 @@ pub const CLAIM_TAG_LEN: usize = 8;
 pub const MAX_NAME_LEN: usize = 63;
 
 /// An admission lane. Each has its own backend queue, in-flight count and cap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lane {
     /// Runs, executed by driver Jobs.
+    #[default]
     Run,
     /// Publishes, executed by publisher Jobs.
     Publish,

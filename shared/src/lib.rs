@@ -8,7 +8,6 @@
 pub mod backend;
 pub mod cluster;
 pub mod config;
-pub mod death;
 pub mod failing;
 pub mod job_builder;
 pub mod kube_api;

@@ -1,84 +1,159 @@
-//! The admission gate: the outcome of the lease-keeper's most recent renewal
-//! round, which the admitter asks before it claims anything.
+//! The admission gate: per lane, the outcome of the lease-keeper's renewal
+//! calls, which the admitter asks before it claims anything.
 //!
 //! A claim is what makes the backend requeue a lapsed `dispatched` job, so the
-//! admitter must not claim until the leases of live Jobs have been renewed
-//! after an outage. The gate records when (on the monotonic clock) the last
-//! round finished and whether each lane's renewal call succeeded.
+//! admitter must not claim while leases of live Jobs may be going unrenewed.
+//! The gate of a lane therefore closes at once when a renewal call of that
+//! lane fails (not at the end of a round), and both lanes close while the
+//! lease-keeper's Job view is not current (new Jobs would go unrenewed). The
+//! admitter also refuses a last success older than its maximum age.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tcab_proto::vault::RenewalStatus;
+use tcab_proto::vault::{LaneRenewal, RenewalStatus};
+use tcab_shared::Lane;
+use tcab_shared::cluster::{OwnedJobs, ViewState};
 use tokio::time::Instant;
 
-/// The outcome of one renewal round (one renewal call per lane).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenewalRound {
-    /// When the round finished, on the monotonic clock.
-    pub finished_at: Instant,
-    /// Whether the run lane's renewal call succeeded.
-    pub runs_renewed: bool,
-    /// Whether the publish lane's renewal call succeeded (true when publishing is off).
-    pub publishes_renewed: bool,
-    /// A short reason when a renewal failed; empty when both succeeded.
-    pub detail: String,
+/// What the gate knows of one lane's renewals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaneRenewals {
+    /// Whether this lane is renewed at all (publishes only while publishing is on).
+    pub enabled: bool,
+    /// When a renewal call of this lane last succeeded.
+    pub last_success: Option<Instant>,
+    /// Why the most recent renewal call failed, when it did.
+    pub failing: Option<String>,
 }
 
-impl RenewalRound {
-    /// Whether both lanes renewed.
-    pub fn all_renewed(&self) -> bool {
-        self.runs_renewed && self.publishes_renewed
+impl LaneRenewals {
+    /// Whether the lane's renewals are healthy: enabled, renewed at least
+    /// once, and the latest call succeeded. Lost jobs of a lane are judged
+    /// only then.
+    pub fn healthy(&self) -> bool {
+        self.enabled && self.last_success.is_some() && self.failing.is_none()
+    }
+
+    fn wire(&self, now: Instant) -> LaneRenewal {
+        LaneRenewal {
+            enabled: self.enabled,
+            renewed: self.last_success.is_some(),
+            age_ms: self
+                .last_success
+                .map(|at| millis(now.saturating_duration_since(at)))
+                .unwrap_or(0),
+            failing: self.failing.is_some(),
+            detail: self.failing.clone().unwrap_or_default(),
+        }
     }
 }
 
-/// The shared record of the last renewal round; cheap to clone.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
+struct Lanes {
+    runs: LaneRenewals,
+    publishes: LaneRenewals,
+}
+
+impl Lanes {
+    fn lane_mut(&mut self, lane: Lane) -> &mut LaneRenewals {
+        match lane {
+            Lane::Run => &mut self.runs,
+            Lane::Publish => &mut self.publishes,
+        }
+    }
+}
+
+/// The shared record of the renewals; cheap to clone.
+#[derive(Clone)]
 pub struct Gate {
-    last: Arc<Mutex<Option<RenewalRound>>>,
+    lanes: Arc<Mutex<Lanes>>,
+    view: OwnedJobs,
 }
 
 impl Gate {
-    /// A gate that has observed no round yet (the admitter stays held).
-    pub fn new() -> Self {
-        Self::default()
+    /// A gate that has seen no renewal yet (the admitter stays held), over
+    /// the lease-keeper's Job view.
+    pub fn new(publishing: bool, view: OwnedJobs) -> Self {
+        let lanes = Lanes {
+            runs: LaneRenewals {
+                enabled: true,
+                ..LaneRenewals::default()
+            },
+            publishes: LaneRenewals {
+                enabled: publishing,
+                failing: (!publishing).then(|| {
+                    "publishing is off in the lease-keeper (TCAB_PUBLISHER_IMAGE unset)".to_owned()
+                }),
+                ..LaneRenewals::default()
+            },
+        };
+        Gate {
+            lanes: Arc::new(Mutex::new(lanes)),
+            view,
+        }
     }
 
-    /// Records a finished round, replacing the previous one.
-    pub fn record(&self, round: RenewalRound) {
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(round);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lanes> {
+        self.lanes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The last round recorded, if any.
-    pub fn last(&self) -> Option<RenewalRound> {
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    /// A renewal call of `lane` succeeded at `at`.
+    pub fn succeeded(&self, lane: Lane, at: Instant) {
+        let mut lanes = self.lock();
+        let state = lanes.lane_mut(lane);
+        state.last_success = Some(at);
+        state.failing = None;
+    }
+
+    /// A renewal call of `lane` failed: the lane's gate closes now.
+    pub fn failed(&self, lane: Lane, why: String) {
+        self.lock().lane_mut(lane).failing = Some(why);
+    }
+
+    /// What the gate knows of one lane.
+    pub fn lane(&self, lane: Lane) -> LaneRenewals {
+        let lanes = self.lock();
+        match lane {
+            Lane::Run => lanes.runs.clone(),
+            Lane::Publish => lanes.publishes.clone(),
+        }
     }
 
     /// What the gate tells the admitter at `now`.
     pub fn status(&self, now: Instant) -> RenewalStatus {
-        status_of(self.last().as_ref(), now)
+        let lanes = self.lock();
+        let view = self.view.view_state();
+        RenewalStatus {
+            runs: Some(lanes.runs.wire(now)),
+            publishes: Some(lanes.publishes.wire(now)),
+            view_current: view.is_current(),
+            view_detail: match view {
+                ViewState::Current => String::new(),
+                ViewState::Listing => "the lease-keeper's Job view has not listed yet".into(),
+                ViewState::Failed(why) => format!("the lease-keeper's Job watch failed: {why}"),
+            },
+        }
+    }
+
+    /// Seconds since each lane's last successful renewal (for metrics).
+    pub fn ages(&self, now: Instant) -> [(Lane, Option<Duration>); 2] {
+        let lanes = self.lock();
+        let age = |l: &LaneRenewals| l.last_success.map(|at| now.saturating_duration_since(at));
+        [
+            (Lane::Run, age(&lanes.runs)),
+            (Lane::Publish, age(&lanes.publishes)),
+        ]
     }
 }
 
-/// The wire status for an optional last round, as seen at `now`.
-pub fn status_of(last: Option<&RenewalRound>, now: Instant) -> RenewalStatus {
-    match last {
-        None => RenewalStatus {
-            observed: false,
-            age_ms: 0,
-            runs_renewed: false,
-            publishes_renewed: false,
-            detail: "no renewal round has finished since the lease-keeper started".into(),
-        },
-        Some(round) => {
-            let age = now.saturating_duration_since(round.finished_at);
-            RenewalStatus {
-                observed: true,
-                age_ms: millis(age),
-                runs_renewed: round.runs_renewed,
-                publishes_renewed: round.publishes_renewed,
-                detail: round.detail.clone(),
-            }
-        }
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lanes = self.lock();
+        f.debug_struct("Gate")
+            .field("runs", &lanes.runs)
+            .field("publishes", &lanes.publishes)
+            .field("view", &self.view.view_state())
+            .finish()
     }
 }
 
@@ -89,37 +164,65 @@ fn millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::runtime::watcher::Event;
 
-    #[tokio::test(start_paused = true)]
-    async fn unobserved_until_a_round_and_ages_with_the_clock() {
-        let gate = Gate::new();
-        let s = gate.status(Instant::now());
-        assert!(!s.observed && !s.runs_renewed && !s.publishes_renewed);
-        assert!(!s.detail.is_empty());
-
-        gate.record(RenewalRound {
-            finished_at: Instant::now(),
-            runs_renewed: true,
-            publishes_renewed: false,
-            detail: "publish renewal failed: backend unavailable".into(),
-        });
-        tokio::time::advance(Duration::from_millis(1500)).await;
-        let s = gate.status(Instant::now());
-        assert!(s.observed && s.runs_renewed && !s.publishes_renewed);
-        assert_eq!(s.age_ms, 1500);
-        assert!(s.detail.contains("publish"));
+    fn listed() -> OwnedJobs {
+        let view = OwnedJobs::new();
+        view.apply(Event::Init);
+        view.apply(Event::InitDone);
+        view
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_round_in_the_future_reads_as_age_zero() {
-        let later = Instant::now() + Duration::from_secs(3);
-        let round = RenewalRound {
-            finished_at: later,
-            runs_renewed: true,
-            publishes_renewed: true,
-            detail: String::new(),
-        };
-        assert!(round.all_renewed());
-        assert_eq!(status_of(Some(&round), Instant::now()).age_ms, 0);
+    async fn a_lane_closes_at_its_first_failed_call_and_reopens_on_success() {
+        let gate = Gate::new(true, listed());
+        let s = gate.status(Instant::now());
+        assert!(s.view_current);
+        let runs = s.runs.unwrap();
+        assert!(runs.enabled && !runs.renewed && !runs.failing);
+
+        gate.succeeded(Lane::Run, Instant::now());
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        let runs = gate.status(Instant::now()).runs.unwrap();
+        assert!(runs.renewed && !runs.failing);
+        assert_eq!(runs.age_ms, 1500);
+        assert!(gate.lane(Lane::Run).healthy());
+
+        gate.failed(Lane::Run, "POST /jobs/leases: 500".into());
+        let s = gate.status(Instant::now());
+        let runs = s.runs.unwrap();
+        assert!(runs.failing && runs.detail.contains("500"));
+        assert_eq!(runs.age_ms, 1500, "the last success still ages");
+        assert!(!gate.lane(Lane::Run).healthy());
+        assert!(
+            !s.publishes.unwrap().failing,
+            "the other lane is untouched"
+        );
+
+        gate.succeeded(Lane::Run, Instant::now());
+        assert!(gate.lane(Lane::Run).healthy());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn publishing_off_keeps_the_publish_gate_closed() {
+        let gate = Gate::new(false, listed());
+        let publishes = gate.status(Instant::now()).publishes.unwrap();
+        assert!(!publishes.enabled && publishes.failing);
+        assert!(publishes.detail.contains("TCAB_PUBLISHER_IMAGE"));
+        assert!(!gate.lane(Lane::Publish).healthy());
+    }
+
+    #[test]
+    fn the_view_state_reaches_the_admitter() {
+        let view = OwnedJobs::new();
+        let gate = Gate::new(true, view.clone());
+        let s = gate.status(Instant::now());
+        assert!(!s.view_current && s.view_detail.contains("not listed"));
+        view.apply(Event::Init);
+        view.apply(Event::InitDone);
+        assert!(gate.status(Instant::now()).view_current);
+        view.mark_failed("503 from list");
+        let s = gate.status(Instant::now());
+        assert!(!s.view_current && s.view_detail.contains("503"));
     }
 }

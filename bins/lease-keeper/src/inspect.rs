@@ -1,116 +1,58 @@
-//! Reads what the cluster shows about a finished Job: the full Job, its pod
-//! (by the `job-name` label) and the tail of that pod's log, turned into the
-//! shared death cause and detail.
+//! The lease-keeper's cluster reads and its one write: a Job's pods and
+//! their log tail (the evidence of a death), a Job, the owned Jobs of one
+//! backend job (to confirm a view that does not show any), and deleting a
+//! Job whose pod can never start. Every call is bounded by the API timeout.
 
+use crate::cause::LogTail;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, LogParams};
+use kube::api::{DeleteParams, ListParams, LogParams, PropagationPolicy};
 use kube::{Api, Client, ResourceExt};
+use std::time::Duration;
 use tcab_shared::Lane;
-use tcab_shared::death::{death_cause, death_detail};
+use tcab_shared::cluster::JobSummary;
 use tcab_shared::job_builder::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
+use tcab_shared::kube_api::{CallError, bounded, error_chain};
 use tcab_shared::labels;
 
-/// What a dead Job shows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeathEvidence {
-    /// One line: the death cause (e.g. "container driver OOMKilled (exit code 137)").
-    pub summary: String,
-    /// The summary and the pod's log tail, bounded: the report's detail.
-    pub detail: String,
-}
-
-/// A cluster read failed; the caller retries on a later tick.
-#[derive(Debug, thiserror::Error)]
-pub enum InspectError {
-    /// Reading the Job failed.
-    #[error("cannot read Job {job_name}")]
-    GetJob {
-        /// The Job.
-        job_name: String,
-        /// Why.
-        #[source]
-        source: kube::Error,
-    },
-    /// Listing the Job's pods failed.
-    #[error("cannot list the pods of Job {job_name}")]
-    ListPods {
-        /// The Job.
-        job_name: String,
-        /// Why.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-/// How long a death report waits for a dead pod's log before going without it.
-pub const LOG_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Reads dead Jobs in one namespace.
+/// Reads (and deletes) owned Jobs and their pods in one namespace.
 #[derive(Clone)]
 pub struct Inspector {
     jobs: Api<Job>,
     pods: Api<Pod>,
+    managed_by: String,
     tail_lines: i64,
+    timeout: Duration,
 }
 
 impl Inspector {
-    /// An inspector of `namespace`, reading at most `tail_lines` log lines.
-    pub fn new(client: Client, namespace: &str, tail_lines: i64) -> Self {
+    /// An inspector of `namespace`, reading at most `tail_lines` log lines,
+    /// each call bounded by `timeout`.
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        managed_by: &str,
+        tail_lines: i64,
+        timeout: Duration,
+    ) -> Self {
         Inspector {
             jobs: Api::namespaced(client.clone(), namespace),
             pods: Api::namespaced(client, namespace),
+            managed_by: managed_by.to_owned(),
             tail_lines,
+            timeout,
         }
     }
 
-    /// The death cause and detail of `job_name`. A Job already deleted is
-    /// evidence too ("failed, and its Job was deleted"); a missing log is
-    /// left out of the detail.
-    pub async fn evidence(
-        &self,
-        job_name: &str,
-        lane: Lane,
-    ) -> Result<DeathEvidence, InspectError> {
-        let job = self
-            .jobs
-            .get_opt(job_name)
-            .await
-            .map_err(|source| InspectError::GetJob {
-                job_name: job_name.to_owned(),
-                source,
-            })?;
-        let Some(job) = job else {
-            let summary =
-                format!("Job {job_name} failed and was deleted before its pod could be read");
-            return Ok(DeathEvidence {
-                detail: summary.clone(),
-                summary,
-            });
-        };
+    /// The newest pod of `job_name`, if it has one.
+    pub async fn newest_pod(&self, job_name: &str) -> Result<Option<Pod>, CallError> {
         let params = ListParams::default().labels(&labels::selector(labels::JOB_NAME, job_name));
-        let pods = self
-            .pods
-            .list(&params)
-            .await
-            .map_err(|source| InspectError::ListPods {
-                job_name: job_name.to_owned(),
-                source,
-            })?;
-        let pod = newest(pods.items);
-        let cause = death_cause(&job, pod.as_ref());
-        let tail = match &pod {
-            Some(pod) => self.log_tail(pod, lane).await,
-            None => None,
-        };
-        Ok(DeathEvidence {
-            summary: cause.summary(),
-            detail: death_detail(&cause, tail.as_deref()),
-        })
+        let pods = bounded(self.timeout, self.pods.list(&params)).await?;
+        Ok(newest(pods.items))
     }
 
-    /// The last lines of the pod's main container, if they can be read.
-    async fn log_tail(&self, pod: &Pod, lane: Lane) -> Option<String> {
+    /// The last lines of the pod's main container, or why they cannot be read.
+    pub async fn log_tail(&self, pod: &Pod, lane: Lane) -> LogTail {
         let wanted = match lane {
             Lane::Run => DRIVER_CONTAINER,
             Lane::Publish => PUBLISHER_CONTAINER,
@@ -131,25 +73,62 @@ impl Inspector {
             ..LogParams::default()
         };
         let name = pod.name_any();
-        // Logs are read through the pod's kubelet; a dead node's kubelet may
-        // not answer for minutes, and renewals must not wait on it.
-        let read = tokio::time::timeout(LOG_READ_TIMEOUT, self.pods.logs(&name, &params)).await;
-        let Ok(read) = read else {
-            tracing::debug!(pod = %name, timeout_s = LOG_READ_TIMEOUT.as_secs(), "pod log read timed out; reporting without it");
-            return None;
-        };
-        match read {
-            Ok(text) => Some(text),
-            Err(error) => {
-                tracing::debug!(pod = %name, %error, "pod log unavailable; reporting without it");
-                None
+        match bounded(self.timeout, self.pods.logs(&name, &params)).await {
+            Ok(text) => LogTail::Read(text),
+            Err(error) if error.is_not_found() => {
+                LogTail::Unreadable(format!("pod {name} was gone before its log could be read"))
             }
+            Err(error) => LogTail::Unreadable(error_chain(&error)),
+        }
+    }
+
+    /// The Job named `name`, if it still exists.
+    pub async fn job(&self, name: &str) -> Result<Option<Job>, CallError> {
+        bounded(self.timeout, self.jobs.get_opt(name)).await
+    }
+
+    /// The names of the live owned Jobs of one backend job, read from the
+    /// API (not the view): the check before a job is reported lost because
+    /// the view shows no Job for it.
+    pub async fn live_jobs_of(&self, job_id: &str) -> Result<Vec<String>, CallError> {
+        let selector = format!(
+            "{},{}",
+            labels::selector(labels::MANAGED_BY, &self.managed_by),
+            labels::selector(labels::JOB_ID, job_id)
+        );
+        let list = bounded(
+            self.timeout,
+            self.jobs.list(&ListParams::default().labels(&selector)),
+        )
+        .await?;
+        let mut live: Vec<String> = list
+            .items
+            .iter()
+            .map(JobSummary::from_job)
+            .filter(JobSummary::is_live)
+            .map(|j| j.name)
+            .collect();
+        live.sort();
+        Ok(live)
+    }
+
+    /// Deletes a Job and its pods (propagation Background). A Job already
+    /// gone is not an error.
+    pub async fn delete_job(&self, name: &str) -> Result<(), CallError> {
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        match bounded(self.timeout, self.jobs.delete(name, &params)).await {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_not_found() => Ok(()),
+            Err(error) => Err(error),
         }
     }
 }
 
 /// The most recently created pod (ties: the greatest name), if any.
-fn newest(mut pods: Vec<Pod>) -> Option<Pod> {
+pub fn newest(mut pods: Vec<Pod>) -> Option<Pod> {
     pods.sort_by(|a, b| {
         let at = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
         at(a)

@@ -1,16 +1,22 @@
-//! tcab-lease-keeper: hosts the token vault and the admission gate, renews
-//! the leases of live Jobs, reports driver deaths, lost drivers and lost
-//! publishers. See docs/backend-contract.md and the architecture handbook.
+//! tcab-lease-keeper: renews the leases of live Jobs, captures the evidence
+//! of failing Jobs at their first sign, reports driver deaths, Jobs that
+//! cannot finish failing and pods that never start, reports lost drivers and
+//! publishers, and serves the token vault and the admission gate.
 //!
-//! Decisions are pure functions ([`renew`], [`deaths`], [`lost`], the
-//! vault's [`vault::judge_token`]); [`run`] performs them each tick.
+//! - [`plan`]: every decision, pure ([`plan::renew`], [`plan::failures`],
+//!   [`plan::deaths`], [`plan::lost`], [`plan::tokens`]);
+//! - [`cause`]: reading why a Job died from its pod and its conditions;
+//! - [`run`]: the renewal and report loops and their supervisor;
+//! - [`inspect`]: the cluster reads (and the delete of a Job that never starts);
+//! - [`gate`]: the per-lane renewal state the admitter asks;
+//! - [`tokens`] and [`grpc`]: the per-job token store and its gRPC face.
 
-pub mod deaths;
+pub mod cause;
 pub mod gate;
+pub mod grpc;
 pub mod inspect;
-pub mod lost;
-pub mod renew;
+pub mod plan;
 pub mod run;
-pub mod vault;
+pub mod tokens;
 
-pub use run::{Deps, Keeper, TickReport, run};
+pub use run::{Deps, Keeper, run};

@@ -2,7 +2,7 @@
 //! publishers, and serves the token vault. Configuration: environment only.
 
 use anyhow::Context as _;
-use tcab_lease_keeper::{Deps, run, vault};
+use tcab_lease_keeper::{Deps, grpc, run};
 use tcab_shared::config::{self, LeaseKeeperConfig};
 use tcab_shared::tick::Shutdown;
 
@@ -20,7 +20,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("cannot build the Kubernetes client")?;
     let vault_listener =
-        vault::bind(config.common.vault_addr, config.vault_allow_non_loopback).await?;
+        grpc::bind(config.common.vault_addr, config.vault_allow_non_loopback).await?;
     let shutdown = Shutdown::on_signals().context("cannot install signal handlers")?;
     run(
         config,

@@ -1,6 +1,6 @@
 //! Death causes: why a driver or publisher Job failed, read from the Job
-//! and (when it still exists) its pod, as one line for humans plus the tail
-//! of the dead pod's log for the backend's failure detail.
+//! and the pod evidence captured at the first sign of failure, as one line
+//! for humans plus the tail of the dead pod's log for the backend's detail.
 //!
 //! The order of evidence follows the spec's "Surviving the cluster
 //! autoscaler": a disrupted pod's container only shows the SIGTERM it
@@ -8,12 +8,18 @@
 //! the pod's own failure reason, then the container state, then the Job's
 //! conditions, and with no pod the Job's `status.failed` count tells a Job
 //! that never started a pod from one whose pod was deleted.
+//!
+//! Wording follows the kubelet: only a container terminated with reason
+//! `OOMKilled` is an OOM kill; an exit code above 128 names the signal that
+//! ended the process (137 is SIGKILL, e.g. a grace period that ran out). The
+//! kubelet never fills the `signal` field, so it is not read.
 
-use crate::job_builder::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
-use crate::labels::Lane;
 use k8s_openapi::api::batch::v1::{Job, JobCondition};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use std::fmt;
+use std::time::Duration;
+use tcab_shared::Lane;
+use tcab_shared::job_builder::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
 
 /// Longest text of a Kubernetes reason or message kept in a summary.
 pub const MAX_MESSAGE_CHARS: usize = 512;
@@ -40,6 +46,9 @@ pub enum DeathCause {
         reason: String,
         /// The condition's message.
         message: String,
+        /// The pod's own `status.reason: message` when it has one (the
+        /// kubelet's node-pressure eviction sets `Evicted`).
+        pod_reason: Option<String>,
     },
     /// The pod itself failed with a reason (e.g. an old-style kubelet
     /// `Evicted`, `NodeLost`, `Shutdown`, `OutOfcpu`).
@@ -60,10 +69,8 @@ pub enum DeathCause {
     ContainerExited {
         /// The container's name.
         container: String,
-        /// Its exit code.
+        /// Its exit code (above 128: ended by signal `exit_code - 128`).
         exit_code: i32,
-        /// The signal that ended it, when the runtime reports one.
-        signal: Option<i32>,
         /// The runtime's reason, e.g. `Error` or `Completed`.
         reason: Option<String>,
         /// The container's termination message, if it wrote one.
@@ -99,24 +106,110 @@ pub enum DeathCause {
     },
     /// Nothing in the Job or the pod says why.
     Unknown,
+    /// The pod could never start (judged after the start grace): a person
+    /// has to fix the image, a Secret, or the requests.
+    NeverStarted(StartFailure),
+    /// The Job showed failure and could not finish failing (its pod never
+    /// finished terminating: the node is lost). `evidence` is what the pod
+    /// showed when it was captured.
+    Stuck {
+        /// The node the pod ran on, when known.
+        node: Option<String>,
+        /// How long the Job showed failure before it was judged dead.
+        waited: Duration,
+        /// The cause read from the captured pod and the Job.
+        evidence: Box<DeathCause>,
+    },
+}
+
+/// Why a pod could never start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartFailure {
+    /// What kind of failure.
+    pub kind: StartFailureKind,
+    /// The container's image, when known.
+    pub image: Option<String>,
+    /// The kubelet's or scheduler's reason.
+    pub reason: String,
+    /// Its message.
+    pub message: String,
+}
+
+/// The kinds of pod that never start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFailureKind {
+    /// `ErrImagePull` or `ImagePullBackOff`.
+    ImagePull,
+    /// `InvalidImageName`.
+    InvalidImage,
+    /// `CreateContainerConfigError` (e.g. a missing Secret).
+    ConfigError,
+    /// `CreateContainerError`.
+    CreateError,
+    /// `PodScheduled=False` with reason `Unschedulable`.
+    Unschedulable,
+}
+
+impl StartFailureKind {
+    /// The kind a container waiting reason names, if it is one that never
+    /// resolves by itself.
+    pub fn of_waiting(reason: &str) -> Option<Self> {
+        Some(match reason {
+            "ErrImagePull" | "ImagePullBackOff" => StartFailureKind::ImagePull,
+            "InvalidImageName" => StartFailureKind::InvalidImage,
+            "CreateContainerConfigError" => StartFailureKind::ConfigError,
+            "CreateContainerError" => StartFailureKind::CreateError,
+            _ => return None,
+        })
+    }
+}
+
+impl StartFailure {
+    /// One line a person can act on.
+    pub fn summary(&self) -> String {
+        let image = self.image.as_deref().map(one_line).unwrap_or_default();
+        let detail = reason_message(&self.reason, &self.message);
+        match self.kind {
+            StartFailureKind::ImagePull => format!("image pull failed for {image}: {detail}"),
+            StartFailureKind::InvalidImage => format!("invalid image name {image}: {detail}"),
+            StartFailureKind::ConfigError => {
+                format!("container configuration error (a missing Secret or ConfigMap?): {detail}")
+            }
+            StartFailureKind::CreateError => format!("container could not be created: {detail}"),
+            StartFailureKind::Unschedulable => {
+                format!("pod unschedulable (requests larger than any node can offer?): {detail}")
+            }
+        }
+    }
 }
 
 impl DeathCause {
     /// One line for humans, e.g. `container driver OOMKilled (exit code 137)`.
     pub fn summary(&self) -> String {
         match self {
-            DeathCause::Disrupted { reason, message } => {
-                let what = if reason.starts_with("Eviction") {
-                    "pod evicted"
-                } else if reason.starts_with("Preemption") {
-                    "pod preempted"
-                } else {
-                    "pod disrupted"
+            DeathCause::Disrupted {
+                reason,
+                message,
+                pod_reason,
+            } => {
+                let what = match reason.as_str() {
+                    "EvictionByEvictionAPI" => "pod evicted",
+                    "PreemptionByScheduler" => "pod preempted",
+                    "DeletionByTaintManager" => {
+                        "pod deleted by the taint manager (its node is not ready or unreachable)"
+                    }
+                    "TerminationByKubelet" => "pod terminated by the kubelet",
+                    "DeletionByPodGC" => "pod deleted by pod GC (its node is gone)",
+                    _ => "pod disrupted",
                 };
-                format!(
+                let mut line = format!(
                     "{what} (DisruptionTarget: {})",
                     reason_message(reason, message)
-                )
+                );
+                if let Some(pod_reason) = pod_reason {
+                    line.push_str(&format!(" ({pod_reason})"));
+                }
+                line
             }
             DeathCause::PodFailed { reason, message } => {
                 format!("pod failed ({})", reason_message(reason, message))
@@ -131,29 +224,22 @@ impl DeathCause {
             DeathCause::ContainerExited {
                 container,
                 exit_code,
-                signal,
                 reason,
                 message,
             } => {
-                let mut line = match signal {
-                    Some(sig) => format!(
-                        "container {} killed by signal {sig}{}, exit code {exit_code}",
-                        one_line(container),
-                        signal_name(*sig)
-                            .map(|n| format!(" {n}"))
-                            .unwrap_or_default()
-                    ),
-                    None => {
-                        let by_signal = (*exit_code > 128)
-                            .then(|| signal_name(exit_code - 128))
-                            .flatten()
-                            .map(|n| format!(", 128+{n}"))
-                            .unwrap_or_default();
-                        format!(
-                            "container {} exited with code {exit_code}{by_signal}",
-                            one_line(container)
-                        )
+                let container = one_line(container);
+                let mut line = match (*exit_code > 128)
+                    .then(|| signal_name(exit_code - 128))
+                    .flatten()
+                {
+                    Some(signal) => {
+                        format!("container {container} killed by {signal} (exit code {exit_code})")
                     }
+                    None if *exit_code > 128 => format!(
+                        "container {container} killed by signal {} (exit code {exit_code})",
+                        exit_code - 128
+                    ),
+                    None => format!("container {container} exited with code {exit_code}"),
                 };
                 let reason = reason.as_deref().unwrap_or("");
                 let message = message.as_deref().unwrap_or("");
@@ -182,8 +268,68 @@ impl DeathCause {
             DeathCause::NeverStartedPod => "Job never started a pod".to_owned(),
             DeathCause::PodDeleted { .. } => "pod ran and was deleted".to_owned(),
             DeathCause::Unknown => "Job failed, cause unknown".to_owned(),
+            DeathCause::NeverStarted(failure) => {
+                format!("pod never started: {}", failure.summary())
+            }
+            DeathCause::Stuck {
+                node,
+                waited,
+                evidence,
+            } => {
+                let node = node
+                    .as_deref()
+                    .map(|n| format!("node {} lost", one_line(n)))
+                    .unwrap_or_else(|| "node lost".to_owned());
+                format!(
+                    "{node}: the pod could not finish terminating for {} s; judged dead ({})",
+                    waited.as_secs(),
+                    evidence.summary()
+                )
+            }
         }
     }
+
+    /// A short snake_case kind for metrics and logs (see docs/metrics.md).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DeathCause::Disrupted { reason, .. } => match reason.as_str() {
+                "EvictionByEvictionAPI" => "evicted",
+                "PreemptionByScheduler" => "preempted",
+                "DeletionByTaintManager" => "taint_deleted",
+                "TerminationByKubelet" => "kubelet_evicted",
+                "DeletionByPodGC" => "node_lost",
+                _ => "disrupted",
+            },
+            DeathCause::PodFailed { reason, .. } if reason == "Evicted" => "kubelet_evicted",
+            DeathCause::PodFailed { .. } => "pod_failed",
+            DeathCause::OomKilled { .. } => "oom_killed",
+            DeathCause::ContainerExited { exit_code, .. } if *exit_code > 128 => "killed",
+            DeathCause::ContainerExited { .. } => "exit_code",
+            DeathCause::ContainerWaiting { .. } => "never_started",
+            DeathCause::JobCondition { reason, .. } if reason == "DeadlineExceeded" => {
+                "deadline_exceeded"
+            }
+            DeathCause::JobCondition { .. } => "job_failed",
+            DeathCause::NeverStartedPod => "never_started",
+            DeathCause::PodDeleted { .. } => "pod_deleted",
+            DeathCause::Unknown => "unknown",
+            DeathCause::NeverStarted(failure) => match failure.kind {
+                StartFailureKind::ImagePull | StartFailureKind::InvalidImage => "image_pull",
+                StartFailureKind::ConfigError | StartFailureKind::CreateError => "config_error",
+                StartFailureKind::Unschedulable => "unschedulable",
+            },
+            DeathCause::Stuck { .. } => "node_lost",
+        }
+    }
+}
+
+/// What became of the dead pod's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTail {
+    /// The last lines, as read.
+    Read(String),
+    /// The log could not be read, and why (said in the report).
+    Unreadable(String),
 }
 
 impl fmt::Display for DeathCause {
@@ -231,17 +377,24 @@ pub fn death_cause(job: &Job, pod: Option<&Pod>) -> DeathCause {
     DeathCause::Unknown
 }
 
-/// The death detail sent to the backend: the summary and, when there is
-/// one, the log tail after [`LOG_SEPARATOR`]. At most [`MAX_DETAIL_BYTES`]:
-/// a longer log keeps its END (the lines nearest the death), cut on a
-/// character boundary, after [`LOG_SEPARATOR_CUT`].
-pub fn death_detail(cause: &DeathCause, log_tail: Option<&str>) -> String {
+/// The death detail sent to the backend: the summary and the log tail after
+/// [`LOG_SEPARATOR`], or a line saying why there is none. At most
+/// [`MAX_DETAIL_BYTES`]: a longer log keeps its END (the lines nearest the
+/// death), cut on a character boundary, after [`LOG_SEPARATOR_CUT`].
+pub fn death_detail(cause: &DeathCause, log: &LogTail) -> String {
     let mut detail = cause.summary();
     truncate_chars_to_bytes(&mut detail, MAX_DETAIL_BYTES / 2);
-    let tail = log_tail
-        .map(|t| t.trim_end_matches(['\n', '\r']))
-        .unwrap_or("");
+    let tail = match log {
+        LogTail::Read(text) => text.trim_end_matches(['\n', '\r']),
+        LogTail::Unreadable(why) => {
+            let mut line = format!("\nlogs unreadable: {}", one_line(why));
+            truncate_chars_to_bytes(&mut line, MAX_DETAIL_BYTES / 2);
+            detail.push_str(&line);
+            return detail;
+        }
+    };
     if tail.trim().is_empty() {
+        detail.push_str("\nlog: empty");
         return detail;
     }
     let room = MAX_DETAIL_BYTES.saturating_sub(detail.len() + LOG_SEPARATOR.len());
@@ -274,10 +427,16 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
         .iter()
         .flatten()
         .find(|c| c.type_ == "DisruptionTarget" && c.status.eq_ignore_ascii_case("true"));
+    let pod_reason = status
+        .reason
+        .as_deref()
+        .filter(|r| !r.trim().is_empty())
+        .map(|r| reason_message(r.trim(), status.message.as_deref().unwrap_or("").trim()));
     if let Some(cond) = disruption {
         return Some(DeathCause::Disrupted {
             reason: text(cond.reason.as_deref()),
             message: text(cond.message.as_deref()),
+            pod_reason,
         });
     }
     if let Some(reason) = status.reason.as_deref().filter(|r| !r.trim().is_empty()) {
@@ -286,7 +445,22 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
             message: text(status.message.as_deref()),
         });
     }
-    let container = pick_container(job, status.container_statuses.as_deref()?)?;
+    let deleted_while_running = || {
+        pod.metadata.deletion_timestamp.is_some().then(|| DeathCause::PodDeleted {
+            failed: job
+                .status
+                .as_ref()
+                .and_then(|s| s.failed)
+                .unwrap_or_default(),
+        })
+    };
+    let Some(container) = status
+        .container_statuses
+        .as_deref()
+        .and_then(|statuses| pick_container(job, statuses))
+    else {
+        return deleted_while_running();
+    };
     let state = container.state.as_ref();
     let terminated = state
         .and_then(|s| s.terminated.as_ref())
@@ -302,7 +476,6 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
         return Some(DeathCause::ContainerExited {
             container: name,
             exit_code: t.exit_code,
-            signal: t.signal.filter(|s| *s != 0),
             reason: t
                 .reason
                 .as_deref()
@@ -315,7 +488,11 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
                 .filter(|m| !m.is_empty()),
         });
     }
-    let waiting = state.and_then(|s| s.waiting.as_ref())?;
+    let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) else {
+        // Running (or no state) when the evidence was taken: a pod deleted
+        // under a running container says so; anything else says nothing.
+        return deleted_while_running();
+    };
     let reason = waiting.reason.as_deref().filter(|r| !r.trim().is_empty())?;
     if ROUTINE_WAITING.contains(&reason) {
         return None;
@@ -325,6 +502,96 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
         reason: text(Some(reason)),
         message: text(waiting.message.as_deref()),
     })
+}
+
+/// Whether a pod shows that it will never start by itself, and why: its
+/// main container waiting on an image pull, a bad image name or a container
+/// configuration error, or the pod unschedulable. Pure; the caller decides
+/// whether it has been so for longer than the grace.
+pub fn start_failure(lane: Lane, pod: &Pod) -> Option<StartFailure> {
+    let status = pod.status.as_ref()?;
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    let unschedulable = status.conditions.iter().flatten().find(|c| {
+        c.type_ == "PodScheduled"
+            && c.status.eq_ignore_ascii_case("false")
+            && c.reason.as_deref() == Some("Unschedulable")
+    });
+    if let Some(cond) = unschedulable {
+        return Some(StartFailure {
+            kind: StartFailureKind::Unschedulable,
+            image: None,
+            reason: text(cond.reason.as_deref()),
+            message: text(cond.message.as_deref()),
+        });
+    }
+    let own = match lane {
+        Lane::Run => DRIVER_CONTAINER,
+        Lane::Publish => PUBLISHER_CONTAINER,
+    };
+    let statuses = status.container_statuses.as_deref().unwrap_or_default();
+    let container = statuses
+        .iter()
+        .find(|c| c.name == own)
+        .or_else(|| statuses.first())?;
+    let waiting = container.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?.trim();
+    let kind = StartFailureKind::of_waiting(reason)?;
+    let image = Some(container.image.clone()).filter(|i| !i.is_empty()).or_else(|| {
+        pod.spec
+            .as_ref()?
+            .containers
+            .iter()
+            .find(|c| c.name == container.name)?
+            .image
+            .clone()
+    });
+    Some(StartFailure {
+        kind,
+        image,
+        reason: reason.to_owned(),
+        message: text(waiting.message.as_deref()),
+    })
+}
+
+/// A Job object carrying what [`death_cause`] reads of a Job (name, lane,
+/// failure conditions, failed count), rebuilt from its cached summary, so a
+/// death can be explained after the Job itself is gone.
+pub fn job_for_cause(summary: &tcab_shared::cluster::JobSummary) -> Job {
+    use k8s_openapi::api::batch::v1::JobStatus;
+    let condition = |kind: &str, c: &tcab_shared::cluster::JobCondition| JobCondition {
+        type_: kind.to_owned(),
+        status: "True".to_owned(),
+        reason: Some(c.reason.clone()).filter(|r| !r.is_empty()),
+        message: Some(c.message.clone()).filter(|m| !m.is_empty()),
+        ..JobCondition::default()
+    };
+    let conditions: Vec<JobCondition> = [
+        summary.failed.as_ref().map(|c| condition("Failed", c)),
+        summary
+            .failure_target
+            .as_ref()
+            .map(|c| condition("FailureTarget", c)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut job = Job::default();
+    job.metadata.name = Some(summary.name.clone());
+    job.metadata.labels = Some(
+        [(
+            tcab_shared::labels::JOB_KIND.to_owned(),
+            summary.lane.label_value().to_owned(),
+        )]
+        .into(),
+    );
+    job.status = Some(JobStatus {
+        failed: Some(summary.failed_pods).filter(|n| *n > 0),
+        conditions: Some(conditions).filter(|c| !c.is_empty()),
+        ..JobStatus::default()
+    });
+    job
 }
 
 /// The Job's own container (`driver` for a run Job, `publisher` for a

@@ -3,11 +3,13 @@
 //! already reported.
 //!
 //! A lapse is judged against the backend's clock only, so a skewed pod clock
-//! changes no judgement. A job with a live Job of its lane is never lost: its
-//! lease was renewed earlier in the same tick.
+//! changes no judgement. A job with a live Job of its lane is never lost (its
+//! lease is being renewed), unless that Job was judged dead. A job whose Job
+//! the view does not show at all is confirmed against the API before it is
+//! reported (see the lease-keeper's report loop).
 
-use crate::deaths::current_claims;
-use crate::vault::HeldClaim;
+use super::deaths::current_claims;
+use crate::tokens::HeldClaim;
 use jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 use tcab_shared::Lane;
@@ -117,6 +119,7 @@ pub fn plan_lost_runs(
     jobs: &[JobSummary],
     held: &[HeldClaim],
     reported: &BTreeSet<JobId>,
+    judged_dead: &BTreeSet<String>,
 ) -> LostPlan {
     let entries = active.jobs.iter().map(|r| Entry {
         id: &r.id,
@@ -135,6 +138,7 @@ pub fn plan_lost_runs(
         jobs,
         held,
         reported,
+        judged_dead,
     )
 }
 
@@ -144,6 +148,7 @@ pub fn plan_lost_publishes(
     jobs: &[JobSummary],
     held: &[HeldClaim],
     reported: &BTreeSet<JobId>,
+    judged_dead: &BTreeSet<String>,
 ) -> LostPlan {
     let entries = active.publish_jobs.iter().map(|p| Entry {
         id: &p.id,
@@ -162,6 +167,7 @@ pub fn plan_lost_publishes(
         jobs,
         held,
         reported,
+        judged_dead,
     )
 }
 
@@ -172,6 +178,7 @@ fn plan(
     jobs: &[JobSummary],
     held: &[HeldClaim],
     reported: &BTreeSet<JobId>,
+    judged_dead: &BTreeSet<String>,
 ) -> LostPlan {
     // Sort so a reordered list gives the same plan; of duplicate ids the
     // one with the latest lease counts (the most protective reading).
@@ -208,7 +215,7 @@ fn plan(
             }
             if let Some(live) = own_jobs
                 .iter()
-                .filter(|j| j.is_live())
+                .filter(|j| j.is_live() && !judged_dead.contains(&j.name))
                 .min_by(|a, b| a.name.cmp(&b.name))
             {
                 return Err(LostSkip::JobLive {
@@ -262,7 +269,7 @@ fn cause_of(jobs: &[&JobSummary], current_claim: Option<&str>) -> LostCause {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vault::TokenKey;
+    use crate::tokens::TokenKey;
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
     use tcab_shared::backend::{ActivePublish, ActiveRun};
@@ -278,8 +285,8 @@ mod tests {
             job_id: Some(id.into()),
             claim: Some(claim.into()),
             phase,
-            failed_pods: 0,
             created_at: Some(ts(created)),
+            ..JobSummary::default()
         }
     }
 
@@ -328,7 +335,7 @@ mod tests {
                 "2026-11-29T16:30:00Z",
             ),
         ];
-        let plan = plan_lost_runs(&active, &jobs, &[], &BTreeSet::new());
+        let plan = plan_lost_runs(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
         let lost: Vec<_> = plan
             .lost
             .iter()
@@ -376,7 +383,7 @@ mod tests {
         );
 
         // A job reported once is not reported again.
-        let plan = plan_lost_runs(&active, &jobs, &[], &BTreeSet::from(["gone".to_string()]));
+        let plan = plan_lost_runs(&active, &jobs, &[], &BTreeSet::from(["gone".to_string()]), &BTreeSet::new());
         assert!(plan.lost.iter().all(|l| l.job_id != "gone"));
         assert!(
             plan.skipped
@@ -389,7 +396,7 @@ mod tests {
             lane: Lane::Run,
             seq: 1,
         }];
-        let plan = plan_lost_runs(&active, &jobs, &held, &BTreeSet::new());
+        let plan = plan_lost_runs(&active, &jobs, &held, &BTreeSet::new(), &BTreeSet::new());
         let old = plan.lost.iter().find(|l| l.job_id == "old").unwrap();
         assert_eq!(
             old.cause,
@@ -442,7 +449,7 @@ mod tests {
                 "2026-11-29T16:00:00Z",
             ),
         ];
-        let plan = plan_lost_publishes(&active, &jobs, &[], &BTreeSet::new());
+        let plan = plan_lost_publishes(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
         let ids: Vec<_> = plan
             .lost
             .iter()
@@ -527,7 +534,7 @@ mod tests {
             let held: Vec<HeldClaim> = held_raw.iter().map(|(i, c, s)| HeldClaim {
                 key: TokenKey::new(format!("j{i}"), format!("c{c}")), lane: Lane::Run, seq: *s }).collect();
             let reported: BTreeSet<JobId> = reported_raw.iter().map(|i| format!("j{i}")).collect();
-            let plan = plan_lost_runs(&active, &jobs, &held, &reported);
+            let plan = plan_lost_runs(&active, &jobs, &held, &reported, &BTreeSet::new());
 
             let mut ids = BTreeSet::new();
             for l in &plan.lost {
@@ -551,7 +558,7 @@ mod tests {
             jobs_rev.reverse();
             let mut held_rev = held.clone();
             held_rev.reverse();
-            prop_assert_eq!(&plan_lost_runs(&shuffled, &jobs_rev, &held_rev, &reported), &plan);
+            prop_assert_eq!(&plan_lost_runs(&shuffled, &jobs_rev, &held_rev, &reported, &BTreeSet::new()), &plan);
 
             // The pod's clock plays no part: shifting every cluster timestamp
             // by up to five minutes changes nothing.
@@ -559,12 +566,12 @@ mod tests {
                 j.created_at = j.created_at.map(|t| t + jiff::SignedDuration::from_secs(skew));
                 j
             }).collect();
-            prop_assert_eq!(&plan_lost_runs(&active, &skewed, &held, &reported), &plan);
+            prop_assert_eq!(&plan_lost_runs(&active, &skewed, &held, &reported, &BTreeSet::new()), &plan);
 
             // Reporting everything planned leaves nothing for the next tick.
             let mut after = reported.clone();
             after.extend(plan.lost.iter().map(|l| l.job_id.clone()));
-            prop_assert!(plan_lost_runs(&active, &jobs, &held, &after).lost.is_empty());
+            prop_assert!(plan_lost_runs(&active, &jobs, &held, &after, &BTreeSet::new()).lost.is_empty());
         }
 
         #[test]
@@ -577,7 +584,7 @@ mod tests {
                 state: if *d { PublishState::Dispatched } else { PublishState::Queued },
                 lease_expires_at: Some(base() + jiff::SignedDuration::from_secs(*off)),
             }).collect() };
-            let plan = plan_lost_publishes(&active, &jobs, &[], &BTreeSet::new());
+            let plan = plan_lost_publishes(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
             for l in &plan.lost {
                 prop_assert_eq!(l.lane, Lane::Publish);
                 prop_assert!(!jobs.iter().any(|j| j.lane == Lane::Publish && j.is_live()

@@ -1,15 +1,17 @@
-//! Which failed driver Jobs to report as deaths: pure, over the cached Jobs,
-//! the claims the vault holds and the claims already handled.
+//! Which driver Jobs to report as deaths: pure, over the cached Jobs, the
+//! deaths due (see [`super::failures`]), the claims the vault holds and the
+//! claims already handled.
 //!
 //! Only the Job of a job's current claim is reported: the claim whose token
 //! the vault holds (the most recent Put when it holds several). A failed Job
 //! of an older claim is stale; its driver exits at its first refused report.
 //! With no token at all, the job is left to lost-driver detection.
 
-use crate::vault::{HeldClaim, TokenKey};
+use super::failures::DeathKind;
+use crate::tokens::{HeldClaim, TokenKey};
 use std::collections::{BTreeMap, BTreeSet};
 use tcab_shared::Lane;
-use tcab_shared::cluster::{JobPhase, JobSummary};
+use tcab_shared::cluster::JobSummary;
 
 /// A failed driver Job whose death is to be reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +20,8 @@ pub struct DeathCandidate {
     pub key: TokenKey,
     /// The failed Job's name.
     pub job_name: String,
+    /// Why it is due.
+    pub kind: DeathKind,
 }
 
 /// Why a failed driver Job is not reported this tick.
@@ -81,19 +85,21 @@ pub fn current_claims(held: &[HeldClaim]) -> BTreeMap<&str, &HeldClaim> {
 /// and the claims already handled.
 pub fn plan_deaths(
     jobs: &[JobSummary],
+    due: &BTreeMap<String, DeathKind>,
     held: &[HeldClaim],
     handled: &BTreeSet<TokenKey>,
 ) -> DeathPlan {
     let current = current_claims(held);
-    let mut failed: Vec<&JobSummary> = jobs
+    let mut failed: Vec<(&JobSummary, DeathKind)> = jobs
         .iter()
-        .filter(|j| j.lane == Lane::Run && j.phase == JobPhase::Failed)
+        .filter(|j| j.lane == Lane::Run)
+        .filter_map(|j| due.get(&j.name).map(|kind| (j, *kind)))
         .collect();
-    failed.sort_by(|a, b| a.name.cmp(&b.name));
+    failed.sort_by(|a, b| a.0.name.cmp(&b.0.name));
 
     let mut plan = DeathPlan::default();
     let mut chosen: BTreeSet<TokenKey> = BTreeSet::new();
-    for job in failed {
+    for (job, kind) in failed {
         let verdict = match (&job.job_id, &job.claim) {
             (None, _) => Err(DeathSkip::NoJobId),
             (Some(_), None) => Err(DeathSkip::NoClaim),
@@ -119,6 +125,7 @@ pub fn plan_deaths(
                 plan.report.push(DeathCandidate {
                     key,
                     job_name: job.name.clone(),
+                    kind,
                 });
             }
             Err(skip) => plan.skipped.push((job.name.clone(), skip)),
@@ -135,6 +142,8 @@ mod tests {
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
 
+    use tcab_shared::cluster::JobPhase;
+
     fn job(id: &str, claim: &str, phase: JobPhase) -> JobSummary {
         JobSummary {
             name: tcab_shared::labels::job_name(Lane::Run, id, claim),
@@ -143,8 +152,17 @@ mod tests {
             claim: Some(claim.into()),
             phase,
             failed_pods: 1,
-            created_at: None,
+            ..JobSummary::default()
         }
+    }
+
+    /// The deaths due: every Failed Job (as the failure plan says once its
+    /// pods stopped).
+    fn due(jobs: &[JobSummary]) -> BTreeMap<String, DeathKind> {
+        jobs.iter()
+            .filter(|j| j.phase == JobPhase::Failed)
+            .map(|j| (j.name.clone(), DeathKind::Failed))
+            .collect()
     }
 
     fn held(id: &str, claim: &str, seq: u64) -> HeldClaim {
@@ -173,7 +191,7 @@ mod tests {
             held("e", "c1", 4),
         ];
         let handled = BTreeSet::from([TokenKey::new("e", "c1")]);
-        let plan = plan_deaths(&jobs, &held, &handled);
+        let plan = plan_deaths(&jobs, &due(&jobs), &held, &handled);
         let reported: Vec<_> = plan
             .report
             .iter()
@@ -208,8 +226,10 @@ mod tests {
         publisher.lane = Lane::Publish;
         let mut no_claim = job("n", "c1", JobPhase::Failed);
         no_claim.claim = None;
+        let jobs = [publisher, no_claim.clone()];
         let plan = plan_deaths(
-            &[publisher, no_claim.clone()],
+            &jobs,
+            &due(&jobs),
             &[held("p", "c1", 1), held("n", "c1", 2)],
             &BTreeSet::new(),
         );
@@ -251,7 +271,7 @@ mod tests {
                 .map(|(i, c, s)| held(&format!("j{i}"), &format!("c{c}"), *s)).collect();
             let handled: BTreeSet<TokenKey> = handled_raw.iter()
                 .map(|(i, c)| TokenKey::new(format!("j{i}"), format!("c{c}"))).collect();
-            let plan = plan_deaths(&jobs, &held, &handled);
+            let plan = plan_deaths(&jobs, &due(&jobs), &held, &handled);
 
             // Each job id is reported at most once, never for a handled claim,
             // only for a failed driver Job of the current claim.
@@ -272,12 +292,12 @@ mod tests {
             shuffled_jobs.rotate_left((seed as usize) % n);
             shuffled_jobs.reverse();
             shuffled_held.reverse();
-            prop_assert_eq!(plan_deaths(&shuffled_jobs, &shuffled_held, &handled), plan.clone());
+            prop_assert_eq!(plan_deaths(&shuffled_jobs, &due(&jobs), &shuffled_held, &handled), plan.clone());
 
             // Handling every reported claim leaves nothing to report again.
             let mut after = handled.clone();
             after.extend(plan.report.iter().map(|c| c.key.clone()));
-            let again = plan_deaths(&jobs, &held, &after);
+            let again = plan_deaths(&jobs, &due(&jobs), &held, &after);
             prop_assert!(again.report.is_empty());
         }
     }

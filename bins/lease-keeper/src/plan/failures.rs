@@ -1,0 +1,464 @@
+//! What to do about failing Jobs, from the cached Jobs and what the
+//! lease-keeper remembers of each: pure.
+//!
+//! - **Capture at the first sign.** On Kubernetes 1.31+ a Job gets
+//!   `FailureTarget` at once and `Failed` only after its pod has terminated,
+//!   and an evicted, preempted or taint-deleted pod disappears soon after. So
+//!   the pod (its `DisruptionTarget`, container states, reason) and its log
+//!   tail are read as soon as the Job shows a sign (`FailureTarget`, a failed
+//!   pod, a terminating pod), kept, and reported once the Job is `Failed`.
+//! - **Report when settled.** A run Job is reported once it is `Failed` and
+//!   none of its pods is still terminating (older clusters set `Failed`
+//!   earlier), or once it is judged unable to finish failing.
+//! - **Judge the stuck.** A Job that shows failure for longer than its
+//!   pods' termination grace plus a margin (a lost node) is judged dead.
+//! - **Check pods that never start.** A live Job with no ready pod, seen for
+//!   longer than the start grace, has its pod read (at most once per check
+//!   interval); [`start_verdict`] decides from that pod.
+//! - **Retry unreadable logs** a bounded number of times.
+
+use crate::cause::{StartFailure, StartFailureKind, start_failure};
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use tcab_shared::Lane;
+use tcab_shared::cluster::{JobPhase, JobSummary};
+use tcab_shared::failing::FailingSince;
+use tokio::time::Instant;
+
+/// The knobs of these decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureSettings {
+    /// A pod waiting on an image or a container config error this long never starts.
+    pub start_grace: Duration,
+    /// A pod unschedulable this long never starts.
+    pub unschedulable_grace: Duration,
+    /// How long past its termination grace a failing Job may stay unfinished.
+    pub terminating_margin: Duration,
+    /// How often a Job past the start grace has its pod read again.
+    pub start_check_every: Duration,
+    /// How many times a log that could not be read is tried in all.
+    pub log_attempts: u32,
+}
+
+impl FailureSettings {
+    /// The shorter of the two start graces: no Job is checked before it.
+    pub fn first_start_check(&self) -> Duration {
+        self.start_grace.min(self.unschedulable_grace)
+    }
+}
+
+/// How far the evidence of one Job has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvidenceState {
+    /// Nothing read yet.
+    Missing,
+    /// The pod was read; its log could not be, and may be tried again
+    /// (`attempts` made so far).
+    LogPending {
+        /// Log reads made so far.
+        attempts: u32,
+    },
+    /// Everything that will ever be read has been.
+    Complete,
+}
+
+/// What the lease-keeper remembers of one cached Job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobMemory {
+    /// When this process first saw the Job.
+    pub first_seen: Instant,
+    /// Its evidence so far.
+    pub evidence: EvidenceState,
+    /// When its pod was last read to see whether it can start.
+    pub last_start_check: Option<Instant>,
+}
+
+/// Why a run's death is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeathKind {
+    /// Its Job is `Failed` and its pods have stopped.
+    Failed,
+    /// It could not finish failing and was judged dead.
+    Stuck,
+    /// Its pod can never start; the Job is deleted once this is settled.
+    NeverStarted,
+}
+
+/// What one report tick does about failing Jobs (Job names, sorted).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailurePlan {
+    /// Read the pod and log tail of these now.
+    pub capture: Vec<String>,
+    /// Read the log tail of these again.
+    pub retry_logs: Vec<String>,
+    /// Read the pod of these to see whether it can ever start.
+    pub check_start: Vec<String>,
+    /// Judged dead now: they cannot finish failing.
+    pub newly_stuck: Vec<String>,
+    /// Run Jobs whose death is due, once their evidence is complete.
+    pub deaths: Vec<(String, DeathKind)>,
+    /// Failed Jobs whose report waits, and why (for the debug log).
+    pub waiting: Vec<(String, &'static str)>,
+}
+
+/// Plans one report tick.
+pub fn plan_failures(
+    jobs: &[JobSummary],
+    memory: &BTreeMap<String, JobMemory>,
+    failing: &FailingSince,
+    judged_dead: &BTreeSet<String>,
+    never_started: &BTreeSet<String>,
+    now: Instant,
+    settings: &FailureSettings,
+) -> FailurePlan {
+    let mut plan = FailurePlan::default();
+    for job in jobs {
+        if never_started.contains(&job.name) {
+            if job.lane == Lane::Run {
+                plan.deaths.push((job.name.clone(), DeathKind::NeverStarted));
+            }
+            continue;
+        }
+        let mem = memory.get(&job.name);
+        let evidence = mem.map_or(EvidenceState::Missing, |m| m.evidence);
+        let stuck = judged_dead.contains(&job.name)
+            || failing.is_stuck(job, now, settings.terminating_margin);
+        if stuck && !judged_dead.contains(&job.name) {
+            plan.newly_stuck.push(job.name.clone());
+        }
+        let failed = job.phase == JobPhase::Failed;
+        let shows = (job.is_live() && job.shows_failure()) || failed;
+        if shows {
+            match evidence {
+                EvidenceState::Missing => plan.capture.push(job.name.clone()),
+                EvidenceState::LogPending { attempts } if attempts < settings.log_attempts => {
+                    plan.retry_logs.push(job.name.clone())
+                }
+                _ => {}
+            }
+        }
+        if job.lane == Lane::Run {
+            if stuck {
+                plan.deaths.push((job.name.clone(), DeathKind::Stuck));
+            } else if failed && job.terminating_pods > 0 {
+                plan.waiting
+                    .push((job.name.clone(), "its pods are still terminating"));
+            } else if failed {
+                plan.deaths.push((job.name.clone(), DeathKind::Failed));
+            }
+        }
+        let may_start_late = job.is_live()
+            && !stuck
+            && !job.deleting
+            && !job.shows_failure()
+            && job.ready_pods == 0;
+        if may_start_late && let Some(mem) = mem {
+            let seen_for = now.saturating_duration_since(mem.first_seen);
+            let due = mem
+                .last_start_check
+                .is_none_or(|at| now.saturating_duration_since(at) >= settings.start_check_every);
+            if seen_for > settings.first_start_check() && due {
+                plan.check_start.push(job.name.clone());
+            }
+        }
+    }
+    plan
+}
+
+/// Whether a death due now can be reported: its evidence is complete, or
+/// it has done all the reading it will (logs tried `log_attempts` times).
+pub fn evidence_settled(evidence: EvidenceState, settings: &FailureSettings) -> bool {
+    match evidence {
+        EvidenceState::Missing => false,
+        EvidenceState::LogPending { attempts } => attempts >= settings.log_attempts,
+        EvidenceState::Complete => true,
+    }
+}
+
+/// What a pod read says about a Job that has not become ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartVerdict {
+    /// It is starting, running, or waiting for a reason that can resolve.
+    Fine,
+    /// It shows a reason it cannot start, but not for long enough yet.
+    Waiting(StartFailure),
+    /// It can never start: fail it fast.
+    NeverStarts(StartFailure),
+}
+
+/// Decides from a Job's newest pod (if any) and how long the Job has been
+/// without a ready pod. A Job with no pod at all is left to its deadline.
+pub fn start_verdict(
+    lane: Lane,
+    pod: Option<&Pod>,
+    not_ready_for: Duration,
+    settings: &FailureSettings,
+) -> StartVerdict {
+    let Some(failure) = pod.and_then(|p| start_failure(lane, p)) else {
+        return StartVerdict::Fine;
+    };
+    let grace = match failure.kind {
+        StartFailureKind::Unschedulable => settings.unschedulable_grace,
+        _ => settings.start_grace,
+    };
+    if not_ready_for > grace {
+        StartVerdict::NeverStarts(failure)
+    } else {
+        StartVerdict::Waiting(failure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tcab_shared::cluster::JobCondition;
+
+    const SETTINGS: FailureSettings = FailureSettings {
+        start_grace: Duration::from_secs(300),
+        unschedulable_grace: Duration::from_secs(1800),
+        terminating_margin: Duration::from_secs(60),
+        start_check_every: Duration::from_secs(30),
+        log_attempts: 3,
+    };
+
+    fn job(name: &str, lane: Lane) -> JobSummary {
+        JobSummary {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            lane,
+            job_id: Some(name.into()),
+            claim: Some("c".into()),
+            active_pods: 1,
+            ready_pods: 1,
+            termination_grace_seconds: Some(120),
+            ..JobSummary::default()
+        }
+    }
+
+    fn failure_target(mut j: JobSummary) -> JobSummary {
+        j.failure_target = Some(JobCondition {
+            reason: "BackoffLimitExceeded".into(),
+            message: String::new(),
+        });
+        j.failed_pods = 1;
+        j.terminating_pods = 1;
+        j.active_pods = 0;
+        j.ready_pods = 0;
+        j
+    }
+
+    fn failed(mut j: JobSummary) -> JobSummary {
+        j = failure_target(j);
+        j.terminating_pods = 0;
+        j.phase = JobPhase::Failed;
+        j
+    }
+
+    fn memory(
+        entries: &[(&JobSummary, Instant, EvidenceState)],
+    ) -> BTreeMap<String, JobMemory> {
+        entries
+            .iter()
+            .map(|(j, first_seen, evidence)| {
+                (
+                    j.name.clone(),
+                    JobMemory {
+                        first_seen: *first_seen,
+                        evidence: *evidence,
+                        last_start_check: None,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_sign_captures_and_failed_reports() {
+        let t0 = Instant::now();
+        let healthy = job("a", Lane::Run);
+        let signalled = failure_target(job("b", Lane::Run));
+        let dead = failed(job("c", Lane::Run));
+        let publisher = failure_target(job("p", Lane::Publish));
+        let jobs = vec![healthy.clone(), signalled.clone(), dead.clone(), publisher.clone()];
+        let mut failing = FailingSince::new();
+        failing.observe(&jobs, t0);
+        let mem = memory(&[
+            (&healthy, t0, EvidenceState::Missing),
+            (&signalled, t0, EvidenceState::Missing),
+            (&dead, t0, EvidenceState::Missing),
+            (&publisher, t0, EvidenceState::Missing),
+        ]);
+        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), t0, &SETTINGS);
+        assert_eq!(plan.capture, ["b", "c", "p"], "a sign, not only Failed, captures");
+        assert_eq!(
+            plan.deaths,
+            vec![("c".to_string(), DeathKind::Failed)],
+            "only the Failed run Job is due; publishers take the lost path"
+        );
+        assert!(plan.newly_stuck.is_empty() && plan.check_start.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_with_terminating_pods_waits_until_they_finish_or_it_is_stuck() {
+        let t0 = Instant::now();
+        let mut old_cluster = failed(job("d", Lane::Run));
+        old_cluster.terminating_pods = 1; // a pre-1.31 cluster: Failed while terminating
+        let jobs = vec![old_cluster.clone()];
+        let mut failing = FailingSince::new();
+        failing.observe(&jobs, t0);
+        let mem = memory(&[(&old_cluster, t0, EvidenceState::Complete)]);
+        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), t0, &SETTINGS);
+        assert!(plan.deaths.is_empty());
+        assert_eq!(plan.waiting, vec![("d".to_string(), "its pods are still terminating")]);
+        // Its pods finish: reported as failed.
+        let mut settled = old_cluster.clone();
+        settled.terminating_pods = 0;
+        let plan = plan_failures(
+            std::slice::from_ref(&settled),
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            t0,
+            &SETTINGS,
+        );
+        assert_eq!(plan.deaths, vec![("d".to_string(), DeathKind::Failed)]);
+        // Or they never do (a lost node): judged dead after grace and margin.
+        let later = t0 + Duration::from_secs(181);
+        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), later, &SETTINGS);
+        assert_eq!(plan.newly_stuck, ["d"]);
+        assert_eq!(plan.deaths, vec![("d".to_string(), DeathKind::Stuck)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_that_cannot_finish_failing_is_judged_dead_after_grace_and_margin() {
+        let t0 = Instant::now();
+        let lost = failure_target(job("n", Lane::Run));
+        let jobs = vec![lost.clone()];
+        let mut failing = FailingSince::new();
+        failing.observe(&jobs, t0);
+        let mem = memory(&[(&lost, t0, EvidenceState::Complete)]);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(180), &SETTINGS);
+        assert!(plan.newly_stuck.is_empty() && plan.deaths.is_empty());
+        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(181), &SETTINGS);
+        assert_eq!(plan.newly_stuck, ["n"]);
+        assert_eq!(plan.deaths, vec![("n".to_string(), DeathKind::Stuck)]);
+        let judged = BTreeSet::from(["n".to_owned()]);
+        let plan = plan_failures(&jobs, &mem, &failing, &judged, &BTreeSet::new(), at(200), &SETTINGS);
+        assert!(plan.newly_stuck.is_empty(), "judged once");
+        assert_eq!(plan.deaths, vec![("n".to_string(), DeathKind::Stuck)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_never_started_run_is_due_and_nothing_else_is_planned_for_it() {
+        let t0 = Instant::now();
+        let mut waiting = job("w", Lane::Run);
+        waiting.ready_pods = 0;
+        let mut publisher = job("p", Lane::Publish);
+        publisher.ready_pods = 0;
+        let jobs = vec![waiting.clone(), publisher.clone()];
+        let mem = memory(&[
+            (&waiting, t0, EvidenceState::Complete),
+            (&publisher, t0, EvidenceState::Complete),
+        ]);
+        let never = BTreeSet::from(["w".to_owned(), "p".to_owned()]);
+        let later = t0 + Duration::from_secs(3600);
+        let plan = plan_failures(&jobs, &mem, &FailingSince::new(), &never, &never, later, &SETTINGS);
+        assert_eq!(plan.deaths, vec![("w".to_string(), DeathKind::NeverStarted)]);
+        assert!(plan.check_start.is_empty() && plan.capture.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unreadable_logs_are_retried_a_bounded_number_of_times() {
+        let t0 = Instant::now();
+        let dead = failed(job("c", Lane::Run));
+        let jobs = vec![dead.clone()];
+        let failing = FailingSince::new();
+        for (attempts, retried) in [(1, true), (2, true), (3, false)] {
+            let mem = memory(&[(&dead, t0, EvidenceState::LogPending { attempts })]);
+            let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), t0, &SETTINGS);
+            assert_eq!(plan.retry_logs.len(), usize::from(retried), "after {attempts}");
+            assert_eq!(
+                evidence_settled(EvidenceState::LogPending { attempts }, &SETTINGS),
+                !retried
+            );
+        }
+        assert!(!evidence_settled(EvidenceState::Missing, &SETTINGS));
+        assert!(evidence_settled(EvidenceState::Complete, &SETTINGS));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn jobs_without_a_ready_pod_are_checked_after_the_grace_and_then_every_interval() {
+        let t0 = Instant::now();
+        let mut pending = job("w", Lane::Run);
+        pending.ready_pods = 0;
+        let ready = job("r", Lane::Run);
+        let jobs = vec![pending.clone(), ready.clone()];
+        let failing = FailingSince::new();
+        let mut mem = memory(&[
+            (&pending, t0, EvidenceState::Missing),
+            (&ready, t0, EvidenceState::Missing),
+        ]);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(300), &SETTINGS);
+        assert!(plan.check_start.is_empty(), "not before the grace");
+        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(301), &SETTINGS);
+        assert_eq!(plan.check_start, ["w"]);
+        mem.get_mut("w").unwrap().last_start_check = Some(at(301));
+        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(330), &SETTINGS);
+        assert!(plan.check_start.is_empty(), "checked 29 s ago");
+        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(331), &SETTINGS);
+        assert_eq!(plan.check_start, ["w"]);
+    }
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "driver", "image": "registry/driver:tag"}]},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn start_verdicts_follow_the_reason_and_its_grace() {
+        let pulling = pod(json!({"phase": "Pending", "containerStatuses": [{
+            "name": "driver", "image": "registry/driver:tag", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"registry/driver:tag\""}}}]}));
+        let unschedulable = pod(json!({"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/2 nodes are available: 2 Insufficient memory."}]}));
+        let creating = pod(json!({"phase": "Pending", "containerStatuses": [{
+            "name": "driver", "image": "registry/driver:tag", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ContainerCreating"}}}]}));
+        let five_min = Duration::from_secs(301);
+        match start_verdict(Lane::Run, Some(&pulling), five_min, &SETTINGS) {
+            StartVerdict::NeverStarts(f) => {
+                assert_eq!(f.kind, StartFailureKind::ImagePull);
+                assert_eq!(f.image.as_deref(), Some("registry/driver:tag"));
+                assert!(f.summary().starts_with("image pull failed for registry/driver:tag: ImagePullBackOff"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            start_verdict(Lane::Run, Some(&unschedulable), five_min, &SETTINGS),
+            StartVerdict::Waiting(f) if f.kind == StartFailureKind::Unschedulable
+        ));
+        assert!(matches!(
+            start_verdict(Lane::Run, Some(&unschedulable), Duration::from_secs(1801), &SETTINGS),
+            StartVerdict::NeverStarts(_)
+        ));
+        assert_eq!(
+            start_verdict(Lane::Run, Some(&creating), Duration::from_secs(9999), &SETTINGS),
+            StartVerdict::Fine,
+            "a routine wait is left to the deadline"
+        );
+        assert_eq!(
+            start_verdict(Lane::Run, None, Duration::from_secs(9999), &SETTINGS),
+            StartVerdict::Fine
+        );
+    }
+}

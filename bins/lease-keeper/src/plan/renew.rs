@@ -1,0 +1,168 @@
+//! Which leases to renew: pure, from the cached owned Jobs and the Jobs
+//! judged dead.
+//!
+//! One malformed Job (a managed-by label and an empty or invalid
+//! `tcab.dev/job-id`) must not stop every renewal: it is skipped with its
+//! reason, and the rest are renewed.
+
+use std::collections::BTreeSet;
+use tcab_shared::Lane;
+use tcab_shared::backend::JobId;
+use tcab_shared::backend::client::is_job_id;
+use tcab_shared::cluster::JobSummary;
+
+/// Why a live Job's lease is not renewed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenewSkip {
+    /// It has no `tcab.dev/job-id` label.
+    NoJobId,
+    /// Its `tcab.dev/job-id` label is not a backend job id.
+    MalformedJobId(String),
+    /// It was judged dead (it cannot finish failing, or its pod never started).
+    JudgedDead,
+}
+
+impl RenewSkip {
+    /// A short phrase for the log.
+    pub fn describe(&self) -> String {
+        match self {
+            RenewSkip::NoJobId => "no tcab.dev/job-id label".into(),
+            RenewSkip::MalformedJobId(id) => {
+                format!("tcab.dev/job-id {id:?} is not a backend job id")
+            }
+            RenewSkip::JudgedDead => "judged dead".into(),
+        }
+    }
+
+    /// Whether the skip means the Job itself is malformed (worth a warning).
+    pub fn is_malformed(&self) -> bool {
+        matches!(self, RenewSkip::NoJobId | RenewSkip::MalformedJobId(_))
+    }
+}
+
+/// The renewal call of one lane.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaneRenewal {
+    /// Ids to renew, sorted and deduplicated. Two live Jobs of one id (an old
+    /// claim still running beside a new one) renew it once.
+    pub ids: Vec<JobId>,
+    /// Live Jobs of the lane not renewed, by name (sorted), with the reason.
+    pub skipped: Vec<(String, RenewSkip)>,
+}
+
+/// Plans the renewal call of one lane.
+pub fn plan_lane(jobs: &[JobSummary], lane: Lane, judged_dead: &BTreeSet<String>) -> LaneRenewal {
+    let mut plan = LaneRenewal::default();
+    for job in jobs.iter().filter(|j| j.lane == lane && j.is_live()) {
+        let verdict = if judged_dead.contains(&job.name) {
+            Err(RenewSkip::JudgedDead)
+        } else {
+            match job.job_id.as_deref() {
+                None => Err(RenewSkip::NoJobId),
+                Some(id) if !is_job_id(id) => Err(RenewSkip::MalformedJobId(id.to_owned())),
+                Some(id) => Ok(id.to_owned()),
+            }
+        };
+        match verdict {
+            Ok(id) => plan.ids.push(id),
+            Err(skip) => plan.skipped.push((job.name.clone(), skip)),
+        }
+    }
+    plan.ids.sort();
+    plan.ids.dedup();
+    plan.skipped.sort_by(|a, b| a.0.cmp(&b.0));
+    plan
+}
+
+/// The renewal calls of one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewalPlan {
+    /// The run call; always made, even when empty, so the gate reflects
+    /// whether the backend answers.
+    pub runs: LaneRenewal,
+    /// The publish call, or `None` while publishing is off.
+    pub publishes: Option<LaneRenewal>,
+}
+
+/// Plans one renewal round.
+pub fn plan_renewals(
+    jobs: &[JobSummary],
+    publishing: bool,
+    judged_dead: &BTreeSet<String>,
+) -> RenewalPlan {
+    RenewalPlan {
+        runs: plan_lane(jobs, Lane::Run, judged_dead),
+        publishes: publishing.then(|| plan_lane(jobs, Lane::Publish, judged_dead)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcab_shared::cluster::JobPhase;
+
+    fn job(name: &str, lane: Lane, id: Option<&str>, phase: JobPhase) -> JobSummary {
+        JobSummary {
+            name: name.into(),
+            lane,
+            job_id: id.map(Into::into),
+            claim: Some("c".into()),
+            phase,
+            ..JobSummary::default()
+        }
+    }
+
+    #[test]
+    fn live_jobs_of_the_lane_deduplicated_and_sorted() {
+        let jobs = vec![
+            job("d-b-1", Lane::Run, Some("b"), JobPhase::Live),
+            job("d-a-1", Lane::Run, Some("a"), JobPhase::Live),
+            job("d-a-2", Lane::Run, Some("a"), JobPhase::Live),
+            job("d-c-1", Lane::Run, Some("c"), JobPhase::Failed),
+            job("d-e-1", Lane::Run, Some("e"), JobPhase::Succeeded),
+            job("p-p-1", Lane::Publish, Some("p"), JobPhase::Live),
+        ];
+        let none = BTreeSet::new();
+        assert_eq!(plan_lane(&jobs, Lane::Run, &none).ids, ["a", "b"]);
+        let plan = plan_renewals(&jobs, true, &none);
+        assert_eq!(plan.publishes.map(|p| p.ids), Some(vec!["p".to_string()]));
+        assert_eq!(plan_renewals(&jobs, false, &none).publishes, None);
+        assert!(plan_renewals(&[], false, &none).runs.ids.is_empty());
+    }
+
+    /// The defect: a live Job with an empty job id made every renewal call
+    /// fail before it was sent, which closed the gate for good.
+    #[test]
+    fn a_malformed_job_is_skipped_and_the_rest_renewed() {
+        let jobs = vec![
+            job("d-empty", Lane::Run, Some(""), JobPhase::Live),
+            job("d-bad", Lane::Run, Some("not a valid id!"), JobPhase::Live),
+            job("d-none", Lane::Run, None, JobPhase::Live),
+            job("d-ok", Lane::Run, Some("ok"), JobPhase::Live),
+        ];
+        let plan = plan_lane(&jobs, Lane::Run, &BTreeSet::new());
+        assert_eq!(plan.ids, ["ok"]);
+        assert_eq!(
+            plan.skipped,
+            vec![
+                ("d-bad".into(), RenewSkip::MalformedJobId("not a valid id!".into())),
+                ("d-empty".into(), RenewSkip::MalformedJobId(String::new())),
+                ("d-none".into(), RenewSkip::NoJobId),
+            ]
+        );
+        assert!(plan.skipped.iter().all(|(_, s)| s.is_malformed()));
+    }
+
+    #[test]
+    fn a_job_judged_dead_is_no_longer_renewed() {
+        let jobs = vec![
+            job("d-a", Lane::Run, Some("a"), JobPhase::Live),
+            job("d-b", Lane::Run, Some("b"), JobPhase::Live),
+        ];
+        let dead = BTreeSet::from(["d-a".to_owned()]);
+        let plan = plan_lane(&jobs, Lane::Run, &dead);
+        assert_eq!(plan.ids, ["b"]);
+        assert_eq!(plan.skipped, vec![("d-a".into(), RenewSkip::JudgedDead)]);
+        assert!(!plan.skipped[0].1.is_malformed());
+    }
+}

@@ -1,0 +1,184 @@
+//! The lease-keeper's loops and their supervisor: [`run`] serves the vault,
+//! watches the owned Jobs and runs two loops side by side: renewals
+//! ([`renewals`]) every poll interval, and reports ([`reports`]) at every
+//! Job change and at least every poll interval.
+
+pub mod renewals;
+pub mod reports;
+
+use crate::gate::Gate;
+use crate::grpc;
+use crate::inspect::Inspector;
+use crate::plan::failures::FailureSettings;
+use crate::tokens::TokenStore;
+use anyhow::Context as _;
+use renewals::{JudgedDead, Renewer};
+use reports::{Reporter, ReporterParts};
+use std::time::Duration;
+use tcab_shared::backend::BackendClient;
+use tcab_shared::cluster::{OwnedJobs, WatchSettings};
+use tcab_shared::config::LeaseKeeperConfig;
+use tcab_shared::tick::{Shutdown, run_loop, run_loop_with_wake};
+use tokio::net::TcpListener;
+
+/// How often a Job past the start grace has its pod read again.
+pub const START_CHECK_EVERY: Duration = Duration::from_secs(30);
+/// How many times an unreadable log is tried in all.
+pub const LOG_ATTEMPTS: u32 = 3;
+
+/// What `run` is given from outside, so tests can substitute each.
+pub struct Deps {
+    /// The backend client (service token inside).
+    pub backend: BackendClient,
+    /// The Kubernetes client.
+    pub kube: kube::Client,
+    /// The vault's listener, already bound (see [`grpc::bind`]).
+    pub vault_listener: TcpListener,
+}
+
+/// The failure knobs from the configuration.
+pub fn failure_settings(config: &LeaseKeeperConfig) -> FailureSettings {
+    FailureSettings {
+        start_grace: config.start_grace,
+        unschedulable_grace: config.unschedulable_grace,
+        terminating_margin: config.terminating_margin,
+        start_check_every: START_CHECK_EVERY.min(config.start_grace),
+        log_attempts: LOG_ATTEMPTS,
+    }
+}
+
+/// The two loops over one Job view, built from the configuration.
+pub struct Keeper {
+    /// The renewal loop.
+    pub renewer: Renewer,
+    /// The report loop.
+    pub reporter: Reporter,
+    /// The admission gate both feed.
+    pub gate: Gate,
+    /// The token store the vault serves.
+    pub store: TokenStore,
+}
+
+impl Keeper {
+    /// A keeper over a Job view (already watching, or fed by a test).
+    pub fn new(
+        config: &LeaseKeeperConfig,
+        backend: BackendClient,
+        kube: kube::Client,
+        namespace: &str,
+        jobs: OwnedJobs,
+    ) -> Self {
+        let store = TokenStore::new();
+        let gate = Gate::new(config.publishing, jobs.clone());
+        let judged_dead = JudgedDead::default();
+        let renewer = Renewer::new(
+            backend.clone(),
+            jobs.clone(),
+            gate.clone(),
+            judged_dead.clone(),
+            config.publishing,
+        );
+        let reporter = Reporter::new(ReporterParts {
+            backend,
+            inspector: Inspector::new(
+                kube,
+                namespace,
+                &config.common.managed_by,
+                config.log_tail_lines,
+                config.common.kube_timeout,
+            ),
+            jobs,
+            store: store.clone(),
+            gate: gate.clone(),
+            judged_dead,
+            publishing: config.publishing,
+            lease_length: config.lease_length,
+            poll: config.common.poll_interval,
+            settings: failure_settings(config),
+        });
+        Keeper {
+            renewer,
+            reporter,
+            gate,
+            store,
+        }
+    }
+}
+
+/// Runs the lease-keeper until `shutdown`: serves the vault, watches the
+/// owned Jobs and runs the renewal and report loops. On shutdown each loop
+/// finishes the tick in flight (a death report is never cut short). A dead
+/// watch or vault server ends it with an error.
+pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> anyhow::Result<()> {
+    let Deps {
+        backend,
+        kube,
+        vault_listener,
+    } = deps;
+    let vault_addr = vault_listener
+        .local_addr()
+        .map_err(grpc::VaultError::LocalAddr)?;
+    grpc::check_addr(vault_addr, config.vault_allow_non_loopback)?;
+    let namespace = config
+        .common
+        .namespace
+        .clone()
+        .unwrap_or_else(|| kube.default_namespace().to_owned());
+
+    let (jobs, mut watch_task) = OwnedJobs::watch(
+        kube.clone(),
+        &namespace,
+        &config.common.managed_by,
+        WatchSettings {
+            timeout: config.common.watch_timeout,
+            ..WatchSettings::default()
+        },
+    );
+    let keeper = Keeper::new(&config, backend, kube, &namespace, jobs.clone());
+    let mut vault_task = tokio::spawn(grpc::serve(
+        vault_listener,
+        keeper.store.clone(),
+        keeper.gate.clone(),
+        shutdown.clone(),
+    ));
+    tracing::info!(%vault_addr, %namespace, publishing = config.publishing, "lease-keeper started; serving the token vault");
+
+    let poll = config.common.poll_interval;
+    let Keeper {
+        renewer, reporter, ..
+    } = keeper;
+    let loops = async {
+        let renewals = run_loop(poll, shutdown.clone(), renewer);
+        let reports = async {
+            tokio::select! {
+                () = jobs.wait_current() => {}
+                () = shutdown.wait() => return,
+            }
+            tracing::info!(jobs = jobs.len(), "Job view current; reporting");
+            // A Job's first sign of failure is evidence to read now, not at the next poll.
+            run_loop_with_wake(poll, shutdown.clone(), jobs.changes(), reporter).await;
+        };
+        tokio::join!(renewals, reports);
+    };
+
+    let result = tokio::select! {
+        () = loops => Ok(()),
+        ended = &mut watch_task => match ended {
+            Err(error) => Err(anyhow::Error::new(error).context("the Job watch task panicked")),
+            Ok(()) => Err(anyhow::anyhow!("the Job watch task ended")),
+        },
+        ended = &mut vault_task => {
+            match ended.context("the token vault task panicked")? {
+                Err(error) => Err(anyhow::Error::new(error).context("the token vault server failed")),
+                Ok(()) => Err(anyhow::anyhow!("the token vault server stopped")),
+            }
+        }
+    };
+    watch_task.abort();
+    if result.is_ok() {
+        // Shutdown: the loops finished their ticks; let the vault close.
+        let _ = tokio::time::timeout(Duration::from_secs(5), vault_task).await;
+        tracing::info!("lease-keeper stopped");
+    }
+    result
+}

@@ -1,0 +1,157 @@
+//! The renewal loop: every poll interval, one renewal call per lane for the
+//! live Jobs in the view, on its own cadence so no death report, lost
+//! report or log read can delay it. Each call's outcome goes to the gate at
+//! once: the first failed call closes its lane's gate.
+
+use crate::gate::Gate;
+use crate::plan::renew::{LaneRenewal, RenewSkip, plan_renewals};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use tcab_shared::Lane;
+use tcab_shared::backend::{BackendClient, JobId};
+use tcab_shared::cluster::OwnedJobs;
+use tcab_shared::kube_api::error_chain;
+use tcab_shared::tick::{Tick, TickOutcome};
+use tokio::time::Instant;
+
+/// The names of Jobs judged dead, shared by the report loop (which judges)
+/// and the renewal loop (which stops renewing them).
+pub type JudgedDead = Arc<Mutex<BTreeSet<String>>>;
+
+/// What one renewal round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RenewalReport {
+    /// Run ids the backend renewed; `None` when the call failed.
+    pub runs: Option<Vec<JobId>>,
+    /// Publish ids renewed; `None` when the call failed or publishing is off.
+    pub publishes: Option<Vec<JobId>>,
+}
+
+/// The renewal loop's state.
+pub struct Renewer {
+    backend: BackendClient,
+    jobs: OwnedJobs,
+    gate: Gate,
+    judged_dead: JudgedDead,
+    publishing: bool,
+    /// The ids each lane renewed last, so only a change is logged at info.
+    last_renewed: [BTreeSet<JobId>; 2],
+    /// Malformed Jobs already warned about (by name).
+    warned: BTreeSet<String>,
+}
+
+impl Renewer {
+    /// A renewer over these parts.
+    pub fn new(
+        backend: BackendClient,
+        jobs: OwnedJobs,
+        gate: Gate,
+        judged_dead: JudgedDead,
+        publishing: bool,
+    ) -> Self {
+        Renewer {
+            backend,
+            jobs,
+            gate,
+            judged_dead,
+            publishing,
+            last_renewed: [BTreeSet::new(), BTreeSet::new()],
+            warned: BTreeSet::new(),
+        }
+    }
+
+    /// One round: renew both lanes (side by side) from the current view.
+    pub async fn round(&mut self) -> RenewalReport {
+        let snapshot = self.jobs.snapshot();
+        let dead = self
+            .judged_dead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let plan = plan_renewals(&snapshot, self.publishing, &dead);
+        let mut malformed = BTreeSet::new();
+        for lane in [Some(&plan.runs), plan.publishes.as_ref()].into_iter().flatten() {
+            for (name, skip) in &lane.skipped {
+                if skip.is_malformed() {
+                    malformed.insert(name.clone());
+                    if !self.warned.contains(name) {
+                        tracing::warn!(job = %name, reason = %skip.describe(), "owned Job skipped by lease renewal; the other Jobs are renewed");
+                    }
+                } else if *skip == RenewSkip::JudgedDead {
+                    tracing::debug!(job = %name, "lease not renewed: judged dead");
+                }
+            }
+        }
+        self.warned = malformed;
+        let runs = renew(&self.backend, &self.gate, Lane::Run, &plan.runs);
+        let publishes = async {
+            match &plan.publishes {
+                Some(lane) => renew(&self.backend, &self.gate, Lane::Publish, lane).await,
+                None => None,
+            }
+        };
+        let (runs, publishes) = futures::join!(runs, publishes);
+        for (lane, renewed) in [(Lane::Run, &runs), (Lane::Publish, &publishes)] {
+            if let Some(ids) = renewed {
+                self.log_change(lane, ids);
+            }
+        }
+        RenewalReport { runs, publishes }
+    }
+
+    fn log_change(&mut self, lane: Lane, renewed: &[JobId]) {
+        let now: BTreeSet<JobId> = renewed.iter().cloned().collect();
+        let last = &mut self.last_renewed[lane as usize];
+        if now != *last {
+            let started: Vec<&JobId> = now.difference(last).collect();
+            let stopped: Vec<&JobId> = last.difference(&now).collect();
+            tracing::info!(%lane, count = now.len(), ?started, ?stopped, "renewed {} {lane} leases", now.len());
+            *last = now;
+        } else {
+            tracing::debug!(%lane, count = renewed.len(), "renewed {} {lane} leases (unchanged)", renewed.len());
+        }
+    }
+}
+
+/// One lane's renewal call; its outcome reaches the gate at once.
+async fn renew(
+    backend: &BackendClient,
+    gate: &Gate,
+    lane: Lane,
+    plan: &LaneRenewal,
+) -> Option<Vec<JobId>> {
+    let result = match lane {
+        Lane::Run => backend.renew_run_leases(&plan.ids).await,
+        Lane::Publish => backend.renew_publish_leases(&plan.ids).await,
+    };
+    match result {
+        Ok(renewal) => {
+            gate.succeeded(lane, Instant::now());
+            let renewed: Vec<JobId> = renewal.leases.into_iter().map(|l| l.id).collect();
+            if renewed.len() < plan.ids.len() {
+                let left: Vec<&JobId> =
+                    plan.ids.iter().filter(|id| !renewed.contains(id)).collect();
+                tracing::debug!(%lane, job_ids = ?left, "not renewed: the backend no longer drives them");
+            }
+            Some(renewed)
+        }
+        Err(error) => {
+            let why = error_chain(&error);
+            let was_failing = gate.lane(lane).failing.is_some();
+            gate.failed(lane, format!("{lane} renewal failed: {why}"));
+            if was_failing {
+                tracing::debug!(%lane, error = %why, "lease renewal still failing");
+            } else {
+                tracing::warn!(%lane, error = %why, "lease renewal failed; the {lane} gate is closed and nothing of the lane is judged lost until a renewal succeeds");
+            }
+            None
+        }
+    }
+}
+
+impl Tick for Renewer {
+    async fn tick(&mut self) -> TickOutcome {
+        self.round().await;
+        TickOutcome::Idle
+    }
+}
