@@ -19,4 +19,4 @@ pub mod plan;
 pub mod run;
 pub mod tokens;
 
-pub use run::{Deps, Keeper, run};
+pub use run::{Deps, Keeper, TickReport, run};

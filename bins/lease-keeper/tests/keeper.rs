@@ -5,12 +5,12 @@ mod support;
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::runtime::watcher::Event;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::time::Duration;
 use support::*;
 use tcab_lease_keeper::Keeper;
 use tcab_lease_keeper::gate::Gate;
-use tcab_lease_keeper::vault::{TokenKey, TokenStore};
+use tcab_lease_keeper::tokens::{TokenKey, TokenStore};
 use tcab_shared::backend::JobState;
 use tcab_shared::cluster::OwnedJobs;
 use tcab_shared::labels::{Lane, claim_tag, job_name};
@@ -26,23 +26,23 @@ struct Rig {
 
 impl Rig {
     async fn new(publishing: bool) -> Rig {
+        Rig::with(publishing, |_| {}).await
+    }
+
+    async fn with(
+        publishing: bool,
+        tune: impl FnOnce(&mut tcab_shared::config::LeaseKeeperConfig),
+    ) -> Rig {
         let backend = MockBackend::start().await;
         let kube = FakeKube::start().await;
         let cache = OwnedJobs::new();
         cache.apply(Event::Init);
         cache.apply(Event::InitDone);
-        let store = TokenStore::new();
-        let gate = Gate::new();
-        let cfg = config(publishing, Duration::from_millis(50));
-        let keeper = Keeper::new(
-            &cfg,
-            backend.client(),
-            kube.client(),
-            NS,
-            cache.clone(),
-            store.clone(),
-            gate.clone(),
-        );
+        let mut cfg = config(publishing, Duration::from_millis(50));
+        tune(&mut cfg);
+        let keeper = Keeper::new(&cfg, backend.client(), kube.client(), NS, cache.clone());
+        let store = keeper.store.clone();
+        let gate = keeper.gate.clone();
         Rig {
             backend,
             kube,
@@ -73,6 +73,23 @@ impl Rig {
         self.kube.put_job(job.clone());
         self.cache
             .apply(Event::Apply(serde_json::from_value::<Job>(job).unwrap()));
+    }
+
+    /// Ticks until `done` holds for a report (a bounded number of times).
+    async fn tick_until(
+        &mut self,
+        what: &str,
+        mut done: impl FnMut(&tcab_lease_keeper::TickReport) -> bool,
+    ) -> tcab_lease_keeper::TickReport {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let report = self.keeper.tick().await;
+            if done(&report) {
+                return report;
+            }
+            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn delete_job(&self, name: &str) {
@@ -116,8 +133,7 @@ async fn renewals_are_batched_one_call_per_lane() {
         );
         assert_eq!(s.publish_renewals, vec![vec!["p1"]]);
     }
-    let gate = rig.gate.last().unwrap();
-    assert!(gate.runs_renewed && gate.publishes_renewed);
+    assert!(rig.gate.lane(Lane::Run).healthy() && rig.gate.lane(Lane::Publish).healthy());
     // A finished driver's token is dropped, the live ones kept.
     assert_eq!(rig.store.len(), 3);
 }
@@ -136,13 +152,13 @@ async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
     rig.claimed_run("died", JobState::Running, failed_status(1));
     let report = rig.keeper.tick().await;
     assert_eq!(report.renewed_runs, None);
-    assert!(report.reported_dead.is_empty());
+    assert!(report.reported_dead().is_empty());
     assert!(
-        !report.judged_runs,
+        !report.reports.judged_runs,
         "nothing is judged on a tick whose renewal failed"
     );
-    let gate = rig.gate.last().unwrap();
-    assert!(!gate.runs_renewed && gate.detail.contains("run renewal failed"));
+    let runs = rig.gate.lane(Lane::Run);
+    assert!(!runs.healthy() && runs.failing.unwrap().contains("run renewal failed"));
     rig.backend.advance(600);
     assert_eq!(rig.backend.lock().active_reads, 1);
 
@@ -152,8 +168,8 @@ async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
         report.renewed_runs.as_deref(),
         Some(&["alive".to_string()][..])
     );
-    assert!(report.judged_runs);
-    assert_eq!(report.lost_runs, ["gone"]);
+    assert!(report.reports.judged_runs);
+    assert_eq!(report.reports.lost_runs, ["gone"]);
     let s = rig.backend.lock();
     assert_eq!(s.lost_reports.len(), 1);
     assert_eq!(s.lost_reports[0].0, "gone");
@@ -191,12 +207,15 @@ async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
     rig.claimed_run("deleted", JobState::Storing, failed_status(1));
 
     let report = rig.keeper.tick().await;
-    let mut dead = report.reported_dead.clone();
+    let mut dead = report.reported_dead();
     dead.sort();
     assert_eq!(dead, ["deleted", "evicted", "oom"]);
+    let mut kinds: Vec<&str> = report.reports.reported_dead.iter().map(|(_, k)| *k).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["evicted", "oom_killed", "pod_deleted"]);
     for _ in 0..3 {
         let again = rig.keeper.tick().await;
-        assert!(again.reported_dead.is_empty());
+        assert!(again.reported_dead().is_empty());
     }
 
     let s = rig.backend.lock();
@@ -234,6 +253,7 @@ async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
     );
     let d = detail_of("deleted");
     assert!(d.contains("pod ran and was deleted"), "{d}");
+    assert!(d.contains("logs unreadable: the Job had no pod left to read"), "{d}");
     for id in ["oom", "evicted", "deleted"] {
         assert_eq!(s.rows[id].state, JobState::Failed);
     }
@@ -254,12 +274,12 @@ async fn a_restart_loses_tokens_and_the_job_takes_the_lost_path() {
     }
 
     let report = rig.keeper.tick().await;
-    assert!(report.reported_dead.is_empty(), "no token, no death report");
-    assert!(report.lost_runs.is_empty(), "the lease is still current");
+    assert!(report.reported_dead().is_empty(), "no token, no death report");
+    assert!(report.reports.lost_runs.is_empty(), "the lease is still current");
 
     rig.backend.advance(121);
     let report = rig.keeper.tick().await;
-    assert_eq!(report.lost_runs, ["j1"]);
+    assert_eq!(report.reports.lost_runs, ["j1"]);
     let s = rig.backend.lock();
     assert!(s.status_reports.is_empty());
     let detail = &s.lost_reports[0].1;
@@ -275,7 +295,7 @@ async fn a_late_driver_report_after_a_lost_report_does_not_confuse_the_keeper() 
     let name = rig.claimed_run("late", JobState::Storing, complete_status());
     rig.backend.advance(121);
     let report = rig.keeper.tick().await;
-    assert_eq!(report.lost_runs, ["late"]);
+    assert_eq!(report.reports.lost_runs, ["late"]);
     assert!(
         rig.backend.lock().lost_reports[0]
             .1
@@ -294,8 +314,8 @@ async fn a_late_driver_report_after_a_lost_report_does_not_confuse_the_keeper() 
     ));
     for _ in 0..3 {
         let report = rig.keeper.tick().await;
-        assert!(report.judged_runs);
-        assert!(report.lost_runs.is_empty() && report.reported_dead.is_empty());
+        assert!(report.reports.judged_runs);
+        assert!(report.reports.lost_runs.is_empty() && report.reported_dead().is_empty());
     }
     let s = rig.backend.lock();
     assert_eq!(s.lost_reports.len(), 1);
@@ -326,7 +346,7 @@ async fn a_refused_token_drops_the_death_and_a_stale_claim_is_not_reported() {
     rig.claimed_run("stale", JobState::Running, live_status());
 
     let report = rig.keeper.tick().await;
-    assert!(report.reported_dead.is_empty());
+    assert!(report.reported_dead().is_empty());
     rig.keeper.tick().await;
     let s = rig.backend.lock();
     let ids: Vec<_> = s
@@ -355,9 +375,20 @@ async fn lost_publishers_are_reported_only_after_the_publish_renewal() {
     rig.backend.add_publish("p-gone", "t2");
     rig.backend.advance(200);
 
+    // The publish renewal fails (the backend answers 204, not the contract's
+    // 200 body): nothing of the publish lane is judged on that tick.
+    rig.backend.lock().publish_renewal_no_content = true;
     let report = rig.keeper.tick().await;
-    assert!(report.judged_publishes);
-    assert_eq!(report.lost_publishes, ["p-gone"]);
+    assert!(report.renewed_runs.is_some() && report.renewed_publishes.is_none());
+    assert!(report.reports.judged_runs && !report.reports.judged_publishes);
+    assert!(rig.backend.lock().publish_lost_reports.is_empty());
+    let publishes = rig.gate.lane(Lane::Publish);
+    assert!(!publishes.healthy() && publishes.failing.unwrap().contains("204"));
+
+    rig.backend.lock().publish_renewal_no_content = false;
+    let report = rig.keeper.tick().await;
+    assert!(report.reports.judged_publishes);
+    assert_eq!(report.reports.lost_publishes, ["p-gone"]);
     let s = rig.backend.lock();
     assert_eq!(s.publish_lost_reports.len(), 1);
     assert!(
@@ -368,22 +399,239 @@ async fn lost_publishers_are_reported_only_after_the_publish_renewal() {
 }
 
 #[tokio::test]
-async fn a_degraded_job_watch_closes_the_gate_and_judges_nothing() {
+async fn a_lost_publish_names_the_publisher_pods_reason() {
+    let mut rig = Rig::new(true).await;
+    rig.backend.add_publish("p-dead", "t1");
+    let name = job_name(Lane::Publish, "p-dead", "c2c2c2c2");
+    rig.job(job_json(&name, "p-dead", "c2c2c2c2", "publish", failed_status(1)));
+    let mut pod = pod_json(&name, oom_pod_status());
+    pod["spec"]["containers"][0]["name"] = "publisher".into();
+    pod["status"]["containerStatuses"][0]["name"] = "publisher".into();
+    rig.kube.put_pod(pod, "uploading release\nkilled");
+    rig.backend.advance(200);
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.lost_publishes, ["p-dead"]);
+    let detail = rig.backend.lock().publish_lost_reports[0].1.clone();
+    assert!(
+        detail.contains(&name) && detail.contains("container publisher OOMKilled") && detail.contains("uploading release"),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
+async fn a_job_view_that_is_not_current_closes_the_gate_and_judges_nothing() {
     let mut rig = Rig::new(false).await;
     rig.claimed_run("alive", JobState::Running, live_status());
     rig.keeper.tick().await;
     // The watch errs: a Job created since may be missing from this view, so
     // "no Job" cannot be told from "not seen yet".
-    rig.cache.mark_degraded(std::time::Instant::now());
+    rig.cache.mark_failed("500 Internal Server Error from the Job watch");
     rig.backend.advance(600);
     let report = rig.keeper.tick().await;
     assert!(
         report.renewed_runs.is_some(),
         "what is known is still renewed"
     );
-    assert!(!report.judged_runs, "nothing is judged from a stale view");
-    let gate = rig.gate.last().unwrap();
-    assert!(!gate.runs_renewed, "admissions are held");
-    assert!(gate.detail.contains("watch is degraded"), "{}", gate.detail);
+    assert!(!report.reports.view_current);
+    assert!(!report.reports.judged_runs, "nothing is judged from a stale view");
+    let status = rig.gate.status(tokio::time::Instant::now());
+    assert!(!status.view_current, "admissions are held");
+    assert!(status.view_detail.contains("500"), "{}", status.view_detail);
     assert!(rig.backend.lock().lost_reports.is_empty());
+    // An event does not make it current again; only a completed relist does.
+    rig.claimed_run("new", JobState::Running, live_status());
+    assert!(!rig.keeper.tick().await.reports.view_current);
+    rig.cache.apply(Event::Init);
+    for job in rig.kube.lock().jobs.values() {
+        rig.cache
+            .apply(Event::InitApply(serde_json::from_value::<Job>(job.clone()).unwrap()));
+    }
+    rig.cache.apply(Event::InitDone);
+    assert!(rig.keeper.tick().await.reports.view_current);
+}
+
+/// The defect: one live Job with an empty job id made every renewal call
+/// fail before it was sent, which closed the gate for good.
+#[tokio::test]
+async fn a_malformed_job_is_skipped_and_the_rest_renewed() {
+    let mut rig = Rig::new(false).await;
+    rig.claimed_run("good", JobState::Running, live_status());
+    rig.job(job_json("tcab-driver-bad", "", "c3c3c3c3", "run", live_status()));
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.renewed_runs.as_deref(), Some(&["good".to_string()][..]));
+    assert_eq!(rig.backend.lock().run_renewals, vec![vec!["good"]]);
+    assert!(rig.gate.lane(Lane::Run).healthy(), "the gate stays open");
+}
+
+/// The first failed renewal call closes its lane's gate at once, whatever
+/// the other lane does; a success reopens it.
+#[tokio::test]
+async fn a_failed_renewal_call_closes_its_lane_at_once() {
+    let mut rig = Rig::new(true).await;
+    rig.claimed_run("r", JobState::Running, live_status());
+    rig.keeper.tick().await;
+    assert!(rig.gate.lane(Lane::Run).healthy());
+    rig.backend.lock().run_renewal_no_content = true;
+    let report = rig.keeper.renewer.round().await;
+    assert!(report.runs.is_none(), "a 204 is not a renewal");
+    assert!(report.publishes.is_some());
+    assert!(!rig.gate.lane(Lane::Run).healthy());
+    assert!(rig.gate.lane(Lane::Publish).healthy());
+    rig.backend.lock().run_renewal_no_content = false;
+    rig.keeper.renewer.round().await;
+    assert!(rig.gate.lane(Lane::Run).healthy());
+}
+
+/// Evidence is read at the first sign (FailureTarget, the pod terminating),
+/// kept while the pod disappears, and reported once the Job is Failed.
+#[tokio::test]
+async fn an_evicted_pods_evidence_is_captured_before_it_disappears() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("ev", JobState::Running, live_status());
+    let mut running = pod_json(&name, json!({"phase": "Running",
+        "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}],
+        "containerStatuses": [{"name": "driver", "image": "driver", "imageID": "", "ready": true,
+            "restartCount": 0, "state": {"running": {"startedAt": "2026-11-29T16:59:02Z"}}}]}));
+    running["metadata"]["deletionTimestamp"] = json!("2026-11-29T17:01:00Z");
+    rig.kube.put_pod(running, "step 3/5\nSIGTERM received, handing over");
+    rig.keeper.tick().await;
+    // FailureTarget, the pod terminating: the first sign.
+    rig.job(job_json(&name, "ev", &claim_tag("token-of-ev"), "run", failure_target_status()));
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.captured, [name.clone()]);
+    assert!(report.reported_dead().is_empty(), "not Failed yet");
+    // The pod is gone (its finalizer removed, the kubelet done), then Failed.
+    rig.kube.lock().pods.clear();
+    rig.job(job_json(&name, "ev", &claim_tag("token-of-ev"), "run", failed_status(1)));
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reported_dead(), ["ev"]);
+    let s = rig.backend.lock();
+    let detail = s.status_reports[0].2["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.starts_with("pod evicted (DisruptionTarget: EvictionByEvictionAPI")
+            && detail.contains("SIGTERM received, handing over"),
+        "{detail}"
+    );
+}
+
+/// A log that cannot be read is tried a bounded number of times; the report
+/// then says so instead of leaving it out.
+#[tokio::test]
+async fn an_unreadable_log_is_retried_then_named_in_the_report() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("nolog", JobState::Running, failed_status(1));
+    rig.kube.put_pod(pod_json(&name, oom_pod_status()), "never read");
+    rig.kube.lock().logs_fail = true;
+    let mut reported = Vec::new();
+    for _ in 0..4 {
+        let report = rig.keeper.tick().await;
+        reported.extend(report.reported_dead().into_iter().map(str::to_owned));
+    }
+    assert_eq!(reported, ["nolog"]);
+    // capture + 2 retries + the re-read at report time
+    assert!(rig.kube.lock().log_reads >= 3, "{}", rig.kube.lock().log_reads);
+    let s = rig.backend.lock();
+    let detail = s.status_reports[0].2["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.contains("OOMKilled") && detail.contains("logs unreadable: ") && detail.contains("i/o timeout"),
+        "{detail}"
+    );
+}
+
+/// The view shows no Job for a lapsed job, but the API does: the report is
+/// not made (a view can miss a Job; a report cannot be taken back).
+#[tokio::test]
+async fn a_job_gone_from_the_view_is_confirmed_against_the_api_before_it_is_lost() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("hidden", JobState::Running, live_status());
+    // The view loses the Job (as a quiet watch might), the API still has it.
+    let job = rig.kube.lock().jobs[&name].clone();
+    rig.cache
+        .apply(Event::Delete(serde_json::from_value::<Job>(job).unwrap()));
+    rig.backend.advance(200);
+    let report = rig.keeper.tick().await;
+    assert!(report.reports.judged_runs);
+    assert!(report.reports.lost_runs.is_empty());
+    assert!(rig.backend.lock().lost_reports.is_empty());
+    assert_eq!(rig.kube.lock().job_lists.len(), 1, "one confirming read");
+    // Once the API agrees it is gone, it is reported.
+    rig.kube.lock().jobs.clear();
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.lost_runs, ["hidden"]);
+}
+
+/// A Job that shows failure and cannot finish failing (its pod stuck
+/// terminating on a lost node) is judged dead after its pods' grace plus
+/// the margin: no longer renewed, its death reported naming the node.
+#[tokio::test]
+async fn a_job_that_cannot_finish_failing_is_judged_dead() {
+    let margin = Duration::from_millis(300);
+    let mut rig = Rig::with(false, |c| c.terminating_margin = margin).await;
+    let name = rig.claimed_run("lostnode", JobState::Running, live_status());
+    let mut job = job_json(&name, "lostnode", &claim_tag("token-of-lostnode"), "run", failure_target_status());
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(0);
+    let mut pod = pod_json(&name, json!({"phase": "Running",
+        "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager", "message": "Taint manager: deleting due to NoExecute taint"}],
+        "containerStatuses": [{"name": "driver", "image": "driver", "imageID": "", "ready": false,
+            "restartCount": 0, "state": {"running": {"startedAt": "2026-11-29T16:59:02Z"}}}]}));
+    pod["spec"]["nodeName"] = json!("node-b");
+    pod["metadata"]["deletionTimestamp"] = json!("2026-11-29T17:05:00Z");
+    rig.kube.put_pod(pod, "working on step 4");
+    let first_sign = std::time::Instant::now();
+    rig.job(job);
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.captured, [name.clone()]);
+    assert!(report.reports.judged_dead.is_empty());
+    assert_eq!(rig.backend.lock().run_renewals.last().unwrap(), &vec!["lostnode".to_string()]);
+    let report = rig
+        .tick_until("the stuck Job judged dead", |r| !r.reports.judged_dead.is_empty())
+        .await;
+    assert!(first_sign.elapsed() >= margin, "not before grace (0 s) plus margin");
+    assert_eq!(report.reports.judged_dead, [name.clone()]);
+    assert_eq!(report.reported_dead(), ["lostnode"]);
+    assert_eq!(report.reports.reported_dead[0].1, "node_lost");
+    let detail = rig.backend.lock().status_reports[0].2["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.starts_with("node node-b lost") && detail.contains("DeletionByTaintManager") && detail.contains("working on step 4"),
+        "{detail}"
+    );
+    rig.keeper.tick().await;
+    assert_eq!(
+        rig.backend.lock().run_renewals.last().unwrap(),
+        &Vec::<String>::new(),
+        "its lease is no longer renewed"
+    );
+}
+
+/// A pod that can never start (its image cannot be pulled) holds its lane
+/// and a renewed lease until the deadline, unless failed fast: after the
+/// start grace its death is reported with a cause a person can act on, and
+/// its Job deleted.
+#[tokio::test]
+async fn a_pod_that_never_starts_is_failed_fast() {
+    let grace = Duration::from_millis(400);
+    let mut rig = Rig::with(false, |c| c.start_grace = grace).await;
+    let seen = std::time::Instant::now();
+    let name = rig.claimed_run("badimage", JobState::Dispatched, json!({"active": 1, "ready": 0}));
+    rig.kube.put_pod(
+        pod_json(&name, json!({"phase": "Pending", "containerStatuses": [{"name": "driver",
+            "image": "registry.example/driver:nope", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff",
+                "message": "Back-off pulling image \"registry.example/driver:nope\""}}}]})),
+        "",
+    );
+    let report = rig
+        .tick_until("the pod judged never to start", |r| !r.reports.judged_dead.is_empty())
+        .await;
+    assert!(seen.elapsed() >= grace, "not within the grace");
+    assert_eq!(report.reports.judged_dead, [name.clone()]);
+    assert_eq!(report.reported_dead(), ["badimage"]);
+    assert_eq!(report.reports.reported_dead[0].1, "image_pull");
+    assert_eq!(report.reports.deleted, [name.clone()], "deleted once reported");
+    assert_eq!(rig.kube.lock().deleted_jobs, [name.clone()]);
+    let detail = rig.backend.lock().status_reports[0].2["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.starts_with("pod never started: image pull failed for registry.example/driver:nope: ImagePullBackOff"),
+        "{detail}"
+    );
 }

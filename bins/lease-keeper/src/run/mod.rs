@@ -105,6 +105,43 @@ impl Keeper {
     }
 }
 
+/// What one renewal round followed by one report tick did (for tests that
+/// drive the keeper by hand).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickReport {
+    /// Run ids the backend renewed; `None` when the call failed.
+    pub renewed_runs: Option<Vec<tcab_shared::backend::JobId>>,
+    /// Publish ids renewed; `None` when the call failed or publishing is off.
+    pub renewed_publishes: Option<Vec<tcab_shared::backend::JobId>>,
+    /// The report tick.
+    pub reports: reports::ReportTick,
+}
+
+impl TickReport {
+    /// Run ids whose deaths were reported.
+    pub fn reported_dead(&self) -> Vec<&str> {
+        self.reports
+            .reported_dead
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect()
+    }
+}
+
+impl Keeper {
+    /// One renewal round, then one report tick that judges lost jobs: the
+    /// order of the spec's single loop, for tests that drive it by hand.
+    pub async fn tick(&mut self) -> TickReport {
+        let renewal = self.renewer.round().await;
+        let reports = self.reporter.tick_at(Some(true)).await;
+        TickReport {
+            renewed_runs: renewal.runs,
+            renewed_publishes: renewal.publishes,
+            reports,
+        }
+    }
+}
+
 /// Runs the lease-keeper until `shutdown`: serves the vault, watches the
 /// owned Jobs and runs the renewal and report loops. On shutdown each loop
 /// finishes the tick in flight (a death report is never cut short). A dead

@@ -219,17 +219,20 @@ impl Reporter {
                 self.retry_log(job).await;
             }
         }
+        let mut deaths = plan.deaths.clone();
         for name in &plan.check_start {
             if let Some(job) = by_name.get(name.as_str())
                 && self.check_start(job, now).await
             {
                 report.judged_dead.push(name.clone());
+                if job.lane == Lane::Run {
+                    deaths.push((name.clone(), DeathKind::NeverStarted));
+                }
             }
         }
 
         // Deaths due whose evidence is settled.
-        let due: BTreeMap<String, DeathKind> = plan
-            .deaths
+        let due: BTreeMap<String, DeathKind> = deaths
             .iter()
             .filter(|(name, _)| {
                 let settled = self

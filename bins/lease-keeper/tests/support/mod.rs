@@ -44,6 +44,10 @@ pub struct BackendState {
     pub lost_reports: Vec<(String, String)>,
     pub publish_lost_reports: Vec<(String, String)>,
     pub active_reads: usize,
+    /// Answer run renewals with 204 (not the contract's 200 body).
+    pub run_renewal_no_content: bool,
+    /// Answer publish renewals with 204.
+    pub publish_renewal_no_content: bool,
 }
 
 #[derive(Clone)]
@@ -186,6 +190,9 @@ async fn renew_runs(State(st): Shared, headers: HeaderMap, body: axum::Json<Valu
     }
     let ids: Vec<String> = serde_json::from_value(body["job_ids"].clone()).unwrap();
     s.run_renewals.push(ids.clone());
+    if s.run_renewal_no_content {
+        return StatusCode::NO_CONTENT.into_response();
+    }
     axum::Json(renew(&mut s, &ids, false)).into_response()
 }
 
@@ -200,6 +207,9 @@ async fn renew_publishes(
     }
     let ids: Vec<String> = serde_json::from_value(body["job_ids"].clone()).unwrap();
     s.publish_renewals.push(ids.clone());
+    if s.publish_renewal_no_content {
+        return StatusCode::NO_CONTENT.into_response();
+    }
     axum::Json(renew(&mut s, &ids, true)).into_response()
 }
 
@@ -332,6 +342,12 @@ pub struct KubeState {
     /// Job lists that arrived while `list_ready` was false (each is held).
     pub held_lists: usize,
     pub log_reads: usize,
+    /// When set, every log read answers 500 (the kubelet cannot be reached).
+    pub logs_fail: bool,
+    /// Job deletes received, by name.
+    pub deleted_jobs: Vec<String>,
+    /// Job lists by label selector received (not the watch's).
+    pub job_lists: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -350,7 +366,7 @@ impl FakeKube {
             .route("/apis/batch/v1/namespaces/{ns}/jobs", get(list_jobs))
             .route(
                 "/apis/batch/v1/namespaces/{ns}/jobs/{name}",
-                get(get_kube_job),
+                get(get_kube_job).delete(delete_kube_job),
             )
             .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
             .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(pod_log))
@@ -397,7 +413,32 @@ fn not_found(name: &str) -> Response {
         .into_response()
 }
 
+/// Whether an object's labels match a `k=v,k2=v2` selector.
+fn labels_match(obj: &Value, selector: &str) -> bool {
+    selector
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .all(|term| match term.split_once('=') {
+            Some((k, v)) => obj["metadata"]["labels"][k].as_str() == Some(v),
+            None => false,
+        })
+}
+
 async fn list_jobs(State(st): KubeShared, Query(q): Query<HashMap<String, String>>) -> Response {
+    let selector = q.get("labelSelector").cloned().unwrap_or_default();
+    if selector.contains("tcab.dev/job-id") {
+        // A direct read of one backend job's Jobs (not the watch's list).
+        let mut s = st.lock().unwrap();
+        s.job_lists.push(selector.clone());
+        let items: Vec<Value> = s
+            .jobs
+            .values()
+            .filter(|j| labels_match(j, &selector))
+            .cloned()
+            .collect();
+        return axum::Json(json!({"apiVersion": "batch/v1", "kind": "JobList", "metadata": {"resourceVersion": "1"}, "items": items}))
+            .into_response();
+    }
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         // A watch that never sends: the test feeds nothing after the list.
         let stream = futures::stream::pending::<Result<bytes::Bytes, std::io::Error>>();
@@ -438,15 +479,29 @@ async fn get_kube_job(
     }
 }
 
+async fn delete_kube_job(
+    State(st): KubeShared,
+    Path((_ns, name)): Path<(String, String)>,
+) -> Response {
+    let mut s = st.lock().unwrap();
+    s.deleted_jobs.push(name.clone());
+    match s.jobs.remove(&name) {
+        Some(job) => {
+            s.pods.retain(|_, p| p["metadata"]["labels"]["job-name"].as_str() != Some(name.as_str()));
+            axum::Json(job).into_response()
+        }
+        None => not_found(&name),
+    }
+}
+
 async fn list_pods(State(st): KubeShared, Query(q): Query<HashMap<String, String>>) -> Response {
     let selector = q.get("labelSelector").cloned().unwrap_or_default();
-    let (key, value) = selector.split_once('=').unwrap_or(("", ""));
     let items: Vec<Value> = st
         .lock()
         .unwrap()
         .pods
         .values()
-        .filter(|p| p["metadata"]["labels"][key].as_str() == Some(value))
+        .filter(|p| labels_match(p, &selector))
         .cloned()
         .collect();
     axum::Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items}))
@@ -460,6 +515,14 @@ async fn pod_log(
 ) -> Response {
     let mut s = st.lock().unwrap();
     s.log_reads += 1;
+    if s.logs_fail {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "Get \"https://10.0.0.7:10250/containerLogs\": dial tcp: i/o timeout", "reason": "InternalError", "code": 500})),
+        )
+            .into_response();
+    }
     let Some(log) = s.logs.get(&name) else {
         return not_found(&name);
     };
@@ -488,6 +551,12 @@ pub fn job_json(name: &str, id: &str, claim: &str, kind: &str, status: Value) ->
 
 pub fn live_status() -> Value {
     json!({"active": 1})
+}
+
+/// A Job bound to fail whose pod still terminates (Kubernetes 1.31+).
+pub fn failure_target_status() -> Value {
+    json!({"failed": 1, "terminating": 1, "conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]})
 }
 
 pub fn failed_status(failed: i32) -> Value {
@@ -533,6 +602,8 @@ pub fn config(publishing: bool, poll: Duration) -> LeaseKeeperConfig {
             poll_interval: poll,
             log_format: LogFormat::Text,
             vault_addr: "127.0.0.1:0".parse().unwrap(),
+            kube_timeout: Duration::from_secs(5),
+            watch_timeout: Duration::from_secs(60),
         },
         backend: BackendConfig {
             url: String::new(),
@@ -543,5 +614,8 @@ pub fn config(publishing: bool, poll: Duration) -> LeaseKeeperConfig {
         vault_allow_non_loopback: false,
         lease_length: Duration::from_secs(120),
         log_tail_lines: 3,
+        start_grace: Duration::from_secs(300),
+        unschedulable_grace: Duration::from_secs(1800),
+        terminating_margin: Duration::from_secs(60),
     }
 }
