@@ -427,15 +427,20 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
         .iter()
         .flatten()
         .find(|c| c.type_ == "DisruptionTarget" && c.status.eq_ignore_ascii_case("true"));
-    let pod_reason = status
-        .reason
-        .as_deref()
-        .filter(|r| !r.trim().is_empty())
-        .map(|r| reason_message(r.trim(), status.message.as_deref().unwrap_or("").trim()));
     if let Some(cond) = disruption {
+        // The pod's own reason adds something only when it says more than
+        // the condition (the kubelet's node-pressure eviction: `Evicted`
+        // with the resource that ran out).
+        let message = text(cond.message.as_deref());
+        let pod_message = text(status.message.as_deref());
+        let pod_reason = status
+            .reason
+            .as_deref()
+            .filter(|r| !r.trim().is_empty() && pod_message != message)
+            .map(|r| reason_message(r.trim(), &pod_message));
         return Some(DeathCause::Disrupted {
             reason: text(cond.reason.as_deref()),
-            message: text(cond.message.as_deref()),
+            message,
             pod_reason,
         });
     }
@@ -446,13 +451,16 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
         });
     }
     let deleted_while_running = || {
-        pod.metadata.deletion_timestamp.is_some().then(|| DeathCause::PodDeleted {
-            failed: job
-                .status
-                .as_ref()
-                .and_then(|s| s.failed)
-                .unwrap_or_default(),
-        })
+        pod.metadata
+            .deletion_timestamp
+            .is_some()
+            .then(|| DeathCause::PodDeleted {
+                failed: job
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.failed)
+                    .unwrap_or_default(),
+            })
     };
     let Some(container) = status
         .container_statuses
@@ -538,15 +546,17 @@ pub fn start_failure(lane: Lane, pod: &Pod) -> Option<StartFailure> {
     let waiting = container.state.as_ref()?.waiting.as_ref()?;
     let reason = waiting.reason.as_deref()?.trim();
     let kind = StartFailureKind::of_waiting(reason)?;
-    let image = Some(container.image.clone()).filter(|i| !i.is_empty()).or_else(|| {
-        pod.spec
-            .as_ref()?
-            .containers
-            .iter()
-            .find(|c| c.name == container.name)?
-            .image
-            .clone()
-    });
+    let image = Some(container.image.clone())
+        .filter(|i| !i.is_empty())
+        .or_else(|| {
+            pod.spec
+                .as_ref()?
+                .containers
+                .iter()
+                .find(|c| c.name == container.name)?
+                .image
+                .clone()
+        });
     Some(StartFailure {
         kind,
         image,

@@ -194,10 +194,7 @@ mod tests {
         assert!(runs.failing && runs.detail.contains("500"));
         assert_eq!(runs.age_ms, 1500, "the last success still ages");
         assert!(!gate.lane(Lane::Run).healthy());
-        assert!(
-            !s.publishes.unwrap().failing,
-            "the other lane is untouched"
-        );
+        assert!(!s.publishes.unwrap().failing, "the other lane is untouched");
 
         gate.succeeded(Lane::Run, Instant::now());
         assert!(gate.lane(Lane::Run).healthy());

@@ -168,7 +168,6 @@ impl TokenStore {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,11 +9,10 @@ use std::time::Duration;
 use support::*;
 use tcab_backend_sim::{ManualClock, SimHandle, SimOptions, spawn};
 use tcab_lease_keeper::Keeper;
-use tcab_lease_keeper::gate::Gate;
-use tcab_lease_keeper::vault::{TokenKey, TokenStore};
+use tcab_lease_keeper::tokens::{TokenKey, TokenStore};
 use tcab_shared::Secret;
 use tcab_shared::backend::{BackendClient, ClaimedRun};
-use tcab_shared::cluster::OwnedJobs;
+use tcab_shared::cluster::{OwnedJobs, WatchSettings};
 use tcab_shared::labels::{Lane, claim_tag, job_name};
 
 struct World {
@@ -98,8 +97,13 @@ impl World {
 
     /// A keeper whose cache is the real watch over the fake API, once listed.
     async fn keeper(&self, store: &TokenStore) -> Keeper {
-        let (jobs, _task) = OwnedJobs::watch(self.kube.client(), NS, "tcab-dispatcher");
-        tokio::time::timeout(Duration::from_secs(10), jobs.wait_ready())
+        let (jobs, _task) = OwnedJobs::watch(
+            self.kube.client(),
+            NS,
+            "tcab-dispatcher",
+            WatchSettings::default(),
+        );
+        tokio::time::timeout(Duration::from_secs(10), jobs.wait_current())
             .await
             .expect("the Job list");
         let cfg = config(false, Duration::from_millis(50));
@@ -110,7 +114,6 @@ impl World {
             NS,
             jobs,
             store.clone(),
-            Gate::new(),
         )
     }
 }
@@ -137,7 +140,7 @@ async fn an_oom_killed_driver_is_reported_with_oomkilled_and_its_log_tail() {
 
     let mut keeper = w.keeper(&store).await;
     let report = keeper.tick().await;
-    assert_eq!(report.reported_dead, std::slice::from_ref(&run.id));
+    assert_eq!(report.reported_dead(), std::slice::from_ref(&run.id));
     let view = w.view(&run.id).await;
     assert_eq!(view["state"], "failed");
     assert_eq!(view["failure_kind"], "infrastructure");
@@ -153,7 +156,7 @@ async fn an_oom_killed_driver_is_reported_with_oomkilled_and_its_log_tail() {
     );
 
     // Reported once: further ticks leave it alone.
-    assert!(keeper.tick().await.reported_dead.is_empty());
+    assert!(keeper.tick().await.reported_dead().is_empty());
     assert!(store.is_empty());
 }
 
@@ -174,8 +177,8 @@ async fn a_driver_whose_pod_vanished_while_the_keeper_was_down_is_lost_within_on
     let mut reported_at = None;
     for _ in 0..30 {
         let report = keeper.tick().await;
-        assert!(report.judged_runs);
-        if report.lost_runs.contains(&run.id) {
+        assert!(report.reports.judged_runs);
+        if report.reports.lost_runs.contains(&run.id) {
             reported_at = Some(w.sim.now());
             break;
         }
@@ -216,7 +219,7 @@ async fn a_late_terminal_report_supersedes_the_lost_outcome_and_the_keeper_carri
     let mut keeper = w.keeper(&store).await;
     w.sim.advance_clock(Duration::from_secs(121));
     let report = keeper.tick().await;
-    assert_eq!(report.lost_runs, std::slice::from_ref(&run.id));
+    assert_eq!(report.reports.lost_runs, std::slice::from_ref(&run.id));
     assert!(
         w.view(&run.id).await["detail"]
             .as_str()
@@ -237,7 +240,9 @@ async fn a_late_terminal_report_supersedes_the_lost_outcome_and_the_keeper_carri
     for _ in 0..3 {
         let report = keeper.tick().await;
         assert!(
-            report.judged_runs && report.lost_runs.is_empty() && report.reported_dead.is_empty()
+            report.reports.judged_runs
+                && report.reports.lost_runs.is_empty()
+                && report.reported_dead().is_empty()
         );
         w.sim.advance_clock(Duration::from_secs(60));
     }

@@ -3,9 +3,12 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use tcab_shared::death::{
-    DeathCause, LOG_SEPARATOR, LOG_SEPARATOR_CUT, MAX_DETAIL_BYTES, death_cause, death_detail,
+use tcab_lease_keeper::cause::{
+    DeathCause, LOG_SEPARATOR, LOG_SEPARATOR_CUT, LogTail, MAX_DETAIL_BYTES, StartFailureKind,
+    death_cause, death_detail, job_for_cause, start_failure,
 };
+use tcab_shared::Lane;
+use tcab_shared::cluster::JobSummary;
 
 fn fixture<T: serde::de::DeserializeOwned>(file: &str) -> T {
     let path = format!("{}/tests/fixtures/death/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -34,6 +37,7 @@ fn cases() -> Vec<Case> {
             cause: DeathCause::Disrupted {
                 reason: s("EvictionByEvictionAPI"),
                 message: s("Eviction API: evicting"),
+                pod_reason: None,
             },
             summary: "pod evicted (DisruptionTarget: EvictionByEvictionAPI: Eviction API: evicting)",
         },
@@ -44,6 +48,7 @@ fn cases() -> Vec<Case> {
             cause: DeathCause::Disrupted {
                 reason: s("PreemptionByScheduler"),
                 message: s("default-scheduler: preempting to accommodate a higher priority pod"),
+                pod_reason: None,
             },
             summary: "pod preempted (DisruptionTarget: PreemptionByScheduler: default-scheduler: preempting to accommodate a higher priority pod)",
         },
@@ -54,8 +59,9 @@ fn cases() -> Vec<Case> {
             cause: DeathCause::Disrupted {
                 reason: s("DeletionByTaintManager"),
                 message: s("Taint manager: deleting due to NoExecute taint"),
+                pod_reason: None,
             },
-            summary: "pod disrupted (DisruptionTarget: DeletionByTaintManager: Taint manager: deleting due to NoExecute taint)",
+            summary: "pod deleted by the taint manager (its node is not ready or unreachable) (DisruptionTarget: DeletionByTaintManager: Taint manager: deleting due to NoExecute taint)",
         },
         Case {
             name: "node shutdown: DisruptionTarget wins over the pod's own reason",
@@ -64,8 +70,9 @@ fn cases() -> Vec<Case> {
             cause: DeathCause::Disrupted {
                 reason: s("TerminationByKubelet"),
                 message: s("Pod was terminated in response to imminent node shutdown."),
+                pod_reason: None,
             },
-            summary: "pod disrupted (DisruptionTarget: TerminationByKubelet: Pod was terminated in response to imminent node shutdown.)",
+            summary: "pod terminated by the kubelet (DisruptionTarget: TerminationByKubelet: Pod was terminated in response to imminent node shutdown.)",
         },
         Case {
             name: "a DisruptionTarget condition with status False is no disruption",
@@ -74,7 +81,6 @@ fn cases() -> Vec<Case> {
             cause: DeathCause::ContainerExited {
                 container: s("driver"),
                 exit_code: 1,
-                signal: None,
                 reason: Some(s("Error")),
                 message: None,
             },
@@ -109,7 +115,6 @@ fn cases() -> Vec<Case> {
             cause: DeathCause::ContainerExited {
                 container: s("driver"),
                 exit_code: 1,
-                signal: None,
                 reason: Some(s("Error")),
                 message: None,
             },
@@ -122,11 +127,10 @@ fn cases() -> Vec<Case> {
             cause: DeathCause::ContainerExited {
                 container: s("driver"),
                 exit_code: 139,
-                signal: Some(11),
                 reason: Some(s("Error")),
                 message: None,
             },
-            summary: "container driver killed by signal 11 SIGSEGV, exit code 139 (Error)",
+            summary: "container driver killed by SIGSEGV (exit code 139) (Error)",
         },
         Case {
             name: "lastState terminated when the current state is not",
@@ -135,7 +139,6 @@ fn cases() -> Vec<Case> {
             cause: DeathCause::ContainerExited {
                 container: s("driver"),
                 exit_code: 2,
-                signal: None,
                 reason: Some(s("Error")),
                 message: Some(s("upload failed: connection reset\nretrying gave up")),
             },
@@ -148,7 +151,6 @@ fn cases() -> Vec<Case> {
             cause: DeathCause::ContainerExited {
                 container: s("publisher"),
                 exit_code: 2,
-                signal: None,
                 reason: Some(s("Error")),
                 message: Some(s("release tag already exists")),
             },
@@ -276,19 +278,65 @@ fn a_job_without_status_never_started() {
     assert_eq!(death_cause(&job, None), DeathCause::NeverStartedPod);
 }
 
+/// Wording follows the kubelet: 137 without OOMKilled is a SIGKILL (a grace
+/// period that ran out), never an OOM kill; no `signal` field is read.
 #[test]
-fn exit_code_above_128_names_the_signal() {
-    let cause = DeathCause::ContainerExited {
+fn exit_codes_above_128_read_as_the_signal_and_only_oomkilled_is_an_oom() {
+    let killed = DeathCause::ContainerExited {
         container: s("driver"),
-        exit_code: 143,
-        signal: None,
+        exit_code: 137,
         reason: Some(s("Error")),
         message: None,
     };
     assert_eq!(
-        cause.summary(),
-        "container driver exited with code 143, 128+SIGTERM (Error)"
+        killed.summary(),
+        "container driver killed by SIGKILL (exit code 137) (Error)"
     );
+    assert_eq!(killed.kind(), "killed");
+    let term = DeathCause::ContainerExited {
+        container: s("driver"),
+        exit_code: 143,
+        reason: Some(s("Error")),
+        message: None,
+    };
+    assert_eq!(
+        term.summary(),
+        "container driver killed by SIGTERM (exit code 143) (Error)"
+    );
+    let odd = DeathCause::ContainerExited {
+        container: s("driver"),
+        exit_code: 200,
+        reason: None,
+        message: None,
+    };
+    assert_eq!(
+        odd.summary(),
+        "container driver killed by signal 72 (exit code 200)"
+    );
+    let oom = DeathCause::OomKilled {
+        container: s("driver"),
+        exit_code: 137,
+    };
+    assert_eq!(oom.kind(), "oom_killed");
+    // The kubelet never sets `signal`: a pod that says 9 there still reads by its code.
+    let job: Job = fixture("job-driver-failed.json");
+    let mut pod: Pod = fixture("pod-exit-1.json");
+    let t = pod
+        .status
+        .as_mut()
+        .unwrap()
+        .container_statuses
+        .as_mut()
+        .unwrap()[0]
+        .state
+        .as_mut()
+        .unwrap()
+        .terminated
+        .as_mut()
+        .unwrap();
+    t.exit_code = 137;
+    t.signal = Some(9);
+    assert_eq!(death_cause(&job, Some(&pod)), killed);
 }
 
 #[test]
@@ -307,6 +355,7 @@ fn long_messages_stay_one_bounded_line() {
     let cause = DeathCause::Disrupted {
         reason: s("EvictionByEvictionAPI"),
         message: "line\n".repeat(2000),
+        pod_reason: None,
     };
     let summary = cause.summary();
     assert!(!summary.contains('\n'));
@@ -314,19 +363,31 @@ fn long_messages_stay_one_bounded_line() {
 }
 
 #[test]
-fn detail_without_a_log_is_the_summary() {
+fn a_missing_log_is_named_never_silently_left_out() {
     let cause = DeathCause::OomKilled {
         container: s("driver"),
         exit_code: 137,
     };
-    assert_eq!(death_detail(&cause, None), cause.summary());
-    assert_eq!(death_detail(&cause, Some("  \n")), cause.summary());
+    assert_eq!(
+        death_detail(
+            &cause,
+            &LogTail::Unreadable(s("dial tcp 10.0.0.7:10250: i/o timeout"))
+        ),
+        format!(
+            "{}\nlogs unreadable: dial tcp 10.0.0.7:10250: i/o timeout",
+            cause.summary()
+        )
+    );
+    assert_eq!(
+        death_detail(&cause, &LogTail::Read(s("  \n"))),
+        format!("{}\nlog: empty", cause.summary())
+    );
 }
 
 #[test]
 fn detail_appends_the_log_tail() {
     let cause = DeathCause::PodDeleted { failed: 1 };
-    let detail = death_detail(&cause, Some("starting\nrunning\nboom\n"));
+    let detail = death_detail(&cause, &LogTail::Read(s("starting\nrunning\nboom\n")));
     assert_eq!(
         detail,
         format!("pod ran and was deleted{LOG_SEPARATOR}starting\nrunning\nboom")
@@ -339,7 +400,7 @@ fn a_long_log_keeps_its_end_within_the_bound() {
     // Multi-byte characters everywhere, so a byte cut would split one.
     let log: String = (0..4000).map(|i| format!("zeile {i} größe ü\n")).collect();
     assert!(log.len() > MAX_DETAIL_BYTES);
-    let detail = death_detail(&cause, Some(&log));
+    let detail = death_detail(&cause, &LogTail::Read(log.clone()));
     assert!(detail.len() <= MAX_DETAIL_BYTES, "{}", detail.len());
     assert!(detail.starts_with(&format!("Job never started a pod{LOG_SEPARATOR_CUT}")));
     assert!(detail.ends_with("zeile 3999 größe ü"), "keeps the end");
@@ -353,8 +414,111 @@ fn a_long_log_keeps_its_end_within_the_bound() {
 fn a_single_huge_line_is_cut_on_a_char_boundary() {
     let cause = DeathCause::NeverStartedPod;
     let log = "é".repeat(MAX_DETAIL_BYTES);
-    let detail = death_detail(&cause, Some(&log));
+    let detail = death_detail(&cause, &LogTail::Read(log.clone()));
     assert!(detail.len() <= MAX_DETAIL_BYTES);
     assert!(detail.ends_with('é'));
     assert!(detail.len() > MAX_DETAIL_BYTES - 64, "fills the room");
+}
+
+#[test]
+fn a_kubelet_eviction_reads_as_such_with_the_pods_reason() {
+    let job: Job = fixture("job-driver-failed.json");
+    let mut pod: Pod = fixture("pod-kubelet-evicted.json");
+    let status = pod.status.as_mut().unwrap();
+    status.conditions.get_or_insert_with(Vec::new).push(
+        serde_json::from_value(
+            serde_json::json!({"type": "DisruptionTarget", "status": "True",
+            "reason": "TerminationByKubelet", "message": "The node was low on resource: memory."}),
+        )
+        .unwrap(),
+    );
+    let cause = death_cause(&job, Some(&pod));
+    assert_eq!(cause.kind(), "kubelet_evicted");
+    let summary = cause.summary();
+    assert!(
+        summary
+            .starts_with("pod terminated by the kubelet (DisruptionTarget: TerminationByKubelet")
+            && summary.contains("(Evicted: The node was low on resource: memory."),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_pod_deleted_while_it_ran_says_so() {
+    let job: Job = fixture("job-driver-failed.json");
+    let mut pod: Pod = fixture("pod-exit-1.json");
+    let status = pod.status.as_mut().unwrap();
+    status.phase = Some(s("Running"));
+    status.container_statuses.as_mut().unwrap()[0].state = Some(
+        serde_json::from_value(
+            serde_json::json!({"running": {"startedAt": "2026-11-29T16:02:20Z"}}),
+        )
+        .unwrap(),
+    );
+    assert!(matches!(
+        death_cause(&job, Some(&pod)),
+        DeathCause::JobCondition { .. }
+    ));
+    pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-11-29T16:05:00Z".parse().unwrap(),
+    ));
+    assert_eq!(
+        death_cause(&job, Some(&pod)),
+        DeathCause::PodDeleted { failed: 1 }
+    );
+}
+
+#[test]
+fn a_pod_that_cannot_start_names_the_fix() {
+    let pod: Pod = fixture("pod-image-pull.json");
+    let failure = start_failure(Lane::Run, &pod).expect("image pull never resolves");
+    assert_eq!(failure.kind, StartFailureKind::ImagePull);
+    assert_eq!(
+        failure.summary(),
+        "image pull failed for ghcr.io/tcab/driver:3f9c2e1: ImagePullBackOff: Back-off pulling image \"ghcr.io/tcab/driver:3f9c2e1\""
+    );
+    let cause = DeathCause::NeverStarted(failure);
+    assert_eq!(cause.kind(), "image_pull");
+    assert!(
+        cause
+            .summary()
+            .starts_with("pod never started: image pull failed for")
+    );
+    let creating: Pod = fixture("pod-container-creating.json");
+    assert_eq!(start_failure(Lane::Run, &creating), None, "a routine wait");
+    let mut config_error: Pod = fixture("pod-image-pull.json");
+    let waiting = config_error
+        .status
+        .as_mut()
+        .unwrap()
+        .container_statuses
+        .as_mut()
+        .unwrap()[0]
+        .state
+        .as_mut()
+        .unwrap()
+        .waiting
+        .as_mut()
+        .unwrap();
+    waiting.reason = Some(s("CreateContainerConfigError"));
+    waiting.message = Some(s("secret \"harness-keys\" not found"));
+    let failure = start_failure(Lane::Run, &config_error).unwrap();
+    assert_eq!(failure.kind, StartFailureKind::ConfigError);
+    assert!(
+        failure
+            .summary()
+            .contains("secret \"harness-keys\" not found")
+    );
+    assert_eq!(DeathCause::NeverStarted(failure).kind(), "config_error");
+}
+
+#[test]
+fn a_summary_rebuilds_the_job_the_cause_reads() {
+    let job: Job = fixture("job-driver-failed.json");
+    let summary = JobSummary::from_job(&job);
+    let rebuilt = job_for_cause(&summary);
+    let pod: Pod = fixture("pod-oomkilled.json");
+    for pod in [None, Some(&pod)] {
+        assert_eq!(death_cause(&rebuilt, pod), death_cause(&job, pod));
+    }
 }

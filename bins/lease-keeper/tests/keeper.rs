@@ -40,8 +40,15 @@ impl Rig {
         cache.apply(Event::InitDone);
         let mut cfg = config(publishing, Duration::from_millis(50));
         tune(&mut cfg);
-        let keeper = Keeper::new(&cfg, backend.client(), kube.client(), NS, cache.clone());
-        let store = keeper.store.clone();
+        let store = TokenStore::new();
+        let keeper = Keeper::new(
+            &cfg,
+            backend.client(),
+            kube.client(),
+            NS,
+            cache.clone(),
+            store.clone(),
+        );
         let gate = keeper.gate.clone();
         Rig {
             backend,
@@ -87,7 +94,10 @@ impl Rig {
             if done(&report) {
                 return report;
             }
-            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -210,7 +220,12 @@ async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
     let mut dead = report.reported_dead();
     dead.sort();
     assert_eq!(dead, ["deleted", "evicted", "oom"]);
-    let mut kinds: Vec<&str> = report.reports.reported_dead.iter().map(|(_, k)| *k).collect();
+    let mut kinds: Vec<&str> = report
+        .reports
+        .reported_dead
+        .iter()
+        .map(|(_, k)| *k)
+        .collect();
     kinds.sort();
     assert_eq!(kinds, ["evicted", "oom_killed", "pod_deleted"]);
     for _ in 0..3 {
@@ -253,7 +268,10 @@ async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
     );
     let d = detail_of("deleted");
     assert!(d.contains("pod ran and was deleted"), "{d}");
-    assert!(d.contains("logs unreadable: the Job had no pod left to read"), "{d}");
+    assert!(
+        d.contains("logs unreadable: the Job had no pod left to read"),
+        "{d}"
+    );
     for id in ["oom", "evicted", "deleted"] {
         assert_eq!(s.rows[id].state, JobState::Failed);
     }
@@ -274,8 +292,14 @@ async fn a_restart_loses_tokens_and_the_job_takes_the_lost_path() {
     }
 
     let report = rig.keeper.tick().await;
-    assert!(report.reported_dead().is_empty(), "no token, no death report");
-    assert!(report.reports.lost_runs.is_empty(), "the lease is still current");
+    assert!(
+        report.reported_dead().is_empty(),
+        "no token, no death report"
+    );
+    assert!(
+        report.reports.lost_runs.is_empty(),
+        "the lease is still current"
+    );
 
     rig.backend.advance(121);
     let report = rig.keeper.tick().await;
@@ -403,7 +427,13 @@ async fn a_lost_publish_names_the_publisher_pods_reason() {
     let mut rig = Rig::new(true).await;
     rig.backend.add_publish("p-dead", "t1");
     let name = job_name(Lane::Publish, "p-dead", "c2c2c2c2");
-    rig.job(job_json(&name, "p-dead", "c2c2c2c2", "publish", failed_status(1)));
+    rig.job(job_json(
+        &name,
+        "p-dead",
+        "c2c2c2c2",
+        "publish",
+        failed_status(1),
+    ));
     let mut pod = pod_json(&name, oom_pod_status());
     pod["spec"]["containers"][0]["name"] = "publisher".into();
     pod["status"]["containerStatuses"][0]["name"] = "publisher".into();
@@ -413,7 +443,9 @@ async fn a_lost_publish_names_the_publisher_pods_reason() {
     assert_eq!(report.reports.lost_publishes, ["p-dead"]);
     let detail = rig.backend.lock().publish_lost_reports[0].1.clone();
     assert!(
-        detail.contains(&name) && detail.contains("container publisher OOMKilled") && detail.contains("uploading release"),
+        detail.contains(&name)
+            && detail.contains("container publisher OOMKilled")
+            && detail.contains("uploading release"),
         "{detail}"
     );
 }
@@ -425,7 +457,8 @@ async fn a_job_view_that_is_not_current_closes_the_gate_and_judges_nothing() {
     rig.keeper.tick().await;
     // The watch errs: a Job created since may be missing from this view, so
     // "no Job" cannot be told from "not seen yet".
-    rig.cache.mark_failed("500 Internal Server Error from the Job watch");
+    rig.cache
+        .mark_failed("500 Internal Server Error from the Job watch");
     rig.backend.advance(600);
     let report = rig.keeper.tick().await;
     assert!(
@@ -433,7 +466,10 @@ async fn a_job_view_that_is_not_current_closes_the_gate_and_judges_nothing() {
         "what is known is still renewed"
     );
     assert!(!report.reports.view_current);
-    assert!(!report.reports.judged_runs, "nothing is judged from a stale view");
+    assert!(
+        !report.reports.judged_runs,
+        "nothing is judged from a stale view"
+    );
     let status = rig.gate.status(tokio::time::Instant::now());
     assert!(!status.view_current, "admissions are held");
     assert!(status.view_detail.contains("500"), "{}", status.view_detail);
@@ -443,8 +479,9 @@ async fn a_job_view_that_is_not_current_closes_the_gate_and_judges_nothing() {
     assert!(!rig.keeper.tick().await.reports.view_current);
     rig.cache.apply(Event::Init);
     for job in rig.kube.lock().jobs.values() {
-        rig.cache
-            .apply(Event::InitApply(serde_json::from_value::<Job>(job.clone()).unwrap()));
+        rig.cache.apply(Event::InitApply(
+            serde_json::from_value::<Job>(job.clone()).unwrap(),
+        ));
     }
     rig.cache.apply(Event::InitDone);
     assert!(rig.keeper.tick().await.reports.view_current);
@@ -456,9 +493,18 @@ async fn a_job_view_that_is_not_current_closes_the_gate_and_judges_nothing() {
 async fn a_malformed_job_is_skipped_and_the_rest_renewed() {
     let mut rig = Rig::new(false).await;
     rig.claimed_run("good", JobState::Running, live_status());
-    rig.job(job_json("tcab-driver-bad", "", "c3c3c3c3", "run", live_status()));
+    rig.job(job_json(
+        "tcab-driver-bad",
+        "",
+        "c3c3c3c3",
+        "run",
+        live_status(),
+    ));
     let report = rig.keeper.tick().await;
-    assert_eq!(report.renewed_runs.as_deref(), Some(&["good".to_string()][..]));
+    assert_eq!(
+        report.renewed_runs.as_deref(),
+        Some(&["good".to_string()][..])
+    );
     assert_eq!(rig.backend.lock().run_renewals, vec![vec!["good"]]);
     assert!(rig.gate.lane(Lane::Run).healthy(), "the gate stays open");
 }
@@ -488,21 +534,37 @@ async fn a_failed_renewal_call_closes_its_lane_at_once() {
 async fn an_evicted_pods_evidence_is_captured_before_it_disappears() {
     let mut rig = Rig::new(false).await;
     let name = rig.claimed_run("ev", JobState::Running, live_status());
-    let mut running = pod_json(&name, json!({"phase": "Running",
+    let mut running = pod_json(
+        &name,
+        json!({"phase": "Running",
         "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}],
         "containerStatuses": [{"name": "driver", "image": "driver", "imageID": "", "ready": true,
-            "restartCount": 0, "state": {"running": {"startedAt": "2026-11-29T16:59:02Z"}}}]}));
+            "restartCount": 0, "state": {"running": {"startedAt": "2026-11-29T16:59:02Z"}}}]}),
+    );
     running["metadata"]["deletionTimestamp"] = json!("2026-11-29T17:01:00Z");
-    rig.kube.put_pod(running, "step 3/5\nSIGTERM received, handing over");
+    rig.kube
+        .put_pod(running, "step 3/5\nSIGTERM received, handing over");
     rig.keeper.tick().await;
     // FailureTarget, the pod terminating: the first sign.
-    rig.job(job_json(&name, "ev", &claim_tag("token-of-ev"), "run", failure_target_status()));
+    rig.job(job_json(
+        &name,
+        "ev",
+        &claim_tag("token-of-ev"),
+        "run",
+        failure_target_status(),
+    ));
     let report = rig.keeper.tick().await;
     assert_eq!(report.reports.captured, [name.clone()]);
     assert!(report.reported_dead().is_empty(), "not Failed yet");
     // The pod is gone (its finalizer removed, the kubelet done), then Failed.
     rig.kube.lock().pods.clear();
-    rig.job(job_json(&name, "ev", &claim_tag("token-of-ev"), "run", failed_status(1)));
+    rig.job(job_json(
+        &name,
+        "ev",
+        &claim_tag("token-of-ev"),
+        "run",
+        failed_status(1),
+    ));
     let report = rig.keeper.tick().await;
     assert_eq!(report.reported_dead(), ["ev"]);
     let s = rig.backend.lock();
@@ -520,7 +582,8 @@ async fn an_evicted_pods_evidence_is_captured_before_it_disappears() {
 async fn an_unreadable_log_is_retried_then_named_in_the_report() {
     let mut rig = Rig::new(false).await;
     let name = rig.claimed_run("nolog", JobState::Running, failed_status(1));
-    rig.kube.put_pod(pod_json(&name, oom_pod_status()), "never read");
+    rig.kube
+        .put_pod(pod_json(&name, oom_pod_status()), "never read");
     rig.kube.lock().logs_fail = true;
     let mut reported = Vec::new();
     for _ in 0..4 {
@@ -529,11 +592,17 @@ async fn an_unreadable_log_is_retried_then_named_in_the_report() {
     }
     assert_eq!(reported, ["nolog"]);
     // capture + 2 retries + the re-read at report time
-    assert!(rig.kube.lock().log_reads >= 3, "{}", rig.kube.lock().log_reads);
+    assert!(
+        rig.kube.lock().log_reads >= 3,
+        "{}",
+        rig.kube.lock().log_reads
+    );
     let s = rig.backend.lock();
     let detail = s.status_reports[0].2["detail"].as_str().unwrap().to_owned();
     assert!(
-        detail.contains("OOMKilled") && detail.contains("logs unreadable: ") && detail.contains("i/o timeout"),
+        detail.contains("OOMKilled")
+            && detail.contains("logs unreadable: ")
+            && detail.contains("i/o timeout"),
         "{detail}"
     );
 }
@@ -568,12 +637,21 @@ async fn a_job_that_cannot_finish_failing_is_judged_dead() {
     let margin = Duration::from_millis(300);
     let mut rig = Rig::with(false, |c| c.terminating_margin = margin).await;
     let name = rig.claimed_run("lostnode", JobState::Running, live_status());
-    let mut job = job_json(&name, "lostnode", &claim_tag("token-of-lostnode"), "run", failure_target_status());
+    let mut job = job_json(
+        &name,
+        "lostnode",
+        &claim_tag("token-of-lostnode"),
+        "run",
+        failure_target_status(),
+    );
     job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(0);
-    let mut pod = pod_json(&name, json!({"phase": "Running",
+    let mut pod = pod_json(
+        &name,
+        json!({"phase": "Running",
         "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager", "message": "Taint manager: deleting due to NoExecute taint"}],
         "containerStatuses": [{"name": "driver", "image": "driver", "imageID": "", "ready": false,
-            "restartCount": 0, "state": {"running": {"startedAt": "2026-11-29T16:59:02Z"}}}]}));
+            "restartCount": 0, "state": {"running": {"startedAt": "2026-11-29T16:59:02Z"}}}]}),
+    );
     pod["spec"]["nodeName"] = json!("node-b");
     pod["metadata"]["deletionTimestamp"] = json!("2026-11-29T17:05:00Z");
     rig.kube.put_pod(pod, "working on step 4");
@@ -582,17 +660,30 @@ async fn a_job_that_cannot_finish_failing_is_judged_dead() {
     let report = rig.keeper.tick().await;
     assert_eq!(report.reports.captured, [name.clone()]);
     assert!(report.reports.judged_dead.is_empty());
-    assert_eq!(rig.backend.lock().run_renewals.last().unwrap(), &vec!["lostnode".to_string()]);
+    assert_eq!(
+        rig.backend.lock().run_renewals.last().unwrap(),
+        &vec!["lostnode".to_string()]
+    );
     let report = rig
-        .tick_until("the stuck Job judged dead", |r| !r.reports.judged_dead.is_empty())
+        .tick_until("the stuck Job judged dead", |r| {
+            !r.reports.judged_dead.is_empty()
+        })
         .await;
-    assert!(first_sign.elapsed() >= margin, "not before grace (0 s) plus margin");
+    assert!(
+        first_sign.elapsed() >= margin,
+        "not before grace (0 s) plus margin"
+    );
     assert_eq!(report.reports.judged_dead, [name.clone()]);
     assert_eq!(report.reported_dead(), ["lostnode"]);
     assert_eq!(report.reports.reported_dead[0].1, "node_lost");
-    let detail = rig.backend.lock().status_reports[0].2["detail"].as_str().unwrap().to_owned();
+    let detail = rig.backend.lock().status_reports[0].2["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
-        detail.starts_with("node node-b lost") && detail.contains("DeletionByTaintManager") && detail.contains("working on step 4"),
+        detail.starts_with("node node-b lost")
+            && detail.contains("DeletionByTaintManager")
+            && detail.contains("working on step 4"),
         "{detail}"
     );
     rig.keeper.tick().await;
@@ -612,7 +703,11 @@ async fn a_pod_that_never_starts_is_failed_fast() {
     let grace = Duration::from_millis(400);
     let mut rig = Rig::with(false, |c| c.start_grace = grace).await;
     let seen = std::time::Instant::now();
-    let name = rig.claimed_run("badimage", JobState::Dispatched, json!({"active": 1, "ready": 0}));
+    let name = rig.claimed_run(
+        "badimage",
+        JobState::Dispatched,
+        json!({"active": 1, "ready": 0}),
+    );
     rig.kube.put_pod(
         pod_json(&name, json!({"phase": "Pending", "containerStatuses": [{"name": "driver",
             "image": "registry.example/driver:nope", "imageID": "", "ready": false, "restartCount": 0,
@@ -621,15 +716,24 @@ async fn a_pod_that_never_starts_is_failed_fast() {
         "",
     );
     let report = rig
-        .tick_until("the pod judged never to start", |r| !r.reports.judged_dead.is_empty())
+        .tick_until("the pod judged never to start", |r| {
+            !r.reports.judged_dead.is_empty()
+        })
         .await;
     assert!(seen.elapsed() >= grace, "not within the grace");
     assert_eq!(report.reports.judged_dead, [name.clone()]);
     assert_eq!(report.reported_dead(), ["badimage"]);
     assert_eq!(report.reports.reported_dead[0].1, "image_pull");
-    assert_eq!(report.reports.deleted, [name.clone()], "deleted once reported");
+    assert_eq!(
+        report.reports.deleted,
+        [name.clone()],
+        "deleted once reported"
+    );
     assert_eq!(rig.kube.lock().deleted_jobs, [name.clone()]);
-    let detail = rig.backend.lock().status_reports[0].2["detail"].as_str().unwrap().to_owned();
+    let detail = rig.backend.lock().status_reports[0].2["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
         detail.starts_with("pod never started: image pull failed for registry.example/driver:nope: ImagePullBackOff"),
         "{detail}"

@@ -5,7 +5,8 @@ mod support;
 
 use std::time::Duration;
 use support::*;
-use tcab_lease_keeper::{Deps, run, vault};
+use tcab_lease_keeper::grpc as vault;
+use tcab_lease_keeper::{Deps, run};
 use tcab_proto::vault::{
     ClaimKey, Lane as PbLane, LastRenewalRequest, PutRequest,
     admission_gate_client::AdmissionGateClient, token_vault_client::TokenVaultClient,
@@ -84,7 +85,10 @@ async fn waits_for_the_first_list_then_reports_a_death_with_the_vaulted_token() 
         .await
         .unwrap()
         .into_inner();
-    assert!(!status.observed, "no round before the cache has listed");
+    assert!(
+        !status.view_current && !status.runs.unwrap().renewed,
+        "no round before the view has listed"
+    );
     eventually("the Job list to be asked for (and held)", || {
         kube.lock().held_lists >= 1
     })
@@ -108,13 +112,14 @@ async fn waits_for_the_first_list_then_reports_a_death_with_the_vaulted_token() 
         .await
         .unwrap()
         .into_inner();
-    assert!(status.observed && status.runs_renewed);
+    assert!(status.view_current && status.runs.unwrap().renewed);
     // This keeper does not renew publishes, so the publish lane stays closed.
-    assert!(!status.publishes_renewed);
+    let publishes = status.publishes.unwrap();
+    assert!(!publishes.enabled && publishes.failing);
     assert!(
-        status.detail.contains("publishing is off"),
+        publishes.detail.contains("publishing is off"),
         "{}",
-        status.detail
+        publishes.detail
     );
 
     {
@@ -156,4 +161,63 @@ async fn a_non_loopback_vault_listener_is_refused() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("non-loopback"), "{err}");
+}
+
+/// SIGTERM lets the tick in flight finish: a death report that is on its
+/// way to a slow backend is answered, then `run()` returns.
+#[tokio::test]
+async fn shutdown_lets_a_death_report_in_flight_finish() {
+    let backend = MockBackend::start().await;
+    let kube = FakeKube::start().await;
+    let token = "per-job-token-2";
+    let claim = claim_tag(token);
+    let name = job_name(Lane::Run, "slow", &claim);
+    backend.add_run("slow", JobState::Running, token);
+    backend.lock().status_delay = Duration::from_millis(800);
+    kube.put_job(job_json(&name, "slow", &claim, "run", failed_status(1)));
+    kube.put_pod(pod_json(&name, oom_pod_status()), "the end");
+
+    let listener = vault::bind("127.0.0.1:0".parse().unwrap(), false)
+        .await
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (trigger, shutdown) = Shutdown::channel();
+    let deps = Deps {
+        backend: backend.client(),
+        kube: kube.client(),
+        vault_listener: listener,
+    };
+    let task = tokio::spawn(run(
+        config(false, Duration::from_millis(50)),
+        deps,
+        shutdown,
+    ));
+    let mut tv = TokenVaultClient::connect(url).await.unwrap();
+    tv.put(PutRequest {
+        key: Some(ClaimKey {
+            job_id: "slow".into(),
+            claim: claim.clone(),
+        }),
+        token: token.into(),
+        lane: PbLane::Run as i32,
+    })
+    .await
+    .unwrap();
+    eventually("the death report to be sent", || {
+        backend.lock().status_received > 0
+    })
+    .await;
+    assert_eq!(backend.lock().status_answered, 0, "still in flight");
+    trigger.trigger();
+    let ended = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended.is_ok(), "{ended:?}");
+    assert_eq!(
+        backend.lock().status_answered,
+        1,
+        "the report in flight was answered before run() returned"
+    );
+    assert_eq!(backend.state_of("slow"), JobState::Failed);
 }

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::{SERVICE_TOKEN, config};
 use tcab_backend_sim::{ManualClock, SimHandle, SimOptions, spawn};
-use tcab_lease_keeper::{Deps, run, vault};
+use tcab_lease_keeper::grpc as vault;
+use tcab_lease_keeper::{Deps, run};
 use tcab_proto::vault::{
     ClaimKey, Lane as PbLane, PutRequest, token_vault_client::TokenVaultClient,
 };

@@ -1,15 +1,18 @@
 //! The vault and the gate over real gRPC on 127.0.0.1:0.
 
+use kube::runtime::watcher::Event;
 use std::time::Duration;
-use tcab_lease_keeper::gate::{Gate, RenewalRound};
-use tcab_lease_keeper::vault::{self, TokenKey, TokenStore};
+use tcab_lease_keeper::gate::Gate;
+use tcab_lease_keeper::grpc as vault;
+use tcab_lease_keeper::tokens::{TokenKey, TokenStore};
 use tcab_proto::tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
 use tcab_proto::vault::{
-    ClaimKey, ForgetRequest, GetRequest, Lane, LastRenewalRequest, PutRequest,
+    ClaimKey, ForgetRequest, Lane, LastRenewalRequest, PutRequest,
     admission_gate_client::AdmissionGateClient, token_vault_client::TokenVaultClient,
 };
+use tcab_shared::cluster::OwnedJobs;
 use tcab_shared::tick::Shutdown;
 
 fn key(id: &str, claim: &str) -> Option<ClaimKey> {
@@ -20,13 +23,14 @@ fn key(id: &str, claim: &str) -> Option<ClaimKey> {
 }
 
 #[tokio::test]
-async fn put_get_forget_gate_and_health_over_grpc() {
+async fn put_forget_gate_and_health_over_grpc() {
     let listener = vault::bind("127.0.0.1:0".parse().unwrap(), false)
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();
     let store = TokenStore::new();
-    let gate = Gate::new();
+    let view = OwnedJobs::new();
+    let gate = Gate::new(true, view.clone());
     let (trigger, shutdown) = Shutdown::channel();
     let server = tokio::spawn(vault::serve(
         listener,
@@ -44,27 +48,10 @@ async fn put_get_forget_gate_and_health_over_grpc() {
     })
     .await
     .unwrap();
-    let got = tv
-        .get(GetRequest {
-            key: key("job-1", "c1"),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(got.found);
-    assert_eq!(got.token, "tok-1");
     assert_eq!(
         store.get(&TokenKey::new("job-1", "c1")).unwrap().expose(),
         "tok-1"
     );
-    let other = tv
-        .get(GetRequest {
-            key: key("job-1", "c2"),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(!other.found && other.token.is_empty());
 
     // Bad input is refused with a clear status and stores nothing.
     let err = tv
@@ -107,38 +94,34 @@ async fn put_get_forget_gate_and_health_over_grpc() {
     })
     .await
     .unwrap();
-    assert!(
-        !tv.get(GetRequest {
-            key: key("job-1", "c1")
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .found
-    );
+    assert!(store.get(&TokenKey::new("job-1", "c1")).is_none());
 
-    // The gate: unobserved, then the recorded round.
+    // The gate: nothing renewed and the view not listed, then per lane.
     let mut ag = AdmissionGateClient::connect(url.clone()).await.unwrap();
     let s = ag
         .last_renewal(LastRenewalRequest {})
         .await
         .unwrap()
         .into_inner();
-    assert!(!s.observed);
-    gate.record(RenewalRound {
-        finished_at: tokio::time::Instant::now(),
-        runs_renewed: true,
-        publishes_renewed: false,
-        detail: "publish renewal failed".into(),
-    });
+    assert!(!s.view_current && !s.view_detail.is_empty());
+    assert!(!s.runs.unwrap().renewed);
+    view.apply(Event::Init);
+    view.apply(Event::InitDone);
+    gate.succeeded(tcab_shared::Lane::Run, tokio::time::Instant::now());
+    gate.failed(
+        tcab_shared::Lane::Publish,
+        "publish renewal failed: 503".into(),
+    );
     let s = ag
         .last_renewal(LastRenewalRequest {})
         .await
         .unwrap()
         .into_inner();
-    assert!(s.observed && s.runs_renewed && !s.publishes_renewed);
-    assert!(s.age_ms < 60_000);
-    assert_eq!(s.detail, "publish renewal failed");
+    let runs = s.runs.unwrap();
+    let publishes = s.publishes.unwrap();
+    assert!(s.view_current);
+    assert!(runs.renewed && !runs.failing && runs.age_ms < 60_000);
+    assert!(publishes.failing && publishes.detail.contains("503"));
 
     // Health: overall and per service.
     let channel = tonic::transport::Endpoint::from_shared(url)

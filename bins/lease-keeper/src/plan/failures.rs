@@ -116,7 +116,8 @@ pub fn plan_failures(
     for job in jobs {
         if never_started.contains(&job.name) {
             if job.lane == Lane::Run {
-                plan.deaths.push((job.name.clone(), DeathKind::NeverStarted));
+                plan.deaths
+                    .push((job.name.clone(), DeathKind::NeverStarted));
             }
             continue;
         }
@@ -148,11 +149,8 @@ pub fn plan_failures(
                 plan.deaths.push((job.name.clone(), DeathKind::Failed));
             }
         }
-        let may_start_late = job.is_live()
-            && !stuck
-            && !job.deleting
-            && !job.shows_failure()
-            && job.ready_pods == 0;
+        let may_start_late =
+            job.is_live() && !stuck && !job.deleting && !job.shows_failure() && job.ready_pods == 0;
         if may_start_late && let Some(mem) = mem {
             let seen_for = now.saturating_duration_since(mem.first_seen);
             let due = mem
@@ -256,9 +254,7 @@ mod tests {
         j
     }
 
-    fn memory(
-        entries: &[(&JobSummary, Instant, EvidenceState)],
-    ) -> BTreeMap<String, JobMemory> {
+    fn memory(entries: &[(&JobSummary, Instant, EvidenceState)]) -> BTreeMap<String, JobMemory> {
         entries
             .iter()
             .map(|(j, first_seen, evidence)| {
@@ -281,7 +277,12 @@ mod tests {
         let signalled = failure_target(job("b", Lane::Run));
         let dead = failed(job("c", Lane::Run));
         let publisher = failure_target(job("p", Lane::Publish));
-        let jobs = vec![healthy.clone(), signalled.clone(), dead.clone(), publisher.clone()];
+        let jobs = vec![
+            healthy.clone(),
+            signalled.clone(),
+            dead.clone(),
+            publisher.clone(),
+        ];
         let mut failing = FailingSince::new();
         failing.observe(&jobs, t0);
         let mem = memory(&[
@@ -290,8 +291,20 @@ mod tests {
             (&dead, t0, EvidenceState::Missing),
             (&publisher, t0, EvidenceState::Missing),
         ]);
-        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), t0, &SETTINGS);
-        assert_eq!(plan.capture, ["b", "c", "p"], "a sign, not only Failed, captures");
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            t0,
+            &SETTINGS,
+        );
+        assert_eq!(
+            plan.capture,
+            ["b", "c", "p"],
+            "a sign, not only Failed, captures"
+        );
         assert_eq!(
             plan.deaths,
             vec![("c".to_string(), DeathKind::Failed)],
@@ -309,9 +322,20 @@ mod tests {
         let mut failing = FailingSince::new();
         failing.observe(&jobs, t0);
         let mem = memory(&[(&old_cluster, t0, EvidenceState::Complete)]);
-        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), t0, &SETTINGS);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            t0,
+            &SETTINGS,
+        );
         assert!(plan.deaths.is_empty());
-        assert_eq!(plan.waiting, vec![("d".to_string(), "its pods are still terminating")]);
+        assert_eq!(
+            plan.waiting,
+            vec![("d".to_string(), "its pods are still terminating")]
+        );
         // Its pods finish: reported as failed.
         let mut settled = old_cluster.clone();
         settled.terminating_pods = 0;
@@ -327,7 +351,15 @@ mod tests {
         assert_eq!(plan.deaths, vec![("d".to_string(), DeathKind::Failed)]);
         // Or they never do (a lost node): judged dead after grace and margin.
         let later = t0 + Duration::from_secs(181);
-        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), later, &SETTINGS);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            later,
+            &SETTINGS,
+        );
         assert_eq!(plan.newly_stuck, ["d"]);
         assert_eq!(plan.deaths, vec![("d".to_string(), DeathKind::Stuck)]);
     }
@@ -341,13 +373,37 @@ mod tests {
         failing.observe(&jobs, t0);
         let mem = memory(&[(&lost, t0, EvidenceState::Complete)]);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(180), &SETTINGS);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            at(180),
+            &SETTINGS,
+        );
         assert!(plan.newly_stuck.is_empty() && plan.deaths.is_empty());
-        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(181), &SETTINGS);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            at(181),
+            &SETTINGS,
+        );
         assert_eq!(plan.newly_stuck, ["n"]);
         assert_eq!(plan.deaths, vec![("n".to_string(), DeathKind::Stuck)]);
         let judged = BTreeSet::from(["n".to_owned()]);
-        let plan = plan_failures(&jobs, &mem, &failing, &judged, &BTreeSet::new(), at(200), &SETTINGS);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &judged,
+            &BTreeSet::new(),
+            at(200),
+            &SETTINGS,
+        );
         assert!(plan.newly_stuck.is_empty(), "judged once");
         assert_eq!(plan.deaths, vec![("n".to_string(), DeathKind::Stuck)]);
     }
@@ -366,8 +422,19 @@ mod tests {
         ]);
         let never = BTreeSet::from(["w".to_owned(), "p".to_owned()]);
         let later = t0 + Duration::from_secs(3600);
-        let plan = plan_failures(&jobs, &mem, &FailingSince::new(), &never, &never, later, &SETTINGS);
-        assert_eq!(plan.deaths, vec![("w".to_string(), DeathKind::NeverStarted)]);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &FailingSince::new(),
+            &never,
+            &never,
+            later,
+            &SETTINGS,
+        );
+        assert_eq!(
+            plan.deaths,
+            vec![("w".to_string(), DeathKind::NeverStarted)]
+        );
         assert!(plan.check_start.is_empty() && plan.capture.is_empty());
     }
 
@@ -379,8 +446,20 @@ mod tests {
         let failing = FailingSince::new();
         for (attempts, retried) in [(1, true), (2, true), (3, false)] {
             let mem = memory(&[(&dead, t0, EvidenceState::LogPending { attempts })]);
-            let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), t0, &SETTINGS);
-            assert_eq!(plan.retry_logs.len(), usize::from(retried), "after {attempts}");
+            let plan = plan_failures(
+                &jobs,
+                &mem,
+                &failing,
+                &BTreeSet::new(),
+                &BTreeSet::new(),
+                t0,
+                &SETTINGS,
+            );
+            assert_eq!(
+                plan.retry_logs.len(),
+                usize::from(retried),
+                "after {attempts}"
+            );
             assert_eq!(
                 evidence_settled(EvidenceState::LogPending { attempts }, &SETTINGS),
                 !retried
@@ -403,14 +482,46 @@ mod tests {
             (&ready, t0, EvidenceState::Missing),
         ]);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(300), &SETTINGS);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            at(300),
+            &SETTINGS,
+        );
         assert!(plan.check_start.is_empty(), "not before the grace");
-        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(301), &SETTINGS);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            at(301),
+            &SETTINGS,
+        );
         assert_eq!(plan.check_start, ["w"]);
         mem.get_mut("w").unwrap().last_start_check = Some(at(301));
-        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(330), &SETTINGS);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            at(330),
+            &SETTINGS,
+        );
         assert!(plan.check_start.is_empty(), "checked 29 s ago");
-        let plan = plan_failures(&jobs, &mem, &failing, &BTreeSet::new(), &BTreeSet::new(), at(331), &SETTINGS);
+        let plan = plan_failures(
+            &jobs,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            at(331),
+            &SETTINGS,
+        );
         assert_eq!(plan.check_start, ["w"]);
     }
 
@@ -439,7 +550,10 @@ mod tests {
             StartVerdict::NeverStarts(f) => {
                 assert_eq!(f.kind, StartFailureKind::ImagePull);
                 assert_eq!(f.image.as_deref(), Some("registry/driver:tag"));
-                assert!(f.summary().starts_with("image pull failed for registry/driver:tag: ImagePullBackOff"));
+                assert!(
+                    f.summary()
+                        .starts_with("image pull failed for registry/driver:tag: ImagePullBackOff")
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -448,11 +562,21 @@ mod tests {
             StartVerdict::Waiting(f) if f.kind == StartFailureKind::Unschedulable
         ));
         assert!(matches!(
-            start_verdict(Lane::Run, Some(&unschedulable), Duration::from_secs(1801), &SETTINGS),
+            start_verdict(
+                Lane::Run,
+                Some(&unschedulable),
+                Duration::from_secs(1801),
+                &SETTINGS
+            ),
             StartVerdict::NeverStarts(_)
         ));
         assert_eq!(
-            start_verdict(Lane::Run, Some(&creating), Duration::from_secs(9999), &SETTINGS),
+            start_verdict(
+                Lane::Run,
+                Some(&creating),
+                Duration::from_secs(9999),
+                &SETTINGS
+            ),
             StartVerdict::Fine,
             "a routine wait is left to the deadline"
         );

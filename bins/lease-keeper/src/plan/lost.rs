@@ -383,7 +383,13 @@ mod tests {
         );
 
         // A job reported once is not reported again.
-        let plan = plan_lost_runs(&active, &jobs, &[], &BTreeSet::from(["gone".to_string()]), &BTreeSet::new());
+        let plan = plan_lost_runs(
+            &active,
+            &jobs,
+            &[],
+            &BTreeSet::from(["gone".to_string()]),
+            &BTreeSet::new(),
+        );
         assert!(plan.lost.iter().all(|l| l.job_id != "gone"));
         assert!(
             plan.skipped

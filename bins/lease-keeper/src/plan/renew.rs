@@ -145,7 +145,10 @@ mod tests {
         assert_eq!(
             plan.skipped,
             vec![
-                ("d-bad".into(), RenewSkip::MalformedJobId("not a valid id!".into())),
+                (
+                    "d-bad".into(),
+                    RenewSkip::MalformedJobId("not a valid id!".into())
+                ),
                 ("d-empty".into(), RenewSkip::MalformedJobId(String::new())),
                 ("d-none".into(), RenewSkip::NoJobId),
             ]

@@ -67,7 +67,6 @@ pub fn judge_token(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -60,15 +60,16 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    /// A keeper over a Job view (already watching, or fed by a test).
+    /// A keeper over a Job view (already watching, or fed by a test) and a
+    /// token store (which the vault serves).
     pub fn new(
         config: &LeaseKeeperConfig,
         backend: BackendClient,
         kube: kube::Client,
         namespace: &str,
         jobs: OwnedJobs,
+        store: TokenStore,
     ) -> Self {
-        let store = TokenStore::new();
         let gate = Gate::new(config.publishing, jobs.clone());
         let judged_dead = JudgedDead::default();
         let renewer = Renewer::new(
@@ -171,7 +172,14 @@ pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> a
             ..WatchSettings::default()
         },
     );
-    let keeper = Keeper::new(&config, backend, kube, &namespace, jobs.clone());
+    let keeper = Keeper::new(
+        &config,
+        backend,
+        kube,
+        &namespace,
+        jobs.clone(),
+        TokenStore::new(),
+    );
     let mut vault_task = tokio::spawn(grpc::serve(
         vault_listener,
         keeper.store.clone(),
@@ -185,29 +193,40 @@ pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> a
         renewer, reporter, ..
     } = keeper;
     let loops = async {
+        // Nothing is renewed or judged before the first list: an unlisted
+        // view knows no Job. After that, renewals go on from the last known
+        // view even while it is not current (judging does not).
+        tokio::select! {
+            () = jobs.wait_current() => {}
+            () = shutdown.wait() => return,
+        }
+        tracing::info!(
+            jobs = jobs.len(),
+            "Job view current; renewing and reporting"
+        );
         let renewals = run_loop(poll, shutdown.clone(), renewer);
-        let reports = async {
-            tokio::select! {
-                () = jobs.wait_current() => {}
-                () = shutdown.wait() => return,
-            }
-            tracing::info!(jobs = jobs.len(), "Job view current; reporting");
-            // A Job's first sign of failure is evidence to read now, not at the next poll.
-            run_loop_with_wake(poll, shutdown.clone(), jobs.changes(), reporter).await;
-        };
+        // A Job's first sign of failure is evidence to read now, not at the next poll.
+        let reports = run_loop_with_wake(poll, shutdown.clone(), jobs.changes(), reporter);
         tokio::join!(renewals, reports);
     };
 
+    tokio::pin!(loops);
     let result = tokio::select! {
-        () = loops => Ok(()),
+        () = &mut loops => Ok(()),
         ended = &mut watch_task => match ended {
             Err(error) => Err(anyhow::Error::new(error).context("the Job watch task panicked")),
             Ok(()) => Err(anyhow::anyhow!("the Job watch task ended")),
         },
         ended = &mut vault_task => {
             match ended.context("the token vault task panicked")? {
-                Err(error) => Err(anyhow::Error::new(error).context("the token vault server failed")),
+                // The vault stops on shutdown too: the loops still finish their ticks.
+                Ok(()) if shutdown.is_triggered() => {
+                    loops.await;
+                    tracing::info!("lease-keeper stopped");
+                    return Ok(());
+                }
                 Ok(()) => Err(anyhow::anyhow!("the token vault server stopped")),
+                Err(error) => Err(anyhow::Error::new(error).context("the token vault server failed")),
             }
         }
     };

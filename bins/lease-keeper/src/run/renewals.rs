@@ -70,7 +70,10 @@ impl Renewer {
             .clone();
         let plan = plan_renewals(&snapshot, self.publishing, &dead);
         let mut malformed = BTreeSet::new();
-        for lane in [Some(&plan.runs), plan.publishes.as_ref()].into_iter().flatten() {
+        for lane in [Some(&plan.runs), plan.publishes.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             for (name, skip) in &lane.skipped {
                 if skip.is_malformed() {
                     malformed.insert(name.clone());

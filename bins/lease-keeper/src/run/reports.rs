@@ -7,9 +7,7 @@
 //! run in their own loop.
 
 use super::renewals::JudgedDead;
-use crate::cause::{
-    DeathCause, LogTail, StartFailure, death_cause, death_detail, job_for_cause,
-};
+use crate::cause::{DeathCause, LogTail, StartFailure, death_cause, death_detail, job_for_cause};
 use crate::gate::Gate;
 use crate::inspect::Inspector;
 use crate::plan::deaths::plan_deaths;
@@ -275,7 +273,8 @@ impl Reporter {
     fn remember(&mut self, snapshot: &[JobSummary], now: Instant) {
         let names: BTreeSet<&str> = snapshot.iter().map(|j| j.name.as_str()).collect();
         self.memory.retain(|name, _| names.contains(name.as_str()));
-        self.evidence.retain(|name, _| names.contains(name.as_str()));
+        self.evidence
+            .retain(|name, _| names.contains(name.as_str()));
         self.never_started
             .retain(|name, _| names.contains(name.as_str()));
         self.judged_dead
@@ -324,7 +323,8 @@ impl Reporter {
     }
 
     fn keep(&mut self, job: &JobSummary, pod: Option<Pod>, log: LogTail) {
-        let retry = matches!(&log, LogTail::Unreadable(why) if pod.is_some() && !why.contains("was gone"));
+        let retry =
+            matches!(&log, LogTail::Unreadable(why) if pod.is_some() && !why.contains("was gone"));
         let state = if retry {
             EvidenceState::LogPending { attempts: 1 }
         } else {

@@ -48,6 +48,12 @@ pub struct BackendState {
     pub run_renewal_no_content: bool,
     /// Answer publish renewals with 204.
     pub publish_renewal_no_content: bool,
+    /// How long a status report takes to be answered.
+    pub status_delay: Duration,
+    /// Status reports received (before any delay).
+    pub status_received: usize,
+    /// Status reports answered (a report whose caller went away is not).
+    pub status_answered: usize,
 }
 
 #[derive(Clone)]
@@ -264,10 +270,20 @@ async fn status(
     Path(id): Path<String>,
     body: axum::Json<Value>,
 ) -> Response {
+    let delay = {
+        let mut s = st.lock().unwrap();
+        s.status_received += 1;
+        s.status_delay
+    };
+    if !delay.is_zero() {
+        // Dropped here (never answered) if the caller gives up.
+        tokio::time::sleep(delay).await;
+    }
     let mut s = st.lock().unwrap();
     if s.down {
         return error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
     }
+    s.status_answered += 1;
     let token = bearer(&headers);
     s.status_reports
         .push((id.clone(), token.clone(), body.0.clone()));
@@ -487,7 +503,8 @@ async fn delete_kube_job(
     s.deleted_jobs.push(name.clone());
     match s.jobs.remove(&name) {
         Some(job) => {
-            s.pods.retain(|_, p| p["metadata"]["labels"]["job-name"].as_str() != Some(name.as_str()));
+            s.pods
+                .retain(|_, p| p["metadata"]["labels"]["job-name"].as_str() != Some(name.as_str()));
             axum::Json(job).into_response()
         }
         None => not_found(&name),
