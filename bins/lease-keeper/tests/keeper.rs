@@ -554,7 +554,7 @@ async fn an_evicted_pods_evidence_is_captured_before_it_disappears() {
         failure_target_status(),
     ));
     let report = rig.keeper.tick().await;
-    assert_eq!(report.reports.captured, [name.clone()]);
+    assert_eq!(report.reports.captured, std::slice::from_ref(&name));
     assert!(report.reported_dead().is_empty(), "not Failed yet");
     // The pod is gone (its finalizer removed, the kubelet done), then Failed.
     rig.kube.lock().pods.clear();
@@ -658,7 +658,7 @@ async fn a_job_that_cannot_finish_failing_is_judged_dead() {
     let first_sign = std::time::Instant::now();
     rig.job(job);
     let report = rig.keeper.tick().await;
-    assert_eq!(report.reports.captured, [name.clone()]);
+    assert_eq!(report.reports.captured, std::slice::from_ref(&name));
     assert!(report.reports.judged_dead.is_empty());
     assert_eq!(
         rig.backend.lock().run_renewals.last().unwrap(),
@@ -673,7 +673,7 @@ async fn a_job_that_cannot_finish_failing_is_judged_dead() {
         first_sign.elapsed() >= margin,
         "not before grace (0 s) plus margin"
     );
-    assert_eq!(report.reports.judged_dead, [name.clone()]);
+    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
     assert_eq!(report.reported_dead(), ["lostnode"]);
     assert_eq!(report.reports.reported_dead[0].1, "node_lost");
     let detail = rig.backend.lock().status_reports[0].2["detail"]
@@ -721,7 +721,7 @@ async fn a_pod_that_never_starts_is_failed_fast() {
         })
         .await;
     assert!(seen.elapsed() >= grace, "not within the grace");
-    assert_eq!(report.reports.judged_dead, [name.clone()]);
+    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
     assert_eq!(report.reported_dead(), ["badimage"]);
     assert_eq!(report.reports.reported_dead[0].1, "image_pull");
     assert_eq!(
@@ -729,7 +729,7 @@ async fn a_pod_that_never_starts_is_failed_fast() {
         [name.clone()],
         "deleted once reported"
     );
-    assert_eq!(rig.kube.lock().deleted_jobs, [name.clone()]);
+    assert_eq!(rig.kube.lock().deleted_jobs, std::slice::from_ref(&name));
     let detail = rig.backend.lock().status_reports[0].2["detail"]
         .as_str()
         .unwrap()
