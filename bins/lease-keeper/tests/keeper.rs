@@ -726,7 +726,7 @@ async fn a_pod_that_never_starts_is_failed_fast() {
     assert_eq!(report.reports.reported_dead[0].1, "image_pull");
     assert_eq!(
         report.reports.deleted,
-        [name.clone()],
+        std::slice::from_ref(&name),
         "deleted once reported"
     );
     assert_eq!(rig.kube.lock().deleted_jobs, std::slice::from_ref(&name));
