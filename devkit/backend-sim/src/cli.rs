@@ -15,7 +15,8 @@ usage: tcab-backend-sim --listen ADDR --db PATH --service-token TOKEN
   --service-token TOKEN          the token service calls must present
   --lease-seconds N              lease set by a claim or renewal (default 120)
   --publish-backstop-seconds N   a publish dispatched this long with no result fails (default 3600)
-  --enable-test-clock            serve POST /admin/clock/advance {\"seconds\": N}
+  --enable-test-clock            serve POST /admin/clock/advance {\"seconds\": N} and
+                                 POST /admin/faults (stalls and errors; docs/backend-contract.md)
   -h, --help                     print this help
   -V, --version                  print the version
 

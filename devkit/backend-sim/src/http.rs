@@ -139,8 +139,12 @@ pub(crate) fn router(sim: Arc<Sim>, test_clock: bool) -> Router {
         .route("/publish-jobs/{id}/result", post(publish_result))
         .route("/harnesses/{name}", put(set_harness));
     if test_clock {
-        router = router.route("/admin/clock/advance", post(advance_clock));
+        router = router
+            .route("/admin/clock/advance", post(advance_clock))
+            .route("/admin/faults", post(add_fault))
+            .route("/admin/faults/clear", post(clear_faults));
     }
+    let faults = sim.faults.clone();
     router
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
@@ -150,6 +154,7 @@ pub(crate) fn router(sim: Arc<Sim>, test_clock: bool) -> Router {
                 "method not allowed on this route",
             )
         })
+        .layer(middleware::from_fn_with_state(faults, crate::faults::apply))
         .layer(middleware::from_fn(log_request))
         .with_state(sim)
 }
@@ -459,6 +464,23 @@ async fn advance_clock(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: By
     let now = crate::clock::ts_from_ms(sim.clock.now_ms());
     tracing::info!(seconds = req.seconds, %now, "test clock advanced");
     ok(StatusCode::OK, ClockView { now })
+}
+
+async fn add_fault(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    require_service(&sim, &headers)?;
+    let req: crate::faults::FaultRequest = parse(&body)?;
+    let what = format!("{:?} {:?} for {} s", req.mode, req.paths, req.seconds);
+    sim.faults
+        .add(req, std::time::Instant::now())
+        .map_err(ApiError::bad_request)?;
+    tracing::info!(fault = %what, "injected backend fault");
+    ok(StatusCode::OK, serde_json::json!({"ok": true}))
+}
+
+async fn clear_faults(State(sim): State<Arc<Sim>>, headers: HeaderMap) -> ApiResult {
+    require_service(&sim, &headers)?;
+    sim.faults.clear();
+    ok(StatusCode::OK, serde_json::json!({"ok": true}))
 }
 
 #[cfg(test)]

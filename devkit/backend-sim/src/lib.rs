@@ -51,6 +51,7 @@
 pub mod cli;
 pub mod clock;
 mod db;
+pub mod faults;
 mod http;
 pub mod model;
 mod ops;

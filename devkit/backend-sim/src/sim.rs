@@ -22,6 +22,8 @@ pub(crate) struct Sim {
     settings: Settings,
     /// SHA-256 (hex) of the service token.
     service_token_hash: String,
+    /// Injected stalls and errors (test admin only).
+    pub(crate) faults: crate::faults::Faults,
 }
 
 impl Sim {
@@ -36,6 +38,7 @@ impl Sim {
             clock,
             settings,
             service_token_hash: ops::hash_token(service_token),
+            faults: crate::faults::Faults::default(),
         }
     }
 

@@ -7,6 +7,7 @@ mod support;
 mod auth;
 mod claims;
 mod contract;
+mod faults;
 mod leases;
 mod lost;
 mod publishes;

@@ -1,0 +1,58 @@
+//! Injected faults: a stalled request is applied late even when its caller
+//! gave up; an errored one changes nothing.
+
+use crate::support::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn a_stalled_claim_is_applied_late_even_after_its_caller_gave_up() {
+    let rig = Rig::start().await;
+    let id = rig.enqueue("h", "m", None).await;
+    let a = rig
+        .post("/admin/faults", json!({"paths": ["/jobs/next"], "mode": "stall", "seconds": 0.6}))
+        .await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    // The caller gives up long before the stall ends.
+    let impatient = rig
+        .http
+        .post(format!("{}/jobs/next", rig.base))
+        .bearer_auth(SERVICE)
+        .timeout(Duration::from_millis(100))
+        .send()
+        .await;
+    assert!(impatient.is_err(), "the caller timed out");
+    assert_eq!(rig.state(&id).await, "queued", "not applied yet");
+    // Once the window ends the held claim is applied.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rig.state(&id).await != "dispatched" {
+        assert!(Instant::now() < deadline, "the held claim was never applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_errored_renewal_answers_500_and_changes_nothing() {
+    let rig = Rig::start().await;
+    let id = rig.enqueue("h", "m", None).await;
+    let (claimed, _, claim) = rig.claim().await.expect("claimable");
+    assert_eq!(claimed, id);
+    let lease = ts(&claim["lease_expires_at"]);
+    rig.advance(30.0).await;
+    let a = rig
+        .post("/admin/faults", json!({"paths": ["/jobs/leases", "/jobs/*/lost"], "mode": "error", "seconds": 30}))
+        .await;
+    assert_eq!(a.status, 200);
+    let a = rig.post("/jobs/leases", json!({"job_ids": [id]})).await;
+    assert_error(&a, reqwest::StatusCode::INTERNAL_SERVER_ERROR, "internal");
+    assert_eq!(ts(&rig.job(&id).await["lease_expires_at"]), lease, "lease untouched");
+    // Other calls are not faulted; clearing ends the window.
+    assert_eq!(rig.get("/jobs/active").await.status, 200);
+    assert_eq!(rig.post("/admin/faults/clear", json!({})).await.status, 200);
+    assert_eq!(rig.post("/jobs/leases", json!({"job_ids": [id]})).await.status, 200);
+    // Bad rules are refused.
+    let a = rig
+        .post("/admin/faults", json!({"paths": [], "mode": "error", "seconds": 1}))
+        .await;
+    assert_eq!(a.status, 400);
+}
