@@ -108,8 +108,14 @@ pub struct Event {
     pub etype: EventType,
     /// Which object.
     pub key: Key,
-    /// The object after the change (for a deletion, its last state).
+    /// The object after the change (for a deletion, its last state with
+    /// the deletion's resourceVersion).
     pub object: Arc<Value>,
+    /// The object before the change (`None` for a creation and for the
+    /// synthetic ADDED of a watch's initial state). A filtered watch needs
+    /// it to tell "stopped matching" (DELETED) from "started matching"
+    /// (ADDED), as the API server's watch cache does.
+    pub prev: Option<Arc<Value>>,
 }
 
 /// What a watch starts from: events to send first, then the live channel.
@@ -274,6 +280,7 @@ impl Store {
             etype,
             key,
             object: obj.clone(),
+            prev: old,
         });
         inner.history.push_back(ev.clone());
         while inner.history.len() > self.history_limit {
@@ -453,6 +460,7 @@ impl Store {
                         etype: EventType::Added,
                         key: k.clone(),
                         object: v.clone(),
+                        prev: None,
                     })
                 })
                 .collect(),
@@ -618,6 +626,43 @@ mod tests {
             s.watch(Kind::Pod, Some("ns"), Some(4)).err().unwrap().code,
             410
         );
+    }
+
+    #[test]
+    fn events_carry_the_previous_object() {
+        let s = Store::new(10);
+        let mut rx = s.subscribe();
+        let now = Timestamp::now();
+        s.create(Kind::Pod, "ns", pod("a"), now).unwrap();
+        let key = Key::new(Kind::Pod, "ns", "a");
+        s.update(&key, |p| {
+            p["metadata"]["labels"]["a"] = json!("c");
+            Ok(true)
+        })
+        .unwrap();
+        s.remove(&key).unwrap();
+        let added = rx.try_recv().unwrap();
+        assert!(added.prev.is_none());
+        let modified = rx.try_recv().unwrap();
+        let prev = modified.prev.as_ref().unwrap();
+        assert_eq!(
+            (
+                &prev["metadata"]["labels"]["a"],
+                &prev["metadata"]["resourceVersion"]
+            ),
+            (&json!("b"), &json!("2"))
+        );
+        assert_eq!(modified.object["metadata"]["labels"]["a"], "c");
+        let deleted = rx.try_recv().unwrap();
+        assert_eq!(deleted.etype, EventType::Deleted);
+        assert_eq!(
+            deleted.prev.as_ref().unwrap()["metadata"]["resourceVersion"],
+            "3"
+        );
+        assert_eq!(deleted.object["metadata"]["resourceVersion"], "4");
+        // the history replayed to a resuming watch has them too
+        let w = s.watch(Kind::Pod, Some("ns"), Some(2)).unwrap();
+        assert!(w.initial.iter().all(|e| e.prev.is_some()));
     }
 
     #[test]
