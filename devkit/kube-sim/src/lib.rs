@@ -66,7 +66,7 @@ pub mod store;
 pub mod table;
 
 pub use admin::{AdminClient, Counters};
-pub use faults::{ApiFault, ApiFaultMode};
+pub use faults::{ApiFault, ApiFaultMode, FaultRule, FaultStatus, WatchScope};
 pub use rbac::Rbac;
 pub use sim::{Propagation, Sim, Timing};
 
@@ -190,6 +190,9 @@ impl SimHandle {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        // Connections outlive the server task: cut them, so no hung request
+        // or watch stays behind.
+        self.sim.faults.net.stop();
         self.sim.crash_node();
         if self.temp_kubeconfig {
             let _ = std::fs::remove_file(&self.kubeconfig);
@@ -241,6 +244,9 @@ pub async fn spawn(opts: SimOptions) -> anyhow::Result<SimHandle> {
         sim: sim.clone(),
         addr: addr.to_string(),
     });
+    let listener = faults::SimListener::new(listener, sim.faults.net.clone())
+        .context("reading the bound address")?;
+    let app = app.into_make_service_with_connect_info::<faults::ConnTag>();
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "kube-sim server stopped");
