@@ -57,9 +57,10 @@
 //!
 //! `POST /admin/restart` with `{"down_seconds": N}` (default 0) does what a
 //! crashed and restarted API server does to its clients: the watch history
-//! is compacted (the new watch cache starts at the current resourceVersion,
-//! so every resume from an older one gets 410 Expired and the client
-//! relists), every open connection except the caller's is cut (open watches
+//! is compacted (the resourceVersion moves on by one, as the restarting
+//! server's own writes move etcd's revision, and the new watch cache starts
+//! there: every resume from a resourceVersion a client holds gets 410
+//! Expired, and the client relists), every open connection except the caller's is cut (open watches
 //! end with a broken stream, requests in flight get no answer), and for
 //! `down_seconds` the port is closed, so new connections are refused. The
 //! answer carries `Connection: close`. The store itself (etcd) loses
@@ -180,7 +181,7 @@ fn restart(app: &AppState, keep: Option<u64>, r: &Restart) -> Result<RestartRepo
         )));
     }
     let sim = &app.sim;
-    let rv = sim.store.compact();
+    let rv = sim.store.compact_for_restart();
     if r.down_seconds > 0.0 {
         sim.faults
             .net

@@ -490,6 +490,19 @@ impl Store {
         inner.rv
     }
 
+    /// Compacts as an API-server restart does: the revision moves on (the
+    /// restarting server writes its own lease and endpoints, so etcd's
+    /// revision is past anything a client saw) and the new watch cache
+    /// starts there, empty. Every resourceVersion a client holds is then too
+    /// old to resume from (410). Returns the new resourceVersion.
+    pub fn compact_for_restart(&self) -> u64 {
+        let mut inner = self.lock();
+        inner.rv += 1;
+        inner.history.clear();
+        inner.compacted = inner.rv;
+        inner.rv
+    }
+
     /// Appends a line to a pod container's log.
     pub fn append_log(&self, ns: &str, pod: &str, container: &str, line: &str) {
         let mut inner = self.lock();
@@ -663,6 +676,29 @@ mod tests {
         // the history replayed to a resuming watch has them too
         let w = s.watch(Kind::Pod, Some("ns"), Some(2)).unwrap();
         assert!(w.initial.iter().all(|e| e.prev.is_some()));
+    }
+
+    #[test]
+    fn a_restart_leaves_every_held_resource_version_too_old() {
+        let s = Store::new(10);
+        s.create(Kind::Pod, "ns", pod("a"), Timestamp::now())
+            .unwrap();
+        let held = s.rv();
+        assert!(s.watch(Kind::Pod, None, Some(held)).is_ok());
+        let now = s.compact_for_restart();
+        assert_eq!(now, held + 1);
+        assert_eq!(
+            s.watch(Kind::Pod, None, Some(held)).err().unwrap().code,
+            410
+        );
+        assert!(s.watch(Kind::Pod, None, Some(now)).is_ok());
+        let created = s
+            .create(Kind::Pod, "ns", pod("b"), Timestamp::now())
+            .unwrap();
+        assert_eq!(
+            created["metadata"]["resourceVersion"],
+            (now + 1).to_string()
+        );
     }
 
     #[test]

@@ -146,7 +146,6 @@ pub(super) fn watch(sim: &Arc<Sim>, w: WatchRequest, q: &Query) -> Result<Respon
         id,
     };
     tokio::spawn(async move {
-        let _registered = registered;
         let run = streamer.run(start, &mut progress);
         let timed_out = tokio::time::timeout_at(deadline, run).await.is_err();
         // At the deadline a watch that allows bookmarks gets one last
@@ -157,6 +156,9 @@ pub(super) fn watch(sim: &Arc<Sim>, w: WatchRequest, q: &Query) -> Result<Respon
                 .tx
                 .try_send(Ok(streamer.bookmark(progress.seen, false)));
         }
+        // Unregistered before the client sees the end of the stream.
+        drop(registered);
+        drop(streamer);
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
     let mut res = Response::new(Body::from_stream(stream));
