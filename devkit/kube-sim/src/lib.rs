@@ -45,7 +45,14 @@
 //!   until `TCAB_DRIVER_REPORT_DEADLINE_SECONDS` (sim time) when that is set.
 //!   It does not enforce `TCAB_DRIVER_FINISH_DEADLINE_SECONDS` (`hang`
 //!   means hang, for deadline and fault tests).
-//! - Admin endpoints: see [`admin`].
+//! - A watch with a label or field selector gets ADDED when an object starts
+//!   matching and DELETED (its previous content, at the change's
+//!   resourceVersion) when it stops, live and in a replay, as the API
+//!   server's watch cache sends them.
+//! - Admin endpoints, fault rules (errors, 429 storms, latency, hung
+//!   requests, silent watches, each scoped by verb, resource and token and
+//!   bounded by a count or real seconds) and the API-server restart: see
+//!   [`admin`].
 
 pub mod admin;
 pub mod cli;

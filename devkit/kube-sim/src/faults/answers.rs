@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 /// 500 InternalError, as `apierrors.NewInternalError` renders a storage
-/// failure: "Internal error occurred: <cause>", the cause repeated in
+/// failure: `Internal error occurred: CAUSE`, the cause repeated in
 /// `details.causes`.
 pub fn internal_error() -> ApiError {
     let cause = "injected fault";

@@ -309,6 +309,18 @@ async fn a_watch_silenced_on_arrival_ends_at_its_deadline_or_when_the_admin_clos
         .unwrap();
     assert_eq!(closed, 1);
     assert!(w.next(SECS).await.is_none());
+    // a silenced watch whose client goes away leaves nothing behind
+    let w = WatchReader::open(&c, &format!("{}?watch=true", jobs_url(&s))).await;
+    eventually("the silent watch is open", SECS, || async {
+        let n = counters(&s).await;
+        (n.open_watches == 1 && n.silent_watches == 1).then_some(())
+    })
+    .await;
+    drop(w);
+    eventually("the silent watch is gone with its client", SECS, || async {
+        (counters(&s).await.open_watches == 0).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
