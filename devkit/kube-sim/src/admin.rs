@@ -4,9 +4,13 @@
 //! | call | body | effect |
 //! |---|---|---|
 //! | `GET /admin/counters` | | [`Counters`] |
-//! | `POST /admin/counters/reset` | | zero request counts; max live Jobs = current |
-//! | `POST /admin/faults/api` | [`ApiFault`] | the next `count` API calls fail or are delayed |
-//! | `POST /admin/faults/clear` | | drop pending faults |
+//! | `POST /admin/counters/reset` | | zero request counts, forget spent fault rules; max live Jobs = current |
+//! | `POST /admin/faults/api` | [`FaultRule`] (or the older [`ApiFault`]) | add a fault rule; answers `{"ok": true, "id": N}` |
+//! | `GET /admin/faults` | | every rule as a [`FaultStatus`] (id, rule without its token, affected, remaining, seconds left, live) |
+//! | `DELETE /admin/faults/api/{id}` | | end one rule now (it stays listed) |
+//! | `POST /admin/faults/clear` | | end every rule and never-pod switch |
+//! | `POST /admin/watches/close` | [`WatchScope`] (optional) | end open watches cleanly; answers `{"closed": N}` |
+//! | `POST /admin/restart` | [`Restart`] (optional) | API-server restart: see [`RestartReport`] |
 //! | `POST /admin/pods/{ns}/{name}/oom` | | OOM-kill the container (SIGKILL, exit 137) |
 //! | `POST /admin/pods/{ns}/{name}/evict` | | DisruptionTarget, SIGTERM, grace, pod deleted |
 //! | `POST /admin/pods/{ns}/{name}/delete` | `{"grace_seconds": N}` (optional) | delete the pod |
@@ -14,12 +18,58 @@
 //! | `POST /admin/node/crash` | | every pod gone at once, no cleanup |
 //! | `POST /admin/watch/compact` | | drop the watch history (old resourceVersions get 410) |
 //!
-//! The admin calls take no token or the admin token; the RBAC token is refused.
+//! The admin calls take no token or the admin token; the RBAC token is
+//! refused. Admin calls are never faulted.
+//!
+//! ## Fault rules
+//!
+//! A rule (`mode`, scope, bound) applies to each API request it covers
+//! while it is live; the first live rule added wins. Scope: `verbs`
+//! (`get list watch create update patch delete deletecollection`),
+//! `resources` (`jobs`, `pods`, `pods/log`, `jobs/status`, ...: exact), and
+//! `token` (only requests presenting that bearer token). Bound: `count`
+//! requests, `seconds` of real time from when the sim receives the rule
+//! (not scaled by `--speed`), or both, whichever ends first. Modes:
+//!
+//! - `error500`: 500 `InternalError` Status ("Internal error occurred: ...").
+//! - `unavailable`: 503 `ServiceUnavailable` Status (`Retry-After` with
+//!   `retry_after_seconds`).
+//! - `throttle`: 429 as API Priority and Fairness rejects: `Retry-After`
+//!   (`retry_after_seconds`, default 1), plain-text body "Too many requests,
+//!   please try again later.", not a Status.
+//! - `delay`: answer normally after `delay_ms` (default 200).
+//! - `hang`: accept and never answer, until the client gives up or a restart
+//!   cuts the connection (a hung watch sends no headers either).
+//! - `silence` (watches only): the watch opens and sends nothing, no events,
+//!   no bookmarks, until its `timeoutSeconds` deadline (then it ends cleanly)
+//!   or the client closes it. Watches already open go silent at the next
+//!   event or bookmark they would send while the rule is live. A silenced
+//!   watch stays silent after the rule ends, as one stuck on a broken watch
+//!   cache does; the events it missed stay in the history, so a resume from
+//!   the client's last resourceVersion gets them.
+//!
+//! Faults on `list` and `watch` meet new requests; watches already open go
+//! on unless the rule has `close_open_watches` (they are ended cleanly, and
+//! the client's re-watch meets the fault) or the mode is `silence`.
+//! [`Counters::faults`] tells how many requests each rule affected.
+//!
+//! ## Restart
+//!
+//! `POST /admin/restart` with `{"down_seconds": N}` (default 0) does what a
+//! crashed and restarted API server does to its clients: the watch history
+//! is compacted (the resourceVersion moves on by one, as the restarting
+//! server's own writes move etcd's revision, and the new watch cache starts
+//! there: every resume from a resourceVersion a client holds gets 410
+//! Expired, and the client relists), every open connection except the caller's is cut (open watches
+//! end with a broken stream, requests in flight get no answer), and for
+//! `down_seconds` the port is closed, so new connections are refused. The
+//! answer carries `Connection: close`. The store itself (etcd) loses
+//! nothing, and the Job controller and kubelet go on.
 
-use crate::faults::ApiFault;
+use crate::faults::{ApiFault, ConnTag, FaultRule, FaultStatus, WatchScope};
 use crate::http::AppState;
 use crate::status::ApiError;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -34,9 +84,52 @@ pub struct Counters {
     pub max_live_jobs: BTreeMap<String, i64>,
     /// Non-terminal Jobs now, per `tcab.dev/job-kind` value.
     pub live_jobs: BTreeMap<String, i64>,
-    /// API requests by `"<verb> <resource>"`, e.g. `"list jobs"`, `"get pods/log"`.
+    /// API requests by `"<verb> <resource>"`, e.g. `"list jobs"`, `"get pods/log"`
+    /// (faulted ones included).
     pub requests: BTreeMap<String, u64>,
+    /// Requests (or open watches, for `silence`) each fault rule affected,
+    /// by rule id.
+    #[serde(default)]
+    pub faults: BTreeMap<String, u64>,
+    /// Watches open now.
+    #[serde(default)]
+    pub open_watches: u64,
+    /// Of those, the silenced ones.
+    #[serde(default)]
+    pub silent_watches: u64,
+    /// Requests hanging now (a `hang` fault; back to 0 once their clients
+    /// gave up).
+    #[serde(default)]
+    pub hung_requests: u64,
+    /// API-server restarts so far.
+    #[serde(default)]
+    pub restarts: u64,
 }
+
+/// Body of `POST /admin/restart`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Restart {
+    /// Real seconds the port stays closed (connections refused); 0 = it
+    /// reopens at once.
+    #[serde(default)]
+    pub down_seconds: f64,
+}
+
+/// What `POST /admin/restart` answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestartReport {
+    /// The resourceVersion the history now starts at: a watch from an older
+    /// one gets 410.
+    pub resource_version: String,
+    /// Connections cut (the caller's excepted).
+    pub connections_cut: u64,
+    /// Watches that were open.
+    pub watches_closed: u64,
+}
+
+/// Longest downtime a restart may ask for.
+const MAX_DOWN_SECONDS: f64 = 3600.0;
 
 /// Body of `POST /admin/jobs/never-pod`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -60,14 +153,59 @@ fn reply(code: StatusCode, v: Value) -> Response {
 
 /// Serves an `/admin/` request.
 pub async fn handle(app: AppState, req: Request) -> Response {
+    let restart =
+        req.method() == Method::POST && req.uri().path().trim_end_matches('/') == "/admin/restart";
     match serve(app, req).await {
-        Ok(v) => reply(StatusCode::OK, v),
+        Ok(v) => {
+            let mut res = reply(StatusCode::OK, v);
+            if restart {
+                // The caller's connection was spared the cut; it closes now.
+                res.headers_mut().insert(
+                    header::CONNECTION,
+                    header::HeaderValue::from_static("close"),
+                );
+            }
+            res
+        }
         Err(e) => e.into_response(),
     }
 }
 
+/// Restarts the API server (see the module docs); `keep` is the caller's
+/// connection.
+fn restart(app: &AppState, keep: Option<u64>, r: &Restart) -> Result<RestartReport, ApiError> {
+    if !(r.down_seconds.is_finite() && (0.0..=MAX_DOWN_SECONDS).contains(&r.down_seconds)) {
+        return Err(ApiError::bad_request(format!(
+            "\"down_seconds\" must be between 0 and {MAX_DOWN_SECONDS}, got {}",
+            r.down_seconds
+        )));
+    }
+    let sim = &app.sim;
+    let rv = sim.store.compact_for_restart();
+    if r.down_seconds > 0.0 {
+        sim.faults
+            .net
+            .go_down(std::time::Duration::from_secs_f64(r.down_seconds));
+    }
+    let cut = sim.faults.net.cut(keep);
+    let closed = sim.faults.close_watches(&WatchScope::default());
+    let n = sim.faults.count_restart();
+    tracing::info!(
+        restart = n,
+        resource_version = rv,
+        connections_cut = cut,
+        down_seconds = r.down_seconds,
+        "API server restarted (simulated)"
+    );
+    Ok(RestartReport {
+        resource_version: rv.to_string(),
+        connections_cut: cut as u64,
+        watches_closed: closed as u64,
+    })
+}
+
 async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
-    let sim = app.sim;
+    let sim = app.sim.clone();
     let token = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -82,6 +220,10 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
     }
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let conn = req
+        .extensions()
+        .get::<ConnectInfo<ConnTag>>()
+        .map(|c| c.0.id);
     let body = axum::body::to_bytes(req.into_body(), 1 << 20)
         .await
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -92,15 +234,22 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
             serde_json::from_slice(b).map_err(|e| ApiError::bad_request(format!("bad JSON: {e}")))
         }
     };
+    let json_err = |e: serde_json::Error| ApiError::bad_request(format!("bad body: {e}"));
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, segs.as_slice()) {
         (Method::GET, ["admin", "healthz"]) => Ok(json!({"ok": true})),
         (Method::GET, ["admin", "counters"]) => {
             let (live, max) = sim.store.job_counts();
+            let (open_watches, silent_watches) = sim.faults.open_watches();
             let c = Counters {
                 max_live_jobs: max,
                 live_jobs: live,
                 requests: sim.faults.requests(),
+                faults: sim.faults.affected(),
+                open_watches,
+                silent_watches,
+                hung_requests: sim.faults.hung_requests(),
+                restarts: sim.faults.restarts(),
             };
             serde_json::to_value(c).map_err(|e| ApiError::internal(e.to_string()))
         }
@@ -110,10 +259,32 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
             Ok(json!({"ok": true}))
         }
         (Method::POST, ["admin", "faults", "api"]) => {
-            let f: ApiFault = serde_json::from_value(parse(&body)?)
+            let f: FaultRule = serde_json::from_value(parse(&body)?)
                 .map_err(|e| ApiError::bad_request(format!("bad fault: {e}")))?;
-            sim.faults.add_api_fault(f);
-            Ok(json!({"ok": true}))
+            let id = sim.faults.add_rule(f);
+            Ok(json!({"ok": true, "id": id}))
+        }
+        (Method::GET, ["admin", "faults"]) => {
+            serde_json::to_value(sim.faults.rules()).map_err(|e| ApiError::internal(e.to_string()))
+        }
+        (Method::DELETE, ["admin", "faults", "api", id]) => {
+            let id: u64 = id
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("bad fault id {id:?}")))?;
+            if sim.faults.remove_rule(id) {
+                Ok(json!({"ok": true}))
+            } else {
+                Err(ApiError::no_route(&path))
+            }
+        }
+        (Method::POST, ["admin", "watches", "close"]) => {
+            let scope: WatchScope = serde_json::from_value(parse(&body)?).map_err(json_err)?;
+            Ok(json!({"closed": sim.faults.close_watches(&scope)}))
+        }
+        (Method::POST, ["admin", "restart"]) => {
+            let r: Restart = serde_json::from_value(parse(&body)?).map_err(json_err)?;
+            let report = restart(&app, conn, &r)?;
+            serde_json::to_value(report).map_err(|e| ApiError::internal(e.to_string()))
         }
         (Method::POST, ["admin", "faults", "clear"]) => {
             sim.faults.clear();
@@ -240,15 +411,76 @@ impl AdminClient {
         self.post("/admin/counters/reset", None).await.map(drop)
     }
 
-    /// Queues an API fault.
+    /// Queues a count-bound API fault (the original form; see
+    /// [`AdminClient::add_fault`]).
     pub async fn api_fault(&self, fault: &ApiFault) -> Result<(), AdminError> {
         let body = serde_json::to_value(fault).unwrap_or(Value::Null);
         self.post("/admin/faults/api", Some(body)).await.map(drop)
     }
 
-    /// Clears pending faults.
+    /// Adds a fault rule; returns its id (see [`Counters::faults`]).
+    pub async fn add_fault(&self, rule: &FaultRule) -> Result<u64, AdminError> {
+        let body = serde_json::to_value(rule).unwrap_or(Value::Null);
+        let v = self.post("/admin/faults/api", Some(body)).await?;
+        Ok(v["id"].as_u64().unwrap_or(0))
+    }
+
+    /// Every fault rule, oldest first.
+    pub async fn faults(&self) -> Result<Vec<FaultStatus>, AdminError> {
+        let path = "/admin/faults";
+        let v = self.call(reqwest::Method::GET, path, None).await?;
+        serde_json::from_value(v).map_err(|e| AdminError::Status {
+            path: path.to_string(),
+            status: 200,
+            body: format!("unreadable fault list: {e}"),
+        })
+    }
+
+    /// How many requests the rule with this id affected so far.
+    pub async fn fault_affected(&self, id: u64) -> Result<u64, AdminError> {
+        Ok(self
+            .counters()
+            .await?
+            .faults
+            .get(&id.to_string())
+            .copied()
+            .unwrap_or(0))
+    }
+
+    /// Ends one fault rule now.
+    pub async fn remove_fault(&self, id: u64) -> Result<(), AdminError> {
+        self.call(
+            reqwest::Method::DELETE,
+            &format!("/admin/faults/api/{id}"),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Ends every fault rule and never-pod switch.
     pub async fn clear_faults(&self) -> Result<(), AdminError> {
         self.post("/admin/faults/clear", None).await.map(drop)
+    }
+
+    /// Ends the open watches in scope (cleanly); returns how many.
+    pub async fn close_watches(&self, scope: &WatchScope) -> Result<u64, AdminError> {
+        let body = serde_json::to_value(scope).unwrap_or(Value::Null);
+        let v = self.post("/admin/watches/close", Some(body)).await?;
+        Ok(v["closed"].as_u64().unwrap_or(0))
+    }
+
+    /// Restarts the API server: history compacted, connections cut, the port
+    /// closed for `down_seconds`. The sim is unreachable meanwhile.
+    pub async fn restart(&self, down_seconds: f64) -> Result<RestartReport, AdminError> {
+        let path = "/admin/restart";
+        let body = serde_json::to_value(Restart { down_seconds }).unwrap_or(Value::Null);
+        let v = self.post(path, Some(body)).await?;
+        serde_json::from_value(v).map_err(|e| AdminError::Status {
+            path: path.to_string(),
+            status: 200,
+            body: format!("unreadable restart report: {e}"),
+        })
     }
 
     /// OOM-kills a pod's container.

@@ -45,7 +45,14 @@
 //!   until `TCAB_DRIVER_REPORT_DEADLINE_SECONDS` (sim time) when that is set.
 //!   It does not enforce `TCAB_DRIVER_FINISH_DEADLINE_SECONDS` (`hang`
 //!   means hang, for deadline and fault tests).
-//! - Admin endpoints: see [`admin`].
+//! - A watch with a label or field selector gets ADDED when an object starts
+//!   matching and DELETED (its previous content, at the change's
+//!   resourceVersion) when it stops, live and in a replay, as the API
+//!   server's watch cache sends them.
+//! - Admin endpoints, fault rules (errors, 429 storms, latency, hung
+//!   requests, silent watches, each scoped by verb, resource and token and
+//!   bounded by a count or real seconds) and the API-server restart: see
+//!   [`admin`].
 
 pub mod admin;
 pub mod cli;
@@ -66,7 +73,7 @@ pub mod store;
 pub mod table;
 
 pub use admin::{AdminClient, Counters};
-pub use faults::{ApiFault, ApiFaultMode};
+pub use faults::{ApiFault, ApiFaultMode, FaultRule, FaultStatus, WatchScope};
 pub use rbac::Rbac;
 pub use sim::{Propagation, Sim, Timing};
 
@@ -190,6 +197,9 @@ impl SimHandle {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        // Connections outlive the server task: cut them, so no hung request
+        // or watch stays behind.
+        self.sim.faults.net.stop();
         self.sim.crash_node();
         if self.temp_kubeconfig {
             let _ = std::fs::remove_file(&self.kubeconfig);
@@ -241,6 +251,9 @@ pub async fn spawn(opts: SimOptions) -> anyhow::Result<SimHandle> {
         sim: sim.clone(),
         addr: addr.to_string(),
     });
+    let listener = faults::SimListener::new(listener, sim.faults.net.clone())
+        .context("reading the bound address")?;
+    let app = app.into_make_service_with_connect_info::<faults::ConnTag>();
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "kube-sim server stopped");

@@ -108,8 +108,14 @@ pub struct Event {
     pub etype: EventType,
     /// Which object.
     pub key: Key,
-    /// The object after the change (for a deletion, its last state).
+    /// The object after the change (for a deletion, its last state with
+    /// the deletion's resourceVersion).
     pub object: Arc<Value>,
+    /// The object before the change (`None` for a creation and for the
+    /// synthetic ADDED of a watch's initial state). A filtered watch needs
+    /// it to tell "stopped matching" (DELETED) from "started matching"
+    /// (ADDED), as the API server's watch cache does.
+    pub prev: Option<Arc<Value>>,
 }
 
 /// What a watch starts from: events to send first, then the live channel.
@@ -274,6 +280,7 @@ impl Store {
             etype,
             key,
             object: obj.clone(),
+            prev: old,
         });
         inner.history.push_back(ev.clone());
         while inner.history.len() > self.history_limit {
@@ -453,6 +460,7 @@ impl Store {
                         etype: EventType::Added,
                         key: k.clone(),
                         object: v.clone(),
+                        prev: None,
                     })
                 })
                 .collect(),
@@ -477,6 +485,19 @@ impl Store {
     /// from an older resourceVersion then gets 410 Gone.
     pub fn compact(&self) -> u64 {
         let mut inner = self.lock();
+        inner.history.clear();
+        inner.compacted = inner.rv;
+        inner.rv
+    }
+
+    /// Compacts as an API-server restart does: the revision moves on (the
+    /// restarting server writes its own lease and endpoints, so etcd's
+    /// revision is past anything a client saw) and the new watch cache
+    /// starts there, empty. Every resourceVersion a client holds is then too
+    /// old to resume from (410). Returns the new resourceVersion.
+    pub fn compact_for_restart(&self) -> u64 {
+        let mut inner = self.lock();
+        inner.rv += 1;
         inner.history.clear();
         inner.compacted = inner.rv;
         inner.rv
@@ -617,6 +638,66 @@ mod tests {
         assert_eq!(
             s.watch(Kind::Pod, Some("ns"), Some(4)).err().unwrap().code,
             410
+        );
+    }
+
+    #[test]
+    fn events_carry_the_previous_object() {
+        let s = Store::new(10);
+        let mut rx = s.subscribe();
+        let now = Timestamp::now();
+        s.create(Kind::Pod, "ns", pod("a"), now).unwrap();
+        let key = Key::new(Kind::Pod, "ns", "a");
+        s.update(&key, |p| {
+            p["metadata"]["labels"]["a"] = json!("c");
+            Ok(true)
+        })
+        .unwrap();
+        s.remove(&key).unwrap();
+        let added = rx.try_recv().unwrap();
+        assert!(added.prev.is_none());
+        let modified = rx.try_recv().unwrap();
+        let prev = modified.prev.as_ref().unwrap();
+        assert_eq!(
+            (
+                &prev["metadata"]["labels"]["a"],
+                &prev["metadata"]["resourceVersion"]
+            ),
+            (&json!("b"), &json!("2"))
+        );
+        assert_eq!(modified.object["metadata"]["labels"]["a"], "c");
+        let deleted = rx.try_recv().unwrap();
+        assert_eq!(deleted.etype, EventType::Deleted);
+        assert_eq!(
+            deleted.prev.as_ref().unwrap()["metadata"]["resourceVersion"],
+            "3"
+        );
+        assert_eq!(deleted.object["metadata"]["resourceVersion"], "4");
+        // the history replayed to a resuming watch has them too
+        let w = s.watch(Kind::Pod, Some("ns"), Some(2)).unwrap();
+        assert!(w.initial.iter().all(|e| e.prev.is_some()));
+    }
+
+    #[test]
+    fn a_restart_leaves_every_held_resource_version_too_old() {
+        let s = Store::new(10);
+        s.create(Kind::Pod, "ns", pod("a"), Timestamp::now())
+            .unwrap();
+        let held = s.rv();
+        assert!(s.watch(Kind::Pod, None, Some(held)).is_ok());
+        let now = s.compact_for_restart();
+        assert_eq!(now, held + 1);
+        assert_eq!(
+            s.watch(Kind::Pod, None, Some(held)).err().unwrap().code,
+            410
+        );
+        assert!(s.watch(Kind::Pod, None, Some(now)).is_ok());
+        let created = s
+            .create(Kind::Pod, "ns", pod("b"), Timestamp::now())
+            .unwrap();
+        assert_eq!(
+            created["metadata"]["resourceVersion"],
+            (now + 1).to_string()
         );
     }
 

@@ -9,7 +9,7 @@ mod write;
 
 use crate::admin;
 use crate::discovery;
-use crate::faults::FaultAction;
+use crate::faults::{FaultAction, RequestAttrs, Stage, answers};
 use crate::objects::{self, ensure_object};
 use crate::rbac::{Attributes, Rbac};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -211,6 +211,8 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
     if path.trim_end_matches('/') == "/healthz" || path == "/readyz" || path == "/livez" {
         return Ok((StatusCode::OK, "ok").into_response());
     }
+    // One helper will own boolean query parameters; keep this line easy to
+    // swap for it.
     let is_watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
     let info =
         parse_request(req.method(), path, is_watch).ok_or_else(|| ApiError::no_route(path))?;
@@ -233,11 +235,66 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
     }
     let resource = info.resource_path();
     sim.faults.count_request(info.verb, &resource);
-    match sim.faults.take_api_fault(info.verb, &resource) {
-        Some(FaultAction::Fail(e)) => return Err(e),
-        Some(FaultAction::Delay(d)) => tokio::time::sleep(d).await,
+    let token = bearer(req.headers()).map(str::to_string);
+    let attrs = RequestAttrs {
+        verb: info.verb,
+        resource: &resource,
+        token: token.as_deref(),
+    };
+    let mut silenced = false;
+    let mut after = None;
+    match sim.faults.take(&attrs, Stage::Arrival) {
+        Some(hit) if hit.applied => after = Some(hit.action),
+        Some(hit) => match hit.action {
+            FaultAction::Error500 => return Err(answers::internal_error()),
+            FaultAction::Unavailable(retry_after) => return Err(answers::unavailable(retry_after)),
+            FaultAction::Throttle(retry_after) => return Ok(answers::apf_rejection(retry_after)),
+            FaultAction::Delay(d) => tokio::time::sleep(d).await,
+            FaultAction::Hang => {
+                return Ok(answers::hang(&sim.faults, req.into_body(), MAX_BODY).await);
+            }
+            FaultAction::Silence => silenced = true,
+        },
         None => {}
     }
+    let fault = Faulted {
+        resource,
+        token,
+        silenced,
+    };
+    let answer = serve_resource(sim.clone(), info, q, req, fault).await;
+    // A fault that strikes after the request was carried out: its effect
+    // stays, its answer is replaced or lost.
+    match after {
+        None => answer,
+        Some(FaultAction::Unavailable(retry_after)) => Err(answers::unavailable(retry_after)),
+        Some(FaultAction::Hang) => {
+            drop(answer);
+            Ok(answers::hang(&sim.faults, axum::body::Body::empty(), 0).await)
+        }
+        Some(_) => Err(answers::internal_error()),
+    }
+}
+
+/// What the fault decision left for serving the request.
+struct Faulted {
+    resource: String,
+    token: Option<String>,
+    silenced: bool,
+}
+
+async fn serve_resource(
+    sim: Arc<Sim>,
+    info: ReqInfo,
+    q: Query,
+    req: Request,
+    fault: Faulted,
+) -> Result<Response, ApiError> {
+    let Faulted {
+        resource,
+        token,
+        silenced,
+    } = fault;
     let table = wants_table(req.headers());
     let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
     let content_type = req
@@ -258,7 +315,20 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
     };
     match (info.verb, info.name.as_deref(), info.subresource.as_deref()) {
         ("list", None, None) => list::list(&view, kind, ns.as_deref(), &q),
-        ("watch", _, None) => watch::watch(&sim, kind, ns, info.name.clone(), &q, table, include),
+        ("watch", _, None) => watch::watch(
+            &sim,
+            watch::WatchRequest {
+                kind,
+                ns,
+                name: info.name.clone(),
+                table,
+                include,
+                resource,
+                token,
+                silenced,
+            },
+            &q,
+        ),
         ("get", Some(name), None | Some("status")) => {
             let obj = sim
                 .store

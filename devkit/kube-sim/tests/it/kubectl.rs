@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 /// How long each step of the `get --watch` conversation may take.
 const WATCH_STEP: Duration = Duration::from_secs(30);
 
-fn kubectl_on_path() -> bool {
+pub fn kubectl_on_path() -> bool {
     Command::new("kubectl")
         .arg("version")
         .arg("--client")

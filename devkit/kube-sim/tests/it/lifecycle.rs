@@ -99,8 +99,7 @@ async fn a_driver_job_lives_its_whole_life() {
     let s = sim().await;
     let c = client();
     let script = json!({"duration_ms": 400, "log_lines": 2});
-    let mut j = driver_job("j1", &url, script, 30, json!({}));
-    j["spec"]["ttlSecondsAfterFinished"] = json!(1);
+    let j = driver_job("j1", &url, script, 30, json!({}));
     assert_eq!(post(&c, &jobs_url(&s), &j).await.0, 201);
     let pod = driver_pod(&s, "j1").await;
     assert_eq!(pod["metadata"]["labels"]["tcab.dev/job-id"], "j1");
@@ -160,7 +159,17 @@ async fn a_driver_job_lives_its_whole_life() {
         log.contains("running: step 2/2") && log.contains("created sandbox pod"),
         "{log}"
     );
-    // ttlSecondsAfterFinished: the Job and its pod go
+    // ttlSecondsAfterFinished (set only now, so the pod and its log were
+    // read before it could take them; the field may change after the Job
+    // finished): the Job and its pod go
+    let r = c
+        .patch(format!("{}/{}", jobs_url(&s), driver_name("j1")))
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"spec":{"ttlSecondsAfterFinished":1}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
     eventually("ttl deletes the job", SECS, || async {
         job(&s, &driver_name("j1")).await.is_none().then_some(())
     })
@@ -546,6 +555,9 @@ async fn a_node_crash_removes_every_pod_at_once() {
             sandboxes(&s, id).await.into_iter().next()
         })
         .await;
+        // The drivers hang once they reported "running": past that, nothing
+        // of theirs is in flight when the node crashes.
+        wait_reported(&b, &format!("/jobs/{id}/status running")).await;
     }
     let before = b.calls().len();
     let removed = s.admin().crash_node().await.unwrap();

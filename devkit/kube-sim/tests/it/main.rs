@@ -4,6 +4,8 @@ mod api;
 mod backend;
 mod cli;
 mod common;
+mod faults;
 mod kube_client;
 mod kubectl;
 mod lifecycle;
+mod watch;
