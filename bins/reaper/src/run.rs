@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client};
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
@@ -607,14 +606,12 @@ struct Ticks {
 }
 
 impl Tick for Ticks {
-    fn tick(&mut self) -> impl Future<Output = TickOutcome> + Send {
-        async move {
-            let report = self.reaper.tick().await;
-            if let Some(observe) = &self.on_tick {
-                observe(&report);
-            }
-            TickOutcome::Idle
+    async fn tick(&mut self) -> TickOutcome {
+        let report = self.reaper.tick().await;
+        if let Some(observe) = &self.on_tick {
+            observe(&report);
         }
+        TickOutcome::Idle
     }
 }
 
