@@ -132,8 +132,8 @@ impl ReapMemory {
         Due { reap, sweep }
     }
 
-    /// Records a sweep round whose LIST succeeded (whatever the backend
-    /// answered): the next one is due an interval later.
+    /// Records a sweep round (whether its LIST or the backend call then
+    /// failed): the next one is due an interval later.
     pub fn swept(&mut self, now: Instant) {
         self.last_sweep = Some(now);
     }

@@ -333,6 +333,12 @@ impl Reaper {
             "listing sandbox pods"
         );
 
+        // A sweep round counts from its LIST, whether the LIST or the backend
+        // then fails: a sandbox namespace that refuses the reaper costs one
+        // LIST per interval, not one per tick.
+        if report.due.sweep {
+            self.memory.swept(now);
+        }
         // The pods are listed before the Jobs are read for the plan, so a
         // sandbox of a newer claim is never judged against a view older than it.
         let selector = labels::selector(labels::MANAGED_BY, &self.settings.driver_managed_by);
@@ -369,7 +375,6 @@ impl Reaper {
         // Asked after the LIST: every listed sandbox was made after its claim.
         let driven_ids;
         let driven = if report.due.sweep {
-            self.memory.swept(now);
             match self.driven().await {
                 Ok(ids) => {
                     report.sweep = SweepOutcome::Driven(ids.len());

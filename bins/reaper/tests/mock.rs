@@ -654,3 +654,23 @@ async fn the_sweep_lists_on_its_own_cadence() {
     assert_eq!(seen.lock().expect("log").len(), 1, "one LIST for the sweep");
     assert_eq!(backend.calls(), 1);
 }
+
+#[tokio::test]
+async fn a_sweep_whose_list_is_refused_waits_for_its_next_interval() {
+    let backend = MockBackend::start(Active::Driven(vec![])).await;
+    let (client, seen) = mock_client(Box::new(|_| Answer::Json(403, status(403, "Forbidden"))));
+    let mut r = reaper_with(
+        client,
+        cache(vec![]),
+        sweeping(Duration::from_secs(3600)),
+        Some(backend.client()),
+    );
+    let first = r.tick().await;
+    assert!(first.due.sweep);
+    assert_eq!(first.api_errors[0].code, Some(403));
+    for _ in 0..3 {
+        assert!(!r.tick().await.due.needs_list());
+    }
+    assert_eq!(seen.lock().expect("log").len(), 1, "one refused LIST");
+    assert_eq!(backend.calls(), 0, "no backend call without a LIST");
+}
