@@ -341,58 +341,26 @@ impl Reaper {
         }
         // The pods are listed before the Jobs are read for the plan, so a
         // sandbox of a newer claim is never judged against a view older than it.
-        let selector = labels::selector(labels::MANAGED_BY, &self.settings.driver_managed_by);
-        let listed = match bounded(
-            self.kube_timeout,
-            self.pods.list(&ListParams::default().labels(&selector)),
-        )
-        .await
-        {
-            Ok(list) => list,
-            Err(error) => {
-                let code = error.code();
-                tracing::warn!(
-                    namespace = %self.sandbox_namespace,
-                    code,
-                    error = %error_chain(&error),
-                    "cannot list sandbox pods; retrying next tick{}",
-                    rbac_hint(code)
-                );
-                report
-                    .api_errors
-                    .push(ApiFailure::new("list", "pods", &error));
-                return report;
-            }
+        let Some(pods) = self.list_sandboxes(&mut report.api_errors).await else {
+            return report;
         };
-        let pods: Vec<PodSummary> = listed
-            .items
-            .iter()
-            .map(|pod| PodSummary::from_pod(pod, &self.sandbox_namespace))
-            .collect();
-        drop(listed);
         report.listed = Some(pods.len());
 
         // Asked after the LIST: every listed sandbox was made after its claim.
-        let driven_ids;
-        let driven = if report.due.sweep {
-            match self.driven().await {
-                Ok(ids) => {
-                    report.sweep = SweepOutcome::Driven(ids.len());
-                    driven_ids = ids;
-                    Driven::Known(&driven_ids)
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        %error,
-                        next_sweep_in_seconds = self.settings.orphan_sweep_interval.as_secs(),
-                        "cannot read the jobs the backend drives; no orphan is swept this round"
-                    );
-                    report.sweep = SweepOutcome::BackendFailed(error);
-                    Driven::Unknown
-                }
-            }
+        let driven_ids = if report.due.sweep {
+            let answer = self.driven().await;
+            report.sweep = match &answer {
+                Ok(ids) => SweepOutcome::Driven(ids.len()),
+                Err(error) => SweepOutcome::BackendFailed(error.clone()),
+            };
+            Some(answer)
         } else {
-            Driven::NotAsked
+            None
+        };
+        let driven = match &driven_ids {
+            None => Driven::NotAsked,
+            Some(Ok(ids)) => Driven::Known(ids),
+            Some(Err(_)) => Driven::Unknown,
         };
 
         let (jobs, view) = match current_view(&self.jobs) {
@@ -426,21 +394,79 @@ impl Reaper {
             );
         }
 
+        let attempts = self.carry_out(&plan, &view, &dead, &mut report).await;
+        report.completed = self.memory.record(&verdicts, &attempts);
+        for job_id in &report.completed {
+            tracing::debug!(job_id, "no sandbox of this job left; its reap is complete");
+        }
+        if plan.delete.is_empty() {
+            tracing::debug!(
+                namespace = %self.sandbox_namespace,
+                listed = pods.len(),
+                "no sandbox pod to reap"
+            );
+        }
+        report.plan = plan;
+        report
+    }
+
+    /// One bounded LIST of the pods carrying the driver's managed-by value;
+    /// `None` (logged, recorded) when it fails.
+    async fn list_sandboxes(&self, errors: &mut Vec<ApiFailure>) -> Option<Vec<PodSummary>> {
+        let selector = labels::selector(labels::MANAGED_BY, &self.settings.driver_managed_by);
+        match bounded(
+            self.kube_timeout,
+            self.pods.list(&ListParams::default().labels(&selector)),
+        )
+        .await
+        {
+            Ok(list) => Some(
+                list.items
+                    .iter()
+                    .map(|pod| PodSummary::from_pod(pod, &self.sandbox_namespace))
+                    .collect(),
+            ),
+            Err(error) => {
+                let code = error.code();
+                tracing::warn!(
+                    namespace = %self.sandbox_namespace,
+                    code,
+                    error = %error_chain(&error),
+                    "cannot list sandbox pods; retrying next tick{}",
+                    rbac_hint(code)
+                );
+                errors.push(ApiFailure::new("list", "pods", &error));
+                None
+            }
+        }
+    }
+
+    /// Carries out the plan's deletes, job id by job id: each id only while
+    /// the view is still current and unchanged, and after a confirming read;
+    /// each delete of it only while the view still is. Returns how each
+    /// planned delete went, for the memory.
+    async fn carry_out(
+        &self,
+        plan: &ReapPlan,
+        view: &watch::Receiver<ViewState>,
+        dead: &BTreeSet<String>,
+        report: &mut TickReport,
+    ) -> Vec<(String, Attempt)> {
         let mut by_id: BTreeMap<&str, Vec<&PodDelete>> = BTreeMap::new();
         for delete in &plan.delete {
             by_id.entry(&delete.job_id).or_default().push(delete);
         }
         let mut attempts = Vec::new();
         for (job_id, deletes) in by_id {
-            let mut gate = if still_current(&view) {
-                self.confirm(job_id, &deletes[0].reason, &dead, &mut report.api_errors)
+            let mut gate = if still_current(view) {
+                self.confirm(job_id, &deletes[0].reason, dead, &mut report.api_errors)
                     .await
                     .err()
             } else {
                 Some(SkipReason::ViewNotCurrent)
             };
             for delete in deletes {
-                if gate.is_none() && !still_current(&view) {
+                if gate.is_none() && !still_current(view) {
                     gate = Some(SkipReason::ViewNotCurrent);
                 }
                 let outcome = match &gate {
@@ -462,19 +488,7 @@ impl Reaper {
                 );
             }
         }
-        report.completed = self.memory.record(&verdicts, &attempts);
-        for job_id in &report.completed {
-            tracing::debug!(job_id, "no sandbox of this job left; its reap is complete");
-        }
-        if plan.delete.is_empty() {
-            tracing::debug!(
-                namespace = %self.sandbox_namespace,
-                listed = pods.len(),
-                "no sandbox pod to reap"
-            );
-        }
-        report.plan = plan;
-        report
+        attempts
     }
 
     /// The job ids the backend lists as driven (`GET /jobs/active`).
@@ -484,7 +498,14 @@ impl Reaper {
         };
         match backend.active_runs().await {
             Ok(active) => Ok(active.jobs.into_iter().map(|run| run.id).collect()),
-            Err(error) => Err(error.to_string()),
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    next_sweep_in_seconds = self.settings.orphan_sweep_interval.as_secs(),
+                    "cannot read the jobs the backend drives; no orphan is swept this round"
+                );
+                Err(error.to_string())
+            }
         }
     }
 
