@@ -70,6 +70,7 @@ DEFAULT_ENV = {
         "TCAB_BACKEND_URL",
         "TCAB_BACKEND_SERVICE_TOKEN",
         "TCAB_DRIVER_IMAGE",
+        "TCAB_DRIVER_MANAGED_BY",
         "TCAB_DISPATCHER_LOG_FORMAT",
         "RUST_LOG",
     },
@@ -80,7 +81,16 @@ DEFAULT_ENV = {
         "TCAB_DISPATCHER_LOG_FORMAT",
         "RUST_LOG",
     },
-    "reaper": {"POD_NAMESPACE", "TCAB_K8S_NAMESPACE", "TCAB_DISPATCHER_LOG_FORMAT", "RUST_LOG"},
+    # The orphan sweep is on by default: it asks the backend what it drives.
+    "reaper": {
+        "POD_NAMESPACE",
+        "TCAB_BACKEND_URL",
+        "TCAB_BACKEND_SERVICE_TOKEN",
+        "TCAB_K8S_NAMESPACE",
+        "TCAB_DRIVER_MANAGED_BY",
+        "TCAB_DISPATCHER_LOG_FORMAT",
+        "RUST_LOG",
+    },
 }
 
 try:
@@ -176,6 +186,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "vaultAllowNonLoopback": False,
                 "orphanSweep": False,
                 "orphanGraceSeconds": 1200,
+                "orphanSweepIntervalSeconds": 900,
             },
             "driver": {
                 "terminationGraceSeconds": 150,
@@ -249,6 +260,7 @@ EVERY_VALUE_ENV = {
         "TCAB_DRIVER_MANAGED_BY": "tcab-driver-blue",
         "TCAB_DISPATCHER_ORPHAN_SWEEP": "false",
         "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS": "1200",
+        "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS": "900",
     },
 }
 
@@ -302,6 +314,18 @@ TEMPLATE_REFUSALS: list[tuple[str, dict[str, Any], list[str], bool]] = [
         ["either existingSecret or value, not both"],
         True,
     ),
+    (
+        "driver.managedBy equal to the dispatcher's default",
+        merged({"driver": {"managedBy": "tcab-dispatcher"}}),
+        ["must differ from dispatcher.managedBy"],
+        True,
+    ),
+    (
+        "driver.managedBy equal to dispatcher.managedBy",
+        merged({"dispatcher": {"managedBy": "tcab-blue"}, "driver": {"managedBy": "tcab-blue"}}),
+        ["must differ from dispatcher.managedBy", "tcab-blue"],
+        True,
+    ),
 ]
 
 
@@ -353,11 +377,13 @@ class Rendered:
     """The manifests of one rendering, parsed."""
 
     docs: list[dict[str, Any]]
+    namespace: str = NAMESPACE
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [d for d in self.docs if d.get("kind") == kind]
 
-    def one(self, kind: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+    def one(self, kind: str, namespace: str | None = None) -> dict[str, Any]:
+        namespace = namespace or self.namespace
         found = [d for d in self.of_kind(kind) if d["metadata"].get("namespace") == namespace]
         assert len(found) == 1, f"expected one {kind} in {namespace}, found {len(found)}"
         return found[0]
@@ -377,9 +403,9 @@ class Rendered:
         return {e["name"]: e for e in entries}
 
 
-def render(chart: Any, values: dict[str, Any]) -> Rendered:
+def render(chart: Any, values: dict[str, Any], name: str = RELEASE, namespace: str = NAMESPACE) -> Rendered:
     """Render with Helm's engine and parse every manifest (NOTES.txt left out)."""
-    out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    out = chart.render(values, name=name, namespace=namespace, is_install=True)
     docs: list[dict[str, Any]] = []
     for path in sorted(out):
         if not path.endswith((".yaml", ".yml")):
@@ -387,7 +413,7 @@ def render(chart: Any, values: dict[str, Any]) -> Rendered:
         for doc in yaml.safe_load_all(out[path]):
             if doc:
                 docs.append(doc)
-    return Rendered(docs)
+    return Rendered(docs, namespace)
 
 
 def render_error(chart: Any, values: dict[str, Any]) -> str:
@@ -658,13 +684,17 @@ def main() -> int:
         for name in ("defaults", "subscription-secrets-memory"):
             r = need(name)
             want_secret = "tcab-backend-token" if name == "defaults" else f"{RELEASE}-backend-token"
-            for cname in ("admitter", "lease-keeper"):
+            # The reaper too, while the orphan sweep (on by default) asks the backend.
+            for cname in CONTAINERS:
                 entry = r.env(cname).get("TCAB_BACKEND_SERVICE_TOKEN")
                 assert entry, f"[{name}] {cname}: no TCAB_BACKEND_SERVICE_TOKEN"
                 assert "value" not in entry, f"[{name}] {cname}: token given as a plain value"
                 ref = entry.get("valueFrom", {}).get("secretKeyRef")
                 assert ref == {"name": want_secret, "key": "token"}, f"[{name}] {cname}: secretKeyRef = {ref}"
-            assert "TCAB_BACKEND_SERVICE_TOKEN" not in r.env("reaper"), f"[{name}] the reaper gets the token"
+        # Without the sweep the reaper never calls the backend: no URL, no token.
+        swept_off = need("every-value").env("reaper")
+        for var in ("TCAB_BACKEND_SERVICE_TOKEN", "TCAB_BACKEND_URL", "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS"):
+            assert var not in swept_off, f"[every-value] the reaper gets {var} with the sweep off"
         # the chart-created Secret holds the value; no manifest carries it in clear
         r = need("subscription-secrets-memory")
         secret = r.one("Secret")
@@ -674,7 +704,31 @@ def main() -> int:
         assert not clear, f"token in clear in {clear}"
         assert not need("defaults").of_kind("Secret"), "a Secret is created although existingSecret is set"
 
-    run.check("service token comes from a secretKeyRef (existing or chart-created Secret)", token_from_secret)
+    run.check(
+        "service token comes from a secretKeyRef (existing or chart-created Secret); the reaper's only with the sweep on",
+        token_from_secret,
+    )
+
+    def driver_managed_by() -> str:
+        label_value = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+        releases = [(RELEASE, NAMESPACE), (RELEASE, "tcab-staging"), ("blue", NAMESPACE), ("r" * 53, NAMESPACE)]
+        values: dict[tuple[str, str], str] = {}
+        for release, namespace in releases:
+            r = render(chart, base_values(), name=release, namespace=namespace)
+            admitter = r.env("admitter")["TCAB_DRIVER_MANAGED_BY"]["value"]
+            reaper = r.env("reaper")["TCAB_DRIVER_MANAGED_BY"]["value"]
+            assert admitter == reaper, f"[{release}/{namespace}] admitter {admitter!r}, reaper {reaper!r}"
+            assert len(admitter) <= 63 and label_value.match(admitter), f"not a label value: {admitter!r}"
+            dispatcher = r.env("admitter").get("TCAB_DISPATCHER_MANAGED_BY", {}).get("value", "tcab-dispatcher")
+            assert admitter != dispatcher, f"[{release}/{namespace}] same as the dispatcher's: {admitter!r}"
+            values[(release, namespace)] = admitter
+        assert len(set(values.values())) == len(values), f"not unique per release: {values}"
+        given = render(chart, merged({"driver": {"managedBy": "tcab-driver"}}))
+        for cname in ("admitter", "reaper"):
+            assert given.env(cname)["TCAB_DRIVER_MANAGED_BY"]["value"] == "tcab-driver", f"{cname}: value not used"
+        return values[(RELEASE, NAMESPACE)]
+
+    run.check("driver managed-by: unique to each release by default, a label value, on admitter and reaper", driver_managed_by)
 
     def default_env() -> None:
         r = need("defaults")

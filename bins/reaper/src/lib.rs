@@ -1,12 +1,25 @@
 //! tcab-reaper: deletes the sandbox pods a dead driver left behind.
 //!
-//! Each tick it LISTs the pods in the sandbox namespace that carry the
-//! driver's managed-by value (one call, whatever the number of Jobs), reads
-//! the owned driver Jobs from a watch-backed cache, and deletes what the pure
-//! [`plan::plan`] selects: the sandboxes of driver Jobs that failed
-//! terminally (unless a Job with the same job id is live) and, when the
-//! orphan sweep is on, sandboxes whose job id matches no owned Job and that
-//! are older than the grace. It never talks to the backend.
+//! The reaper decides from its watch-backed view of the owned Jobs, and only
+//! while that view is current (listed, no watch error since). A tick lists
+//! the pods carrying the driver's managed-by value in the sandbox namespace
+//! only when something is due ([`memory`]): a dead driver Job whose
+//! sandboxes were not yet reaped completely, or the orphan sweep on its own
+//! slower cadence. A steady state therefore makes no LIST at all.
+//!
+//! The pure [`plan::plan`] then selects:
+//! - the sandboxes of driver Jobs that failed terminally once their pods
+//!   finished terminating, or that are judged dead because they cannot
+//!   finish failing (a lost node), unless a Job with the same job id is live;
+//! - when the orphan sweep is on, sandboxes whose job id no owned Job
+//!   carries, that the backend does not list as driven (`GET /jobs/active`,
+//!   the reaper's only backend call), and that are older than the grace.
+//!
+//! Before it deletes the sandboxes of a job id, the reaper confirms with one
+//! fresh, bounded read of the owned Jobs carrying that id that none is live;
+//! on any doubt it keeps them and plans again on a later tick. Every
+//! Kubernetes call is bounded; a tick in progress at SIGTERM is finished.
 
+pub mod memory;
 pub mod plan;
 pub mod run;

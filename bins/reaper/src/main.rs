@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use tcab_reaper::run::{Deps, run};
+use tcab_shared::backend::client_from_config;
 use tcab_shared::config::{self, ReaperConfig};
 use tcab_shared::tick::Shutdown;
 
@@ -16,6 +17,13 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client")?;
+    // The backend is asked only by the orphan sweep (what it still drives).
+    let backend = config
+        .backend
+        .as_ref()
+        .map(client_from_config)
+        .transpose()
+        .context("cannot build the backend client")?;
     let shutdown = Shutdown::on_signals().context("cannot listen for signals")?;
-    run(config, Deps::new(client), shutdown).await
+    run(config, Deps::new(client, backend), shutdown).await
 }

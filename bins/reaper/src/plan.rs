@@ -1,19 +1,30 @@
 //! The reaper's decision: which sandbox pods to delete, and why each other
 //! pod is kept.
 //!
-//! [`plan`] is a pure function over one snapshot (the cached owned Jobs, the
-//! pods one LIST returned, and `now`). It sorts what it is given, so the same
-//! snapshot in any order gives the same plan, and it holds no memory between
-//! ticks: a reap that failed is simply planned again on the next tick, and a
-//! restarted reaper decides exactly as the old one would have.
+//! [`plan`] is a pure function over one [`Snapshot`]: the owned Jobs of a
+//! current view, the pods one LIST returned, `now`, the Jobs judged dead
+//! because they cannot finish failing, and (on a sweep tick) the job ids
+//! the backend still drives. It sorts what it is given, so the same
+//! snapshot in any order gives the same plan. What the reaper remembers
+//! between ticks (which reaps are complete, when the sweep last ran) lives
+//! in [`crate::memory`]; it decides when to list, never what to delete.
+//!
+//! A sandbox is deleted for one of two reasons ([`ReapKind`]):
+//! - **driver failed**: a driver Job with its job id failed terminally (or
+//!   is judged dead, see [`tcab_shared::failing`]), its pods are not still
+//!   terminating, and no Job with that id is live;
+//! - **orphan**: the orphan sweep is on and due, no owned Job carries its
+//!   job id, the backend does not list that job as driven, and the pod is
+//!   older than the grace.
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 use tcab_shared::Lane;
+use tcab_shared::backend::client::is_job_id;
 use tcab_shared::cluster::{JobPhase, JobSummary};
 use tcab_shared::labels;
 
@@ -26,7 +37,7 @@ const JOB_POD_LABELS: [&str; 4] = [
     "batch.kubernetes.io/controller-uid",
 ];
 
-/// What the plan needs to know besides the snapshot.
+/// The reaper's settings, from its configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepSettings {
     /// The managed-by value the driver puts on its sandbox pods
@@ -35,10 +46,15 @@ pub struct SweepSettings {
     /// The dispatcher's own managed-by value (on its Jobs and their pods).
     /// A pod carrying it is a driver's own pod and is never deleted.
     pub dispatcher_managed_by: String,
-    /// Whether to delete orphaned sandboxes (job id of no owned Job at all).
+    /// Whether to sweep orphaned sandboxes.
     pub orphan_sweep: bool,
     /// How old an orphan must be before the sweep deletes it.
     pub orphan_grace: Duration,
+    /// How often the orphan sweep lists the sandbox pods.
+    pub orphan_sweep_interval: Duration,
+    /// How long past its pods' termination grace a failing driver Job may
+    /// stay unfinished before it is judged dead.
+    pub terminating_margin: Duration,
 }
 
 /// The fields of one pod the plan reads.
@@ -95,30 +111,82 @@ impl PodSummary {
     }
 }
 
+/// The key the reaper remembers a Job by: its uid, or its name when the
+/// server gave no uid.
+pub fn job_key(job: &JobSummary) -> &str {
+    if job.uid.is_empty() {
+        &job.name
+    } else {
+        &job.uid
+    }
+}
+
+/// The two kinds of reap, as metrics count them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReapKind {
+    /// The sandbox of a driver Job that failed (or was judged dead).
+    DriverFailed,
+    /// A sandbox no owned Job and no backend job accounts for.
+    Orphan,
+}
+
+impl ReapKind {
+    /// The metric label: `driver_failed` or `orphan`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReapKind::DriverFailed => "driver_failed",
+            ReapKind::Orphan => "orphan",
+        }
+    }
+}
+
 /// Why a pod is deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeleteReason {
-    /// A driver Job with the pod's job id failed terminally and no Job with
-    /// that id is live.
+    /// A driver Job with the pod's job id failed terminally, its pods have
+    /// finished, and no Job with that id is live.
     DriverJobFailed {
         /// The failed driver Job (the first by name when several failed).
         job: String,
     },
-    /// No owned Job carries the pod's job id (the failed Job was TTL-deleted
-    /// while nobody reaped), and the pod is older than the grace.
+    /// A driver Job with the pod's job id has shown failure for longer than
+    /// its pods' termination grace plus the margin without finishing (a
+    /// lost node): it is judged dead.
+    DriverJobStuck {
+        /// The Job judged dead (the first by name).
+        job: String,
+    },
+    /// No owned Job carries the pod's job id, the backend does not list the
+    /// job as driven, and the pod is older than the grace.
     Orphan {
         /// How old the pod is.
         age: SignedDuration,
     },
 }
 
+impl DeleteReason {
+    /// The kind of reap, for metrics.
+    pub fn kind(&self) -> ReapKind {
+        match self {
+            DeleteReason::DriverJobFailed { .. } | DeleteReason::DriverJobStuck { .. } => {
+                ReapKind::DriverFailed
+            }
+            DeleteReason::Orphan { .. } => ReapKind::Orphan,
+        }
+    }
+}
+
 impl fmt::Display for DeleteReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DeleteReason::DriverJobFailed { job } => write!(f, "driver Job {job} failed"),
+            DeleteReason::DriverJobStuck { job } => write!(
+                f,
+                "driver Job {job} judged dead: failing past its termination grace and margin"
+            ),
             DeleteReason::Orphan { age } => write!(
                 f,
-                "orphan: no owned Job has its job id, {}s old",
+                "orphan: no owned Job has its job id, the backend does not drive it, {}s old",
                 age.as_secs()
             ),
         }
@@ -132,14 +200,25 @@ pub enum KeepReason {
     NotDriverManaged,
     /// It is a Job's own pod (the driver's, whose logs the death report reads).
     JobPod,
-    /// It has no `tcab.dev/job-id` label, so it maps to no backend job.
+    /// It has no valid `tcab.dev/job-id` label, so it maps to no backend job.
     NoJobId,
     /// It is already being deleted.
     Terminating,
-    /// A Job with its job id is live (a newer claim of the same backend job).
+    /// A Job with its job id is live (a newer claim of the same backend job,
+    /// or the driver itself).
     LiveJob {
         /// The live Job (the first by name).
         job: String,
+    },
+    /// A driver Job with its job id failed, but that Job's pods are still
+    /// terminating (a cluster before 1.31 marks `Failed` early): the driver
+    /// may still be handing over. Reaped once they finish, or once the Job
+    /// is judged dead.
+    PodsTerminating {
+        /// The failed Job (the first by name).
+        job: String,
+        /// Its `status.terminating`.
+        terminating: i32,
     },
     /// Jobs with its job id exist, but none failed and none is live (a
     /// driver that succeeded normally deletes its own sandbox).
@@ -151,12 +230,27 @@ pub enum KeepReason {
     },
     /// No owned Job has its job id, and the orphan sweep is off.
     SweepDisabled,
+    /// No owned Job has its job id, but the orphan sweep is not due this
+    /// tick (the backend was not asked).
+    SweepNotDue,
+    /// No owned Job has its job id, but the backend's list of driven jobs
+    /// could not be read this round.
+    DrivenUnknown,
+    /// No owned Job has its job id, but the backend lists the job as driven
+    /// (its Job may be too new for the view, or in another namespace).
+    DrivenByBackend,
     /// No owned Job has its job id, but its age is unknown.
     AgeUnknown,
     /// No owned Job has its job id, but it is younger than the grace.
     TooYoung {
         /// How old the pod is.
         age: SignedDuration,
+    },
+    /// A fresh read of the owned Jobs carrying its job id, made just before
+    /// the delete, found a Job the plan did not account for.
+    JobFound {
+        /// That Job.
+        job: String,
     },
 }
 
@@ -165,9 +259,13 @@ impl fmt::Display for KeepReason {
         match self {
             KeepReason::NotDriverManaged => f.write_str("not managed by the driver"),
             KeepReason::JobPod => f.write_str("a Job's own pod"),
-            KeepReason::NoJobId => f.write_str("no job-id label"),
+            KeepReason::NoJobId => f.write_str("no valid job-id label"),
             KeepReason::Terminating => f.write_str("already terminating"),
             KeepReason::LiveJob { job } => write!(f, "Job {job} with its job id is live"),
+            KeepReason::PodsTerminating { job, terminating } => write!(
+                f,
+                "driver Job {job} failed but {terminating} of its pods are still terminating"
+            ),
             KeepReason::NoFailedDriverJob { job, phase } => {
                 write!(
                     f,
@@ -175,12 +273,51 @@ impl fmt::Display for KeepReason {
                 )
             }
             KeepReason::SweepDisabled => f.write_str("orphan, but the orphan sweep is off"),
+            KeepReason::SweepNotDue => f.write_str("orphan candidate; the sweep is not due"),
+            KeepReason::DrivenUnknown => {
+                f.write_str("orphan candidate, but the backend's driven jobs are unknown")
+            }
+            KeepReason::DrivenByBackend => {
+                f.write_str("no owned Job has its job id, but the backend drives it")
+            }
             KeepReason::AgeUnknown => f.write_str("orphan of unknown age"),
             KeepReason::TooYoung { age } => {
                 write!(f, "orphan only {}s old, inside the grace", age.as_secs())
             }
+            KeepReason::JobFound { job } => {
+                write!(f, "a fresh read found Job {job} with its job id")
+            }
         }
     }
+}
+
+/// What the backend said about the jobs it drives, for the orphan sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driven<'a> {
+    /// The sweep is not due this tick: the backend was not asked, and no
+    /// orphan is swept.
+    NotAsked,
+    /// The backend's active list could not be read: no orphan is swept.
+    Unknown,
+    /// The job ids the backend lists as driven (`GET /jobs/active`).
+    Known(&'a BTreeSet<String>),
+}
+
+/// One snapshot the plan decides over.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// The owned Jobs, from a view that is current.
+    pub jobs: &'a [JobSummary],
+    /// What the sandbox LIST returned (selected on the driver's managed-by
+    /// value, but the plan checks every rule itself).
+    pub pods: &'a [PodSummary],
+    /// The time pod ages are measured against.
+    pub now: Timestamp,
+    /// Keys ([`job_key`]) of the driver Jobs judged dead because they
+    /// cannot finish failing (see [`crate::memory::ReapMemory::observe`]).
+    pub dead: &'a BTreeSet<String>,
+    /// What the backend drives (orphan sweep).
+    pub driven: Driven<'a>,
 }
 
 /// One pod to delete.
@@ -213,71 +350,161 @@ pub struct ReapPlan {
     pub keep: Vec<PodKept>,
 }
 
-/// What the owned Jobs say about one job id. Each name is the first by name
-/// among its kind, so the index does not depend on the order of the Jobs.
-#[derive(Debug, Default)]
-struct JobsForId {
-    live: Option<String>,
-    failed_driver: Option<String>,
-    other: Option<(String, JobPhase)>,
+/// What the owned Jobs say about the sandboxes of one job id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdVerdict {
+    /// Reap them.
+    Reap {
+        /// Why (a driver Job that failed, or one judged dead).
+        reason: DeleteReason,
+        /// Keys of every dead driver Job with the id: the reap completes
+        /// all of them at once, since sandboxes carry the job id, not the claim.
+        jobs: BTreeSet<String>,
+    },
+    /// Keep them.
+    Hold(KeepReason),
 }
 
-fn keep_first(slot: &mut Option<String>, name: &str) {
-    if slot.as_deref().is_none_or(|current| name < current) {
-        *slot = Some(name.to_owned());
+/// Where one owned Job stands, for the reap of its job id's sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Live (and not judged dead): holds the reap.
+    Live,
+    /// A failed driver Job whose pods are still terminating: holds the reap.
+    Terminating(i32),
+    /// A driver Job that failed with its pods finished.
+    Failed,
+    /// A driver Job judged dead without finishing.
+    Stuck,
+    /// Anything else (succeeded, or a failed publisher): reaps nothing.
+    Other(JobPhase),
+}
+
+fn standing(job: &JobSummary, dead: &BTreeSet<String>) -> Standing {
+    let driver = job.lane == Lane::Run;
+    // Judged dead only while it still shows what it was judged on.
+    let judged_dead = driver
+        && dead.contains(job_key(job))
+        && (job.phase == JobPhase::Failed || job.shows_failure());
+    match job.phase {
+        JobPhase::Live if judged_dead => Standing::Stuck,
+        JobPhase::Live => Standing::Live,
+        JobPhase::Failed if driver => {
+            if job.terminating_pods <= 0 {
+                Standing::Failed
+            } else if judged_dead {
+                Standing::Stuck
+            } else {
+                Standing::Terminating(job.terminating_pods)
+            }
+        }
+        phase => Standing::Other(phase),
     }
 }
 
-fn index_jobs(jobs: &[JobSummary]) -> BTreeMap<&str, JobsForId> {
+/// The first Job by name of each standing, for one job id.
+#[derive(Debug, Default)]
+struct JobsForId<'a> {
+    live: Option<&'a JobSummary>,
+    terminating: Option<(&'a JobSummary, i32)>,
+    dead: Option<(&'a JobSummary, bool)>,
+    dead_keys: BTreeSet<String>,
+    other: Option<(&'a JobSummary, JobPhase)>,
+}
+
+fn first<'a, T>(slot: &mut Option<(&'a JobSummary, T)>, job: &'a JobSummary, extra: T) {
+    if slot
+        .as_ref()
+        .is_none_or(|(current, _)| job.name < current.name)
+    {
+        *slot = Some((job, extra));
+    }
+}
+
+/// Judges every job id the owned Jobs carry. A live Job (not judged dead)
+/// holds the id's sandboxes; then a failed driver Job whose pods still
+/// terminate; then a dead driver Job reaps them; any other Job keeps them.
+/// Jobs whose job id is not a valid backend id are left out.
+pub fn judge_ids(jobs: &[JobSummary], dead: &BTreeSet<String>) -> BTreeMap<String, IdVerdict> {
     let mut index: BTreeMap<&str, JobsForId> = BTreeMap::new();
     for job in jobs {
-        let Some(id) = job.job_id.as_deref() else {
+        let Some(id) = job.job_id.as_deref().filter(|id| is_job_id(id)) else {
             continue;
         };
         let entry = index.entry(id).or_default();
-        // Any live Job with the id holds the reap (conservatively, whatever
-        // its lane: the driver lane is the only one that makes sandboxes).
-        if job.is_live() {
-            keep_first(&mut entry.live, &job.name);
-        } else if job.phase == JobPhase::Failed && job.lane == Lane::Run {
-            keep_first(&mut entry.failed_driver, &job.name);
-        } else if entry
-            .other
-            .as_ref()
-            .is_none_or(|(current, _)| job.name < *current)
-        {
-            entry.other = Some((job.name.clone(), job.phase));
+        match standing(job, dead) {
+            Standing::Live => {
+                if entry.live.is_none_or(|current| job.name < current.name) {
+                    entry.live = Some(job);
+                }
+            }
+            Standing::Terminating(n) => first(&mut entry.terminating, job, n),
+            Standing::Failed => {
+                entry.dead_keys.insert(job_key(job).to_owned());
+                first(&mut entry.dead, job, false);
+            }
+            Standing::Stuck => {
+                entry.dead_keys.insert(job_key(job).to_owned());
+                first(&mut entry.dead, job, true);
+            }
+            Standing::Other(phase) => first(&mut entry.other, job, phase),
         }
     }
     index
+        .into_iter()
+        .map(|(id, e)| {
+            let verdict = if let Some(job) = e.live {
+                IdVerdict::Hold(KeepReason::LiveJob {
+                    job: job.name.clone(),
+                })
+            } else if let Some((job, terminating)) = e.terminating {
+                IdVerdict::Hold(KeepReason::PodsTerminating {
+                    job: job.name.clone(),
+                    terminating,
+                })
+            } else if let Some((job, stuck)) = e.dead {
+                let job = job.name.clone();
+                IdVerdict::Reap {
+                    reason: if stuck {
+                        DeleteReason::DriverJobStuck { job }
+                    } else {
+                        DeleteReason::DriverJobFailed { job }
+                    },
+                    jobs: e.dead_keys,
+                }
+            } else {
+                match e.other {
+                    Some((job, phase)) => IdVerdict::Hold(KeepReason::NoFailedDriverJob {
+                        job: job.name.clone(),
+                        phase,
+                    }),
+                    // An entry always holds a Job; were it ever empty, keep.
+                    None => IdVerdict::Hold(KeepReason::NoJobId),
+                }
+            };
+            (id.to_owned(), verdict)
+        })
+        .collect()
 }
 
-/// Decides which pods to delete. `pods` is whatever the sandbox LIST
-/// returned (it is selected on the driver's managed-by value, but the plan
-/// checks every rule itself); `jobs` is the owned-Job cache after its first
-/// full list.
+/// Decides which pods to delete.
 ///
 /// A pod is deleted only when it carries the driver's managed-by value, is
-/// no Job's own pod, carries a job id, is not already terminating, no Job
-/// with its job id is live, and either a driver Job with its job id failed,
-/// or (orphan sweep on) no owned Job has its job id and it is older than
-/// the grace.
-pub fn plan(
-    jobs: &[JobSummary],
-    pods: &[PodSummary],
-    now: Timestamp,
-    settings: &SweepSettings,
-) -> ReapPlan {
-    let index = index_jobs(jobs);
+/// no Job's own pod, carries a valid job id, is not already terminating,
+/// and either its id's verdict ([`judge_ids`]) is to reap, or (orphan
+/// sweep) no owned Job carries its id, the backend's driven list was read
+/// and lacks it, and it is at least the grace old.
+pub fn plan(snapshot: &Snapshot<'_>, settings: &SweepSettings) -> ReapPlan {
+    let verdicts = judge_ids(snapshot.jobs, snapshot.dead);
     let grace = SignedDuration::try_from(settings.orphan_grace).unwrap_or(SignedDuration::MAX);
 
-    let mut pods: Vec<&PodSummary> = pods.iter().collect();
+    let mut pods: Vec<&PodSummary> = snapshot.pods.iter().collect();
     pods.sort();
     pods.dedup_by(|a, b| a.namespace == b.namespace && a.name == b.name);
 
     let mut out = ReapPlan::default();
     for pod in pods {
-        match decide(pod, &index, now, grace, settings) {
+        match decide(pod, &verdicts, snapshot, grace, settings) {
             Ok((job_id, reason)) => out.delete.push(PodDelete {
                 pod: pod.clone(),
                 job_id,
@@ -294,8 +521,8 @@ pub fn plan(
 
 fn decide(
     pod: &PodSummary,
-    index: &BTreeMap<&str, JobsForId>,
-    now: Timestamp,
+    verdicts: &BTreeMap<String, IdVerdict>,
+    snapshot: &Snapshot<'_>,
     grace: SignedDuration,
     settings: &SweepSettings,
 ) -> Result<(String, DeleteReason), KeepReason> {
@@ -305,39 +532,31 @@ fn decide(
     if pod.job_owned || pod.managed_by.as_deref() == Some(settings.dispatcher_managed_by.as_str()) {
         return Err(KeepReason::JobPod);
     }
-    let Some(job_id) = pod.job_id.as_deref() else {
+    let Some(job_id) = pod.job_id.as_deref().filter(|id| is_job_id(id)) else {
         return Err(KeepReason::NoJobId);
     };
     if pod.terminating {
         return Err(KeepReason::Terminating);
     }
-    match index.get(job_id) {
-        Some(JobsForId {
-            live: Some(job), ..
-        }) => Err(KeepReason::LiveJob { job: job.clone() }),
-        Some(JobsForId {
-            failed_driver: Some(job),
-            ..
-        }) => Ok((
-            job_id.to_owned(),
-            DeleteReason::DriverJobFailed { job: job.clone() },
-        )),
-        Some(JobsForId {
-            other: Some((job, phase)),
-            ..
-        }) => Err(KeepReason::NoFailedDriverJob {
-            job: job.clone(),
-            phase: *phase,
-        }),
-        // No owned Job has this id (an id entry always holds one of the three).
-        _ => {
+    match verdicts.get(job_id) {
+        Some(IdVerdict::Reap { reason, .. }) => Ok((job_id.to_owned(), reason.clone())),
+        Some(IdVerdict::Hold(reason)) => Err(reason.clone()),
+        None => {
             if !settings.orphan_sweep {
                 return Err(KeepReason::SweepDisabled);
+            }
+            match snapshot.driven {
+                Driven::NotAsked => return Err(KeepReason::SweepNotDue),
+                Driven::Unknown => return Err(KeepReason::DrivenUnknown),
+                Driven::Known(ids) if ids.contains(job_id) => {
+                    return Err(KeepReason::DrivenByBackend);
+                }
+                Driven::Known(_) => {}
             }
             let Some(created) = pod.created_at else {
                 return Err(KeepReason::AgeUnknown);
             };
-            let age = now.duration_since(created);
+            let age = snapshot.now.duration_since(created);
             if age < grace {
                 Err(KeepReason::TooYoung { age })
             } else {
@@ -347,11 +566,46 @@ fn decide(
     }
 }
 
+/// Whether a fresh read of the owned Jobs carrying `job_id` (made after
+/// the plan, just before the deletes) still allows deleting that id's
+/// sandboxes for `reason`. An orphan needs no Job with the id at all; a
+/// driver reap needs the fresh Jobs to judge the id a reap too (or no Job
+/// with the id to be left). Anything else is a doubt: keep, and let the
+/// next tick plan again.
+pub fn confirm(
+    job_id: &str,
+    reason: &DeleteReason,
+    fresh: &[JobSummary],
+    dead: &BTreeSet<String>,
+) -> Result<(), KeepReason> {
+    let mut same_id: Vec<&JobSummary> = fresh
+        .iter()
+        .filter(|j| j.job_id.as_deref() == Some(job_id))
+        .collect();
+    same_id.sort_by(|a, b| a.name.cmp(&b.name));
+    let Some(first_job) = same_id.first() else {
+        return Ok(());
+    };
+    if reason.kind() == ReapKind::Orphan {
+        return Err(KeepReason::JobFound {
+            job: first_job.name.clone(),
+        });
+    }
+    let same_id: Vec<JobSummary> = same_id.into_iter().cloned().collect();
+    match judge_ids(&same_id, dead).remove(job_id) {
+        Some(IdVerdict::Reap { .. }) => Ok(()),
+        Some(IdVerdict::Hold(keep)) => Err(keep),
+        // Only a malformed id lands here; the plan never deletes for one.
+        None => Err(KeepReason::NoJobId),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
+    use tcab_shared::cluster::JobCondition;
 
     const DRIVER: &str = "tcab-driver";
     const DISPATCHER: &str = "tcab-dispatcher";
@@ -362,6 +616,8 @@ mod tests {
             dispatcher_managed_by: DISPATCHER.into(),
             orphan_sweep: true,
             orphan_grace: Duration::from_secs(600),
+            orphan_sweep_interval: Duration::from_secs(300),
+            terminating_margin: Duration::from_secs(60),
         }
     }
 
@@ -369,15 +625,49 @@ mod tests {
         Timestamp::from_second(1_800_000_000).expect("valid")
     }
 
+    fn condition(reason: &str) -> JobCondition {
+        JobCondition {
+            reason: reason.into(),
+            message: String::new(),
+        }
+    }
+
     fn job(name: &str, id: &str, lane: Lane, phase: JobPhase) -> JobSummary {
+        let failed = phase == JobPhase::Failed;
         JobSummary {
             name: name.into(),
+            uid: format!("uid-{name}"),
             lane,
             job_id: Some(id.into()),
             claim: Some("c".into()),
             phase,
-            failed_pods: i32::from(phase == JobPhase::Failed),
+            failed_pods: i32::from(failed),
+            active_pods: i32::from(phase == JobPhase::Live),
+            ready_pods: 0,
+            terminating_pods: 0,
+            failure_target: failed.then(|| condition("PodFailurePolicy")),
+            failed: failed.then(|| condition("PodFailurePolicy")),
+            termination_grace_seconds: Some(120),
             created_at: Some(now() - SignedDuration::from_secs(3600)),
+            deleting: false,
+        }
+    }
+
+    /// A live driver Job bound to fail whose pod cannot finish terminating.
+    fn failing(name: &str, id: &str) -> JobSummary {
+        JobSummary {
+            active_pods: 0,
+            terminating_pods: 1,
+            failure_target: Some(condition("PodFailurePolicy")),
+            ..job(name, id, Lane::Run, JobPhase::Live)
+        }
+    }
+
+    /// A driver Job marked Failed while its pod still terminates (before 1.31).
+    fn failed_terminating(name: &str, id: &str) -> JobSummary {
+        JobSummary {
+            terminating_pods: 1,
+            ..job(name, id, Lane::Run, JobPhase::Failed)
         }
     }
 
@@ -400,6 +690,38 @@ mod tests {
             job_owned: true,
             ..sandbox(name, id, 3600)
         }
+    }
+
+    fn no_dead() -> BTreeSet<String> {
+        BTreeSet::new()
+    }
+
+    fn dead_of(jobs: &[&JobSummary]) -> BTreeSet<String> {
+        jobs.iter().map(|j| job_key(j).to_owned()).collect()
+    }
+
+    /// A plan with the backend's driven list read and `driven` in it.
+    fn plan_with(
+        jobs: &[JobSummary],
+        pods: &[PodSummary],
+        dead: &BTreeSet<String>,
+        driven: &BTreeSet<String>,
+        settings: &SweepSettings,
+    ) -> ReapPlan {
+        plan(
+            &Snapshot {
+                jobs,
+                pods,
+                now: now(),
+                dead,
+                driven: Driven::Known(driven),
+            },
+            settings,
+        )
+    }
+
+    fn simple(jobs: &[JobSummary], pods: &[PodSummary]) -> ReapPlan {
+        plan_with(jobs, pods, &no_dead(), &BTreeSet::new(), &settings())
     }
 
     fn deleted(plan: &ReapPlan) -> Vec<&str> {
@@ -427,7 +749,7 @@ mod tests {
             sandbox("sb-b", "b", 5000),
             driver_pod("tcab-driver-a-1-xyz", "a"),
         ];
-        let p = plan(&jobs, &pods, now(), &settings());
+        let p = simple(&jobs, &pods);
         assert_eq!(deleted(&p), ["sb-a", "sb-a-2"]);
         assert_eq!(
             p.delete[0].reason,
@@ -435,6 +757,7 @@ mod tests {
                 job: "tcab-driver-a-1".into()
             }
         );
+        assert_eq!(p.delete[0].reason.kind().as_str(), "driver_failed");
         assert_eq!(p.delete[0].job_id, "a");
         assert_eq!(
             kept_reason(&p, "sb-b"),
@@ -454,7 +777,7 @@ mod tests {
             job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed),
             job("tcab-driver-a-2", "a", Lane::Run, JobPhase::Live),
         ];
-        let p = plan(&jobs, &[sandbox("sb-a", "a", 5)], now(), &settings());
+        let p = simple(&jobs, &[sandbox("sb-a", "a", 5)]);
         assert!(p.delete.is_empty());
         assert_eq!(
             kept_reason(&p, "sb-a"),
@@ -471,7 +794,7 @@ mod tests {
             job("tcab-publisher-p-1", "p", Lane::Publish, JobPhase::Failed),
         ];
         let pods = [sandbox("sb-a", "a", 5000), sandbox("sb-p", "p", 5000)];
-        let p = plan(&jobs, &pods, now(), &settings());
+        let p = simple(&jobs, &pods);
         assert!(p.delete.is_empty(), "{p:?}");
         assert!(matches!(
             kept_reason(&p, "sb-a"),
@@ -490,17 +813,90 @@ mod tests {
     }
 
     #[test]
-    fn orphans_are_swept_after_the_grace() {
+    fn a_failed_driver_whose_pods_still_terminate_holds_until_they_finish_or_it_is_judged_dead() {
+        let held = [failed_terminating("tcab-driver-a-1", "a")];
+        let pods = [sandbox("sb-a", "a", 5000)];
+        let p = simple(&held, &pods);
+        assert!(p.delete.is_empty());
+        assert_eq!(
+            kept_reason(&p, "sb-a"),
+            &KeepReason::PodsTerminating {
+                job: "tcab-driver-a-1".into(),
+                terminating: 1
+            }
+        );
+        // Its pods finished: an ordinary failed driver.
+        let finished = [job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed)];
+        assert_eq!(deleted(&simple(&finished, &pods)), ["sb-a"]);
+        // Still terminating, but judged dead (a lost node): reaped as stuck.
+        let dead = dead_of(&[&held[0]]);
+        let p = plan_with(&held, &pods, &dead, &BTreeSet::new(), &settings());
+        assert_eq!(
+            p.delete[0].reason,
+            DeleteReason::DriverJobStuck {
+                job: "tcab-driver-a-1".into()
+            }
+        );
+        // An older failed claim does not override a newer one still terminating.
+        let both = [
+            job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed),
+            failed_terminating("tcab-driver-a-2", "a"),
+        ];
+        assert!(simple(&both, &pods).delete.is_empty());
+    }
+
+    #[test]
+    fn a_driver_job_judged_stuck_failing_is_reaped_like_a_failed_one() {
+        let stuck = failing("tcab-driver-a-1", "a");
+        let jobs = [stuck.clone()];
+        let pods = [sandbox("sb-a", "a", 5)];
+        // Not judged yet: its own live Job holds the sandbox.
+        let p = simple(&jobs, &pods);
+        assert_eq!(
+            kept_reason(&p, "sb-a"),
+            &KeepReason::LiveJob {
+                job: "tcab-driver-a-1".into()
+            }
+        );
+        let dead = dead_of(&[&stuck]);
+        let p = plan_with(&jobs, &pods, &dead, &BTreeSet::new(), &settings());
+        assert_eq!(deleted(&p), ["sb-a"]);
+        assert_eq!(p.delete[0].reason.kind(), ReapKind::DriverFailed);
+        // Another live claim of the same id still holds it.
+        let with_live = [
+            stuck.clone(),
+            job("tcab-driver-a-2", "a", Lane::Run, JobPhase::Live),
+        ];
+        let p = plan_with(&with_live, &pods, &dead, &BTreeSet::new(), &settings());
+        assert!(p.delete.is_empty());
+        // A key in the dead set whose Job no longer shows failure is not dead.
+        let healthy = [job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Live)];
+        let p = plan_with(&healthy, &pods, &dead, &BTreeSet::new(), &settings());
+        assert!(p.delete.is_empty());
+        // A publisher is never judged into a reap.
+        let publisher = JobSummary {
+            lane: Lane::Publish,
+            ..failing("tcab-publisher-a-1", "a")
+        };
+        let dead = dead_of(&[&publisher]);
+        let p = plan_with(&[publisher], &pods, &dead, &BTreeSet::new(), &settings());
+        assert!(p.delete.is_empty());
+    }
+
+    #[test]
+    fn orphans_need_no_job_no_backend_drive_and_the_grace() {
         let pods = [
             sandbox("old", "gone", 601),
             sandbox("edge", "gone", 600),
             sandbox("young", "gone", 599),
+            sandbox("driven", "live-elsewhere", 5000),
             PodSummary {
                 created_at: None,
                 ..sandbox("ageless", "gone", 0)
             },
         ];
-        let p = plan(&[], &pods, now(), &settings());
+        let driven: BTreeSet<String> = ["live-elsewhere".to_owned()].into();
+        let p = plan_with(&[], &pods, &no_dead(), &driven, &settings());
         assert_eq!(deleted(&p), ["edge", "old"]);
         assert_eq!(
             p.delete[1].reason,
@@ -508,19 +904,53 @@ mod tests {
                 age: SignedDuration::from_secs(601)
             }
         );
+        assert_eq!(p.delete[1].reason.kind().as_str(), "orphan");
         assert!(matches!(
             kept_reason(&p, "young"),
             KeepReason::TooYoung { .. }
         ));
         assert_eq!(kept_reason(&p, "ageless"), &KeepReason::AgeUnknown);
+        assert_eq!(kept_reason(&p, "driven"), &KeepReason::DrivenByBackend);
 
         let off = SweepSettings {
             orphan_sweep: false,
             ..settings()
         };
-        let p = plan(&[], &pods, now(), &off);
+        let p = plan_with(&[], &pods, &no_dead(), &driven, &off);
         assert!(p.delete.is_empty());
         assert_eq!(kept_reason(&p, "old"), &KeepReason::SweepDisabled);
+
+        for (driven, reason) in [
+            (Driven::NotAsked, KeepReason::SweepNotDue),
+            (Driven::Unknown, KeepReason::DrivenUnknown),
+        ] {
+            let p = plan(
+                &Snapshot {
+                    jobs: &[],
+                    pods: &pods,
+                    now: now(),
+                    dead: &no_dead(),
+                    driven,
+                },
+                &settings(),
+            );
+            assert!(p.delete.is_empty(), "{driven:?}");
+            assert_eq!(kept_reason(&p, "old"), &reason);
+        }
+    }
+
+    #[test]
+    fn a_grace_of_zero_still_spares_what_the_backend_drives() {
+        let zero = SweepSettings {
+            orphan_grace: Duration::ZERO,
+            ..settings()
+        };
+        let pods = [sandbox("new", "just-claimed", 0)];
+        let driven: BTreeSet<String> = ["just-claimed".to_owned()].into();
+        let p = plan_with(&[], &pods, &no_dead(), &driven, &zero);
+        assert_eq!(kept_reason(&p, "new"), &KeepReason::DrivenByBackend);
+        let p = plan_with(&[], &pods, &no_dead(), &BTreeSet::new(), &zero);
+        assert_eq!(deleted(&p), ["new"]);
     }
 
     #[test]
@@ -539,6 +969,8 @@ mod tests {
                 job_id: None,
                 ..sandbox("no-id", "a", 5000)
             },
+            sandbox("bad-id", "not a label value", 5000),
+            sandbox("empty-id", "", 5000),
             PodSummary {
                 job_owned: true,
                 ..sandbox("job-owned", "a", 5000)
@@ -548,11 +980,13 @@ mod tests {
                 ..sandbox("terminating", "a", 5000)
             },
         ];
-        let p = plan(&jobs, &pods, now(), &settings());
+        let p = simple(&jobs, &pods);
         assert!(p.delete.is_empty(), "{p:?}");
         assert_eq!(kept_reason(&p, "unlabelled"), &KeepReason::NotDriverManaged);
         assert_eq!(kept_reason(&p, "foreign"), &KeepReason::NotDriverManaged);
         assert_eq!(kept_reason(&p, "no-id"), &KeepReason::NoJobId);
+        assert_eq!(kept_reason(&p, "bad-id"), &KeepReason::NoJobId);
+        assert_eq!(kept_reason(&p, "empty-id"), &KeepReason::NoJobId);
         assert_eq!(kept_reason(&p, "job-owned"), &KeepReason::JobPod);
         assert_eq!(kept_reason(&p, "terminating"), &KeepReason::Terminating);
     }
@@ -568,9 +1002,103 @@ mod tests {
             job_owned: false,
             ..driver_pod("tcab-driver-a-1-xyz", "a")
         }];
-        let p = plan(&jobs, &pods, now(), &same);
+        let p = plan_with(&jobs, &pods, &no_dead(), &BTreeSet::new(), &same);
         assert!(p.delete.is_empty());
         assert_eq!(kept_reason(&p, "tcab-driver-a-1-xyz"), &KeepReason::JobPod);
+    }
+
+    #[test]
+    fn verdicts_name_every_dead_driver_job_of_an_id() {
+        let stuck = failing("tcab-driver-a-2", "a");
+        let jobs = [
+            job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed),
+            stuck.clone(),
+            job("tcab-driver-b-1", "b", Lane::Run, JobPhase::Succeeded),
+            JobSummary {
+                job_id: Some(String::new()),
+                ..job("tcab-driver-x-1", "x", Lane::Run, JobPhase::Failed)
+            },
+        ];
+        let verdicts = judge_ids(&jobs, &dead_of(&[&stuck]));
+        assert_eq!(
+            verdicts.keys().collect::<Vec<_>>(),
+            ["a", "b"],
+            "a malformed id is left out"
+        );
+        assert_eq!(
+            verdicts["a"],
+            IdVerdict::Reap {
+                reason: DeleteReason::DriverJobFailed {
+                    job: "tcab-driver-a-1".into()
+                },
+                jobs: [
+                    "uid-tcab-driver-a-1".to_owned(),
+                    "uid-tcab-driver-a-2".to_owned()
+                ]
+                .into(),
+            }
+        );
+        assert!(matches!(
+            verdicts["b"],
+            IdVerdict::Hold(KeepReason::NoFailedDriverJob { .. })
+        ));
+    }
+
+    #[test]
+    fn a_fresh_read_confirms_or_stops_a_delete() {
+        let failed = job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed);
+        let driver_reason = DeleteReason::DriverJobFailed {
+            job: failed.name.clone(),
+        };
+        let orphan = DeleteReason::Orphan {
+            age: SignedDuration::from_secs(700),
+        };
+        let none = no_dead();
+        // The read agrees with the plan.
+        assert_eq!(
+            confirm("a", &driver_reason, std::slice::from_ref(&failed), &none),
+            Ok(())
+        );
+        // The failed Job is gone meanwhile, and nothing else carries the id.
+        assert_eq!(confirm("a", &driver_reason, &[], &none), Ok(()));
+        // A live Job of the same id the view had not shown yet.
+        let live = job("tcab-driver-a-2", "a", Lane::Run, JobPhase::Live);
+        assert_eq!(
+            confirm("a", &driver_reason, &[failed.clone(), live.clone()], &none),
+            Err(KeepReason::LiveJob {
+                job: "tcab-driver-a-2".into()
+            })
+        );
+        // Its pods terminate again (a fresher status than the view's).
+        let terminating = failed_terminating("tcab-driver-a-1", "a");
+        assert!(matches!(
+            confirm("a", &driver_reason, &[terminating], &none),
+            Err(KeepReason::PodsTerminating { .. })
+        ));
+        // A stuck Job judged dead confirms while it still shows failure.
+        let stuck = failing("tcab-driver-a-1", "a");
+        let dead = dead_of(&[&stuck]);
+        let stuck_reason = DeleteReason::DriverJobStuck {
+            job: stuck.name.clone(),
+        };
+        assert_eq!(
+            confirm("a", &stuck_reason, std::slice::from_ref(&stuck), &dead),
+            Ok(())
+        );
+        // Jobs of other ids in the answer are ignored.
+        let other = job("tcab-driver-b-1", "b", Lane::Run, JobPhase::Live);
+        assert_eq!(
+            confirm("a", &driver_reason, &[failed.clone(), other.clone()], &none),
+            Ok(())
+        );
+        // An orphan needs no Job with its id at all.
+        assert_eq!(confirm("gone", &orphan, &[other], &none), Ok(()));
+        assert_eq!(
+            confirm("a", &orphan, &[failed], &none),
+            Err(KeepReason::JobFound {
+                job: "tcab-driver-a-1".into()
+            })
+        );
     }
 
     #[test]
@@ -612,25 +1140,44 @@ mod tests {
 
     const IDS: [&str; 4] = ["a", "b", "c", "d"];
 
-    fn arb_job() -> impl Strategy<Value = JobSummary> {
+    /// A Job and whether it is in the dead set.
+    fn arb_job() -> impl Strategy<Value = (JobSummary, bool)> {
         (
             0usize..IDS.len(),
             0u8..4,
             prop::sample::select(vec![JobPhase::Live, JobPhase::Succeeded, JobPhase::Failed]),
             any::<bool>(),
+            0i32..3,
+            any::<bool>(),
+            any::<bool>(),
         )
-            .prop_map(|(id, claim, phase, publish)| {
+            .prop_map(|(id, claim, phase, publish, terminating, target, dead)| {
                 let lane = if publish { Lane::Publish } else { Lane::Run };
                 let name = format!("{}{}-{claim}", lane.name_prefix(), IDS[id]);
-                job(&name, IDS[id], lane, phase)
+                let mut j = job(&name, IDS[id], lane, phase);
+                j.terminating_pods = terminating;
+                if phase == JobPhase::Live {
+                    j.failure_target = target.then(|| condition("PodFailurePolicy"));
+                }
+                (j, dead)
             })
+    }
+
+    /// Jobs with distinct names, as a view holds them.
+    fn arb_jobs() -> impl Strategy<Value = Vec<(JobSummary, bool)>> {
+        prop::collection::vec(arb_job(), 0..8).prop_map(|jobs| {
+            let mut names = BTreeSet::new();
+            jobs.into_iter()
+                .filter(|(j, _)| names.insert(j.name.clone()))
+                .collect()
+        })
     }
 
     fn arb_pod() -> impl Strategy<Value = PodSummary> {
         (
             0usize..8,
             prop::option::of(prop::sample::select(vec![DRIVER, DISPATCHER, "other"])),
-            prop::option::of(prop::sample::select(vec!["a", "b", "c", "d", "e", "f"])),
+            prop::option::of(prop::sample::select(vec!["a", "b", "c", "d", "e", "f", ""])),
             prop::option::of(0i64..1200),
             any::<bool>(),
             any::<bool>(),
@@ -672,6 +1219,39 @@ mod tests {
         })
     }
 
+    /// None = not asked, Some(None) = unknown, Some(Some(ids)) = known.
+    fn arb_driven() -> impl Strategy<Value = Option<Option<BTreeSet<String>>>> {
+        prop::option::of(prop::option::of(prop::collection::btree_set(
+            prop::sample::select(vec!["a", "b", "c", "d", "e", "f"]).prop_map(String::from),
+            0..4,
+        )))
+    }
+
+    fn split(jobs: Vec<(JobSummary, bool)>) -> (Vec<JobSummary>, BTreeSet<String>) {
+        let dead = jobs
+            .iter()
+            .filter(|(_, d)| *d)
+            .map(|(j, _)| job_key(j).to_owned())
+            .collect();
+        (jobs.into_iter().map(|(j, _)| j).collect(), dead)
+    }
+
+    fn driven_of(d: &Option<Option<BTreeSet<String>>>) -> Driven<'_> {
+        match d {
+            None => Driven::NotAsked,
+            Some(None) => Driven::Unknown,
+            Some(Some(ids)) => Driven::Known(ids),
+        }
+    }
+
+    /// Judged dead as the plan must read it: in the set, a driver, and
+    /// still showing failure (or Failed).
+    fn really_dead(j: &JobSummary, dead: &BTreeSet<String>) -> bool {
+        j.lane == Lane::Run
+            && dead.contains(job_key(j))
+            && (j.phase == JobPhase::Failed || j.shows_failure())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig {
             cases: 512,
@@ -681,33 +1261,48 @@ mod tests {
 
         #[test]
         fn never_deletes_what_it_must_not(
-            jobs in prop::collection::vec(arb_job(), 0..8),
+            jobs in arb_jobs(),
             mut pods in prop::collection::vec(arb_pod(), 0..10),
             driver_pods in prop::collection::vec(arb_driver_pod(), 0..3),
             settings in arb_settings(),
+            driven in arb_driven(),
         ) {
             pods.extend(driver_pods);
-            let p = plan(&jobs, &pods, now(), &settings);
+            let (jobs, dead) = split(jobs);
+            let snapshot = Snapshot { jobs: &jobs, pods: &pods, now: now(), dead: &dead, driven: driven_of(&driven) };
+            let p = plan(&snapshot, &settings);
             for d in &p.delete {
                 // Only pods carrying the driver's managed-by value.
                 prop_assert_eq!(d.pod.managed_by.as_deref(), Some(DRIVER));
                 // Never a Job's own pod, never the driver's own pod.
-                prop_assert!(!d.pod.job_owned);
+                prop_assert!(!d.pod.job_owned && !d.pod.terminating);
                 prop_assert!(d.pod.managed_by.as_deref() != Some(DISPATCHER));
-                // Never a pod whose job id has a live driver Job.
                 let id = d.pod.job_id.as_deref();
                 prop_assert_eq!(id, Some(d.job_id.as_str()));
-                prop_assert!(!jobs.iter().any(|j| j.job_id.as_deref() == id && j.is_live()));
+                let same_id: Vec<&JobSummary> = jobs.iter().filter(|j| j.job_id.as_deref() == id).collect();
+                // Never a pod whose job id has a live Job not judged dead.
+                prop_assert!(!same_id.iter().any(|j| j.is_live() && !really_dead(j, &dead)));
+                // Never while a failed driver's pods still terminate, unless judged dead.
+                prop_assert!(!same_id.iter().any(|j| j.lane == Lane::Run && j.phase == JobPhase::Failed
+                    && j.terminating_pods > 0 && !really_dead(j, &dead)));
                 match &d.reason {
-                    DeleteReason::DriverJobFailed { job } => prop_assert!(jobs.iter().any(|j|
+                    DeleteReason::DriverJobFailed { job } => prop_assert!(same_id.iter().any(|j|
                         &j.name == job && j.phase == JobPhase::Failed && j.lane == Lane::Run
-                        && j.job_id.as_deref() == id)),
+                        && j.terminating_pods == 0)),
+                    DeleteReason::DriverJobStuck { job } => prop_assert!(same_id.iter().any(|j|
+                        &j.name == job && really_dead(j, &dead))),
                     DeleteReason::Orphan { age } => {
                         prop_assert!(settings.orphan_sweep);
-                        prop_assert!(!jobs.iter().any(|j| j.job_id.as_deref() == id));
+                        prop_assert!(same_id.is_empty());
+                        match snapshot.driven {
+                            Driven::Known(ids) => prop_assert!(!ids.contains(&d.job_id)),
+                            other => prop_assert!(false, "orphan swept with {:?}", other),
+                        }
                         prop_assert!(age.as_secs() >= settings.orphan_grace.as_secs() as i64);
                     }
                 }
+                // The confirming read of an unchanged cluster never stops a planned delete.
+                prop_assert_eq!(confirm(&d.job_id, &d.reason, &jobs, &dead), Ok(()));
             }
             // Every distinct pod is accounted for exactly once.
             let mut keys: Vec<(String, String)> = pods.iter().map(|p| (p.namespace.clone(), p.name.clone())).collect();
@@ -719,7 +1314,7 @@ mod tests {
         #[test]
         fn deterministic_under_reordering(
             (jobs, pods, jobs2, pods2) in (
-                prop::collection::vec(arb_job(), 0..8),
+                arb_jobs(),
                 prop::collection::vec(arb_pod(), 0..10),
             ).prop_flat_map(|(jobs, pods)| (
                 Just(jobs.clone()),
@@ -728,9 +1323,13 @@ mod tests {
                 Just(pods).prop_shuffle(),
             )),
             settings in arb_settings(),
+            driven in arb_driven(),
         ) {
-            let base = plan(&jobs, &pods, now(), &settings);
-            prop_assert_eq!(&base, &plan(&jobs2, &pods2, now(), &settings));
+            let (jobs, dead) = split(jobs);
+            let (jobs2, dead2) = split(jobs2);
+            let base = plan(&Snapshot { jobs: &jobs, pods: &pods, now: now(), dead: &dead, driven: driven_of(&driven) }, &settings);
+            let shuffled = plan(&Snapshot { jobs: &jobs2, pods: &pods2, now: now(), dead: &dead2, driven: driven_of(&driven) }, &settings);
+            prop_assert_eq!(base, shuffled);
         }
     }
 }

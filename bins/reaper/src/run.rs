@@ -1,23 +1,42 @@
-//! The reaper's I/O: the tick (one pod LIST, the plan, the deletes) and the
-//! loop that runs it until shutdown.
+//! The reaper's I/O: the tick (decide what is due, LIST the sandbox pods
+//! when something is, ask the backend on a sweep tick, plan, confirm,
+//! delete) and the loop that runs it until shutdown.
 //!
-//! Nothing here is remembered between ticks. A failed LIST or delete is
-//! logged with the namespace and simply planned again on the next tick; it
-//! never stops the reaper.
+//! Every Kubernetes call is bounded by `TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS`.
+//! A failed LIST, read or delete is logged with the namespace and planned
+//! again on a later tick; it never stops the reaper. Nothing is decided from
+//! a Job view that is not current: the view is checked before the tick
+//! decides anything, read again (and checked) after the LIST, and checked
+//! once more before each delete; any transition in between stops the
+//! remaining deletes of the tick.
 
-use crate::plan::{self, PodDelete, PodSummary, ReapPlan, SweepSettings};
+use crate::memory::{Attempt, Due, ReapMemory};
+use crate::plan::{
+    self, DeleteReason, Driven, KeepReason, PodDelete, PodSummary, ReapKind, ReapPlan, Snapshot,
+    SweepSettings,
+};
 use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use tcab_shared::cluster::OwnedJobs;
+use std::time::Duration;
+use tcab_shared::backend::BackendClient;
+use tcab_shared::cluster::{JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::config::ReaperConfig;
+use tcab_shared::kube_api::{CallError, bounded, error_chain};
 use tcab_shared::labels;
-use tcab_shared::tick::{Shutdown, TickOutcome, run_loop_with_wake};
+use tcab_shared::tick::{Shutdown, Tick, TickOutcome, run_loop_with_wake};
+use tokio::sync::watch;
+use tokio::time::Instant;
 
-/// The time source; tests pass a fixed or stepped clock.
+/// The time source pod ages are measured with; tests pass a fixed or stepped clock.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// Sees the report of every tick (tests; the metrics of a later change).
+pub type TickObserver = Arc<dyn Fn(&TickReport) + Send + Sync>;
 
 /// What [`run`] needs from outside.
 #[derive(Clone)]
@@ -26,14 +45,21 @@ pub struct Deps {
     pub client: Client,
     /// The clock the orphan sweep measures ages with.
     pub clock: Clock,
+    /// The backend, which the orphan sweep asks what it still drives;
+    /// required while the sweep is on.
+    pub backend: Option<BackendClient>,
+    /// Called with each tick's report.
+    pub on_tick: Option<TickObserver>,
 }
 
 impl Deps {
-    /// A client with the system clock.
-    pub fn new(client: Client) -> Self {
+    /// A client and a backend client, with the system clock.
+    pub fn new(client: Client, backend: Option<BackendClient>) -> Self {
         Deps {
             client,
             clock: Arc::new(Timestamp::now),
+            backend,
+            on_tick: None,
         }
     }
 }
@@ -41,15 +67,53 @@ impl Deps {
 /// Why the reaper stopped other than by shutdown.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// The owned-Job watch task ended; without it the cache goes stale.
+    /// The owned-Job watch task ended; without it the view goes stale.
     #[error("the watch of owned Jobs in namespace {namespace} stopped")]
     WatchEnded {
         /// The namespace watched.
         namespace: String,
     },
+    /// The orphan sweep is on but no backend client was given.
+    #[error("the orphan sweep is on but no backend client was given (it asks GET /jobs/active)")]
+    NoBackend,
 }
 
-/// How one pod delete went.
+/// A Kubernetes API call that failed, for logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiFailure {
+    /// The Kubernetes verb: `list` or `delete`.
+    pub verb: &'static str,
+    /// The resource: `pods` or `jobs`.
+    pub resource: &'static str,
+    /// The HTTP code, when the API answered one.
+    pub code: Option<u16>,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ApiFailure {
+    fn new(verb: &'static str, resource: &'static str, error: &CallError) -> Self {
+        ApiFailure {
+            verb,
+            resource,
+            code: error.code(),
+            message: error_chain(error),
+        }
+    }
+}
+
+/// Why a planned delete was not sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The Job view stopped being current (or changed) after the plan.
+    ViewNotCurrent,
+    /// The confirming read of the owned Jobs with the pod's job id failed.
+    ConfirmReadFailed,
+    /// The confirming read found a reason to keep the pod.
+    Held(KeepReason),
+}
+
+/// How one planned delete went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeleteOutcome {
     /// The API accepted the delete.
@@ -58,101 +122,269 @@ pub enum DeleteOutcome {
     AlreadyGone,
     /// 409: the pod changed (another pod now has the name); next tick decides.
     Changed,
-    /// Any other failure (403, 5xx, transport); retried next tick.
+    /// Any other failure (403, 5xx, timeout, transport); retried later.
     Failed {
         /// The HTTP code, when the API answered.
         code: Option<u16>,
         /// What went wrong.
         message: String,
     },
+    /// Not sent.
+    Skipped(SkipReason),
 }
 
-/// What one tick did, for tests and logs.
+impl DeleteOutcome {
+    /// Whether the pod is reaped as far as the memory is concerned.
+    pub fn attempt(&self) -> Attempt {
+        match self {
+            DeleteOutcome::Deleted | DeleteOutcome::AlreadyGone => Attempt::Done,
+            _ => Attempt::NotDone,
+        }
+    }
+}
+
+/// One planned delete and how it went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteRecord {
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// Its job id.
+    pub job_id: String,
+    /// Why it was planned.
+    pub reason: DeleteReason,
+    /// How it went.
+    pub outcome: DeleteOutcome,
+}
+
+/// What the orphan sweep learned from the backend this tick.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SweepOutcome {
+    /// No sweep this tick.
+    #[default]
+    NotDue,
+    /// The backend listed this many driven jobs.
+    Driven(usize),
+    /// The backend's active list could not be read: no orphan was swept.
+    BackendFailed(String),
+}
+
+/// What one tick did, for tests, logs and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TickReport {
-    /// The Job view may be stale (its watch erred): nothing was listed or planned.
-    pub view_stale: bool,
-    /// The pod LIST failed (logged); nothing was planned.
-    pub list_failed: bool,
-    /// Pods the LIST returned.
-    pub listed: usize,
-    /// The plan, when the LIST succeeded.
+    /// Why the Job view was not trusted, when it was not: then nothing more
+    /// happened this tick (or, if it stopped being current after the LIST,
+    /// nothing was deleted).
+    pub view_not_current: Option<String>,
+    /// What was due.
+    pub due: Due,
+    /// Pods the LIST returned; `None` when the tick made no LIST (or it failed).
+    pub listed: Option<usize>,
+    /// What the sweep learned from the backend.
+    pub sweep: SweepOutcome,
+    /// The plan, when there was one.
     pub plan: ReapPlan,
-    /// Each planned delete (`namespace/name`) and how it went, in plan order.
-    pub deletes: Vec<(String, DeleteOutcome)>,
+    /// Each planned delete and how it went, by job id, then in plan order.
+    pub deletes: Vec<DeleteRecord>,
+    /// Job ids whose reap completed this tick (no sandbox of theirs left).
+    pub completed: BTreeSet<String>,
+    /// Kubernetes API calls that failed.
+    pub api_errors: Vec<ApiFailure>,
 }
 
-/// One reaper: the pod API of the sandbox namespace, the owned-Job cache and
-/// the settings. [`Reaper::tick`] is one reconcile.
+impl TickReport {
+    /// Each planned delete as (`namespace/name`, outcome).
+    pub fn outcomes(&self) -> Vec<(String, DeleteOutcome)> {
+        self.deletes
+            .iter()
+            .map(|d| (d.pod.clone(), d.outcome.clone()))
+            .collect()
+    }
+
+    /// The kind of every sandbox deleted this tick (a 404 counts: it is gone).
+    pub fn reaped(&self) -> impl Iterator<Item = ReapKind> + '_ {
+        self.deletes
+            .iter()
+            .filter(|d| d.outcome.attempt() == Attempt::Done)
+            .map(|d| d.reason.kind())
+    }
+}
+
+/// Everything a [`Reaper`] is built from.
+pub struct ReaperSetup {
+    /// The Kubernetes client.
+    pub client: Client,
+    /// The namespace of the owned Jobs (the confirming reads).
+    pub job_namespace: String,
+    /// The namespace of the sandbox pods.
+    pub sandbox_namespace: String,
+    /// The view of the owned Jobs.
+    pub jobs: OwnedJobs,
+    /// The settings.
+    pub settings: SweepSettings,
+    /// The clock pod ages are measured with.
+    pub clock: Clock,
+    /// The backend, for the orphan sweep.
+    pub backend: Option<BackendClient>,
+    /// The bound of every Kubernetes call.
+    pub kube_timeout: Duration,
+}
+
+/// One reaper. [`Reaper::tick`] is one reconcile.
 pub struct Reaper {
     pods: Api<Pod>,
-    namespace: String,
+    job_api: Api<Job>,
+    sandbox_namespace: String,
     jobs: OwnedJobs,
     settings: SweepSettings,
     clock: Clock,
+    backend: Option<BackendClient>,
+    kube_timeout: Duration,
+    memory: ReapMemory,
+    paused: bool,
+}
+
+/// A snapshot of the owned Jobs taken while the view was current the whole
+/// time, and a receiver that notices any later transition of the view.
+fn current_view(jobs: &OwnedJobs) -> Result<(Vec<JobSummary>, watch::Receiver<ViewState>), String> {
+    let mut view = jobs.view_changes();
+    match view.borrow_and_update().clone() {
+        ViewState::Current => {}
+        ViewState::Listing => return Err("the owned Jobs are not listed yet".into()),
+        ViewState::Failed(error) => return Err(format!("the Job watch failed: {error}")),
+    }
+    let snapshot = jobs.snapshot();
+    if !still_current(&view) {
+        return Err("the Job view changed while it was read".into());
+    }
+    Ok((snapshot, view))
+}
+
+/// Whether the view is current and has not changed state since it was read.
+fn still_current(view: &watch::Receiver<ViewState>) -> bool {
+    !view.has_changed().unwrap_or(true) && view.borrow().is_current()
 }
 
 impl Reaper {
-    /// A reaper of the pods in `namespace`, deciding against `jobs` (which
-    /// must have had its first full list before [`Reaper::tick`] is called).
-    pub fn new(
-        client: Client,
-        namespace: &str,
-        jobs: OwnedJobs,
-        settings: SweepSettings,
-        clock: Clock,
-    ) -> Self {
+    /// A reaper deciding against `setup.jobs`, which should be current
+    /// before the first tick (a tick on a view that is not does nothing).
+    pub fn new(setup: ReaperSetup) -> Self {
         Reaper {
-            pods: Api::namespaced(client, namespace),
-            namespace: namespace.to_owned(),
-            jobs,
-            settings,
-            clock,
+            pods: Api::namespaced(setup.client.clone(), &setup.sandbox_namespace),
+            job_api: Api::namespaced(setup.client, &setup.job_namespace),
+            sandbox_namespace: setup.sandbox_namespace,
+            jobs: setup.jobs,
+            settings: setup.settings,
+            clock: setup.clock,
+            backend: setup.backend,
+            kube_timeout: setup.kube_timeout,
+            memory: ReapMemory::new(),
+            paused: false,
         }
     }
 
-    /// One tick: LIST the driver-managed pods of the sandbox namespace,
-    /// plan against the cached Jobs, delete what the plan says.
-    pub async fn tick(&self) -> TickReport {
-        let mut report = TickReport::default();
-        // A stale view could miss a newer live Job: its sandbox would look
-        // orphaned or reapable. Reap only from a view the watch keeps current.
-        if !self.jobs.is_current(std::time::Instant::now()) {
-            tracing::warn!("Job watch degraded: reaping paused until it delivers again");
-            report.view_stale = true;
-            return report;
+    fn pause(&mut self, why: &str) {
+        if self.paused {
+            tracing::debug!(reason = why, "reaping still paused");
+        } else {
+            tracing::info!(
+                reason = why,
+                "reaping paused: the Job view is not current; nothing is listed or deleted until a fresh list completes"
+            );
+            self.paused = true;
         }
-        let selector = labels::selector(labels::MANAGED_BY, &self.settings.driver_managed_by);
-        // The pods are listed before the Jobs are read, so a sandbox of a
-        // newer claim is never judged against a Job snapshot older than it.
-        let listed = match self
-            .pods
-            .list(&ListParams::default().labels(&selector))
-            .await
-        {
-            Ok(list) => list,
-            Err(error) => {
-                let code = api_code(&error);
-                tracing::warn!(
-                    namespace = %self.namespace,
-                    code,
-                    %error,
-                    "cannot list sandbox pods; retrying next tick{}",
-                    rbac_hint(code)
-                );
-                report.list_failed = true;
+    }
+
+    fn resume(&mut self) {
+        if self.paused {
+            tracing::info!("reaping resumed: the Job view is current");
+            self.paused = false;
+        }
+    }
+
+    /// One tick: from a current view, decide whether a reap or the sweep is
+    /// due; if so LIST the driver-managed pods of the sandbox namespace, ask
+    /// the backend what it drives (sweep), plan against the view read after
+    /// the LIST, confirm each job id with a fresh read, and delete.
+    pub async fn tick(&mut self) -> TickReport {
+        let mut report = TickReport::default();
+        let margin = self.settings.terminating_margin;
+        let (jobs, _) = match current_view(&self.jobs) {
+            Ok(view) => view,
+            Err(why) => {
+                self.pause(&why);
+                report.view_not_current = Some(why);
                 return report;
             }
         };
-        let pods: Vec<PodSummary> = listed
-            .items
-            .iter()
-            .map(|pod| PodSummary::from_pod(pod, &self.namespace))
-            .collect();
-        report.listed = pods.len();
-        let jobs = self.jobs.snapshot();
-        let plan = plan::plan(&jobs, &pods, (self.clock)(), &self.settings);
+        self.resume();
+        let now = Instant::now();
+        let dead = self.memory.observe(&jobs, now, margin);
+        let verdicts = plan::judge_ids(&jobs, &dead);
+        report.due = self.memory.due(&verdicts, now, &self.settings);
+        drop(jobs);
+        if !report.due.needs_list() {
+            tracing::trace!("no reap awaits and the sweep is not due: nothing to list");
+            return report;
+        }
+        tracing::debug!(
+            namespace = %self.sandbox_namespace,
+            reap = ?report.due.reap,
+            sweep = report.due.sweep,
+            "listing sandbox pods"
+        );
 
+        // A sweep round counts from its LIST, whether the LIST or the backend
+        // then fails: a sandbox namespace that refuses the reaper costs one
+        // LIST per interval, not one per tick.
+        if report.due.sweep {
+            self.memory.swept(now);
+        }
+        // The pods are listed before the Jobs are read for the plan, so a
+        // sandbox of a newer claim is never judged against a view older than it.
+        let Some(pods) = self.list_sandboxes(&mut report.api_errors).await else {
+            return report;
+        };
+        report.listed = Some(pods.len());
+
+        // Asked after the LIST: every listed sandbox was made after its claim.
+        let driven_ids = if report.due.sweep {
+            let answer = self.driven().await;
+            report.sweep = match &answer {
+                Ok(ids) => SweepOutcome::Driven(ids.len()),
+                Err(error) => SweepOutcome::BackendFailed(error.clone()),
+            };
+            Some(answer)
+        } else {
+            None
+        };
+        let driven = match &driven_ids {
+            None => Driven::NotAsked,
+            Some(Ok(ids)) => Driven::Known(ids),
+            Some(Err(_)) => Driven::Unknown,
+        };
+
+        let (jobs, view) = match current_view(&self.jobs) {
+            Ok(view) => view,
+            Err(why) => {
+                self.pause(&why);
+                report.view_not_current = Some(why);
+                return report;
+            }
+        };
+        let now = Instant::now();
+        let dead = self.memory.observe(&jobs, now, margin);
+        let verdicts = plan::judge_ids(&jobs, &dead);
+        let plan = plan::plan(
+            &Snapshot {
+                jobs: &jobs,
+                pods: &pods,
+                now: (self.clock)(),
+                dead: &dead,
+                driven,
+            },
+            &self.settings,
+        );
+        drop(jobs);
         for kept in &plan.keep {
             tracing::debug!(
                 pod = %kept.pod.key(),
@@ -161,23 +393,166 @@ impl Reaper {
                 "sandbox pod kept"
             );
         }
+
+        let attempts = self.carry_out(&plan, &view, &dead, &mut report).await;
+        report.completed = self.memory.record(&verdicts, &attempts);
+        for job_id in &report.completed {
+            tracing::debug!(job_id, "no sandbox of this job left; its reap is complete");
+        }
         if plan.delete.is_empty() {
             tracing::debug!(
-                namespace = %self.namespace,
-                listed = report.listed,
-                jobs = jobs.len(),
+                namespace = %self.sandbox_namespace,
+                listed = pods.len(),
                 "no sandbox pod to reap"
             );
-        }
-        for delete in &plan.delete {
-            let outcome = self.delete(delete).await;
-            report.deletes.push((delete.pod.key(), outcome));
         }
         report.plan = plan;
         report
     }
 
-    async fn delete(&self, delete: &PodDelete) -> DeleteOutcome {
+    /// One bounded LIST of the pods carrying the driver's managed-by value;
+    /// `None` (logged, recorded) when it fails.
+    async fn list_sandboxes(&self, errors: &mut Vec<ApiFailure>) -> Option<Vec<PodSummary>> {
+        let selector = labels::selector(labels::MANAGED_BY, &self.settings.driver_managed_by);
+        match bounded(
+            self.kube_timeout,
+            self.pods.list(&ListParams::default().labels(&selector)),
+        )
+        .await
+        {
+            Ok(list) => Some(
+                list.items
+                    .iter()
+                    .map(|pod| PodSummary::from_pod(pod, &self.sandbox_namespace))
+                    .collect(),
+            ),
+            Err(error) => {
+                let code = error.code();
+                tracing::warn!(
+                    namespace = %self.sandbox_namespace,
+                    code,
+                    error = %error_chain(&error),
+                    "cannot list sandbox pods; retrying next tick{}",
+                    rbac_hint(code)
+                );
+                errors.push(ApiFailure::new("list", "pods", &error));
+                None
+            }
+        }
+    }
+
+    /// Carries out the plan's deletes, job id by job id: each id only while
+    /// the view is still current and unchanged, and after a confirming read;
+    /// each delete of it only while the view still is. Returns how each
+    /// planned delete went, for the memory.
+    async fn carry_out(
+        &self,
+        plan: &ReapPlan,
+        view: &watch::Receiver<ViewState>,
+        dead: &BTreeSet<String>,
+        report: &mut TickReport,
+    ) -> Vec<(String, Attempt)> {
+        let mut by_id: BTreeMap<&str, Vec<&PodDelete>> = BTreeMap::new();
+        for delete in &plan.delete {
+            by_id.entry(&delete.job_id).or_default().push(delete);
+        }
+        let mut attempts = Vec::new();
+        for (job_id, deletes) in by_id {
+            let mut gate = if still_current(view) {
+                self.confirm(job_id, &deletes[0].reason, dead, &mut report.api_errors)
+                    .await
+                    .err()
+            } else {
+                Some(SkipReason::ViewNotCurrent)
+            };
+            for delete in deletes {
+                if gate.is_none() && !still_current(view) {
+                    gate = Some(SkipReason::ViewNotCurrent);
+                }
+                let outcome = match &gate {
+                    Some(skip) => DeleteOutcome::Skipped(skip.clone()),
+                    None => self.delete(delete, &mut report.api_errors).await,
+                };
+                attempts.push((job_id.to_owned(), outcome.attempt()));
+                report.deletes.push(DeleteRecord {
+                    pod: delete.pod.key(),
+                    job_id: job_id.to_owned(),
+                    reason: delete.reason.clone(),
+                    outcome,
+                });
+            }
+            if gate == Some(SkipReason::ViewNotCurrent) {
+                tracing::info!(
+                    job_id,
+                    "the Job view stopped being current after the plan; its deletes wait for a later tick"
+                );
+            }
+        }
+        attempts
+    }
+
+    /// The job ids the backend lists as driven (`GET /jobs/active`).
+    async fn driven(&self) -> Result<BTreeSet<String>, String> {
+        let Some(backend) = &self.backend else {
+            return Err("no backend client".into());
+        };
+        match backend.active_runs().await {
+            Ok(active) => Ok(active.jobs.into_iter().map(|run| run.id).collect()),
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    next_sweep_in_seconds = self.settings.orphan_sweep_interval.as_secs(),
+                    "cannot read the jobs the backend drives; no orphan is swept this round"
+                );
+                Err(error.to_string())
+            }
+        }
+    }
+
+    /// One bounded read of the owned Jobs carrying `job_id`; the deletes of
+    /// that id go ahead only if [`plan::confirm`] agrees with it.
+    async fn confirm(
+        &self,
+        job_id: &str,
+        reason: &DeleteReason,
+        dead: &BTreeSet<String>,
+        errors: &mut Vec<ApiFailure>,
+    ) -> Result<(), SkipReason> {
+        let selector = format!(
+            "{},{}",
+            labels::selector(labels::MANAGED_BY, &self.settings.dispatcher_managed_by),
+            labels::selector(labels::JOB_ID, job_id)
+        );
+        let read = bounded(
+            self.kube_timeout,
+            self.job_api.list(&ListParams::default().labels(&selector)),
+        )
+        .await;
+        let fresh: Vec<JobSummary> = match read {
+            Ok(list) => list.items.iter().map(JobSummary::from_job).collect(),
+            Err(error) => {
+                let code = error.code();
+                tracing::warn!(
+                    job_id,
+                    code,
+                    error = %error_chain(&error),
+                    "cannot confirm that no Job of this job id is live; its sandboxes wait for a later tick"
+                );
+                errors.push(ApiFailure::new("list", "jobs", &error));
+                return Err(SkipReason::ConfirmReadFailed);
+            }
+        };
+        plan::confirm(job_id, reason, &fresh, dead).map_err(|keep| {
+            tracing::info!(
+                job_id,
+                reason = %keep,
+                "a fresh read of its Jobs holds the reap; its sandboxes are kept"
+            );
+            SkipReason::Held(keep)
+        })
+    }
+
+    async fn delete(&self, delete: &PodDelete, errors: &mut Vec<ApiFailure>) -> DeleteOutcome {
         let pod = &delete.pod;
         let params = DeleteParams {
             preconditions: pod.uid.clone().map(|uid| Preconditions {
@@ -186,55 +561,46 @@ impl Reaper {
             }),
             ..DeleteParams::default()
         };
-        let pods: Api<Pod> = if pod.namespace == self.namespace {
+        let pods: Api<Pod> = if pod.namespace == self.sandbox_namespace {
             self.pods.clone()
         } else {
             Api::namespaced(self.pods.clone().into_client(), &pod.namespace)
         };
-        match pods.delete(&pod.name, &params).await {
+        match bounded(self.kube_timeout, pods.delete(&pod.name, &params)).await {
             Ok(_) => {
                 tracing::info!(
                     job_id = %delete.job_id,
                     pod = %pod.key(),
+                    kind = delete.reason.kind().as_str(),
                     reason = %delete.reason,
                     "reaped sandbox pod"
                 );
                 DeleteOutcome::Deleted
             }
-            Err(error) => match api_code(&error) {
-                Some(404) => {
-                    tracing::debug!(job_id = %delete.job_id, pod = %pod.key(), "sandbox pod already gone");
-                    DeleteOutcome::AlreadyGone
-                }
-                Some(409) => {
-                    tracing::info!(job_id = %delete.job_id, pod = %pod.key(), "sandbox pod changed before its delete; next tick decides");
-                    DeleteOutcome::Changed
-                }
-                code => {
-                    tracing::warn!(
-                        namespace = %pod.namespace,
-                        job_id = %delete.job_id,
-                        pod = %pod.name,
-                        code,
-                        %error,
-                        "cannot delete sandbox pod; retrying next tick{}",
-                        rbac_hint(code)
-                    );
-                    DeleteOutcome::Failed {
-                        code,
-                        message: error.to_string(),
-                    }
-                }
-            },
+            Err(error) if error.is_not_found() => {
+                tracing::debug!(job_id = %delete.job_id, pod = %pod.key(), "sandbox pod already gone");
+                DeleteOutcome::AlreadyGone
+            }
+            Err(error) if error.is_conflict() => {
+                tracing::info!(job_id = %delete.job_id, pod = %pod.key(), "sandbox pod changed before its delete; a later tick decides");
+                DeleteOutcome::Changed
+            }
+            Err(error) => {
+                let code = error.code();
+                let message = error_chain(&error);
+                tracing::warn!(
+                    namespace = %pod.namespace,
+                    job_id = %delete.job_id,
+                    pod = %pod.name,
+                    code,
+                    error = %message,
+                    "cannot delete sandbox pod; retrying next tick{}",
+                    rbac_hint(code)
+                );
+                errors.push(ApiFailure::new("delete", "pods", &error));
+                DeleteOutcome::Failed { code, message }
+            }
         }
-    }
-}
-
-/// The HTTP code of an API error, if the API answered.
-fn api_code(error: &kube::Error) -> Option<u16> {
-    match error {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
     }
 }
 
@@ -247,20 +613,39 @@ fn rbac_hint(code: Option<u16>) -> &'static str {
     }
 }
 
-/// The plan's settings from the configuration.
+/// The reaper's settings from the configuration.
 pub fn sweep_settings(config: &ReaperConfig) -> SweepSettings {
     SweepSettings {
         driver_managed_by: config.driver_managed_by.clone(),
         dispatcher_managed_by: config.common.managed_by.clone(),
         orphan_sweep: config.orphan_sweep,
         orphan_grace: config.orphan_grace,
+        orphan_sweep_interval: config.orphan_sweep_interval,
+        terminating_margin: config.terminating_margin,
+    }
+}
+
+/// The loop's unit of work: a tick, then its report to the observer.
+struct Ticks {
+    reaper: Reaper,
+    on_tick: Option<TickObserver>,
+}
+
+impl Tick for Ticks {
+    async fn tick(&mut self) -> TickOutcome {
+        let report = self.reaper.tick().await;
+        if let Some(observe) = &self.on_tick {
+            observe(&report);
+        }
+        TickOutcome::Idle
     }
 }
 
 /// Runs the reaper until `shutdown`: watches the owned Jobs in the
-/// dispatcher's namespace, waits for their first full list (never sweeping
-/// against a cache that has not listed yet), then ticks every poll interval.
-/// Returns an error only when the Job watch itself stops.
+/// dispatcher's namespace, waits for their first full list, then ticks
+/// every poll interval (and at once when a Job finishes). A tick under way
+/// when shutdown comes is finished, never cut between its LIST and its
+/// deletes. Returns an error only when the Job watch itself stops.
 pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow::Result<()> {
     let own_namespace = config
         .common
@@ -272,11 +657,8 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
         .clone()
         .unwrap_or_else(|| own_namespace.clone());
     let settings = sweep_settings(&config);
-    if settings.driver_managed_by == settings.dispatcher_managed_by {
-        tracing::warn!(
-            managed_by = %settings.driver_managed_by,
-            "the driver and the dispatcher share one managed-by value; only pods owned by no Job are reaped"
-        );
+    if settings.orphan_sweep && deps.backend.is_none() {
+        return Err(RunError::NoBackend.into());
     }
     tracing::info!(
         namespace = %own_namespace,
@@ -284,6 +666,7 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
         driver_managed_by = %settings.driver_managed_by,
         orphan_sweep = settings.orphan_sweep,
         orphan_grace_seconds = settings.orphan_grace.as_secs(),
+        orphan_sweep_interval_seconds = settings.orphan_sweep_interval.as_secs(),
         "reaper starting"
     );
 
@@ -291,13 +674,17 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
         deps.client.clone(),
         &own_namespace,
         &config.common.managed_by,
+        WatchSettings {
+            timeout: config.common.watch_timeout,
+            ..WatchSettings::default()
+        },
     );
     let watch_ended = || RunError::WatchEnded {
         namespace: own_namespace.clone(),
     };
 
     tokio::select! {
-        _ = jobs.wait_ready() => {}
+        _ = jobs.wait_current() => {}
         _ = shutdown.wait() => {
             watch_task.abort();
             return Ok(());
@@ -308,17 +695,21 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
 
     // A driver Job that fails leaves a sandbox to reap now, not at the next poll.
     let wake = jobs.finishes();
-    let reaper = Reaper::new(deps.client, &sandbox_namespace, jobs, settings, deps.clock);
-    // A tick cut short by shutdown is harmless: reaping is idempotent and
-    // the next start plans again from the cluster.
-    let tick_shutdown = shutdown.clone();
-    let ticks = run_loop_with_wake(config.common.poll_interval, shutdown, wake, || async {
-        tokio::select! {
-            _ = reaper.tick() => {}
-            _ = tick_shutdown.wait() => {}
-        }
-        TickOutcome::Idle
-    });
+    let ticks = Ticks {
+        reaper: Reaper::new(ReaperSetup {
+            client: deps.client,
+            job_namespace: own_namespace.clone(),
+            sandbox_namespace,
+            jobs,
+            settings,
+            clock: deps.clock,
+            backend: deps.backend,
+            kube_timeout: config.common.kube_timeout,
+        }),
+        on_tick: deps.on_tick,
+    };
+    // The loop finishes the tick in progress before it returns on shutdown.
+    let ticks = run_loop_with_wake(config.common.poll_interval, shutdown, wake, ticks);
     tokio::select! {
         ticks = ticks => {
             watch_task.abort();

@@ -18,12 +18,13 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn a_malformed_orphan_grace_exits_2_naming_it() {
-    // The reaper does not read the backend token; an operator may still set
-    // it in a shared environment, and it must not be echoed.
+    // The orphan sweep asks the backend, so the token is in the reaper's
+    // environment too; it must never be echoed.
     let output = start(
         &[],
         &[
             ("TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS", "soon"),
+            ("TCAB_BACKEND_URL", "http://tcab-backend.tcab.svc:8080"),
             ("TCAB_BACKEND_SERVICE_TOKEN", SERVICE_TOKEN),
         ],
     );
@@ -36,6 +37,16 @@ fn a_malformed_orphan_grace_exits_2_naming_it() {
         "{stderr}"
     );
     assert!(stderr.contains("soon"), "{stderr}");
+    assert!(!stderr.contains(SERVICE_TOKEN), "a token leaked: {stderr}");
+}
+
+#[test]
+fn the_sweep_without_a_backend_url_exits_2_naming_it() {
+    let output = start(&[], &[("TCAB_BACKEND_SERVICE_TOKEN", SERVICE_TOKEN)]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("TCAB_BACKEND_URL"), "{stderr}");
     assert!(!stderr.contains(SERVICE_TOKEN), "a token leaked: {stderr}");
 }
 

@@ -21,39 +21,34 @@ async fn forbidden_list_is_logged_with_the_namespace_and_retried() {
 
     // Forbidden twice (RBAC missing), then granted.
     let mut calls = 0;
-    let listed = pod_list(vec![pod(
-        "sb-a",
-        "a",
-        "tcab-driver",
-        "2027-01-15T11:59:00Z",
-    )]);
-    let (client, seen) = mock_client(Box::new(move |req| match req.method {
-        Method::GET => {
+    let jobs = vec![job("tcab-driver-a-1", "a", true)];
+    let mut granted = cluster(vec![sandbox("sb-a", "a")], jobs.clone());
+    let (client, seen) = mock_client(Box::new(move |req| {
+        if req.method == Method::GET && req.uri == LIST_URI {
             calls += 1;
             if calls <= 2 {
-                (403, status(403, "Forbidden"))
-            } else {
-                (200, listed.clone())
+                return Answer::Json(403, status(403, "Forbidden"));
             }
         }
-        _ => (200, success()),
+        granted(req)
     }));
-    let r = reaper(client, cache(vec![job("tcab-driver-a-1", "a", true)]));
+    let mut r = reaper(client, cache(jobs));
     for _ in 0..2 {
         let report = r.tick().await;
-        assert!(report.list_failed);
+        assert_eq!(report.listed, None);
+        assert_eq!(report.api_errors[0].code, Some(403));
         assert!(report.deletes.is_empty());
     }
     let report = r.tick().await;
-    assert!(!report.list_failed);
+    assert_eq!(report.listed, Some(1));
     assert_eq!(
-        report.deletes,
+        report.outcomes(),
         [("sandboxes/sb-a".to_string(), DeleteOutcome::Deleted)]
     );
     let seen = seen.lock().expect("log").clone();
-    assert_eq!(seen.len(), 4, "three LISTs, one DELETE: {seen:?}");
+    assert_eq!(seen.len(), 5, "three LISTs, one read, one DELETE: {seen:?}");
     assert!(seen[..3].iter().all(|s| s.uri == LIST_URI));
-    assert_eq!(seen[3].body["preconditions"]["uid"], "uid-sb-a");
+    assert_eq!(seen[4].body["preconditions"]["uid"], "uid-sb-a");
 
     let text = logs.text();
     let warnings: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();

@@ -1,6 +1,6 @@
-//! `run` against a mocked API server: it sweeps nothing until the Job
-//! watch has delivered its first full list, then ticks every poll interval,
-//! and stops cleanly on shutdown.
+//! `run` against a mocked API server: it reaps nothing until the Job watch
+//! has delivered its first full list, lets the tick in flight finish on
+//! shutdown (never cut between its LIST and its deletes), and stops cleanly.
 
 use http::{Method, Request, Response};
 use kube::Client;
@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tcab_reaper::run::{Deps, run};
+use tcab_reaper::run::{Deps, RunError, TickReport, run};
 use tcab_shared::config::{CommonConfig, LogFormat, ReaperConfig};
 use tcab_shared::tick::Shutdown;
 use tokio::sync::oneshot;
@@ -22,11 +22,18 @@ fn config() -> ReaperConfig {
             poll_interval: Duration::from_secs(5),
             log_format: LogFormat::Text,
             vault_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            kube_timeout: Duration::from_secs(15),
+            watch_timeout: Duration::from_secs(60),
         },
         sandbox_namespace: Some("sandboxes".into()),
         driver_managed_by: "tcab-driver".into(),
-        orphan_sweep: true,
+        // The sweep needs a backend (real sockets); these tests run on a
+        // paused clock and reap failed drivers only.
+        orphan_sweep: false,
         orphan_grace: Duration::from_secs(600),
+        orphan_sweep_interval: Duration::from_secs(300),
+        terminating_margin: Duration::from_secs(60),
+        backend: None,
     }
 }
 
@@ -40,11 +47,34 @@ fn respond(send: tower_test::mock::SendResponse<Response<Body>>, body: &Value) {
     );
 }
 
+fn driver_job(name: &str, id: &str, failed: bool) -> Value {
+    let status = if failed {
+        json!({"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}]})
+    } else {
+        json!({"active": 1})
+    };
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "dispatcher", "uid": format!("uid-{name}"),
+            "resourceVersion": "3", "creationTimestamp": "2027-01-15T11:00:00Z",
+            "labels": {"app.kubernetes.io/managed-by": "tcab-dispatcher",
+                       "tcab.dev/job-id": id, "tcab.dev/job-kind": "run"}},
+        "status": status})
+}
+
+fn sandbox(name: &str, id: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "sandboxes", "uid": format!("uid-{name}"),
+        "creationTimestamp": "2000-01-01T00:00:00Z",
+        "labels": {"app.kubernetes.io/managed-by": "tcab-driver", "tcab.dev/job-id": id}}})
+}
+
 #[derive(Default)]
 struct Seen {
     /// Whether the first Job list has arrived (and is being held).
     job_list_held: bool,
+    /// Whether a pod LIST is being held.
+    pod_list_held: bool,
     pod_lists: usize,
+    reads: usize,
     deletes: Vec<String>,
 }
 
@@ -60,14 +90,19 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn sweeps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let log = seen.clone();
-    let (release_jobs, jobs_released) = oneshot::channel::<()>();
+/// Gates the mock holds an answer at until the test opens them.
+struct Gates {
+    job_list: Option<oneshot::Receiver<()>>,
+    pod_list: Option<oneshot::Receiver<()>>,
+}
+
+/// A mock API server: Jobs `a` (failed) and `b` (live), a sandbox of each.
+fn serve(
+    mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+    seen: Arc<Mutex<Seen>>,
+    mut gates: Gates,
+) {
     tokio::spawn(async move {
-        let mut jobs_released = Some(jobs_released);
         let mut held_watches = Vec::new();
         while let Some((request, send)) = handle.next_request().await {
             let uri = request.uri().to_string();
@@ -82,37 +117,37 @@ async fn sweeps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
                     held_watches.push(send);
                     continue;
                 }
-                // The first list answers only when the test says so.
-                if let Some(gate) = jobs_released.take() {
-                    log.lock().expect("log").job_list_held = true;
+                let confirm = uri.contains("tcab.dev%2Fjob-id%3D");
+                if confirm {
+                    seen.lock().expect("log").reads += 1;
+                } else if let Some(gate) = gates.job_list.take() {
+                    seen.lock().expect("log").job_list_held = true;
                     let _ = gate.await;
                 }
-                let job = json!({"apiVersion": "batch/v1", "kind": "Job",
-                    "metadata": {"name": "tcab-driver-a-1", "namespace": "dispatcher",
-                        "resourceVersion": "3", "creationTimestamp": "2027-01-15T11:00:00Z",
-                        "labels": {"app.kubernetes.io/managed-by": "tcab-dispatcher",
-                                   "tcab.dev/job-id": "a", "tcab.dev/job-kind": "run"}},
-                    "status": {"active": 1}});
+                let mut items = vec![driver_job("tcab-driver-a-1", "a", true)];
+                if !confirm {
+                    items.push(driver_job("tcab-driver-b-1", "b", false));
+                }
                 respond(
                     send,
                     &json!({"apiVersion": "batch/v1", "kind": "JobList",
-                    "metadata": {"resourceVersion": "5"}, "items": [job]}),
+                    "metadata": {"resourceVersion": "5"}, "items": items}),
                 );
             } else if method == Method::GET && uri.starts_with("/api/v1/namespaces/sandboxes/pods?")
             {
-                log.lock().expect("log").pod_lists += 1;
-                // A long-lived sandbox of the live Job "a": an orphan to a
-                // reaper that swept against an empty cache.
-                let pod = json!({"metadata": {"name": "sb-a", "namespace": "sandboxes", "uid": "u",
-                    "creationTimestamp": "2000-01-01T00:00:00Z",
-                    "labels": {"app.kubernetes.io/managed-by": "tcab-driver", "tcab.dev/job-id": "a"}}});
+                seen.lock().expect("log").pod_lists += 1;
+                if let Some(gate) = gates.pod_list.take() {
+                    seen.lock().expect("log").pod_list_held = true;
+                    let _ = gate.await;
+                }
                 respond(
                     send,
                     &json!({"apiVersion": "v1", "kind": "PodList",
-                    "metadata": {"resourceVersion": "9"}, "items": [pod]}),
+                    "metadata": {"resourceVersion": "9"},
+                    "items": [sandbox("sb-a", "a"), sandbox("sb-b", "b")]}),
                 );
             } else {
-                log.lock()
+                seen.lock()
                     .expect("log")
                     .deletes
                     .push(format!("{method} {uri}"));
@@ -123,10 +158,33 @@ async fn sweeps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
             }
         }
     });
+}
 
+fn deps(client: Client, reports: Arc<Mutex<Vec<TickReport>>>) -> Deps {
+    let mut deps = Deps::new(client, None);
+    deps.on_tick = Some(Arc::new(move |r: &TickReport| {
+        reports.lock().expect("reports").push(r.clone());
+    }));
+    deps
+}
+
+#[tokio::test(start_paused = true)]
+async fn reaps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let (release_jobs, jobs_released) = oneshot::channel::<()>();
+    serve(
+        handle,
+        seen.clone(),
+        Gates {
+            job_list: Some(jobs_released),
+            pod_list: None,
+        },
+    );
+    let reports = Arc::new(Mutex::new(Vec::new()));
     let (trigger, shutdown) = Shutdown::channel();
     let client = Client::new(service, "default");
-    let task = tokio::spawn(run(config(), Deps::new(client), shutdown));
+    let task = tokio::spawn(run(config(), deps(client, reports.clone()), shutdown));
 
     // The Job list is asked for and held; a minute of (paused,
     // auto-advanced) time passes without its answer: no tick.
@@ -138,19 +196,26 @@ async fn sweeps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
     assert_eq!(
         seen.lock().expect("log").pod_lists,
         0,
-        "ticked before the cache listed"
+        "ticked before the view listed"
     );
+    assert!(reports.lock().expect("reports").is_empty());
 
     release_jobs.send(()).expect("mock alive");
-    // Ticks follow, one per poll interval; wait (in virtual time) for three.
+    // The failed driver's sandbox is reaped; ticks follow, one per poll
+    // interval, and list nothing more.
     until("three ticks after the list", || {
-        seen.lock().expect("log").pod_lists >= 3
+        reports.lock().expect("reports").len() >= 3
     })
     .await;
-    assert!(
-        seen.lock().expect("log").deletes.is_empty(),
-        "the live Job's sandbox was deleted"
-    );
+    {
+        let seen = seen.lock().expect("log");
+        assert_eq!(
+            seen.deletes,
+            ["DELETE /api/v1/namespaces/sandboxes/pods/sb-a?"],
+            "only the failed driver's sandbox"
+        );
+        assert_eq!((seen.pod_lists, seen.reads), (1, 1));
+    }
 
     trigger.trigger();
     let result = tokio::time::timeout(Duration::from_secs(10), task)
@@ -158,6 +223,47 @@ async fn sweeps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
         .expect("run stops on shutdown")
         .expect("run task");
     assert!(result.is_ok(), "{result:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_during_a_tick_lets_it_finish_its_deletes() {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let (release_pods, pods_released) = oneshot::channel::<()>();
+    serve(
+        handle,
+        seen.clone(),
+        Gates {
+            job_list: None,
+            pod_list: Some(pods_released),
+        },
+    );
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let (trigger, shutdown) = Shutdown::channel();
+    let client = Client::new(service, "default");
+    let task = tokio::spawn(run(config(), deps(client, reports.clone()), shutdown));
+
+    // SIGTERM arrives while the tick's LIST is in flight.
+    until("the pod LIST", || seen.lock().expect("log").pod_list_held).await;
+    trigger.trigger();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished(), "the tick was cut short");
+    release_pods.send(()).expect("mock alive");
+
+    let result = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("run stops after the tick")
+        .expect("run task");
+    assert!(result.is_ok(), "{result:?}");
+    let seen = seen.lock().expect("log");
+    assert_eq!(
+        seen.deletes,
+        ["DELETE /api/v1/namespaces/sandboxes/pods/sb-a?"],
+        "the tick's delete was sent before the reaper stopped"
+    );
+    let reports = reports.lock().expect("reports");
+    assert_eq!(reports.len(), 1, "no tick after shutdown");
+    assert_eq!(reports[0].reaped().count(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -176,7 +282,7 @@ async fn shutdown_before_the_first_list_stops_cleanly() {
     let (trigger, shutdown) = Shutdown::channel();
     let task = tokio::spawn(run(
         config(),
-        Deps::new(Client::new(service, "default")),
+        Deps::new(Client::new(service, "default"), None),
         shutdown,
     ));
     // Shut down while the first Job list is unanswered.
@@ -190,4 +296,24 @@ async fn shutdown_before_the_first_list_stops_cleanly() {
         .expect("run stops on shutdown")
         .expect("run task");
     assert!(result.is_ok());
+}
+
+#[tokio::test]
+async fn the_sweep_without_a_backend_client_is_refused_at_start() {
+    let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let sweeping = ReaperConfig {
+        orphan_sweep: true,
+        ..config()
+    };
+    let error = run(
+        sweeping,
+        Deps::new(Client::new(service, "default"), None),
+        Shutdown::never(),
+    )
+    .await
+    .expect_err("refused");
+    assert!(matches!(
+        error.downcast_ref::<RunError>(),
+        Some(RunError::NoBackend)
+    ));
 }

@@ -72,6 +72,26 @@ token
 {{- end -}}
 {{- end -}}
 
+{{/*
+The managed-by value of sandbox pods (TCAB_DRIVER_MANAGED_BY, for the admitter's
+drivers and the reaper): driver.managedBy, else one unique to this release, so
+two dispatchers sharing a sandbox namespace never sweep each other's sandboxes:
+the full name (at most 40 characters) plus "-driver-" and the first 8 hex digits
+of SHA-256 of "<namespace>/<release>". Always a label value of at most 63
+characters. It must differ from the dispatcher's own managed-by value.
+*/}}
+{{- define "tcab-dispatcher.driverManagedBy" -}}
+{{- $value := .Values.driver.managedBy -}}
+{{- if not $value -}}
+{{- $base := include "tcab-dispatcher.fullname" . | trunc 40 | trimSuffix "-" | trimSuffix "." | trimSuffix "_" -}}
+{{- $value = printf "%s-driver-%s" $base (sha256sum (printf "%s/%s" .Release.Namespace .Release.Name) | trunc 8) -}}
+{{- end -}}
+{{- if eq $value (.Values.dispatcher.managedBy | default "tcab-dispatcher") -}}
+{{- fail (printf "driver.managedBy %q must differ from dispatcher.managedBy: the reaper tells a sandbox from a driver's own pod by it" $value) -}}
+{{- end -}}
+{{- $value -}}
+{{- end -}}
+
 {{/* The sandbox namespace: sandbox.namespace, else the release namespace. */}}
 {{- define "tcab-dispatcher.sandboxNamespace" -}}
 {{- .Values.sandbox.namespace | default .Release.Namespace -}}
@@ -101,8 +121,11 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- $v := $root.Values -}}
 {{- /* the admitter and the lease-keeper talk to the backend and share the vault */ -}}
 {{- $backendAndVault := or (eq $container "admitter") (eq $container "lease-keeper") -}}
+{{- /* the reaper asks the backend what it drives (GET /jobs/active), unless the orphan sweep is off */ -}}
+{{- $sweep := and (eq $container "reaper") (ne (toString $v.dispatcher.orphanSweep) "false") -}}
+{{- $backend := or $backendAndVault $sweep -}}
 {{- $env := list (dict "name" "POD_NAMESPACE" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.namespace"))) -}}
-{{- if $backendAndVault -}}
+{{- if $backend -}}
 {{- $url := required "backend.url is required: the backend's in-cluster base URL, e.g. http://tcab-backend.tcab.svc:8080" $v.backend.url -}}
 {{- $env = append $env (dict "name" "TCAB_BACKEND_URL" "value" $url) -}}
 {{- $ref := dict "name" (include "tcab-dispatcher.tokenSecretName" $root) "key" (include "tcab-dispatcher.tokenSecretKey" $root) -}}
@@ -115,6 +138,9 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- if eq $container "reaper" -}}
 {{- $env = append $env (dict "name" "TCAB_K8S_NAMESPACE" "value" (include "tcab-dispatcher.sandboxNamespace" $root)) -}}
 {{- end -}}
+{{- if or (eq $container "admitter") (eq $container "reaper") -}}
+{{- $env = append $env (dict "name" "TCAB_DRIVER_MANAGED_BY" "value" (include "tcab-dispatcher.driverManagedBy" $root)) -}}
+{{- end -}}
 {{- /* optional variables, as (NAME VALUE) pairs */ -}}
 {{- $d := $v.dispatcher -}}
 {{- $opt := list
@@ -122,10 +148,12 @@ apply otherwise; required ones fail the render with a message naming the value.
   (list "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS" $d.pollIntervalSeconds)
   (list "TCAB_DISPATCHER_LOG_FORMAT" $d.logFormat)
   (list "RUST_LOG" $d.rustLog) -}}
+{{- if $backend -}}
+{{- $opt = append $opt (list "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS" $v.backend.timeoutSeconds) -}}
+{{- end -}}
 {{- if $backendAndVault -}}
 {{- $opt = concat $opt (list
   (list "TCAB_DISPATCHER_VAULT_ADDR" $d.vaultAddr)
-  (list "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS" $v.backend.timeoutSeconds)
   (list "TCAB_PUBLISHER_IMAGE" $v.publisher.image)) -}}
 {{- end -}}
 {{- if eq $container "admitter" -}}
@@ -146,7 +174,6 @@ apply otherwise; required ones fail the render with a message naming the value.
   (list "TCAB_DRIVER_REPOS_URL" $dr.reposUrl)
   (list "TCAB_DRIVER_FINISH_DEADLINE_SECONDS" $dr.finishDeadlineSeconds)
   (list "TCAB_DRIVER_REPORT_DEADLINE_SECONDS" $dr.reportDeadlineSeconds)
-  (list "TCAB_DRIVER_MANAGED_BY" $dr.managedBy)
   (list "TCAB_DRIVER_SECRETS" (join "," ($dr.secrets | default list)))
   (list "TCAB_DRIVER_SUBSCRIPTION_SECRET" $dr.subscription.secret)
   (list "TCAB_DRIVER_SUBSCRIPTION_DIR" $dr.subscription.dir)
@@ -162,9 +189,9 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- end -}}
 {{- if eq $container "reaper" -}}
 {{- $opt = concat $opt (list
-  (list "TCAB_DRIVER_MANAGED_BY" $v.driver.managedBy)
   (list "TCAB_DISPATCHER_ORPHAN_SWEEP" $d.orphanSweep)
-  (list "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS" $d.orphanGraceSeconds)) -}}
+  (list "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS" $d.orphanGraceSeconds)
+  (list "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS" $d.orphanSweepIntervalSeconds)) -}}
 {{- end -}}
 {{- range $opt -}}
 {{- $val := index . 1 -}}

@@ -1,0 +1,418 @@
+//! What the reaper remembers between ticks, and when a tick lists pods.
+//!
+//! A steady state makes no pod LIST at all: a tick lists the sandbox pods
+//! only when a dead driver Job awaits its reap, or when the orphan sweep is
+//! due on its own slower cadence. To know that a reap no longer awaits, the
+//! reaper remembers, by Job uid, which dead driver Jobs were reaped
+//! completely. The memory is in this process only: after a restart every
+//! failed Job in the view awaits once more, so the first tick lists once and
+//! finds what is left.
+//!
+//! It also keeps the times the judgement of a Job that cannot finish failing
+//! needs ([`FailingSince`], and the same for a `Failed` Job whose pods still
+//! terminate on clusters before 1.31), on this process's monotonic clock.
+//!
+//! Everything here is pure: the caller passes `now` and the snapshot.
+
+use crate::plan::{IdVerdict, SweepSettings, job_key};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+use tcab_shared::Lane;
+use tcab_shared::cluster::{JobPhase, JobSummary};
+use tcab_shared::failing::{FailingSince, stuck_after};
+use tokio::time::Instant;
+
+/// What a tick has to do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Due {
+    /// Job ids with a dead driver Job whose sandboxes were not yet reaped
+    /// completely.
+    pub reap: BTreeSet<String>,
+    /// The orphan sweep is due.
+    pub sweep: bool,
+}
+
+impl Due {
+    /// Whether the tick lists the sandbox pods.
+    pub fn needs_list(&self) -> bool {
+        self.sweep || !self.reap.is_empty()
+    }
+}
+
+/// How one planned delete ended, as far as the memory cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// Deleted, or already gone (404): that pod is reaped.
+    Done,
+    /// Failed, skipped, or the pod changed: the reap of its id is not complete.
+    NotDone,
+}
+
+/// The reaper's memory.
+#[derive(Debug, Default)]
+pub struct ReapMemory {
+    /// Keys of the dead driver Jobs whose sandboxes were all reaped.
+    reaped: BTreeSet<String>,
+    /// When each live Job was first seen failing.
+    failing: FailingSince,
+    /// When each failed driver Job whose pods still terminate was first
+    /// seen failing (kept from its live sighting when there was one).
+    failed_terminating: HashMap<String, Instant>,
+    /// When the last sweep listed the sandbox pods.
+    last_sweep: Option<Instant>,
+}
+
+impl ReapMemory {
+    /// An empty memory: every dead Job awaits its reap, the sweep is due.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Updates the memory from a current view of the owned Jobs at `now`
+    /// and returns the keys of the driver Jobs judged dead because they
+    /// cannot finish failing: live and failing, or failed with pods still
+    /// terminating, for longer than their termination grace plus `margin`.
+    /// Forgets completed reaps of Jobs no longer in the view.
+    pub fn observe(
+        &mut self,
+        jobs: &[JobSummary],
+        now: Instant,
+        margin: Duration,
+    ) -> BTreeSet<String> {
+        let mut terminating = HashMap::new();
+        for job in jobs {
+            if job.lane == Lane::Run && job.phase == JobPhase::Failed && job.terminating_pods > 0 {
+                let key = job_key(job);
+                let since = self
+                    .failed_terminating
+                    .get(key)
+                    .copied()
+                    .or_else(|| self.failing.since(job))
+                    .unwrap_or(now);
+                terminating.insert(key.to_owned(), since);
+            }
+        }
+        self.failed_terminating = terminating;
+        self.failing.observe(jobs, now);
+        let present: BTreeSet<&str> = jobs.iter().map(job_key).collect();
+        self.reaped.retain(|key| present.contains(key.as_str()));
+
+        jobs.iter()
+            .filter(|job| job.lane == Lane::Run)
+            .filter(|job| match job.phase {
+                JobPhase::Live => self.failing.is_stuck(job, now, margin),
+                JobPhase::Failed => self.failed_terminating.get(job_key(job)).is_some_and(|at| {
+                    now.saturating_duration_since(*at) > stuck_after(job, margin)
+                }),
+                JobPhase::Succeeded => false,
+            })
+            .map(|job| job_key(job).to_owned())
+            .collect()
+    }
+
+    /// What a tick at `now` has to do, given the verdicts of a current view.
+    pub fn due(
+        &self,
+        verdicts: &BTreeMap<String, IdVerdict>,
+        now: Instant,
+        settings: &SweepSettings,
+    ) -> Due {
+        let reap = verdicts
+            .iter()
+            .filter(|(_, verdict)| match verdict {
+                IdVerdict::Reap { jobs, .. } => jobs.iter().any(|key| !self.reaped.contains(key)),
+                IdVerdict::Hold(_) => false,
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        let sweep = settings.orphan_sweep
+            && self.last_sweep.is_none_or(|at| {
+                now.saturating_duration_since(at) >= settings.orphan_sweep_interval
+            });
+        Due { reap, sweep }
+    }
+
+    /// Records a sweep round (whether its LIST or the backend call then
+    /// failed): the next one is due an interval later.
+    pub fn swept(&mut self, now: Instant) {
+        self.last_sweep = Some(now);
+    }
+
+    /// Records the reaps a tick with a successful LIST completed: an id is
+    /// complete when every planned delete of it is [`Attempt::Done`] (or it
+    /// had none: the LIST showed no sandbox of it left). Returns the job ids
+    /// whose reap completed just now.
+    pub fn record(
+        &mut self,
+        verdicts: &BTreeMap<String, IdVerdict>,
+        attempts: &[(String, Attempt)],
+    ) -> BTreeSet<String> {
+        let mut completed = BTreeSet::new();
+        for (id, verdict) in verdicts {
+            let IdVerdict::Reap { jobs, .. } = verdict else {
+                continue;
+            };
+            let all_done = attempts
+                .iter()
+                .filter(|(attempt_id, _)| attempt_id == id)
+                .all(|(_, attempt)| *attempt == Attempt::Done);
+            if all_done && jobs.iter().any(|key| !self.reaped.contains(key)) {
+                self.reaped.extend(jobs.iter().cloned());
+                completed.insert(id.clone());
+            }
+        }
+        completed
+    }
+
+    /// Whether the reap of the Job with this key is complete.
+    pub fn is_reaped(&self, key: &str) -> bool {
+        self.reaped.contains(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{DeleteReason, KeepReason, judge_ids};
+    use tcab_shared::cluster::JobCondition;
+
+    fn settings() -> SweepSettings {
+        SweepSettings {
+            driver_managed_by: "tcab-driver".into(),
+            dispatcher_managed_by: "tcab-dispatcher".into(),
+            orphan_sweep: true,
+            orphan_grace: Duration::from_secs(600),
+            orphan_sweep_interval: Duration::from_secs(300),
+            terminating_margin: Duration::from_secs(60),
+        }
+    }
+
+    fn condition() -> Option<JobCondition> {
+        Some(JobCondition {
+            reason: "PodFailurePolicy".into(),
+            message: String::new(),
+        })
+    }
+
+    fn job(name: &str, id: &str, phase: JobPhase, terminating: i32) -> JobSummary {
+        let failed = phase == JobPhase::Failed;
+        JobSummary {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            lane: Lane::Run,
+            job_id: Some(id.into()),
+            claim: Some("c".into()),
+            phase,
+            failed_pods: i32::from(failed),
+            active_pods: 0,
+            ready_pods: 0,
+            terminating_pods: terminating,
+            failure_target: if failed || terminating > 0 {
+                condition()
+            } else {
+                None
+            },
+            failed: if failed { condition() } else { None },
+            termination_grace_seconds: Some(120),
+            created_at: None,
+            deleting: false,
+        }
+    }
+
+    const MARGIN: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_steady_state_needs_no_list_once_the_sweep_ran() {
+        let t0 = Instant::now();
+        let mut memory = ReapMemory::new();
+        let jobs = [
+            job("tcab-driver-a-1", "a", JobPhase::Live, 0),
+            job("tcab-driver-b-1", "b", JobPhase::Succeeded, 0),
+        ];
+        let dead = memory.observe(&jobs, t0, MARGIN);
+        assert!(dead.is_empty());
+        let verdicts = judge_ids(&jobs, &dead);
+        let first = memory.due(&verdicts, t0, &settings());
+        assert_eq!(
+            first,
+            Due {
+                reap: BTreeSet::new(),
+                sweep: true
+            },
+            "the first tick sweeps"
+        );
+        memory.swept(t0);
+        for secs in [1, 60, 299] {
+            let at = t0 + Duration::from_secs(secs);
+            memory.observe(&jobs, at, MARGIN);
+            assert!(
+                !memory.due(&verdicts, at, &settings()).needs_list(),
+                "{secs}"
+            );
+        }
+        let at = t0 + Duration::from_secs(300);
+        assert!(memory.due(&verdicts, at, &settings()).sweep);
+
+        let off = SweepSettings {
+            orphan_sweep: false,
+            ..settings()
+        };
+        assert!(!ReapMemory::new().due(&verdicts, t0, &off).needs_list());
+    }
+
+    #[test]
+    fn a_failed_driver_awaits_until_a_complete_reap_then_never_again() {
+        let t0 = Instant::now();
+        let mut memory = ReapMemory::new();
+        memory.swept(t0);
+        let jobs = [
+            job("tcab-driver-a-1", "a", JobPhase::Failed, 0),
+            job("tcab-driver-a-2", "a", JobPhase::Failed, 0),
+        ];
+        let dead = memory.observe(&jobs, t0, MARGIN);
+        let verdicts = judge_ids(&jobs, &dead);
+        let due = memory.due(&verdicts, t0, &settings());
+        assert_eq!(due.reap, BTreeSet::from(["a".to_owned()]));
+        assert!(due.needs_list() && !due.sweep);
+
+        // One delete failed: not complete, still awaiting.
+        let partial = [
+            ("a".to_owned(), Attempt::Done),
+            ("a".to_owned(), Attempt::NotDone),
+        ];
+        assert!(memory.record(&verdicts, &partial).is_empty());
+        assert!(memory.due(&verdicts, t0, &settings()).needs_list());
+
+        // Every delete went through: both claims of the id are reaped.
+        let done = [("a".to_owned(), Attempt::Done)];
+        assert_eq!(
+            memory.record(&verdicts, &done),
+            BTreeSet::from(["a".to_owned()])
+        );
+        assert!(memory.is_reaped("uid-tcab-driver-a-1") && memory.is_reaped("uid-tcab-driver-a-2"));
+        assert!(!memory.due(&verdicts, t0, &settings()).needs_list());
+        assert!(memory.record(&verdicts, &done).is_empty(), "recorded once");
+
+        // A newer claim fails: a new uid awaits, though the id was reaped before.
+        let mut more = jobs.to_vec();
+        more.push(job("tcab-driver-a-3", "a", JobPhase::Failed, 0));
+        let dead = memory.observe(&more, t0, MARGIN);
+        let verdicts = judge_ids(&more, &dead);
+        assert!(memory.due(&verdicts, t0, &settings()).reap.contains("a"));
+        // A LIST that shows none of its sandboxes left completes it.
+        assert_eq!(memory.record(&verdicts, &[]).len(), 1);
+
+        // Jobs that left the view are forgotten; a restart starts empty.
+        memory.observe(&[], t0, MARGIN);
+        assert!(!memory.is_reaped("uid-tcab-driver-a-1"));
+    }
+
+    #[test]
+    fn held_ids_do_not_await_and_do_not_complete() {
+        let t0 = Instant::now();
+        let mut memory = ReapMemory::new();
+        memory.swept(t0);
+        let jobs = [
+            job("tcab-driver-a-1", "a", JobPhase::Failed, 0),
+            job("tcab-driver-a-2", "a", JobPhase::Live, 0),
+            job("tcab-driver-b-1", "b", JobPhase::Failed, 1),
+        ];
+        let dead = memory.observe(&jobs, t0, MARGIN);
+        let verdicts = judge_ids(&jobs, &dead);
+        assert!(matches!(
+            verdicts["b"],
+            IdVerdict::Hold(KeepReason::PodsTerminating { .. })
+        ));
+        assert!(!memory.due(&verdicts, t0, &settings()).needs_list());
+        assert!(memory.record(&verdicts, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_live_job_failing_past_its_grace_and_margin_is_judged_dead() {
+        let t0 = Instant::now();
+        let mut memory = ReapMemory::new();
+        let stuck = job("tcab-driver-a-1", "a", JobPhase::Live, 1);
+        assert!(stuck.is_live() && stuck.shows_failure());
+        assert!(
+            memory
+                .observe(std::slice::from_ref(&stuck), t0, MARGIN)
+                .is_empty()
+        );
+        // grace 120 s + margin 60 s: not yet at 180 s, dead after.
+        let at = t0 + Duration::from_secs(180);
+        assert!(
+            memory
+                .observe(std::slice::from_ref(&stuck), at, MARGIN)
+                .is_empty()
+        );
+        let at = t0 + Duration::from_secs(181);
+        let dead = memory.observe(std::slice::from_ref(&stuck), at, MARGIN);
+        assert_eq!(dead, BTreeSet::from(["uid-tcab-driver-a-1".to_owned()]));
+        let verdicts = judge_ids(std::slice::from_ref(&stuck), &dead);
+        assert!(matches!(
+            verdicts["a"],
+            IdVerdict::Reap {
+                reason: DeleteReason::DriverJobStuck { .. },
+                ..
+            }
+        ));
+        assert!(memory.due(&verdicts, at, &settings()).reap.contains("a"));
+    }
+
+    #[test]
+    fn a_failed_job_whose_pods_never_finish_terminating_is_judged_dead_from_its_first_sign() {
+        let t0 = Instant::now();
+        let mut memory = ReapMemory::new();
+        // Seen failing while live first, then Failed with the pod still terminating.
+        let live = job("tcab-driver-a-1", "a", JobPhase::Live, 1);
+        memory.observe(std::slice::from_ref(&live), t0, MARGIN);
+        let failed = job("tcab-driver-a-1", "a", JobPhase::Failed, 1);
+        let at = t0 + Duration::from_secs(100);
+        assert!(
+            memory
+                .observe(std::slice::from_ref(&failed), at, MARGIN)
+                .is_empty()
+        );
+        let at = t0 + Duration::from_secs(181);
+        assert_eq!(
+            memory
+                .observe(std::slice::from_ref(&failed), at, MARGIN)
+                .len(),
+            1
+        );
+
+        // First seen already Failed: the wait starts then.
+        let mut fresh = ReapMemory::new();
+        fresh.observe(std::slice::from_ref(&failed), at, MARGIN);
+        assert!(
+            fresh
+                .observe(
+                    std::slice::from_ref(&failed),
+                    at + Duration::from_secs(180),
+                    MARGIN
+                )
+                .is_empty()
+        );
+        assert_eq!(
+            fresh
+                .observe(
+                    std::slice::from_ref(&failed),
+                    at + Duration::from_secs(181),
+                    MARGIN
+                )
+                .len(),
+            1
+        );
+        // Its pods finished: forgotten (it is an ordinary failed Job now).
+        let finished = job("tcab-driver-a-1", "a", JobPhase::Failed, 0);
+        assert!(
+            fresh
+                .observe(
+                    std::slice::from_ref(&finished),
+                    at + Duration::from_secs(999),
+                    MARGIN
+                )
+                .is_empty()
+        );
+    }
+}
