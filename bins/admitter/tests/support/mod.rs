@@ -73,25 +73,13 @@ impl Rig {
     }
 
     /// An admitter over `cache` (fed by the test, or watching), with a vault
-    /// at `vault` (the fake gate unless a test points it elsewhere).
+    /// at `vault` (the fake gate unless a test points it elsewhere). A
+    /// settle pauses 1 ms before creating again, so tests do not wait.
     pub fn admitter_with(
         &self,
         config: &AdmitterConfig,
         cache: OwnedJobs,
         vault: SocketAddr,
-    ) -> Admitter {
-        // Tick tests change the gate between ticks: ask it on every tick
-        // (the reuse window has its own test).
-        self.admitter_reusing_gate(config, cache, vault, Duration::ZERO)
-    }
-
-    /// As [`Rig::admitter_with`], reusing an open gate answer for `gate_reuse`.
-    pub fn admitter_reusing_gate(
-        &self,
-        config: &AdmitterConfig,
-        cache: OwnedJobs,
-        vault: SocketAddr,
-        gate_reuse: Duration,
     ) -> Admitter {
         let vault_settings = VaultSettings {
             call_timeout: Duration::from_secs(2),
@@ -99,7 +87,7 @@ impl Rig {
             put_retry_delay: Duration::from_millis(1),
         };
         let settings = AdmitterSettings {
-            gate_reuse,
+            settle_pause: Duration::from_millis(1),
             ..AdmitterSettings::from_config(config)
         };
         Admitter::new(
