@@ -46,8 +46,10 @@ pub fn config(backend_url: &str, vault: SocketAddr, extra: &[(&str, &str)]) -> A
     AdmitterConfig::from_env(&env).expect("valid test configuration")
 }
 
+/// A backend client whose timeout (60 s) outlasts every wait in the tests,
+/// so a claim the mock holds stays in flight until the test releases it.
 pub fn backend_client(url: &str) -> BackendClient {
-    BackendClient::new(url, backend::SERVICE_TOKEN.into(), Duration::from_secs(10)).unwrap()
+    BackendClient::new(url, backend::SERVICE_TOKEN.into(), Duration::from_secs(60)).unwrap()
 }
 
 /// Everything a tick-level test drives by hand.
