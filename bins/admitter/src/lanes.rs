@@ -1,22 +1,17 @@
 //! What the admitter remembers about each lane between ticks: consecutive
-//! failures and the back-off they impose, and the Jobs it created that its
-//! cache has not shown yet (so the window between a create and its watch
-//! event never lets a second admission through a full lane).
+//! failures and the back-off they impose, the rest after an empty claim, the
+//! Jobs it created that its cache has not shown yet (so the window between a
+//! create and its watch event never lets a second admission through a full
+//! lane), and the creations it could not settle yet.
 //!
 //! None of this is durable, and none of it needs to be: after a restart the
-//! cache counts every Job on the cluster, and back-offs start afresh.
+//! cache counts every Job on the cluster, back-offs start afresh, and a
+//! claim whose Job was never created lapses and is requeued by the backend.
 
+use crate::admit::Creation;
 use crate::plan::HoldReason;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use tcab_shared::cluster::JobSummary;
-
-/// How long a created Job is counted without the cache showing it. The watch
-/// normally shows it within milliseconds; this only bounds the cost of a Job
-/// created and deleted while the watch was down (it would otherwise hold a
-/// slot forever). Counting it longer is the safe side: it can only hold an
-/// admission, never exceed a cap.
-pub const UNSEEN_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// Longest back-off after consecutive Job creation failures.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -30,10 +25,25 @@ pub struct LaneState {
     backoff_until: Option<Instant>,
     /// The last claim was empty: the lane rests until then.
     rest_until: Option<Instant>,
-    /// Created Job name -> when it was created, until the cache shows it.
+    /// Name of a Job known to exist -> since when, until the cache shows it.
     unseen: BTreeMap<String, Instant>,
+    /// Name -> a creation whose Job may or may not exist.
+    unsettled: BTreeMap<String, Creation>,
     /// The reason the lane was last held, for logging only changes at info.
     last_hold: Option<HoldReason>,
+}
+
+/// What [`LaneState::forget_seen`] learned from the cache and the clock.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Unsettled creations the cache now shows: their Jobs exist.
+    pub settled_by_watch: Vec<Creation>,
+    /// Unsettled creations held for a whole lease without an answer: their
+    /// slots are freed (the claim has lapsed unless the Job exists, and then
+    /// a current view counts it).
+    pub expired: Vec<Creation>,
+    /// Names known to exist that the cache did not show within a lease.
+    pub unseen_expired: Vec<String>,
 }
 
 impl LaneState {
@@ -52,26 +62,70 @@ impl LaneState {
         self.rest_until
     }
 
-    /// Names created that the cache has not shown yet, sorted.
+    /// Names of Jobs known to exist that the cache has not shown yet, sorted.
     pub fn created_unseen(&self) -> Vec<String> {
         self.unseen.keys().cloned().collect()
     }
 
-    /// Forgets the created names the cache now shows, and those older than
-    /// [`UNSEEN_TTL`].
-    pub fn forget_seen(&mut self, cached: &[JobSummary], now: Instant) {
-        if self.unseen.is_empty() {
-            return;
-        }
-        for job in cached {
-            self.unseen.remove(&job.name);
-        }
-        self.unseen
-            .retain(|_, created| now.saturating_duration_since(*created) < UNSEEN_TTL);
+    /// Names of Jobs whose creation is not settled yet, sorted.
+    pub fn unsettled(&self) -> Vec<String> {
+        self.unsettled.keys().cloned().collect()
     }
 
-    /// A Job of this lane now exists (created, or found already there):
-    /// count it until the cache shows it, and end any back-off.
+    /// Forgets what the cache now shows (`cached` tells by name) and what is
+    /// older than `ttl` (the lease length): a Job known to exist since then,
+    /// or a creation unsettled since its claim.
+    ///
+    /// A Job the watch has not shown within a lease was created and deleted
+    /// while the watch was down, or its lease lapsed unrenewed (the
+    /// lease-keeper renews only Jobs it sees) and the backend requeued the
+    /// job: counting it longer would only hold a slot.
+    pub fn forget_seen(
+        &mut self,
+        cached: impl Fn(&str) -> bool,
+        now: Instant,
+        ttl: Duration,
+    ) -> Seen {
+        let mut seen = Seen::default();
+        if self.unseen.is_empty() && self.unsettled.is_empty() {
+            return seen;
+        }
+        self.unseen.retain(|name, since| {
+            if cached(name) {
+                return false;
+            }
+            let keep = now.saturating_duration_since(*since) < ttl;
+            if !keep {
+                seen.unseen_expired.push(name.clone());
+            }
+            keep
+        });
+        let names: Vec<String> = self.unsettled.keys().cloned().collect();
+        for name in names {
+            let Some(creation) = self.unsettled.get(&name) else {
+                continue;
+            };
+            if cached(&name) {
+                if let Some(creation) = self.unsettled.remove(&name) {
+                    seen.settled_by_watch.push(creation);
+                }
+            } else if now.saturating_duration_since(creation.claimed_at) >= ttl
+                && let Some(creation) = self.unsettled.remove(&name)
+            {
+                seen.expired.push(creation);
+            }
+        }
+        seen
+    }
+
+    /// Takes the unsettled creations out, to settle them again; those still
+    /// unknown come back through [`LaneState::hold_unsettled`].
+    pub fn take_unsettled(&mut self) -> Vec<Creation> {
+        std::mem::take(&mut self.unsettled).into_values().collect()
+    }
+
+    /// A Job of this lane exists (created, or found there): count it until
+    /// the cache shows it, and end any back-off.
     pub fn record_created(&mut self, name: &str, now: Instant) {
         self.unseen.insert(name.to_owned(), now);
         self.failures = 0;
@@ -80,21 +134,21 @@ impl LaneState {
     }
 
     /// A claim came back empty: nothing to admit until `until` (one poll
-    /// interval on), so a busy other lane does not make this one claim an
-    /// empty queue on every tick. Ends a claim-failure wait.
+    /// interval on), so a wake-up meant for freed room does not make the
+    /// lane claim an empty queue again. Ends a claim-failure wait.
     pub fn record_empty(&mut self, until: Instant) {
         self.backoff_until = None;
         self.rest_until = Some(until);
     }
 
-    /// A creation failed in a way that may still have created the Job: count
-    /// it as created-but-unseen, so the cap holds until the watch decides.
-    pub fn record_maybe_created(&mut self, name: &str, now: Instant) {
-        self.unseen.insert(name.to_owned(), now);
+    /// Holds a slot for a creation whose Job may exist, until a settle or
+    /// the watch tells.
+    pub fn hold_unsettled(&mut self, creation: Creation) {
+        self.unsettled.insert(creation.job_name.clone(), creation);
     }
 
-    /// A Job creation failed: back off exponentially, up to [`MAX_BACKOFF`].
-    /// Returns the delay chosen.
+    /// A Job creation failed (or could not be settled): back off
+    /// exponentially, up to [`MAX_BACKOFF`]. Returns the delay chosen.
     pub fn record_create_failure(&mut self, now: Instant) -> Duration {
         self.failures = self.failures.saturating_add(1);
         let delay = crate::plan::backoff_delay(self.failures, MAX_BACKOFF);
@@ -103,8 +157,7 @@ impl LaneState {
     }
 
     /// A claim failed (the backend erred or was unreachable): wait `delay`
-    /// before the next claim of this lane, so a busy other lane does not
-    /// make this one hammer a failing backend. Creation failures are not reset.
+    /// before the next claim of this lane. Creation failures are not reset.
     pub fn record_claim_failure(&mut self, now: Instant, delay: Duration) {
         self.backoff_until = Some(now + delay);
     }
@@ -114,13 +167,10 @@ impl LaneState {
     pub fn note_hold(&mut self, reason: Option<&HoldReason>) -> bool {
         let same = match (&self.last_hold, reason) {
             (None, None) => true,
-            (Some(a), Some(b)) => match (a, b) {
-                (HoldReason::GateClosed { why: x }, HoldReason::GateClosed { why: y }) => x == y,
-                (HoldReason::LaneFull { .. }, HoldReason::LaneFull { .. }) => true,
-                (HoldReason::BackingOff { .. }, HoldReason::BackingOff { .. }) => true,
-                (HoldReason::Resting { .. }, HoldReason::Resting { .. }) => true,
-                (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
-            },
+            (Some(HoldReason::GateClosed { why: x }), Some(HoldReason::GateClosed { why: y })) => {
+                x == y
+            }
+            (Some(a), Some(b)) => std::mem::discriminant(a) == std::mem::discriminant(b),
             _ => false,
         };
         self.last_hold = reason.cloned();
@@ -136,34 +186,68 @@ impl LaneState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::batch::v1::Job;
     use tcab_shared::Lane;
-    use tcab_shared::cluster::JobPhase;
 
-    fn cached(name: &str) -> JobSummary {
-        JobSummary {
-            name: name.into(),
-            lane: Lane::Run,
-            job_id: None,
-            claim: None,
-            phase: JobPhase::Live,
-            failed_pods: 0,
-            created_at: None,
-        }
+    const LEASE: Duration = Duration::from_secs(120);
+
+    fn creation(name: &str, claimed_at: Instant) -> Creation {
+        let mut job = Job::default();
+        job.metadata.name = Some(name.to_owned());
+        Creation::new(Lane::Run, name, "c1a1m000", job, claimed_at)
     }
 
     #[test]
-    fn created_names_count_until_seen_or_expired() {
+    fn created_names_count_until_seen_or_a_lease_passed() {
         let t0 = Instant::now();
         let mut lane = LaneState::default();
         lane.record_created("a", t0);
         lane.record_created("b", t0 + Duration::from_secs(1));
         assert_eq!(lane.created_unseen(), ["a", "b"]);
-        lane.forget_seen(&[cached("a")], t0 + Duration::from_secs(2));
+        let seen = lane.forget_seen(|n| n == "a", t0 + Duration::from_secs(2), LEASE);
         assert_eq!(lane.created_unseen(), ["b"]);
-        lane.forget_seen(&[], t0 + UNSEEN_TTL);
-        assert_eq!(lane.created_unseen(), ["b"], "not yet expired");
-        lane.forget_seen(&[], t0 + UNSEEN_TTL + Duration::from_secs(1));
+        assert!(seen.unseen_expired.is_empty());
+        lane.forget_seen(|_| false, t0 + LEASE, LEASE);
+        assert_eq!(lane.created_unseen(), ["b"], "not a whole lease yet");
+        let seen = lane.forget_seen(|_| false, t0 + LEASE + Duration::from_secs(1), LEASE);
         assert!(lane.created_unseen().is_empty());
+        assert_eq!(seen.unseen_expired, ["b"]);
+    }
+
+    #[test]
+    fn an_unsettled_creation_ends_when_the_watch_shows_it_or_after_a_lease() {
+        let t0 = Instant::now();
+        let mut lane = LaneState::default();
+        lane.hold_unsettled(creation("x", t0));
+        lane.hold_unsettled(creation("y", t0 + Duration::from_secs(10)));
+        assert_eq!(lane.unsettled(), ["x", "y"]);
+        let seen = lane.forget_seen(|n| n == "y", t0 + Duration::from_secs(11), LEASE);
+        assert_eq!(seen.settled_by_watch.len(), 1);
+        assert_eq!(seen.settled_by_watch[0].job_name, "y");
+        assert_eq!(lane.unsettled(), ["x"]);
+        let seen = lane.forget_seen(|_| false, t0 + LEASE, LEASE);
+        assert_eq!(seen.expired.len(), 1, "a whole lease since its claim");
+        assert!(lane.unsettled().is_empty());
+    }
+
+    #[test]
+    fn unsettled_creations_are_taken_to_settle_and_held_again() {
+        let t0 = Instant::now();
+        let mut lane = LaneState::default();
+        lane.hold_unsettled(creation("x", t0));
+        let taken = lane.take_unsettled();
+        assert_eq!(taken.len(), 1);
+        assert!(lane.unsettled().is_empty());
+        for c in taken {
+            lane.hold_unsettled(c);
+        }
+        assert_eq!(lane.unsettled(), ["x"]);
+        // Debug never prints the Job (it holds the per-job token).
+        let shown = format!("{lane:?}");
+        assert!(
+            shown.contains("job_name: \"x\"") && !shown.contains("spec"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -202,6 +286,12 @@ mod tests {
         assert!(lane.note_hold(Some(&closed("stale"))));
         assert!(!lane.note_hold(Some(&closed("stale"))));
         assert!(lane.note_hold(Some(&closed("unreachable"))));
+        let view = |why: &str| HoldReason::ViewNotCurrent { why: why.into() };
+        assert!(lane.note_hold(Some(&view("500"))));
+        assert!(
+            !lane.note_hold(Some(&view("503"))),
+            "a new watch error is no new hold"
+        );
         let full = |n| HoldReason::LaneFull {
             in_flight: n,
             cap: 8,

@@ -1,26 +1,45 @@
 //! tcab-admitter: claims queued runs and publishes from the backend and
 //! creates one driver or publisher Job for each, through two independent
-//! admission lanes, each under its own cap.
+//! admission lanes, each under its own cap and each on its own loop.
 //!
-//! The decision of a tick is the pure [`plan::plan`] over a snapshot; the
-//! rest of the crate gathers that snapshot and carries the decision out:
+//! Each lane's tick is: settle what earlier ticks could not, take the lane's
+//! snapshot, decide with the pure [`plan::decide`], ask the gate when it
+//! would admit, and carry out one admission. The modules:
 //!
-//! - [`plan`]: per-lane decision (admit, or hold with its reason), pure;
-//! - [`gate`]: the lease-keeper's renewal status read into a gate per lane, pure;
-//! - [`lanes`]: what each lane remembers between ticks (back-off, rest after
-//!   an empty claim, Jobs created that the cache has not shown yet);
+//! - [`plan`]: a lane's decision (admit, or hold with its reason), pure;
+//! - [`gate`]: the lease-keeper's renewal status read into a lane's gate, pure;
+//! - [`settle`]: settling a create whose answer did not tell (pure next step,
+//!   and the bounded calls that carry it out);
+//! - [`lanes`]: what a lane remembers between ticks (back-off, rest after an
+//!   empty claim, Jobs created that the cache has not shown yet, creations
+//!   not settled yet);
+//! - [`admit`]: one admission (claim, vault `Put`, create and settle; `Forget`
+//!   the token when no Job will exist);
+//! - [`lane`]: one lane's loop and its report;
 //! - [`vault`]: the gRPC client of the token vault and the admission gate;
-//! - [`admit`]: one admission (claim, vault `Put`, create the Job);
-//! - [`mod@run`]: the tick and the loop (`run(config, deps, shutdown)`);
+//! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
+//!   tests) and `run(config, deps, shutdown)`;
 //! - [`clock`]: the injected clock.
+//!
+//! What the admitter holds to:
+//! - no claim while its own Job view is not current (listed and no watch
+//!   error since), nor while the lane's gate is closed;
+//! - every Kubernetes call is bounded by `TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS`;
+//! - a lane slot is held for a failed create only while whether its Job
+//!   exists is truly unknown;
+//! - no Job is created for a claim older than half the lease;
+//! - on shutdown each lane finishes the admission in flight.
 
 pub mod admit;
 pub mod clock;
 pub mod gate;
+pub mod lane;
 pub mod lanes;
 pub mod plan;
 pub mod run;
+pub mod settle;
 pub mod vault;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use lane::{AdmissionResult, LaneAdmitter, LaneReport};
 pub use run::{Admitter, AdmitterSettings, Deps, TickReport, run};

@@ -1,21 +1,24 @@
-//! The admission decision: a pure function from a snapshot of what the
-//! admitter knows (cached Jobs, Jobs it created that the cache has not shown
-//! yet, caps, back-offs, the admission gate, `now`) to one decision per lane.
+//! The admission decision of one lane: a pure function from a snapshot of
+//! what the lane knows (its live cached Jobs, the Jobs it created that the
+//! cache has not shown yet, the creations it could not settle, its cap,
+//! back-off and rest, the admission gate, whether the Job view is current,
+//! `now`) to admit-or-hold, with the reason for a hold.
 //!
-//! Each lane is decided on its own inputs only, so nothing about one lane
-//! (a full lane, a back-off, a closed gate) can hold the other. Inputs are
-//! sorted and de-duplicated first, so a reordered snapshot gives the same plan.
+//! A lane's snapshot holds nothing of the other lane, so nothing about one
+//! lane (a full lane, a back-off, a closed gate, a hung call) can hold the
+//! other. Name lists are de-duplicated first, so a reordered snapshot gives
+//! the same decision.
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::time::{Duration, Instant};
 use tcab_shared::Lane;
-use tcab_shared::cluster::JobSummary;
+use tcab_shared::cluster::ViewState;
 
 /// What the admission gate says about one lane: may the admitter claim?
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateState {
-    /// The lease-keeper's last renewal round for this lane succeeded recently.
+    /// The lease-keeper renews this lane's leases, and did so recently.
     Open,
     /// Claiming now could requeue a job whose Job is alive; the reason says why.
     Closed(String),
@@ -28,16 +31,19 @@ impl GateState {
     }
 }
 
-/// Everything one lane's decision reads.
+/// What one lane remembers and is configured with, as its decision reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaneInput {
     /// Whether the lane is configured at all (publish: a publisher image is set).
     pub enabled: bool,
     /// The lane's cap on non-terminal Jobs.
     pub cap: u32,
-    /// Names of Jobs this admitter created in this lane that the cache may
-    /// not have shown yet. Counted unless the cache already holds that name.
+    /// Names of Jobs this lane created (or found created) that the cache
+    /// does not show yet. Each counts once against the cap.
     pub created_unseen: Vec<String>,
+    /// Names of Jobs whose creation could not be settled: they may exist,
+    /// so each counts against the cap until a read or the watch tells.
+    pub unsettled: Vec<String>,
     /// The lane is backing off until then (consecutive failures).
     pub backoff_until: Option<Instant>,
     /// The lane's last claim came back empty; it rests until then.
@@ -46,29 +52,17 @@ pub struct LaneInput {
     pub gate: GateState,
 }
 
-/// A snapshot of everything the admission decision reads.
+/// Everything one lane's decision reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snapshot {
+pub struct LaneSnapshot {
     /// The decision's clock.
     pub now: Instant,
-    /// Whether the Job cache has finished its first full list.
-    pub cache_ready: bool,
-    /// The owned Jobs, as cached (any order).
-    pub jobs: Vec<JobSummary>,
-    /// The run lane.
-    pub run: LaneInput,
-    /// The publish lane.
-    pub publish: LaneInput,
-}
-
-impl Snapshot {
-    /// The input of one lane.
-    pub fn lane(&self, lane: Lane) -> &LaneInput {
-        match lane {
-            Lane::Run => &self.run,
-            Lane::Publish => &self.publish,
-        }
-    }
+    /// The admitter's own Job view: only a current view counts the lane right.
+    pub view: ViewState,
+    /// Live Jobs of this lane in the cache.
+    pub live_cached: u32,
+    /// The lane's memory and configuration.
+    pub input: LaneInput,
 }
 
 /// Why a lane does not admit this tick.
@@ -76,8 +70,12 @@ impl Snapshot {
 pub enum HoldReason {
     /// The lane is not configured (publish without a publisher image).
     Disabled,
-    /// The cache has not finished its first list: counts are unknown.
-    CacheNotReady,
+    /// The admitter's Job view is not current (not listed yet, or the watch
+    /// failed since the last complete list): the lane's count is unknown.
+    ViewNotCurrent {
+        /// Why, as the view said.
+        why: String,
+    },
     /// Consecutive failures: the lane waits until then.
     BackingOff {
         /// When the lane may try again.
@@ -91,7 +89,7 @@ pub enum HoldReason {
     },
     /// The lane has `in_flight` non-terminal Jobs against a cap of `cap`.
     LaneFull {
-        /// Live cached Jobs plus created-but-unseen Jobs of the lane.
+        /// Live cached Jobs plus created-but-unseen and unsettled Jobs.
         in_flight: u32,
         /// The lane's cap.
         cap: u32,
@@ -107,7 +105,7 @@ impl fmt::Display for HoldReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HoldReason::Disabled => f.write_str("lane disabled"),
-            HoldReason::CacheNotReady => f.write_str("job cache not ready yet"),
+            HoldReason::ViewNotCurrent { why } => write!(f, "Job view not current: {why}"),
             HoldReason::BackingOff { .. } => f.write_str("backing off after failures"),
             HoldReason::Resting { .. } => f.write_str("queue was empty at the last claim"),
             HoldReason::LaneFull { in_flight, cap } => write!(f, "lane full ({in_flight}/{cap})"),
@@ -135,7 +133,7 @@ impl Decision {
     }
 }
 
-/// The decision for both lanes.
+/// The decisions of both lanes in one [`crate::Admitter::tick`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// The run lane (driver Jobs).
@@ -154,36 +152,40 @@ impl Plan {
     }
 }
 
-/// The number of non-terminal Jobs of `lane`: live cached Jobs plus the
-/// created-but-unseen names the cache does not hold (each name once).
-pub fn in_flight(jobs: &[JobSummary], lane: Lane, created_unseen: &[String]) -> u32 {
-    // Cached names are unique (the cache is keyed by name), so a count of
-    // the live ones is order-independent. The unseen list is short (at most
-    // a cap's worth), so each is looked up in the cache directly.
-    let live = jobs
+/// Why a view that is not current is not, in words for the hold reason.
+pub fn view_problem(view: &ViewState) -> Option<String> {
+    match view {
+        ViewState::Current => None,
+        ViewState::Listing => Some("the owned Jobs have not been listed yet".to_owned()),
+        ViewState::Failed(why) => Some(format!(
+            "the Job watch failed ({why}); waiting for a fresh list"
+        )),
+    }
+}
+
+/// The number of non-terminal Jobs of a lane: its live cached Jobs plus
+/// every name created-but-unseen or unsettled (each name once). The lists
+/// hold only names the cache did not show when the snapshot was taken.
+pub fn in_flight(live_cached: u32, created_unseen: &[String], unsettled: &[String]) -> u32 {
+    let pending = created_unseen
         .iter()
-        .filter(|j| j.lane == lane && j.is_live())
-        .count();
-    let unseen = created_unseen
-        .iter()
+        .chain(unsettled)
         .map(String::as_str)
         .collect::<BTreeSet<&str>>()
-        .into_iter()
-        .filter(|name| !jobs.iter().any(|j| j.name == *name))
-        .count();
-    u32::try_from(live + unseen).unwrap_or(u32::MAX)
+        .len();
+    live_cached.saturating_add(u32::try_from(pending).unwrap_or(u32::MAX))
 }
 
 /// Decides one lane. The checks run in a fixed order, so the reason given is
-/// the first that holds: disabled, cache not ready, backing off, resting,
+/// the first that holds: disabled, view not current, backing off, resting,
 /// full, gate.
-pub fn decide_lane(snapshot: &Snapshot, lane: Lane) -> Decision {
-    let input = snapshot.lane(lane);
+pub fn decide(snapshot: &LaneSnapshot) -> Decision {
+    let input = &snapshot.input;
     if !input.enabled {
         return Decision::Hold(HoldReason::Disabled);
     }
-    if !snapshot.cache_ready {
-        return Decision::Hold(HoldReason::CacheNotReady);
+    if let Some(why) = view_problem(&snapshot.view) {
+        return Decision::Hold(HoldReason::ViewNotCurrent { why });
     }
     if let Some(until) = input.backoff_until
         && until > snapshot.now
@@ -195,7 +197,11 @@ pub fn decide_lane(snapshot: &Snapshot, lane: Lane) -> Decision {
     {
         return Decision::Hold(HoldReason::Resting { until });
     }
-    let n = in_flight(&snapshot.jobs, lane, &input.created_unseen);
+    let n = in_flight(
+        snapshot.live_cached,
+        &input.created_unseen,
+        &input.unsettled,
+    );
     if n >= input.cap {
         return Decision::Hold(HoldReason::LaneFull {
             in_flight: n,
@@ -208,16 +214,8 @@ pub fn decide_lane(snapshot: &Snapshot, lane: Lane) -> Decision {
     Decision::Admit { in_flight: n }
 }
 
-/// Decides both lanes, each from its own inputs.
-pub fn plan(snapshot: &Snapshot) -> Plan {
-    Plan {
-        run: decide_lane(snapshot, Lane::Run),
-        publish: decide_lane(snapshot, Lane::Publish),
-    }
-}
-
-/// How long the admitter waits after `failures` consecutive failures of a
-/// lane: one second doubled per further failure, at most `max`.
+/// How long a lane waits after `failures` consecutive failures: one second
+/// doubled per further failure, at most `max`.
 pub fn backoff_delay(failures: u32, max: Duration) -> Duration {
     if failures == 0 {
         return Duration::ZERO;
@@ -231,112 +229,98 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
-    use tcab_shared::cluster::JobPhase;
 
-    fn job(name: &str, lane: Lane, phase: JobPhase) -> JobSummary {
-        JobSummary {
-            name: name.to_owned(),
-            lane,
-            job_id: Some(name.to_owned()),
-            claim: None,
-            phase,
-            failed_pods: 0,
-            created_at: None,
-        }
-    }
-
-    fn lane_input(cap: u32) -> LaneInput {
+    fn input(cap: u32) -> LaneInput {
         LaneInput {
             enabled: true,
             cap,
             created_unseen: vec![],
+            unsettled: vec![],
             backoff_until: None,
             rest_until: None,
             gate: GateState::Open,
         }
     }
 
-    fn snapshot(jobs: Vec<JobSummary>) -> Snapshot {
-        Snapshot {
+    fn snapshot(live_cached: u32, cap: u32) -> LaneSnapshot {
+        LaneSnapshot {
             now: Instant::now(),
-            cache_ready: true,
-            jobs,
-            run: lane_input(2),
-            publish: lane_input(2),
+            view: ViewState::Current,
+            live_cached,
+            input: input(cap),
         }
     }
 
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
     #[test]
-    fn counts_live_jobs_of_the_lane_and_unseen_creations() {
-        let jobs = vec![
-            job("r1", Lane::Run, JobPhase::Live),
-            job("r2", Lane::Run, JobPhase::Succeeded),
-            job("r3", Lane::Run, JobPhase::Failed),
-            job("p1", Lane::Publish, JobPhase::Live),
-        ];
-        assert_eq!(in_flight(&jobs, Lane::Run, &[]), 1);
-        assert_eq!(in_flight(&jobs, Lane::Publish, &[]), 1);
-        // An unseen name counts once; a name the cache already shows counts as cached.
-        let unseen = vec![
-            "r9".to_owned(),
-            "r9".to_owned(),
-            "r1".to_owned(),
-            "r2".to_owned(),
-        ];
-        assert_eq!(in_flight(&jobs, Lane::Run, &unseen), 2);
+    fn counts_live_jobs_unseen_and_unsettled_names_once_each() {
+        assert_eq!(in_flight(1, &[], &[]), 1);
+        assert_eq!(in_flight(1, &names(&["r9", "r9", "r8"]), &[]), 3);
+        // A name both created-unseen and unsettled (settled on a later tick) counts once.
+        assert_eq!(in_flight(0, &names(&["r9"]), &names(&["r9", "r7"])), 2);
+        assert_eq!(in_flight(u32::MAX, &names(&["a"]), &[]), u32::MAX);
     }
 
     #[test]
     fn admits_under_the_cap_and_holds_at_it() {
-        let mut s = snapshot(vec![job("r1", Lane::Run, JobPhase::Live)]);
-        assert_eq!(plan(&s).run, Decision::Admit { in_flight: 1 });
-        s.run.created_unseen.push("r2".into());
+        let mut s = snapshot(1, 2);
+        assert_eq!(decide(&s), Decision::Admit { in_flight: 1 });
+        s.input.unsettled.push("r2".into());
         assert_eq!(
-            plan(&s).run,
+            decide(&s),
             Decision::Hold(HoldReason::LaneFull {
                 in_flight: 2,
                 cap: 2
             })
         );
-        assert_eq!(plan(&s).publish, Decision::Admit { in_flight: 0 });
     }
 
     #[test]
     fn reasons_come_in_a_fixed_order() {
-        let mut s = snapshot(vec![]);
-        s.publish.enabled = false;
-        s.cache_ready = false;
-        assert_eq!(plan(&s).publish, Decision::Hold(HoldReason::Disabled));
-        assert_eq!(plan(&s).run, Decision::Hold(HoldReason::CacheNotReady));
-        s.cache_ready = true;
+        let mut s = snapshot(0, 0);
+        s.input.enabled = false;
+        s.view = ViewState::Failed("500 Internal Server Error".into());
+        assert_eq!(decide(&s), Decision::Hold(HoldReason::Disabled));
+        s.input.enabled = true;
+        match decide(&s) {
+            Decision::Hold(HoldReason::ViewNotCurrent { why }) => {
+                assert!(why.contains("500 Internal Server Error"), "{why}")
+            }
+            other => panic!("expected a view hold, got {other:?}"),
+        }
+        s.view = ViewState::Listing;
+        assert!(matches!(
+            decide(&s),
+            Decision::Hold(HoldReason::ViewNotCurrent { .. })
+        ));
+        s.view = ViewState::Current;
         let until = s.now + Duration::from_secs(4);
-        s.run.backoff_until = Some(until);
-        s.run.cap = 0;
-        s.run.gate = GateState::Closed("renewal failed".into());
+        s.input.backoff_until = Some(until);
+        s.input.gate = GateState::Closed("renewal failed".into());
+        assert_eq!(decide(&s), Decision::Hold(HoldReason::BackingOff { until }));
+        s.input.backoff_until = Some(s.now);
+        s.input.rest_until = Some(until);
+        assert_eq!(decide(&s), Decision::Hold(HoldReason::Resting { until }));
+        s.input.rest_until = None;
         assert_eq!(
-            plan(&s).run,
-            Decision::Hold(HoldReason::BackingOff { until })
-        );
-        s.run.backoff_until = Some(s.now);
-        s.run.rest_until = Some(until);
-        assert_eq!(plan(&s).run, Decision::Hold(HoldReason::Resting { until }));
-        s.run.rest_until = None;
-        assert_eq!(
-            plan(&s).run,
+            decide(&s),
             Decision::Hold(HoldReason::LaneFull {
                 in_flight: 0,
                 cap: 0
             })
         );
-        s.run.cap = 1;
+        s.input.cap = 1;
         assert_eq!(
-            plan(&s).run,
+            decide(&s),
             Decision::Hold(HoldReason::GateClosed {
                 why: "renewal failed".into()
             })
         );
-        s.run.gate = GateState::Open;
-        assert!(plan(&s).run.admits());
+        s.input.gate = GateState::Open;
+        assert!(decide(&s).admits());
     }
 
     #[test]
@@ -347,16 +331,18 @@ mod tests {
         assert_eq!(backoff_delay(u32::MAX, max), max);
     }
 
-    fn arb_phase() -> impl Strategy<Value = JobPhase> {
-        prop_oneof![
-            Just(JobPhase::Live),
-            Just(JobPhase::Succeeded),
-            Just(JobPhase::Failed)
-        ]
+    fn base_instant() -> Instant {
+        use std::sync::OnceLock;
+        static BASE: OnceLock<Instant> = OnceLock::new();
+        *BASE.get_or_init(Instant::now)
     }
 
-    fn arb_lane() -> impl Strategy<Value = Lane> {
-        prop_oneof![Just(Lane::Run), Just(Lane::Publish)]
+    fn arb_view() -> impl Strategy<Value = ViewState> {
+        prop_oneof![
+            4 => Just(ViewState::Current),
+            1 => Just(ViewState::Listing),
+            1 => Just(ViewState::Failed("watch error".into())),
+        ]
     }
 
     fn arb_gate() -> impl Strategy<Value = GateState> {
@@ -366,62 +352,41 @@ mod tests {
         ]
     }
 
-    /// A lane's input; its unseen names share the lane's name prefix.
-    fn arb_lane_input(prefix: &'static str) -> impl Strategy<Value = LaneInput> {
+    fn arb_names() -> impl Strategy<Value = Vec<String>> {
+        proptest::collection::vec(0u8..30, 0..4)
+            .prop_map(|v| v.into_iter().map(|n| format!("j{n}")).collect())
+    }
+
+    fn arb_snapshot() -> impl Strategy<Value = LaneSnapshot> {
         (
-            any::<bool>(),
-            0u32..6,
-            proptest::collection::vec(0u8..30, 0..4),
-            proptest::option::of(0u64..10),
-            proptest::option::of(0u64..10),
-            arb_gate(),
+            (any::<bool>(), 0u32..6, arb_names(), arb_names()),
+            (
+                proptest::option::of(0u64..10),
+                proptest::option::of(0u64..10),
+                arb_gate(),
+            ),
+            (0u64..10, arb_view(), 0u32..8),
         )
             .prop_map(
-                move |(enabled, cap, unseen, backoff, rest, gate)| LaneInput {
-                    enabled,
-                    cap,
-                    created_unseen: unseen.into_iter().map(|n| format!("{prefix}{n}")).collect(),
-                    backoff_until: backoff.map(|s| base_instant() + Duration::from_secs(s)),
-                    rest_until: rest.map(|s| base_instant() + Duration::from_secs(s)),
-                    gate,
+                |(
+                    (enabled, cap, created_unseen, unsettled),
+                    (backoff, rest, gate),
+                    (now, view, live_cached),
+                )| LaneSnapshot {
+                    now: base_instant() + Duration::from_secs(now),
+                    view,
+                    live_cached,
+                    input: LaneInput {
+                        enabled,
+                        cap,
+                        created_unseen,
+                        unsettled,
+                        backoff_until: backoff.map(|s| base_instant() + Duration::from_secs(s)),
+                        rest_until: rest.map(|s| base_instant() + Duration::from_secs(s)),
+                        gate,
+                    },
                 },
             )
-    }
-
-    fn base_instant() -> Instant {
-        use std::sync::OnceLock;
-        static BASE: OnceLock<Instant> = OnceLock::new();
-        *BASE.get_or_init(Instant::now)
-    }
-
-    /// Jobs with unique names (a cache is keyed by name); a run's name starts
-    /// with `r`, a publish's with `p`, as the real name prefixes differ.
-    fn arb_jobs() -> impl Strategy<Value = Vec<JobSummary>> {
-        proptest::collection::btree_map((arb_lane(), 0u8..30), arb_phase(), 0..30).prop_map(|m| {
-            m.into_iter()
-                .map(|((lane, n), phase)| {
-                    let prefix = if lane == Lane::Run { "r" } else { "p" };
-                    job(&format!("{prefix}{n}"), lane, phase)
-                })
-                .collect()
-        })
-    }
-
-    fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
-        (
-            any::<bool>(),
-            0u64..10,
-            arb_jobs(),
-            arb_lane_input("r"),
-            arb_lane_input("p"),
-        )
-            .prop_map(|(cache_ready, now, jobs, run, publish)| Snapshot {
-                now: base_instant() + Duration::from_secs(now),
-                cache_ready,
-                jobs,
-                run,
-                publish,
-            })
     }
 
     proptest! {
@@ -431,77 +396,42 @@ mod tests {
             ..ProptestConfig::default()
         })]
 
-        /// An admission never takes a lane to more than its cap: whenever a
-        /// lane admits, its count plus the new Job is within the cap, and
-        /// repeating the plan with each admission recorded as an unseen Job
-        /// stops at the cap.
+        /// An admission never takes a lane past its cap, and happens only
+        /// with the lane enabled, the view current and the gate open;
+        /// repeating the decision with each admission recorded as an unseen
+        /// Job stops at the cap.
         #[test]
         fn never_exceeds_a_cap(s in arb_snapshot()) {
             let mut s = s;
-            let start: Vec<u32> = Lane::ALL
-                .iter()
-                .map(|&l| in_flight(&s.jobs, l, &s.lane(l).created_unseen))
-                .collect();
-            for _ in 0..10 {
-                let p = plan(&s);
-                for lane in Lane::ALL {
-                    let n = in_flight(&s.jobs, lane, &s.lane(lane).created_unseen);
-                    if let Decision::Admit { in_flight } = p.lane(lane) {
-                        prop_assert_eq!(*in_flight, n);
-                        prop_assert!(n < s.lane(lane).cap);
-                        prop_assert!(s.lane(lane).gate.is_open());
-                        prop_assert!(s.cache_ready && s.lane(lane).enabled);
-                    }
-                }
-                if p.run.admits() {
-                    let k = s.run.created_unseen.len();
-                    s.run.created_unseen.push(format!("new-run-{k}"));
-                }
-                if p.publish.admits() {
-                    let k = s.publish.created_unseen.len();
-                    s.publish.created_unseen.push(format!("new-pub-{k}"));
+            let start = in_flight(s.live_cached, &s.input.created_unseen, &s.input.unsettled);
+            for k in 0..10 {
+                let n = in_flight(s.live_cached, &s.input.created_unseen, &s.input.unsettled);
+                if let Decision::Admit { in_flight } = decide(&s) {
+                    prop_assert_eq!(in_flight, n);
+                    prop_assert!(n < s.input.cap);
+                    prop_assert!(s.input.gate.is_open());
+                    prop_assert!(s.input.enabled && s.view.is_current());
+                    s.input.created_unseen.push(format!("new-{k}"));
                 }
             }
-            // Admissions stop at the cap (a lane already over it admits nothing).
-            for (i, lane) in Lane::ALL.into_iter().enumerate() {
-                let n = in_flight(&s.jobs, lane, &s.lane(lane).created_unseen);
-                prop_assert!(n <= s.lane(lane).cap.max(start[i]));
-            }
+            let n = in_flight(s.live_cached, &s.input.created_unseen, &s.input.unsettled);
+            prop_assert!(n <= s.input.cap.max(start));
         }
 
-        /// A lane's decision depends only on its own inputs and its own Jobs:
-        /// replacing everything about the other lane changes nothing.
-        #[test]
-        fn lanes_are_independent(s in arb_snapshot(), other in arb_snapshot()) {
-            let base = plan(&s);
-            for (keep, swap) in [(Lane::Run, Lane::Publish), (Lane::Publish, Lane::Run)] {
-                let mut mixed = s.clone();
-                mixed.jobs.retain(|j| j.lane == keep);
-                mixed.jobs.extend(other.jobs.iter().filter(|j| j.lane == swap).cloned());
-                match swap {
-                    Lane::Run => mixed.run = other.run.clone(),
-                    Lane::Publish => mixed.publish = other.publish.clone(),
-                }
-                let mixed_plan = plan(&mixed);
-                prop_assert_eq!(mixed_plan.lane(keep), base.lane(keep));
-            }
-        }
-
-        /// Shuffling the cached Jobs and the unseen names changes nothing.
+        /// Shuffling or repeating the names changes nothing.
         #[test]
         fn deterministic_under_reordering(s in arb_snapshot(), seed in any::<u64>()) {
-            let base = plan(&s);
+            let base = decide(&s);
             let mut shuffled = s.clone();
-            let rotate = |len: usize| if len == 0 { 0 } else { (seed as usize) % len };
-            let k = rotate(shuffled.jobs.len());
-            shuffled.jobs.rotate_left(k);
-            shuffled.jobs.reverse();
-            for lane in [&mut shuffled.run, &mut shuffled.publish] {
-                let k = rotate(lane.created_unseen.len());
-                lane.created_unseen.rotate_left(k);
-                lane.created_unseen.reverse();
+            for list in [&mut shuffled.input.created_unseen, &mut shuffled.input.unsettled] {
+                let k = if list.is_empty() { 0 } else { (seed as usize) % list.len() };
+                list.rotate_left(k);
+                list.reverse();
+                if let Some(first) = list.first().cloned() {
+                    list.push(first);
+                }
             }
-            prop_assert_eq!(plan(&shuffled), base);
+            prop_assert_eq!(decide(&shuffled), base);
         }
     }
 }

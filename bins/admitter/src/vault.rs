@@ -1,6 +1,6 @@
 //! The admitter's gRPC client of the lease-keeper's localhost services: the
-//! token vault (`Put` each claim's per-job token before its Job exists) and
-//! the admission gate (`LastRenewal`).
+//! token vault (`Put` each claim's per-job token before its Job exists,
+//! `Forget` it when no Job will exist) and the admission gate (`LastRenewal`).
 //!
 //! The channel connects lazily, so a lease-keeper that is not up yet is not
 //! a start-up error: it is a closed gate until it answers.
@@ -9,7 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tcab_proto::vault::admission_gate_client::AdmissionGateClient;
 use tcab_proto::vault::token_vault_client::TokenVaultClient;
-use tcab_proto::vault::{self as pb, ClaimKey, LastRenewalRequest, PutRequest, RenewalStatus};
+use tcab_proto::vault::{
+    self as pb, ClaimKey, ForgetRequest, LastRenewalRequest, PutRequest, RenewalStatus,
+};
 use tcab_shared::{Lane, Secret};
 use tonic::transport::{Channel, Endpoint};
 
@@ -128,7 +130,28 @@ impl VaultClient {
         }
     }
 
-    /// Asks the admission gate for the lease-keeper's last renewal round.
+    /// Drops the token of a claim whose Job will not exist (one try: the
+    /// lease-keeper also drops a token that has no Job after a lease).
+    pub async fn forget(&self, job_id: &str, claim: &str) -> Result<(), VaultError> {
+        let mut client = self.vault.clone();
+        client
+            .forget(ForgetRequest {
+                key: Some(ClaimKey {
+                    job_id: job_id.to_owned(),
+                    claim: claim.to_owned(),
+                }),
+            })
+            .await
+            .map(|_| ())
+            .map_err(|status| VaultError::Call {
+                call: "Forget",
+                attempts: 1,
+                code: status.code(),
+                message: status.message().to_owned(),
+            })
+    }
+
+    /// Asks the admission gate for the lease-keeper's renewal status.
     pub async fn last_renewal(&self) -> Result<RenewalStatus, VaultError> {
         let mut client = self.gate.clone();
         client

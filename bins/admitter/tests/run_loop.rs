@@ -6,6 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 use support::backend::token_for;
+use support::fake_kube::CreateFault;
 use support::*;
 use tcab_admitter::{Deps, SystemClock, run};
 use tcab_shared::config::AdmitterConfig;
@@ -88,28 +89,54 @@ async fn both_lanes_drain_and_never_exceed_their_caps() {
 }
 
 #[tokio::test]
-async fn a_publish_is_not_delayed_by_a_slow_run_claim() {
+async fn publishes_are_admitted_while_a_run_claim_hangs() {
     let rig = Rig::start().await;
     rig.backend.hold_runs();
     rig.backend.queue(Lane::Run, 5);
-    rig.backend.queue(Lane::Publish, 1);
+    rig.backend.queue(Lane::Publish, 3);
     let (trigger, handle) = start(&rig, rig.config(&[]));
-    eventually("the publish Job exists", || {
-        rig.kube.creates(Lane::Publish) == 1
-    })
-    .await;
-    // The run claim of the same tick may reach the mock after the publish
-    // Job is created (both lanes admit concurrently); it stays unanswered.
     eventually("the run claim in flight", || {
         rig.backend.requests(Lane::Run) >= 1
     })
     .await;
+    // Every publish goes through while that one run claim stays unanswered
+    // (with both lanes in one tick, one publish would wait for it).
+    eventually("three publish Jobs", || {
+        rig.kube.creates(Lane::Publish) == 3
+    })
+    .await;
     assert_eq!(rig.backend.requests(Lane::Run), 1, "one claim, held");
     assert!(rig.backend.claimed(Lane::Run).is_empty());
-    assert_eq!(rig.kube.creates(Lane::Run), 0);
+    assert_eq!(rig.kube.create_requests(Lane::Run), 0);
     rig.backend.release_runs();
     eventually("runs admitted once released", || {
         rig.kube.creates(Lane::Run) >= 1
+    })
+    .await;
+    stop(trigger, handle).await;
+}
+
+#[tokio::test]
+async fn publishes_are_admitted_while_a_run_create_hangs() {
+    let rig = Rig::start().await;
+    rig.kube.fault_creates(Lane::Run, Some(CreateFault::Hold));
+    rig.backend.queue(Lane::Run, 5);
+    rig.backend.queue(Lane::Publish, 3);
+    let (trigger, handle) = start(&rig, rig.config(&[]));
+    eventually("the run create in flight", || {
+        rig.kube.create_requests(Lane::Run) >= 1
+    })
+    .await;
+    eventually("three publish Jobs", || {
+        rig.kube.creates(Lane::Publish) == 3
+    })
+    .await;
+    assert_eq!(rig.kube.create_requests(Lane::Run), 1, "one create, held");
+    assert_eq!(rig.kube.creates(Lane::Run), 0);
+    assert_eq!(rig.backend.claimed(Lane::Run), ["run-0"]);
+    rig.kube.release_creates();
+    eventually("the held run Job created, and the next", || {
+        rig.kube.creates(Lane::Run) >= 2
     })
     .await;
     stop(trigger, handle).await;
@@ -178,12 +205,43 @@ async fn shutdown_finishes_the_admission_in_progress() {
 }
 
 #[tokio::test]
+async fn shutdown_during_a_slow_create_lets_it_finish() {
+    let rig = Rig::start().await;
+    // The API answers the create (and stores its Job) only after a second.
+    rig.kube
+        .fault_creates(Lane::Run, Some(CreateFault::Delay(Duration::from_secs(1))));
+    rig.backend.queue(Lane::Run, 3);
+    let (trigger, handle) = start(&rig, rig.config(&[("TCAB_PUBLISHER_IMAGE", "")]));
+    eventually("a run create in flight", || {
+        rig.kube.create_requests(Lane::Run) == 1
+    })
+    .await;
+    trigger.trigger();
+    within("run() returns", handle)
+        .await
+        .expect("task")
+        .expect("run() is Ok");
+    // run() returned only once the create was answered: the Job is there.
+    let expected = labels::job_name(Lane::Run, "run-0", &labels::claim_tag(&token_for("run-0")));
+    assert_eq!(rig.kube.live(Lane::Run), [expected]);
+    assert_eq!(rig.kube.create_requests(Lane::Run), 1);
+    assert_eq!(
+        rig.backend.requests(Lane::Run),
+        1,
+        "no new claim after shutdown"
+    );
+}
+
+#[tokio::test]
 async fn no_claim_while_the_gate_is_closed() {
     let rig = Rig::start().await;
-    rig.gate.set_status(tcab_proto::vault::RenewalStatus {
-        observed: false,
-        ..support::gate::renewed()
+    let mut closed = support::gate::renewed();
+    closed.runs = Some(tcab_proto::vault::LaneRenewal {
+        renewed: false,
+        ..support::gate::lane_renewed()
     });
+    closed.publishes = closed.runs.clone();
+    rig.gate.set_status(closed);
     rig.backend.queue(Lane::Run, 2);
     rig.backend.queue(Lane::Publish, 2);
     let (trigger, handle) = start(&rig, rig.config(&[]));

@@ -199,10 +199,10 @@ async fn a_restarted_admitter_counts_the_jobs_already_there() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_create_leaves_the_claim_to_lapse_and_the_job_is_admitted_again() {
+async fn a_create_answered_500_three_times_is_settled_at_once_and_never_holds_the_lane() {
     let sims = Sims::start().await;
     sims.enqueue_runs(
-        1,
+        2,
         json!({"duration_ms": 100, "sandbox": false, "log_lines": 0}),
     )
     .await;
@@ -210,7 +210,7 @@ async fn a_failed_create_leaves_the_claim_to_lapse_and_the_job_is_admitted_again
         .admin()
         .api_fault(&tcab_kube_sim::ApiFault {
             mode: tcab_kube_sim::ApiFaultMode::Error500,
-            count: 1,
+            count: 3,
             retry_after_seconds: None,
             delay_ms: None,
             resource: Some("jobs".into()),
@@ -218,25 +218,40 @@ async fn a_failed_create_leaves_the_claim_to_lapse_and_the_job_is_admitted_again
         })
         .await
         .unwrap();
-    let (trigger, handle) = sims.start_admitter(sims.config(&[("TCAB_PUBLISHER_IMAGE", "")]));
-    // The claim was made, its Job refused: the job sits dispatched with no Job.
-    sims.wait_for("the claim made", "jobs", "dispatched", 1)
+    // One slot: had the failed create held it, the second run would wait
+    // for the lane (formerly 15 minutes) and the first for its lease to lapse.
+    let config = sims.config(&[
+        ("TCAB_PUBLISHER_IMAGE", ""),
+        ("TCAB_DISPATCHER_MAX_INFLIGHT", "1"),
+    ]);
+    let (trigger, handle) = sims.start_admitter(config);
+    // Without the backend's clock moving: no lease lapses, no requeue.
+    sims.wait_for("both runs finished", "jobs", "succeeded", 2)
         .await;
     let jobs: Api<Job> = Api::namespaced(sims.kube(), NS);
-    assert!(
-        jobs.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
-
-    // Its lease lapses; the next claim requeues and hands it out again with a
-    // fresh token, so its Job gets a new name, and the fake driver finishes it.
-    sims.backend.advance_clock(Duration::from_secs(121));
-    sims.wait_for("the run finished", "jobs", "succeeded", 1)
-        .await;
     let items = jobs.list(&ListParams::default()).await.unwrap().items;
-    assert_eq!(items.len(), 1, "one Job for the job");
+    let mut ids: Vec<String> = items
+        .iter()
+        .filter_map(|j| j.labels().get(labels::JOB_ID).cloned())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(
+        (items.len(), ids.len()),
+        (2, 2),
+        "one Job for each run, made under its first claim"
+    );
+    let requests = sims.cluster.admin().counters().await.unwrap().requests;
+    assert_eq!(
+        requests.get("create jobs").copied(),
+        Some(5),
+        "three failed creates, each read back and sent again, then one for the second run: {requests:?}"
+    );
+    assert_eq!(
+        requests.get("get jobs").copied(),
+        Some(3),
+        "each unclear create read back once: {requests:?}"
+    );
+    assert_eq!(sims.gate.forgets(), [], "no claim was given up");
     stop(trigger, handle).await;
 }

@@ -1,7 +1,9 @@
 //! A minimal Kubernetes API for batch/v1 Jobs on 127.0.0.1:0, enough for the
-//! admitter: list, watch (a stream of events from a resourceVersion), create
-//! (201, 409 AlreadyExists, or an injected refusal per lane). It records the
-//! highest number of non-terminal Jobs per lane ever present at once.
+//! admitter: list, watch (a stream of events from a resourceVersion), get by
+//! name, create (201, 409 AlreadyExists). Faults per lane on create: an
+//! error status, a hold until released, a delay, or storing the Job and
+//! never answering; reads can be made to fail. It records the highest number
+//! of non-terminal Jobs per lane ever present at once.
 //! (Label selectors are not applied: every Job here is the admitter's.)
 
 use axum::Router;
@@ -14,20 +16,45 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tcab_shared::{Lane, labels};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 pub const NAMESPACE: &str = "ns";
 
-#[derive(Default)]
+/// What a create of a lane does instead of answering at once.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateFault {
+    /// Answer this error status (code, reason, message); store nothing.
+    Refuse(u16, String, String),
+    /// Wait until [`FakeKube::release_creates`], then create normally.
+    Hold,
+    /// Wait until [`FakeKube::release_creates`], then answer this error
+    /// status (code, reason, message); store nothing.
+    HoldThenRefuse(u16, String, String),
+    /// Wait this long, then create normally.
+    Delay(Duration),
+    /// Store the Job (watchers see it) and never answer.
+    StoreThenHang,
+    /// Never answer, and store nothing.
+    Hang,
+}
+
 struct Inner {
     rv: u64,
     jobs: BTreeMap<String, Value>,
     log: Vec<(u64, Value)>,
     watchers: Vec<mpsc::UnboundedSender<Result<Bytes, Infallible>>>,
-    refuse: HashMap<Lane, (u16, String, String)>,
+    create_faults: HashMap<Lane, CreateFault>,
+    /// Answer every read by name with this status instead.
+    read_fault: Option<(u16, String, String)>,
+    /// Create requests received per lane (answered or not).
+    create_requests: HashMap<Lane, u32>,
+    /// Creates answered 201 per lane.
     creates: HashMap<Lane, u32>,
+    reads: u32,
     max_live: HashMap<Lane, usize>,
+    release: watch::Sender<bool>,
 }
 
 #[derive(Clone)]
@@ -57,6 +84,16 @@ fn status(code: u16, reason: &str, message: &str) -> Response {
 }
 
 impl Inner {
+    /// Stores a created Job (uid, namespace, creation time) and counts it.
+    fn store_created(&mut self, lane: Lane, name: &str, mut job: Value) -> Value {
+        job["metadata"]["uid"] = json!(format!("uid-{name}"));
+        job["metadata"]["namespace"] = json!(NAMESPACE);
+        job["metadata"]["creationTimestamp"] = json!("2026-11-29T17:00:00Z");
+        *self.creates.entry(lane).or_default() += 1;
+        self.emit("ADDED", job);
+        self.jobs[name].clone()
+    }
+
     /// Stores a new version of a Job and tells every watcher.
     fn emit(&mut self, kind: &str, mut job: Value) {
         self.rv += 1;
@@ -85,11 +122,27 @@ impl Inner {
 
 impl FakeKube {
     pub async fn start() -> Self {
-        let inner = Arc::new(Mutex::new(Inner::default()));
+        let inner = Arc::new(Mutex::new(Inner {
+            rv: 0,
+            jobs: BTreeMap::new(),
+            log: vec![],
+            watchers: vec![],
+            create_faults: HashMap::new(),
+            read_fault: None,
+            create_requests: HashMap::new(),
+            creates: HashMap::new(),
+            reads: 0,
+            max_live: HashMap::new(),
+            release: watch::channel(true).0,
+        }));
         let app = Router::new()
             .route(
                 &format!("/apis/batch/v1/namespaces/{NAMESPACE}/jobs"),
                 get(list_or_watch).post(create),
+            )
+            .route(
+                &format!("/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{{name}}"),
+                get(read),
             )
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -119,17 +172,42 @@ impl FakeKube {
 
     /// Makes every create of `lane` answer this error status.
     pub fn refuse(&self, lane: Lane, refusal: Option<(u16, &str, &str)>) {
+        self.fault_creates(
+            lane,
+            refusal.map(|(code, reason, message)| {
+                CreateFault::Refuse(code, reason.into(), message.into())
+            }),
+        );
+    }
+
+    /// Makes every create of `lane` misbehave this way (`None`: answer normally).
+    pub fn fault_creates(&self, lane: Lane, fault: Option<CreateFault>) {
         let mut inner = self.inner.lock().unwrap();
-        match refusal {
-            Some((code, reason, message)) => {
-                inner
-                    .refuse
-                    .insert(lane, (code, reason.into(), message.into()));
-            }
-            None => {
-                inner.refuse.remove(&lane);
-            }
+        if matches!(
+            fault,
+            Some(CreateFault::Hold | CreateFault::HoldThenRefuse(..))
+        ) {
+            inner.release.send_replace(false);
         }
+        match fault {
+            Some(fault) => inner.create_faults.insert(lane, fault),
+            None => inner.create_faults.remove(&lane),
+        };
+    }
+
+    /// Lets every held create (and every later one) go on.
+    pub fn release_creates(&self) {
+        let mut inner = self.inner.lock().unwrap();
+        inner
+            .create_faults
+            .retain(|_, f| !matches!(f, CreateFault::Hold | CreateFault::HoldThenRefuse(..)));
+        inner.release.send_replace(true);
+    }
+
+    /// Makes every read by name answer this error status (`None`: answer normally).
+    pub fn fail_reads(&self, failure: Option<(u16, &str, &str)>) {
+        self.inner.lock().unwrap().read_fault =
+            failure.map(|(code, reason, message)| (code, reason.into(), message.into()));
     }
 
     /// Marks a Job succeeded.
@@ -163,6 +241,22 @@ impl FakeKube {
             .filter(|j| lane_of(j) == lane)
             .cloned()
             .collect()
+    }
+
+    /// Create requests received in a lane (answered or not).
+    pub fn create_requests(&self, lane: Lane) -> u32 {
+        self.inner
+            .lock()
+            .unwrap()
+            .create_requests
+            .get(&lane)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Reads by name received.
+    pub fn reads(&self) -> u32 {
+        self.inner.lock().unwrap().reads
     }
 
     /// Create requests answered 201 in a lane.
@@ -220,16 +314,43 @@ async fn list_or_watch(
 
 async fn create(
     State(inner): State<Arc<Mutex<Inner>>>,
-    axum::Json(mut job): axum::Json<Value>,
+    axum::Json(job): axum::Json<Value>,
 ) -> Response {
-    let mut inner = inner.lock().unwrap();
     let lane = lane_of(&job);
-    if let Some((code, reason, message)) = inner.refuse.get(&lane).cloned() {
-        return status(code, &reason, &message);
-    }
     let Some(name) = job["metadata"]["name"].as_str().map(str::to_owned) else {
         return status(422, "Invalid", "metadata.name: Required value");
     };
+    let (fault, mut release) = {
+        let mut inner = inner.lock().unwrap();
+        *inner.create_requests.entry(lane).or_default() += 1;
+        (
+            inner.create_faults.get(&lane).cloned(),
+            inner.release.subscribe(),
+        )
+    };
+    match fault {
+        Some(CreateFault::Refuse(code, reason, message)) => return status(code, &reason, &message),
+        Some(CreateFault::Hold) => {
+            let _ = release.wait_for(|go| *go).await;
+        }
+        Some(CreateFault::HoldThenRefuse(code, reason, message)) => {
+            let _ = release.wait_for(|go| *go).await;
+            return status(code, &reason, &message);
+        }
+        Some(CreateFault::Delay(wait)) => tokio::time::sleep(wait).await,
+        Some(CreateFault::StoreThenHang) => {
+            {
+                let mut inner = inner.lock().unwrap();
+                if !inner.jobs.contains_key(&name) {
+                    inner.store_created(lane, &name, job.clone());
+                }
+            }
+            std::future::pending::<()>().await;
+        }
+        Some(CreateFault::Hang) => std::future::pending::<()>().await,
+        None => {}
+    }
+    let mut inner = inner.lock().unwrap();
     if inner.jobs.contains_key(&name) {
         return status(
             409,
@@ -237,13 +358,23 @@ async fn create(
             &format!("jobs.batch \"{name}\" already exists"),
         );
     }
-    job["metadata"]["uid"] = json!(format!("uid-{name}"));
-    job["metadata"]["namespace"] = json!(NAMESPACE);
-    job["metadata"]["creationTimestamp"] = json!("2026-11-29T17:00:00Z");
-    *inner.creates.entry(lane).or_default() += 1;
-    inner.emit("ADDED", job);
-    let stored = inner.jobs[&name].clone();
+    let stored = inner.store_created(lane, &name, job);
     (StatusCode::CREATED, axum::Json(stored)).into_response()
+}
+
+async fn read(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    let mut inner = inner.lock().unwrap();
+    inner.reads += 1;
+    if let Some((code, reason, message)) = inner.read_fault.clone() {
+        return status(code, &reason, &message);
+    }
+    match inner.jobs.get(&name) {
+        Some(job) => axum::Json(job.clone()).into_response(),
+        None => status(404, "NotFound", &format!("jobs.batch \"{name}\" not found")),
+    }
 }
 
 /// The Jobs API of the fake's namespace.

@@ -1,5 +1,6 @@
 //! A tiny lease-keeper stand-in on 127.0.0.1:0: the token vault (records
-//! Puts, can refuse them) and the admission gate (answers a settable status).
+//! Puts and Forgets, can refuse Puts) and the admission gate (answers a
+//! settable status, per lane as the lease-keeper does).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -16,11 +17,15 @@ pub struct Put {
     pub lane: i32,
 }
 
+/// The key of one `Forget`: (job id, claim tag).
+pub type Forgotten = (String, String);
+
 struct Inner {
     status: RenewalStatus,
     puts: Vec<Put>,
     put_calls: u32,
     refuse_puts: bool,
+    forgets: Vec<Forgotten>,
     gate_calls: u32,
 }
 
@@ -33,14 +38,24 @@ pub struct FakeGate {
 #[derive(Clone)]
 struct Svc(Arc<Mutex<Inner>>);
 
-/// A status saying the last round renewed both lanes just now.
+/// A lane whose last renewal call succeeded just now.
+pub fn lane_renewed() -> LaneRenewal {
+    LaneRenewal {
+        enabled: true,
+        renewed: true,
+        age_ms: 5,
+        failing: false,
+        detail: String::new(),
+    }
+}
+
+/// A status saying both lanes were renewed just now, with a current view.
 pub fn renewed() -> RenewalStatus {
     RenewalStatus {
-        observed: true,
-        age_ms: 5,
-        runs_renewed: true,
-        publishes_renewed: true,
-        detail: String::new(),
+        runs: Some(lane_renewed()),
+        publishes: Some(lane_renewed()),
+        view_current: true,
+        view_detail: String::new(),
     }
 }
 
@@ -52,6 +67,7 @@ impl FakeGate {
             puts: vec![],
             put_calls: 0,
             refuse_puts: false,
+            forgets: vec![],
             gate_calls: 0,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -84,6 +100,11 @@ impl FakeGate {
         self.inner.lock().unwrap().put_calls
     }
 
+    /// The keys forgotten, in order.
+    pub fn forgets(&self) -> Vec<Forgotten> {
+        self.inner.lock().unwrap().forgets.clone()
+    }
+
     pub fn gate_calls(&self) -> u32 {
         self.inner.lock().unwrap().gate_calls
     }
@@ -114,12 +135,13 @@ impl TokenVault for Svc {
         Ok(Response::new(PutReply {}))
     }
 
-    async fn get(&self, _: Request<GetRequest>) -> Result<Response<GetReply>, Status> {
-        Err(Status::unimplemented("not used by the admitter"))
-    }
-
-    async fn forget(&self, _: Request<ForgetRequest>) -> Result<Response<ForgetReply>, Status> {
-        Err(Status::unimplemented("not used by the admitter"))
+    async fn forget(
+        &self,
+        request: Request<ForgetRequest>,
+    ) -> Result<Response<ForgetReply>, Status> {
+        let key = request.into_inner().key.unwrap_or_default();
+        self.0.lock().unwrap().forgets.push((key.job_id, key.claim));
+        Ok(Response::new(ForgetReply {}))
     }
 }
 

@@ -46,8 +46,10 @@ pub fn config(backend_url: &str, vault: SocketAddr, extra: &[(&str, &str)]) -> A
     AdmitterConfig::from_env(&env).expect("valid test configuration")
 }
 
+/// A backend client whose timeout (60 s) outlasts every wait in the tests,
+/// so a claim the mock holds stays in flight until the test releases it.
 pub fn backend_client(url: &str) -> BackendClient {
-    BackendClient::new(url, backend::SERVICE_TOKEN.into(), Duration::from_secs(10)).unwrap()
+    BackendClient::new(url, backend::SERVICE_TOKEN.into(), Duration::from_secs(60)).unwrap()
 }
 
 /// Everything a tick-level test drives by hand.
@@ -73,25 +75,13 @@ impl Rig {
     }
 
     /// An admitter over `cache` (fed by the test, or watching), with a vault
-    /// at `vault` (the fake gate unless a test points it elsewhere).
+    /// at `vault` (the fake gate unless a test points it elsewhere). A
+    /// settle pauses 1 ms before creating again, so tests do not wait.
     pub fn admitter_with(
         &self,
         config: &AdmitterConfig,
         cache: OwnedJobs,
         vault: SocketAddr,
-    ) -> Admitter {
-        // Tick tests change the gate between ticks: ask it on every tick
-        // (the reuse window has its own test).
-        self.admitter_reusing_gate(config, cache, vault, Duration::ZERO)
-    }
-
-    /// As [`Rig::admitter_with`], reusing an open gate answer for `gate_reuse`.
-    pub fn admitter_reusing_gate(
-        &self,
-        config: &AdmitterConfig,
-        cache: OwnedJobs,
-        vault: SocketAddr,
-        gate_reuse: Duration,
     ) -> Admitter {
         let vault_settings = VaultSettings {
             call_timeout: Duration::from_secs(2),
@@ -99,7 +89,7 @@ impl Rig {
             put_retry_delay: Duration::from_millis(1),
         };
         let settings = AdmitterSettings {
-            gate_reuse,
+            settle_pause: Duration::from_millis(1),
             ..AdmitterSettings::from_config(config)
         };
         Admitter::new(

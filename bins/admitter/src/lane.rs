@@ -1,0 +1,444 @@
+//! One lane's loop: each tick settles what earlier ticks left unsettled,
+//! takes the lane's snapshot (its live cached Jobs, its memory, whether the
+//! Job view is current), decides, asks the gate when it would admit, and
+//! carries out one admission.
+//!
+//! Each lane runs its own loop on its own task, over the I/O edges both
+//! share ([`Edges`]: the Job cache, the backend client, the vault client and
+//! the Jobs API, all safe to use at once), so a slow or hung call in one
+//! lane never delays the other.
+
+use crate::admit::{self, Admission, AdmitDeps, CreateFailure, LaneOutcome};
+use crate::clock::Clock;
+use crate::gate::lane_gate;
+use crate::lanes::LaneState;
+use crate::plan::{self, Decision, GateState, HoldReason, LaneInput, LaneSnapshot};
+use crate::run::AdmitterSettings;
+use crate::vault::VaultClient;
+use k8s_openapi::api::batch::v1::Job;
+use kube::Api;
+use std::fmt;
+use std::sync::Arc;
+use tcab_shared::Lane;
+use tcab_shared::backend::BackendClient;
+use tcab_shared::cluster::OwnedJobs;
+use tcab_shared::kube_api::error_chain;
+use tcab_shared::tick::{Tick, TickOutcome};
+
+/// The I/O edges and settings both lanes share (read only).
+pub struct Edges {
+    /// What the admitter reads from its configuration.
+    pub settings: AdmitterSettings,
+    /// The backend client.
+    pub backend: BackendClient,
+    /// The Jobs API of the admitter's namespace.
+    pub jobs: Api<Job>,
+    /// The token vault and admission gate.
+    pub vault: VaultClient,
+    /// The watch-backed view of the owned Jobs.
+    pub cache: OwnedJobs,
+    /// The clock back-offs and claim ages read.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for Edges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Edges")
+            .field("settings", &self.settings)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one lane's tick came to, in the words the metrics count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AdmissionResult {
+    /// A Job exists for a fresh claim (created, or found created).
+    Created,
+    /// The backend had nothing claimable.
+    EmptyQueue,
+    /// The admission gate was closed.
+    GateClosed,
+    /// The lane was at its cap.
+    LaneFull,
+    /// The admitter's Job view was not current.
+    ViewNotCurrent,
+    /// The lane was backing off after failures.
+    BackingOff,
+    /// The lane rested after an empty claim.
+    Resting,
+    /// The lane is not configured.
+    Disabled,
+    /// The claim failed, or the Job was not created, or its create could not
+    /// be settled.
+    Error,
+}
+
+impl AdmissionResult {
+    /// Every result, in a stable order.
+    pub const ALL: [AdmissionResult; 9] = [
+        AdmissionResult::Created,
+        AdmissionResult::EmptyQueue,
+        AdmissionResult::GateClosed,
+        AdmissionResult::LaneFull,
+        AdmissionResult::ViewNotCurrent,
+        AdmissionResult::BackingOff,
+        AdmissionResult::Resting,
+        AdmissionResult::Disabled,
+        AdmissionResult::Error,
+    ];
+
+    /// A label value for metrics (`created`, `empty_queue`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdmissionResult::Created => "created",
+            AdmissionResult::EmptyQueue => "empty_queue",
+            AdmissionResult::GateClosed => "gate_closed",
+            AdmissionResult::LaneFull => "lane_full",
+            AdmissionResult::ViewNotCurrent => "view_not_current",
+            AdmissionResult::BackingOff => "backing_off",
+            AdmissionResult::Resting => "resting",
+            AdmissionResult::Disabled => "disabled",
+            AdmissionResult::Error => "error",
+        }
+    }
+}
+
+/// What one tick of a lane decided and did.
+#[derive(Debug)]
+pub struct LaneReport {
+    /// The lane.
+    pub lane: Lane,
+    /// The decision.
+    pub decision: Decision,
+    /// The admission, when the lane admitted.
+    pub outcome: Option<LaneOutcome>,
+    /// What settling the creations left unsettled by earlier ticks came to
+    /// (admitted, given up, or still unsettled).
+    pub resettled: Vec<LaneOutcome>,
+}
+
+impl LaneReport {
+    /// The tick's result for the admissions metric.
+    pub fn result(&self) -> AdmissionResult {
+        match (&self.outcome, &self.decision) {
+            (Some(outcome), _) if outcome.created().is_some() => AdmissionResult::Created,
+            (Some(LaneOutcome::Empty), _) => AdmissionResult::EmptyQueue,
+            (Some(_), _) => AdmissionResult::Error,
+            (None, Decision::Hold(reason)) => match reason {
+                HoldReason::Disabled => AdmissionResult::Disabled,
+                HoldReason::ViewNotCurrent { .. } => AdmissionResult::ViewNotCurrent,
+                HoldReason::BackingOff { .. } => AdmissionResult::BackingOff,
+                HoldReason::Resting { .. } => AdmissionResult::Resting,
+                HoldReason::LaneFull { .. } => AdmissionResult::LaneFull,
+                HoldReason::GateClosed { .. } => AdmissionResult::GateClosed,
+            },
+            // A decision to admit always carries an outcome.
+            (None, Decision::Admit { .. }) => AdmissionResult::Error,
+        }
+    }
+
+    /// Busy (loop straight back) when a Job was created for a fresh claim.
+    pub fn tick_outcome(&self) -> TickOutcome {
+        if self.result() == AdmissionResult::Created {
+            TickOutcome::Busy
+        } else {
+            TickOutcome::Idle
+        }
+    }
+}
+
+/// One lane's loop: its memory, over the shared edges.
+pub struct LaneAdmitter {
+    lane: Lane,
+    edges: Arc<Edges>,
+    state: LaneState,
+}
+
+impl fmt::Debug for LaneAdmitter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LaneAdmitter")
+            .field("lane", &self.lane)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tick for LaneAdmitter {
+    async fn tick(&mut self) -> TickOutcome {
+        self.tick_report().await.tick_outcome()
+    }
+}
+
+impl LaneAdmitter {
+    /// The loop of `lane` over `edges`, with a fresh memory.
+    pub fn new(lane: Lane, edges: Arc<Edges>) -> Self {
+        LaneAdmitter {
+            lane,
+            edges,
+            state: LaneState::default(),
+        }
+    }
+
+    /// The lane.
+    pub fn lane(&self) -> Lane {
+        self.lane
+    }
+
+    /// The lane's memory.
+    pub fn state(&self) -> &LaneState {
+        &self.state
+    }
+
+    /// Whether the lane is configured (publish: a publisher image is set).
+    pub fn enabled(&self) -> bool {
+        self.edges.settings.enabled(self.lane)
+    }
+
+    fn deps(&self) -> AdmitDeps<'_> {
+        let edges = &*self.edges;
+        AdmitDeps {
+            backend: &edges.backend,
+            jobs: &edges.jobs,
+            vault: &edges.vault,
+            settings: &edges.settings.jobs,
+            clock: &*edges.clock,
+            kube_timeout: edges.settings.kube_timeout,
+            limits: edges.settings.settle_limits(),
+        }
+    }
+
+    /// One tick of the lane.
+    pub async fn tick_report(&mut self) -> LaneReport {
+        let lane = self.lane;
+        if !self.enabled() {
+            return LaneReport {
+                lane,
+                decision: Decision::Hold(HoldReason::Disabled),
+                outcome: None,
+                resettled: vec![],
+            };
+        }
+        let resettled = self.settle_leftovers().await;
+
+        // Decide as if the gate were open first: only when the lane could
+        // admit is the gate worth asking (a full or idle lane makes no call).
+        let mut snapshot = self.snapshot();
+        let mut decision = plan::decide(&snapshot);
+        if decision.admits() {
+            snapshot.input.gate = self.read_gate().await;
+            decision = plan::decide(&snapshot);
+        }
+        self.log_decision(&decision);
+
+        let outcome = if decision.admits() {
+            let admission = admit::admit(lane, self.deps()).await;
+            Some(self.record(admission, false))
+        } else {
+            None
+        };
+        LaneReport {
+            lane,
+            decision,
+            outcome,
+            resettled,
+        }
+    }
+
+    /// Forgets what the cache shows, then settles again each creation left
+    /// unsettled by an earlier tick.
+    async fn settle_leftovers(&mut self) -> Vec<LaneOutcome> {
+        let lane = self.lane;
+        let now = self.edges.clock.now();
+        let cache = &self.edges.cache;
+        let seen = self.state.forget_seen(
+            |name| cache.contains(name),
+            now,
+            self.edges.settings.unseen_ttl(),
+        );
+        for creation in &seen.settled_by_watch {
+            tracing::info!(
+                %lane, job_id = %creation.job_id, job = %creation.job_name,
+                "admitted: the Job watch shows the Job whose create was unsettled"
+            );
+        }
+        for creation in &seen.expired {
+            tracing::warn!(
+                %lane, job_id = %creation.job_id, job = %creation.job_name,
+                "gave up settling a create after a whole lease; freeing its slot (the claim has lapsed, or the Job exists and the watch counts it)"
+            );
+        }
+        for name in &seen.unseen_expired {
+            tracing::warn!(
+                %lane, job = %name,
+                "a created Job was not seen by the watch within a lease; no longer counting it"
+            );
+        }
+        let mut outcomes = vec![];
+        for creation in self.state.take_unsettled() {
+            let admission = admit::resettle(creation, self.deps()).await;
+            outcomes.push(self.record(admission, true));
+        }
+        outcomes
+    }
+
+    /// The lane's snapshot, with the gate open (the gate is asked only when
+    /// the lane would admit).
+    fn snapshot(&self) -> LaneSnapshot {
+        let edges = &*self.edges;
+        let now = edges.clock.now();
+        // The unseen names were checked against the cache before this count
+        // (`forget_seen`): a Job the watch shows in between counts twice for
+        // a tick, which can only hold an admission.
+        let view = edges.cache.view_state();
+        let live_cached = u32::try_from(edges.cache.live_count(self.lane)).unwrap_or(u32::MAX);
+        LaneSnapshot {
+            now,
+            view,
+            live_cached,
+            input: LaneInput {
+                enabled: self.enabled(),
+                cap: edges.settings.cap(self.lane),
+                created_unseen: self.state.created_unseen(),
+                unsettled: self.state.unsettled(),
+                backoff_until: self.state.backoff_until(),
+                rest_until: self.state.rest_until(),
+                gate: GateState::Open,
+            },
+        }
+    }
+
+    /// Asks the lease-keeper for this lane's gate; an unreachable
+    /// lease-keeper is a closed gate.
+    async fn read_gate(&self) -> GateState {
+        let max_age = self.edges.settings.gate_max_age;
+        match self.edges.vault.last_renewal().await {
+            Ok(status) => lane_gate(Ok(&status), self.lane, max_age),
+            Err(error) => lane_gate(Err(&error.to_string()), self.lane, max_age),
+        }
+    }
+
+    fn log_decision(&mut self, decision: &Decision) {
+        let lane = self.lane;
+        let hold = match decision {
+            Decision::Hold(reason) => Some(reason),
+            Decision::Admit { .. } => None,
+        };
+        let was = self.state.last_hold().cloned();
+        let changed = self.state.note_hold(hold);
+        match hold {
+            None => match was {
+                Some(HoldReason::GateClosed { .. }) => {
+                    tracing::info!(%lane, "admission gate open again: lease renewals are current");
+                }
+                Some(HoldReason::ViewNotCurrent { .. }) => {
+                    tracing::info!(%lane, "admissions resume: the Job view is current");
+                }
+                _ => {}
+            },
+            Some(HoldReason::GateClosed { why }) if changed => {
+                tracing::info!(%lane, why = %why, "admissions held: admission gate closed");
+            }
+            Some(HoldReason::ViewNotCurrent { why }) if changed => {
+                tracing::info!(%lane, why = %why, "admissions held: the Job view is not current");
+            }
+            Some(HoldReason::LaneFull { in_flight, cap }) => {
+                tracing::debug!(%lane, in_flight, cap, "lane full");
+            }
+            Some(HoldReason::BackingOff { until }) => {
+                let wait = until.saturating_duration_since(self.edges.clock.now());
+                tracing::debug!(%lane, wait_ms = wait.as_millis() as u64, "lane backing off");
+            }
+            Some(reason) => tracing::debug!(%lane, %reason, "lane held"),
+        }
+    }
+
+    /// Remembers an admission (or, `again`, a later settle of one) and logs
+    /// its outcome once.
+    fn record(&mut self, admission: Admission, again: bool) -> LaneOutcome {
+        let lane = self.lane;
+        let now = self.edges.clock.now();
+        let retry = self.edges.settings.poll_interval;
+        let Admission { outcome, unsettled } = admission;
+        let state = &mut self.state;
+        match &outcome {
+            LaneOutcome::Admitted {
+                job_id,
+                job_name,
+                settled: None,
+            } => {
+                state.record_created(job_name, now);
+                tracing::info!(%lane, job_id = %job_id, job = %job_name, "admitted");
+            }
+            LaneOutcome::Admitted {
+                job_id,
+                job_name,
+                settled: Some(settled),
+            } => {
+                state.record_created(job_name, now);
+                tracing::info!(
+                    %lane, job_id = %job_id, job = %job_name, after = %settled.after,
+                    by = ?settled.by, calls = settled.calls,
+                    "admitted: an unclear create settled, the Job exists"
+                );
+            }
+            LaneOutcome::AlreadyExists { job_id, job_name } => {
+                state.record_created(job_name, now);
+                tracing::info!(%lane, job_id = %job_id, job = %job_name, "lost race: the Job already exists");
+            }
+            LaneOutcome::Empty => {
+                state.record_empty(now + retry);
+                tracing::debug!(%lane, "claim empty: nothing queued");
+            }
+            LaneOutcome::ClaimFailed(error) => {
+                state.record_claim_failure(now, retry);
+                tracing::error!(%lane, %error, retry_in_ms = retry.as_millis() as u64, "claim failed");
+            }
+            LaneOutcome::CreateFailed {
+                job_id,
+                job_name,
+                reason,
+            } => {
+                let delay = state.record_create_failure(now);
+                let failures = state.failures();
+                let lapsed = matches!(reason, CreateFailure::Lapsed { .. });
+                let reason = error_chain(reason);
+                let backoff_ms = delay.as_millis() as u64;
+                if lapsed {
+                    tracing::warn!(
+                        %lane, job_id = %job_id, job = %job_name, %reason, failures, backoff_ms,
+                        "claim given up without a Job; its token is forgotten and the backend requeues the job"
+                    );
+                } else {
+                    tracing::error!(
+                        %lane, job_id = %job_id, job = %job_name, %reason, failures, backoff_ms,
+                        "Job not created; its token is forgotten, the claim lapses and the backend requeues the job"
+                    );
+                }
+            }
+            LaneOutcome::Unsettled {
+                job_id,
+                job_name,
+                error,
+            } => {
+                if let Some(creation) = unsettled {
+                    state.hold_unsettled(creation);
+                    if !again {
+                        let delay = state.record_create_failure(now);
+                        tracing::warn!(
+                            %lane, job_id = %job_id, job = %job_name, %error,
+                            backoff_ms = delay.as_millis() as u64,
+                            "cannot tell whether the Job was created; holding its slot and checking again on the next ticks"
+                        );
+                    } else {
+                        tracing::debug!(
+                            %lane, job_id = %job_id, job = %job_name, %error,
+                            "still cannot tell whether the Job was created"
+                        );
+                    }
+                }
+            }
+        }
+        outcome
+    }
+}
