@@ -7,3 +7,4 @@ mod common;
 mod kube_client;
 mod kubectl;
 mod lifecycle;
+mod nodes;
