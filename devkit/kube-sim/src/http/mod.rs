@@ -4,6 +4,7 @@
 
 mod list;
 mod logs;
+mod protobuf;
 mod watch;
 mod write;
 
@@ -282,7 +283,11 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
                 None if !kind.namespaced() => String::new(),
                 None => return Err(ApiError::method_not_allowed("create needs a namespace")),
             };
-            let mut obj = parse_body(&body)?;
+            let mut obj = if content_type.starts_with(protobuf::MEDIA_TYPE) {
+                protobuf::decode(kind, &body)?
+            } else {
+                parse_body(&body)?
+            };
             check_body_identity(&mut obj, kind, &ns, None)?;
             let created = match kind {
                 Kind::Job => sim.create_job(&ns, obj)?,
