@@ -933,7 +933,7 @@ mod tests {
         let mut j = job(json!({}));
         j["status"] = reconcile(&j, &[pod("a", PodPhase::Active)], &mut tr, t(0)).status;
         let terminating = deleting(pod("a", PodPhase::Active));
-        let p = reconcile(&j, &[terminating.clone()], &mut tr, t(1));
+        let p = reconcile(&j, std::slice::from_ref(&terminating), &mut tr, t(1));
         assert!(cond(&p.status, "FailureTarget").is_some());
         assert!(
             cond(&p.status, "Failed").is_none(),
@@ -949,7 +949,7 @@ mod tests {
             finalizer: false,
             ..terminating
         };
-        let p = reconcile(&j, &[released.clone()], &mut tr, t(2));
+        let p = reconcile(&j, std::slice::from_ref(&released), &mut tr, t(2));
         assert!(cond(&p.status, "Failed").is_none());
         assert_eq!(p.status["failed"], 1);
         assert!(p.interim_status.is_none());

@@ -240,23 +240,26 @@ pub async fn run(sim: Arc<Sim>) {
                 Health::Back => back(&sim, &name, now),
             }
         }
-        tokio::select! {
-            ev = rx.recv() => match ev {
-                Ok(_) | Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return,
-            },
-            _ = sim.machines_changed.notified() => {}
-            _ = async {
-                match next {
-                    Some(t) => sim.clock.sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            } => {}
+        // Wait for a node change, a machine change or the next deadline.
+        let timer = async {
+            match next {
+                Some(t) => sim.clock.sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(timer);
+        loop {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Ok(ev) if ev.key.kind == Kind::Node => break,
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => return,
+                },
+                _ = sim.machines_changed.notified() => break,
+                _ = &mut timer => break,
+            }
         }
-        // Only node changes and timers matter: skip the rest of the burst.
-        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
-            rx.try_recv()
-        {}
     }
 }
 

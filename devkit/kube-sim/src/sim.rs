@@ -416,12 +416,14 @@ impl Sim {
 
     /// The pods a Job controls (by ownerReference uid).
     pub fn pods_of_job(&self, ns: &str, job: &Value) -> Vec<Arc<Value>> {
-        let uid = objects::uid(job).to_string();
         self.store
-            .list(Kind::Pod, Some(ns), |p| {
-                controller_job(p).is_some_and(|(_, u)| u == uid)
+            .owned_pods(objects::uid(job))
+            .into_iter()
+            .filter(|p| {
+                p["metadata"]["namespace"] == ns
+                    && controller_job(p).is_some_and(|(_, u)| u == objects::uid(job))
             })
-            .1
+            .collect()
     }
 
     /// Deletes a Job with the given propagation.

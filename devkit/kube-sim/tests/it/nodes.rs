@@ -183,6 +183,17 @@ async fn a_lost_node_keeps_its_pods_terminating_until_the_node_object_goes() {
     let p = pods.get(&name).await.unwrap();
     assert_eq!(phase(&p), "Running");
     assert!(p.metadata.deletion_timestamp.is_none());
+    // Its logs live on the dead machine: the API server cannot reach them.
+    let (code, st) = get(
+        &crate::common::client(),
+        &format!("{}/{name}/log", pods_url(&s)),
+    )
+    .await;
+    assert_eq!(code, 500, "{st}");
+    assert!(
+        st["message"].as_str().unwrap().contains("no route to host"),
+        "{st}"
+    );
 
     // After the node-monitor grace period: NotReady, tainted, pods not ready.
     let n = wait_until(

@@ -133,6 +133,16 @@ async fn a_missing_env_secret_is_create_container_config_error_until_the_deadlin
     );
     let j = a.jobs.get("e1").await.unwrap();
     assert_eq!(j.status.as_ref().unwrap().active, Some(1));
+    match a.pods.logs(&name, &Default::default()).await {
+        Err(kube::Error::Api(e)) => assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                400,
+                format!("container \"main\" in pod \"{name}\" is waiting to start: CreateContainerConfigError").as_str()
+            )
+        ),
+        other => panic!("{other:?}"),
+    }
     fails_at_the_deadline(&a, "e1", &name).await;
 }
 
