@@ -65,6 +65,10 @@ pub struct StackOptions {
     pub rust_log: String,
     /// Extra environment for the three containers (name, value).
     pub extra_env: Vec<(String, String)>,
+    /// How many times faster than real time the simulated cluster runs
+    /// (`--speed` of kube-sim: its grace periods, tolerations, pod GC and
+    /// the fake drivers' scripts).
+    pub cluster_speed: f64,
 }
 
 impl StackOptions {
@@ -84,6 +88,7 @@ impl StackOptions {
             rbac: true,
             rust_log: "info".into(),
             extra_env: Vec::new(),
+            cluster_speed: 1.0,
         }
     }
 }
@@ -190,6 +195,8 @@ impl Stack {
             admin_kubeconfig.display().to_string(),
             "--namespace".into(),
             options.namespace.clone(),
+            "--speed".into(),
+            options.cluster_speed.to_string(),
         ];
         if options.rbac {
             let role = golden_role();
