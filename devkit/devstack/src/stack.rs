@@ -69,6 +69,8 @@ pub struct StackOptions {
     /// (`--speed` of kube-sim: its grace periods, tolerations, pod GC and
     /// the fake drivers' scripts).
     pub cluster_speed: f64,
+    /// How many nodes the simulated cluster has (each 3920m CPU, 15Gi, 110 pods).
+    pub cluster_nodes: usize,
 }
 
 impl StackOptions {
@@ -89,6 +91,7 @@ impl StackOptions {
             rust_log: "info".into(),
             extra_env: Vec::new(),
             cluster_speed: 1.0,
+            cluster_nodes: 2,
         }
     }
 }
@@ -197,6 +200,8 @@ impl Stack {
             options.namespace.clone(),
             "--speed".into(),
             options.cluster_speed.to_string(),
+            "--nodes".into(),
+            options.cluster_nodes.to_string(),
         ];
         if options.rbac {
             let role = golden_role();

@@ -379,6 +379,13 @@ pub fn reconcile(job: &Value, pods: &[PodView], track: &mut Track, now: Timestam
     if failing {
         // deleteActivePods: every active pod, finalizers kept.
         plan.delete_pods = active.iter().map(|p| p.name.clone()).collect();
+        for n in &plan.delete_pods {
+            plan.events.push(JobEvent {
+                etype: EventType::Normal,
+                reason: "SuccessfulDelete".into(),
+                message: format!("Deleted pod: {n}"),
+            });
+        }
         terminating += active.len() as i64;
         ready = 0;
         set_counts(&mut st, 0, base_succeeded, base_failed, ready, terminating);
