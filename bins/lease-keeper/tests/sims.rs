@@ -114,6 +114,12 @@ async fn deadline<T>(what: &str, secs: u64, f: impl Future<Output = T>) -> T {
 
 impl World {
     async fn new() -> World {
+        World::with_cluster_speed(1.0).await
+    }
+
+    /// A world whose simulated cluster runs `speed` times faster than real
+    /// time (its grace periods, tolerations and pod GC).
+    async fn with_cluster_speed(speed: f64) -> World {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut opts = SimOptions::in_memory(SERVICE_TOKEN);
         opts.clock = Arc::new(ManualClock::new("2026-11-29T17:00:00Z".parse().unwrap()));
@@ -126,6 +132,7 @@ impl World {
         .unwrap();
         let cluster = tcab_kube_sim::spawn(tcab_kube_sim::SimOptions {
             namespace: NS.into(),
+            speed,
             ..Default::default()
         })
         .await
@@ -304,15 +311,29 @@ async fn an_oom_killed_driver_is_reported_with_oomkilled_and_its_log_tail() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_whose_pod_vanished_while_the_keeper_was_down_is_lost_within_one_lease_of_its_return()
  {
-    let w = World::new().await;
+    // 100x: pod GC's 20 s period and 40 s quarantine take well under a second.
+    let w = World::with_cluster_speed(100.0).await;
     let first = w.keeper().await;
-    let (run, _job_name) = w.admit_hanging_run(&first).await;
+    let (run, job_name) = w.admit_hanging_run(&first).await;
     w.wait_state(&run.id, "running").await;
     first.rounds(2).await;
     first.stop().await;
 
-    // While the keeper is down, the node crashes: the driver pod vanishes.
-    assert!(w.cluster.admin().crash_node().await.unwrap() >= 1);
+    // While the keeper is down, the driver's node dies and its Node object
+    // is deleted: once the node has been gone for pod GC's quarantine, the
+    // pod is force-deleted.
+    let pods: Api<Pod> = Api::namespaced(w.kube.clone(), NS);
+    let pod = pods.get(&w.pod_of(&job_name).await).await.unwrap();
+    let node = pod.spec.unwrap().node_name.unwrap();
+    assert!(w.cluster.admin().crash_node(&node).await.unwrap() >= 1);
+    w.cluster.admin().delete_node(&node).await.unwrap();
+    deadline("pod GC removes the pod", 20, async {
+        let lp = ListParams::default().labels(&labels::selector(labels::JOB_NAME, &job_name));
+        while !pods.list(&lp).await.unwrap().items.is_empty() {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
 
     // The keeper returns with an empty vault; the backend's clock has not
     // moved, so the lease its predecessor set still runs.

@@ -66,6 +66,8 @@ async fn main() -> anyhow::Result<()> {
     // backend rightly enqueues (an infrastructure failure) and which hang too.
     options.max_inflight = 50;
     options.max_publish_inflight = 1;
+    // Room for 50 drivers at their 1Gi request.
+    options.cluster_nodes = 4;
     let stack = Stack::start(options).await?;
     let admin = AdminClient::new(stack.cluster.url());
     let (mut admit, mut report, mut reap) = (Vec::new(), Vec::new(), Vec::new());

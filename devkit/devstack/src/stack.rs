@@ -65,6 +65,12 @@ pub struct StackOptions {
     pub rust_log: String,
     /// Extra environment for the three containers (name, value).
     pub extra_env: Vec<(String, String)>,
+    /// How many times faster than real time the simulated cluster runs
+    /// (`--speed` of kube-sim: its grace periods, tolerations, pod GC and
+    /// the fake drivers' scripts).
+    pub cluster_speed: f64,
+    /// How many nodes the simulated cluster has (each 3920m CPU, 15Gi, 110 pods).
+    pub cluster_nodes: usize,
 }
 
 impl StackOptions {
@@ -84,6 +90,8 @@ impl StackOptions {
             rbac: true,
             rust_log: "info".into(),
             extra_env: Vec::new(),
+            cluster_speed: 1.0,
+            cluster_nodes: 2,
         }
     }
 }
@@ -190,6 +198,10 @@ impl Stack {
             admin_kubeconfig.display().to_string(),
             "--namespace".into(),
             options.namespace.clone(),
+            "--speed".into(),
+            options.cluster_speed.to_string(),
+            "--nodes".into(),
+            options.cluster_nodes.to_string(),
         ];
         if options.rbac {
             let role = golden_role();

@@ -239,12 +239,15 @@ async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
     }
 }
 
-/// The lease-keeper is down while the node crashes (every pod gone, no
-/// driver left to report): after it returns, the job is reported lost once
-/// its lease lapses by the backend's clock, naming what the cluster shows.
+/// The lease-keeper is down while the driver's node dies and its Node
+/// object is deleted (no driver left to report; pod GC removes the pod once
+/// the node has been gone for its quarantine): after the keeper returns,
+/// the job is reported lost once its lease lapses by the backend's clock,
+/// naming what the cluster shows. The cluster runs 20x, so pod GC's 20 s
+/// period and 40 s quarantine take seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
-    let mut t = TestStack::start(|_| {}).await;
+    let mut t = TestStack::start(|o| o.cluster_speed = 20.0).await;
     let id = t
         .stack
         .backend
@@ -264,7 +267,33 @@ async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
         Some(0),
         "clean exit on SIGTERM"
     );
-    t.admin().crash_node().await.expect("crash the node");
+    let selector = format!("tcab.dev/job-id={id},app.kubernetes.io/managed-by=tcab-dispatcher");
+    let pods = t
+        .stack
+        .cluster
+        .pods("tcab", Some(&selector))
+        .await
+        .expect("the driver pod");
+    let node = pods[0]["spec"]["nodeName"]
+        .as_str()
+        .expect("scheduled")
+        .to_owned();
+    t.admin().crash_node(&node).await.expect("crash the node");
+    t.admin().delete_node(&node).await.expect("delete the node");
+    wait_for(
+        "pod GC to remove the pod",
+        Duration::from_secs(30),
+        || async {
+            Ok(t.stack
+                .cluster
+                .pods("tcab", Some(&selector))
+                .await?
+                .is_empty()
+                .then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
     t.stack
         .start_container(Container::LeaseKeeper)
         .await

@@ -11,11 +11,17 @@
 //! | `POST /admin/faults/clear` | | end every rule and never-pod switch |
 //! | `POST /admin/watches/close` | [`WatchScope`] (optional) | end open watches cleanly; answers `{"closed": N}` |
 //! | `POST /admin/restart` | [`Restart`] (optional) | API-server restart: see [`RestartReport`] |
-//! | `POST /admin/pods/{ns}/{name}/oom` | | OOM-kill the container (SIGKILL, exit 137) |
-//! | `POST /admin/pods/{ns}/{name}/evict` | | DisruptionTarget, SIGTERM, grace, pod deleted |
+//! | `POST /admin/pods/{ns}/{name}/oom` | | OOM-kill the container (SIGKILL, `OOMKilled`, exit 137) |
+//! | `POST /admin/pods/{ns}/{name}/evict` | | the Eviction API: DisruptionTarget `EvictionByEvictionAPI`, graceful delete |
+//! | `POST /admin/pods/{ns}/{name}/preempt` | | preemption: DisruptionTarget `PreemptionByScheduler`, graceful delete |
+//! | `POST /admin/pods/{ns}/{name}/kubelet-evict` | `{"resource": "memory"}` (optional) | node-pressure eviction: pod kept `Failed`, reason `Evicted` |
 //! | `POST /admin/pods/{ns}/{name}/delete` | `{"grace_seconds": N}` (optional) | delete the pod |
 //! | `POST /admin/jobs/never-pod` | `{"name": "job"}` or `{"next": N}` | those Jobs never get a pod |
-//! | `POST /admin/node/crash` | | every pod gone at once, no cleanup |
+//! | `POST /admin/nodes/{name}/crash` | | the machine dies: its pods stay as they were, nothing reports |
+//! | `POST /admin/nodes/{name}/restart` | | the machine boots again: lost containers `ContainerStatusUnknown` |
+//! | `POST /admin/nodes/{name}/delete` | | delete the Node object (as `kubectl delete node`) |
+//! | `POST /admin/nodes/{name}/out-of-service` | | add the `node.kubernetes.io/out-of-service` NoExecute taint |
+//! | `POST /admin/images/unpullable` | `{"image": "x:1", "unpullable": true}` | pulls of the image fail (`ErrImagePull`) |
 //! | `POST /admin/watch/compact` | | drop the watch history (old resourceVersions get 410) |
 //!
 //! The admin calls take no token or the admin token; the RBAC token is
@@ -298,6 +304,16 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
             sim.evict(ns, name)?;
             Ok(json!({"ok": true}))
         }
+        (Method::POST, ["admin", "pods", ns, name, "preempt"]) => {
+            sim.preempt(ns, name)?;
+            Ok(json!({"ok": true}))
+        }
+        (Method::POST, ["admin", "pods", ns, name, "kubelet-evict"]) => {
+            let body = parse(&body)?;
+            let resource = body["resource"].as_str().unwrap_or("memory");
+            sim.kubelet_evict(ns, name, resource)?;
+            Ok(json!({"ok": true}))
+        }
         (Method::POST, ["admin", "pods", ns, name, "delete"]) => {
             let grace = parse(&body)?["grace_seconds"].as_i64();
             sim.delete_pod(ns, name, grace)?;
@@ -317,7 +333,30 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
             }
             Ok(json!({"ok": true}))
         }
-        (Method::POST, ["admin", "node", "crash"]) => Ok(json!({"pods_removed": sim.crash_node()})),
+        (Method::POST, ["admin", "nodes", name, "crash"]) => {
+            Ok(json!({"pods_stopped": sim.crash_node(name)?}))
+        }
+        (Method::POST, ["admin", "nodes", name, "restart"]) => {
+            sim.restart_node(name)?;
+            Ok(json!({"ok": true}))
+        }
+        (Method::POST, ["admin", "nodes", name, "delete"]) => {
+            sim.delete_object(crate::store::Kind::Node, "", name)?;
+            Ok(json!({"ok": true}))
+        }
+        (Method::POST, ["admin", "nodes", name, "out-of-service"]) => {
+            sim.taint_out_of_service(name)?;
+            Ok(json!({"ok": true}))
+        }
+        (Method::POST, ["admin", "images", "unpullable"]) => {
+            let body = parse(&body)?;
+            let image = body["image"]
+                .as_str()
+                .filter(|i| !i.is_empty())
+                .ok_or_else(|| ApiError::bad_request("give \"image\""))?;
+            sim.set_unpullable(image, body["unpullable"].as_bool().unwrap_or(true));
+            Ok(json!({"ok": true}))
+        }
         (Method::POST, ["admin", "watch", "compact"]) => {
             Ok(json!({"resource_version": sim.store.compact().to_string()}))
         }
@@ -524,10 +563,66 @@ impl AdminClient {
             .map(drop)
     }
 
-    /// Crashes the node; returns how many pods vanished.
-    pub async fn crash_node(&self) -> Result<u64, AdminError> {
-        let v = self.post("/admin/node/crash", None).await?;
-        Ok(v["pods_removed"].as_u64().unwrap_or(0))
+    /// Preempts a pod (DisruptionTarget `PreemptionByScheduler`, graceful delete).
+    pub async fn preempt(&self, ns: &str, pod: &str) -> Result<(), AdminError> {
+        self.post(&format!("/admin/pods/{ns}/{pod}/preempt"), None)
+            .await
+            .map(drop)
+    }
+
+    /// The pod's kubelet evicts it for node pressure on `resource`
+    /// (`memory`, `ephemeral-storage`, ...): kept, `Failed`, `Evicted`.
+    pub async fn kubelet_evict(
+        &self,
+        ns: &str,
+        pod: &str,
+        resource: &str,
+    ) -> Result<(), AdminError> {
+        self.post(
+            &format!("/admin/pods/{ns}/{pod}/kubelet-evict"),
+            Some(json!({"resource": resource})),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Crashes the machine of a node; returns how many pods it ran.
+    pub async fn crash_node(&self, node: &str) -> Result<u64, AdminError> {
+        let v = self
+            .post(&format!("/admin/nodes/{node}/crash"), None)
+            .await?;
+        Ok(v["pods_stopped"].as_u64().unwrap_or(0))
+    }
+
+    /// Boots the machine of a node again.
+    pub async fn restart_node(&self, node: &str) -> Result<(), AdminError> {
+        self.post(&format!("/admin/nodes/{node}/restart"), None)
+            .await
+            .map(drop)
+    }
+
+    /// Deletes a Node object.
+    pub async fn delete_node(&self, node: &str) -> Result<(), AdminError> {
+        self.post(&format!("/admin/nodes/{node}/delete"), None)
+            .await
+            .map(drop)
+    }
+
+    /// Taints a node `node.kubernetes.io/out-of-service:NoExecute`.
+    pub async fn out_of_service(&self, node: &str) -> Result<(), AdminError> {
+        self.post(&format!("/admin/nodes/{node}/out-of-service"), None)
+            .await
+            .map(drop)
+    }
+
+    /// Makes pulls of `image` fail (`unpullable`) or succeed again.
+    pub async fn set_unpullable(&self, image: &str, unpullable: bool) -> Result<(), AdminError> {
+        self.post(
+            "/admin/images/unpullable",
+            Some(json!({"image": image, "unpullable": unpullable})),
+        )
+        .await
+        .map(drop)
     }
 
     /// Drops the watch history; returns the current resourceVersion.

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 /// The usage text (`--help`).
 pub const USAGE: &str = "usage: tcab-kube-sim --listen 127.0.0.1:PORT --kubeconfig-out PATH [--namespace NS] \
-[--rbac-role ROLE.yaml --rbac-token TOKEN] [--admin-token TOKEN] [--speed X]";
+[--rbac-role ROLE.yaml --rbac-token TOKEN] [--admin-token TOKEN] [--speed X] \
+[--nodes N] [--node-size CPU/MEMORY/PODS]";
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +37,10 @@ pub struct Args {
     pub speed: Option<f64>,
     /// `--rbac-role` and `--rbac-token`, which go together.
     pub rbac: Option<RbacFlags>,
+    /// `--nodes` (default 2).
+    pub nodes: Option<usize>,
+    /// `--node-size` as (cpu, memory, pods) (default 3920m/15Gi/110).
+    pub node_size: Option<(String, String, u32)>,
 }
 
 /// The RBAC mode flags: the Role manifest's path and the token it binds.
@@ -107,6 +112,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, CliErro
     let mut kubeconfig_out = None;
     let (mut namespace, mut admin_token, mut speed) = (None, None, None);
     let (mut role, mut rbac_token) = (None, None);
+    let (mut nodes, mut node_size) = (None, None);
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
         let flag = match flag.as_str() {
@@ -118,6 +124,8 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, CliErro
             "--rbac-token" => "--rbac-token",
             "--admin-token" => "--admin-token",
             "--speed" => "--speed",
+            "--nodes" => "--nodes",
+            "--node-size" => "--node-size",
             _ => return Err(CliError::Unknown(flag)),
         };
         let value = args.next().ok_or_else(|| CliError::NoValue(flag.into()))?;
@@ -138,6 +146,20 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, CliErro
             "--rbac-role" => role = Some(PathBuf::from(value)),
             "--rbac-token" => rbac_token = Some(value),
             "--admin-token" => admin_token = Some(value),
+            "--nodes" => {
+                nodes = Some(
+                    value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=250).contains(n))
+                        .ok_or_else(|| invalid(flag, value, "is not a node count from 1 to 250"))?,
+                )
+            }
+            "--node-size" => {
+                node_size = Some(parse_node_size(&value).ok_or_else(|| {
+                    invalid(flag, value, "is not CPU/MEMORY/PODS, e.g. 3920m/15Gi/110")
+                })?)
+            }
             _ => {
                 speed = Some(
                     value
@@ -161,7 +183,22 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, CliErro
         admin_token,
         speed,
         rbac,
+        nodes,
+        node_size,
     })))
+}
+
+/// `CPU/MEMORY/PODS`, each a valid quantity (pods a whole number).
+fn parse_node_size(v: &str) -> Option<(String, String, u32)> {
+    let mut parts = v.split('/');
+    let (cpu, memory, pods) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    crate::quantity::cpu_millis(cpu).filter(|c| *c > 0)?;
+    crate::quantity::bytes(memory).filter(|m| *m > 0)?;
+    let pods: u32 = pods.parse().ok().filter(|p| *p > 0)?;
+    Some((cpu.to_string(), memory.to_string(), pods))
 }
 
 impl Args {
@@ -180,6 +217,17 @@ impl Args {
         }
         if let Some(x) = self.speed {
             opts.speed = x;
+        }
+        if self.nodes.is_some() || self.node_size.is_some() {
+            let mut nodes = crate::nodes::NodeSpec::cluster(self.nodes.unwrap_or(2));
+            if let Some((cpu, memory, pods)) = &self.node_size {
+                for n in &mut nodes {
+                    n.cpu = cpu.clone();
+                    n.memory = memory.clone();
+                    n.pods = *pods;
+                }
+            }
+            opts.nodes = nodes;
         }
         if let Some(r) = self.rbac {
             opts.rbac = Some(
@@ -242,7 +290,8 @@ mod tests {
     fn every_flag() {
         let a = run(
             "--listen 127.0.0.1:7000 --kubeconfig-out /tmp/kc --namespace dev \
-             --rbac-role role.yaml --rbac-token rt --admin-token at --speed 2.5",
+             --rbac-role role.yaml --rbac-token rt --admin-token at --speed 2.5 \
+             --nodes 3 --node-size 8/32Gi/200",
         );
         assert_eq!(
             a,
@@ -256,9 +305,26 @@ mod tests {
                     role: "role.yaml".into(),
                     token: "rt".into()
                 }),
+                nodes: Some(3),
+                node_size: Some(("8".into(), "32Gi".into(), 200)),
             }
         );
         assert!(!format!("{a:?}").contains("rt\""), "{a:?}");
+        let o = a.clone().into_options();
+        assert!(o.is_err(), "the role file does not exist");
+        let mut no_rbac = a;
+        no_rbac.rbac = None;
+        let o = no_rbac.into_options().unwrap();
+        assert_eq!(o.nodes.len(), 3);
+        assert_eq!(
+            (
+                o.nodes[2].name.as_str(),
+                o.nodes[2].cpu.as_str(),
+                o.nodes[2].memory.as_str(),
+                o.nodes[2].pods
+            ),
+            ("sim-node-3", "8", "32Gi", 200)
+        );
     }
 
     #[test]
@@ -271,6 +337,7 @@ mod tests {
             (o.namespace, o.admin_token, o.speed, o.rbac.is_none()),
             (d.namespace, d.admin_token, d.speed, true)
         );
+        assert_eq!(o.nodes, d.nodes);
         assert_eq!(o.kubeconfig_out, Some(PathBuf::from("kc")));
         assert_eq!(
             run("--kubeconfig-out a --kubeconfig-out b").kubeconfig_out,
@@ -302,6 +369,18 @@ mod tests {
             (
                 "--kubeconfig-out x --speed fast",
                 "--speed \"fast\" is not a positive number",
+            ),
+            (
+                "--kubeconfig-out x --nodes 0",
+                "--nodes \"0\" is not a node count from 1 to 250",
+            ),
+            (
+                "--kubeconfig-out x --node-size 4/16Gi",
+                "--node-size \"4/16Gi\" is not CPU/MEMORY/PODS, e.g. 3920m/15Gi/110",
+            ),
+            (
+                "--kubeconfig-out x --node-size 4/lots/110",
+                "--node-size \"4/lots/110\" is not CPU/MEMORY/PODS, e.g. 3920m/15Gi/110",
             ),
             ("--kubeconfig-out", "--kubeconfig-out needs a value"),
             ("--frob 1", "unknown flag --frob"),

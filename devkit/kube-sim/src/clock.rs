@@ -48,6 +48,11 @@ impl SimClock {
         Duration::from_secs_f64(sim.as_secs_f64() / self.speed)
     }
 
+    /// The sim duration that `real` takes on this clock.
+    pub fn sim_duration(&self, real: Duration) -> Duration {
+        Duration::from_secs_f64(real.as_secs_f64() * self.speed)
+    }
+
     /// Waits for `sim` of sim time.
     pub async fn sleep(&self, sim: Duration) {
         tokio::time::sleep(self.real(sim)).await;

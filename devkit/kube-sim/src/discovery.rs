@@ -1,5 +1,7 @@
-//! Discovery documents: enough for kubectl and kube-rs to find Jobs and Pods.
+//! Discovery documents, built from the kind table: enough for kubectl and
+//! kube-rs to find every kind the sim serves.
 
+use crate::store::Kind;
 use serde_json::{Value, json};
 
 /// `GET /version`.
@@ -46,51 +48,68 @@ const ALL_VERBS: [&str; 8] = [
     "watch",
 ];
 
-fn resource(
-    name: &str,
-    kind: &str,
-    namespaced: bool,
-    verbs: &[&str],
-    short: &[&str],
-    categories: &[&str],
-) -> Value {
-    let mut r = json!({"name": name, "singularName": if name.contains('/') { "" } else { kind_singular(kind) },
-        "namespaced": namespaced, "kind": kind, "verbs": verbs});
-    if !short.is_empty() {
-        r["shortNames"] = json!(short);
-    }
-    if !categories.is_empty() {
-        r["categories"] = json!(categories);
-    }
-    r
+fn resource(name: &str, singular: &str, kind: &str, namespaced: bool, verbs: &[&str]) -> Value {
+    json!({"name": name, "singularName": singular, "namespaced": namespaced, "kind": kind, "verbs": verbs})
 }
 
-fn kind_singular(kind: &str) -> &'static str {
-    match kind {
-        "Pod" => "pod",
-        "Job" => "job",
-        "Namespace" => "namespace",
-        _ => "",
+/// The APIResourceList entries of every kind served in `group`, with their
+/// subresources.
+fn resources_of(group: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for k in Kind::ALL.into_iter().filter(|k| k.group() == group) {
+        let i = k.info();
+        let mut r = resource(i.resource, i.singular, i.kind, i.namespaced, &ALL_VERBS);
+        if !i.short_names.is_empty() {
+            r["shortNames"] = json!(i.short_names);
+        }
+        if !i.categories.is_empty() {
+            r["categories"] = json!(i.categories);
+        }
+        out.push(r);
+        for (sub, verbs) in i.subresources {
+            let sub_kind = if *sub == "eviction" {
+                "Eviction"
+            } else {
+                i.kind
+            };
+            let mut r = resource(
+                &format!("{}/{sub}", i.resource),
+                "",
+                sub_kind,
+                i.namespaced,
+                verbs,
+            );
+            if *sub == "eviction" {
+                r["group"] = json!("policy");
+                r["version"] = json!("v1");
+            }
+            out.push(r);
+        }
     }
+    out
 }
 
 /// `GET /api/v1`.
 pub fn core_v1() -> Value {
-    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": [
-        resource("namespaces", "Namespace", false, &["get", "list"], &["ns"], &[]),
-        resource("pods", "Pod", true, &ALL_VERBS, &["po"], &["all"]),
-        resource("pods/eviction", "Eviction", true, &["create"], &[], &[]),
-        resource("pods/log", "Pod", true, &["get"], &[], &[]),
-        resource("pods/status", "Pod", true, &["get", "patch", "update"], &[], &[]),
-    ]})
+    let mut resources = vec![{
+        let mut r = resource(
+            "namespaces",
+            "namespace",
+            "Namespace",
+            false,
+            &["get", "list"],
+        );
+        r["shortNames"] = json!(["ns"]);
+        r
+    }];
+    resources.extend(resources_of(""));
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": resources})
 }
 
 /// `GET /apis/batch/v1`.
 pub fn batch_v1() -> Value {
-    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "batch/v1", "resources": [
-        resource("jobs", "Job", true, &ALL_VERBS, &[], &["all"]),
-        resource("jobs/status", "Job", true, &["get", "patch", "update"], &[], &[]),
-    ]})
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "batch/v1",
+        "resources": resources_of("batch")})
 }
 
 /// A Namespace object (every namespace exists in the sim).

@@ -1,11 +1,16 @@
 //! # tcab-kube-sim: a simulated Kubernetes cluster for tests and the dev stack
 //!
 //! A Kubernetes API server on `127.0.0.1` that speaks the real JSON over
-//! HTTP for namespaced `batch/v1` Jobs and `v1` Pods (create, get, list,
-//! watch, update, merge patch, delete, deletecollection, `pods/log`,
-//! `pods/eviction`, Tables for kubectl, discovery), with a Job controller, a
-//! kubelet, a fake tcab driver and publisher, RBAC mode, fault injection and
-//! counters. State is in memory only.
+//! HTTP for `batch/v1` Jobs and `v1` Pods, Nodes, Secrets, ServiceAccounts
+//! and Events (create, get, list, watch, update, merge patch, delete,
+//! deletecollection, `pods/log`, `pods/eviction`, Tables for kubectl,
+//! discovery), with the control plane that makes them fail the way
+//! Kubernetes 1.31+ fails: a Job controller with tracking finalizers and
+//! delayed terminal conditions, a scheduler, kubelets on simulated
+//! machines, the node lifecycle controller, the taint manager, pod GC and
+//! the admission plugins a default server runs; plus a fake tcab driver and
+//! publisher, RBAC mode, fault injection and counters. State is in memory
+//! only.
 //!
 //! ## In-process use (tests)
 //!
@@ -18,6 +23,7 @@
 //! // or from the kubeconfig file: sim.kubeconfig_path()
 //! let counters = sim.admin().counters().await?;          // max live Jobs, requests
 //! sim.admin().oom_kill("tcab", "some-pod").await.ok();    // faults
+//! sim.admin().crash_node("sim-node-1").await.ok();        // node loss
 //! # Ok(()) }
 //! ```
 //!
@@ -27,12 +33,21 @@
 //! ## Behaviour worth knowing
 //!
 //! - resourceVersions are one global counter; a watch from a version older
-//!   than the kept history gets an `ERROR` event with a 410 `Expired` Status
+//!   than the history kept for its resource gets an `ERROR` event with a
+//!   410 `Expired` Status
 //!   (as a real server does); `POST /admin/watch/compact` forces that.
 //! - Deleting a Job with no `propagationPolicy` orphans its pods, as for a
 //!   real `batch/v1` Job; `Background` and `Foreground` delete them.
-//! - A pod whose container runs is deleted gracefully: deletionTimestamp,
-//!   SIGTERM to its program, SIGKILL after the grace period, then removal.
+//! - A pod on a node is deleted gracefully: deletionTimestamp, SIGTERM to
+//!   its program, SIGKILL after the grace period, the terminal status, then
+//!   the kubelet's delete with grace 0; the object goes once its finalizers
+//!   are gone ([`deletion`]).
+//! - Job pods carry the `batch.kubernetes.io/job-tracking` finalizer; a
+//!   Job fails with `FailureTarget` first and `Failed` only once none of its
+//!   pods terminates any more ([`controller`]).
+//! - Nodes ([`SimOptions::nodes`], two by default) host the pods; a crashed
+//!   node keeps its pods as they were until the taint manager and pod GC
+//!   act on upstream's timeline ([`nodes`], [`taints`], [`podgc`]).
 //! - Job pods run a program chosen by the Job: `tcab.dev/job-kind=run` (or a
 //!   `tcab-driver-` name) runs the fake driver, `publish` (or
 //!   `tcab-publisher-`) the fake publisher; other pods run for the
@@ -55,25 +70,36 @@
 //!   [`admin`].
 
 pub mod admin;
+pub mod admission;
 pub mod cli;
 pub mod clock;
 pub mod controller;
+pub mod deletion;
 pub mod discovery;
 pub mod driver;
+pub mod events;
 pub mod faults;
 pub mod http;
+pub mod images;
 pub mod kubeconfig;
 pub mod kubelet;
+pub mod nodes;
 pub mod objects;
+pub mod podgc;
+pub mod podstatus;
+pub mod quantity;
 pub mod rbac;
+pub mod scheduler;
 pub mod selector;
 pub mod sim;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod taints;
 
 pub use admin::{AdminClient, Counters};
 pub use faults::{ApiFault, ApiFaultMode, FaultRule, FaultStatus, WatchScope};
+pub use nodes::NodeSpec;
 pub use rbac::Rbac;
 pub use sim::{Propagation, Sim, Timing};
 
@@ -101,10 +127,13 @@ pub struct SimOptions {
     pub speed: f64,
     /// Delays of the simulated cluster.
     pub timing: Timing,
-    /// How many change events are kept for watch resumption.
+    /// How many change events are kept for watch resumption, per resource
+    /// (as the API server's watch cache keeps one per resource).
     pub history: usize,
     /// Run the Job controller (off: Jobs never get pods; for benchmarks).
     pub controller: bool,
+    /// The cluster's nodes (default: two of [`NodeSpec::standard`] size).
+    pub nodes: Vec<NodeSpec>,
 }
 
 impl Default for SimOptions {
@@ -119,6 +148,7 @@ impl Default for SimOptions {
             timing: Timing::default(),
             history: 50_000,
             controller: true,
+            nodes: NodeSpec::cluster(2),
         }
     }
 }
@@ -200,7 +230,7 @@ impl SimHandle {
         // Connections outlive the server task: cut them, so no hung request
         // or watch stays behind.
         self.sim.faults.net.stop();
-        self.sim.crash_node();
+        self.sim.halt();
         if self.temp_kubeconfig {
             let _ = std::fs::remove_file(&self.kubeconfig);
         }
@@ -228,6 +258,7 @@ pub async fn spawn(opts: SimOptions) -> anyhow::Result<SimHandle> {
         opts.rbac.clone(),
         opts.namespace.clone(),
         opts.admin_token.clone(),
+        opts.nodes.clone(),
     )
     .context("building the HTTP client of the fake drivers")?;
     let (kubeconfig, temp) = match &opts.kubeconfig_out {
@@ -247,6 +278,11 @@ pub async fn spawn(opts: SimOptions) -> anyhow::Result<SimHandle> {
     if opts.controller {
         tasks.push(tokio::spawn(controller::run(sim.clone())));
     }
+    tasks.push(tokio::spawn(scheduler::run(sim.clone())));
+    tasks.push(tokio::spawn(kubelet::run(sim.clone())));
+    tasks.push(tokio::spawn(nodes::run(sim.clone())));
+    tasks.push(tokio::spawn(taints::run(sim.clone())));
+    tasks.push(tokio::spawn(podgc::run(sim.clone())));
     let app = http::router(http::AppState {
         sim: sim.clone(),
         addr: addr.to_string(),

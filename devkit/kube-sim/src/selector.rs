@@ -223,7 +223,26 @@ impl FieldSelector {
                 ("metadata.namespace", _) => vec!["metadata", "namespace"],
                 ("status.phase", "pods") => vec!["status", "phase"],
                 ("spec.nodeName", "pods") => vec!["spec", "nodeName"],
+                ("spec.restartPolicy", "pods") => vec!["spec", "restartPolicy"],
+                ("spec.schedulerName", "pods") => vec!["spec", "schedulerName"],
+                ("spec.serviceAccountName", "pods") => vec!["spec", "serviceAccountName"],
+                ("status.podIP", "pods") => vec!["status", "podIP"],
                 ("status.successful", "jobs") => vec!["status", "succeeded"],
+                ("spec.unschedulable", "nodes") => vec!["spec", "unschedulable"],
+                ("type", "secrets") => vec!["type"],
+                ("involvedObject.kind", "events") => vec!["involvedObject", "kind"],
+                ("involvedObject.namespace", "events") => vec!["involvedObject", "namespace"],
+                ("involvedObject.name", "events") => vec!["involvedObject", "name"],
+                ("involvedObject.uid", "events") => vec!["involvedObject", "uid"],
+                ("involvedObject.apiVersion", "events") => vec!["involvedObject", "apiVersion"],
+                ("involvedObject.resourceVersion", "events") => {
+                    vec!["involvedObject", "resourceVersion"]
+                }
+                ("involvedObject.fieldPath", "events") => vec!["involvedObject", "fieldPath"],
+                ("reason", "events") => vec!["reason"],
+                ("reportingComponent", "events") => vec!["reportingComponent"],
+                ("source", "events") => vec!["source", "component"],
+                ("type", "events") => vec!["type"],
                 (other, _) => {
                     return Err(SelectorError(format!("field label not supported: {other}")));
                 }

@@ -1,33 +1,64 @@
 //! The sim's core: the store plus the operations that have cluster-wide
-//! effects (graceful pod deletion, Job deletion with propagation, faults),
-//! shared by the HTTP layer, the Job controller, the kubelet and the fake
-//! driver.
+//! effects (creates through admission, deletion, Job deletion with
+//! propagation, disruptions, machines), shared by the HTTP layer, the
+//! controllers, the kubelets and the fake driver.
 
+use crate::admission;
 use crate::clock::{SimClock, k8s_time};
+use crate::events::{self, EventType, Source};
 use crate::faults::Faults;
-use crate::kubelet::{self, PodSignal};
+use crate::kubelet::{self, PodSignal, PodTask};
+use crate::nodes::{self, NodeSpec};
 use crate::objects::{self, controller_job, deleting};
+use crate::podstatus;
+use crate::quantity;
 use crate::rbac::Rbac;
 use crate::status::ApiError;
 use crate::store::{Key, Kind, Store};
+use crate::taints::TAINT_OUT_OF_SERVICE;
+use jiff::Timestamp;
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 
-/// How long the simulated cluster takes for things, in sim time.
+/// How long the simulated cluster takes for things, in sim time. The
+/// defaults are upstream's where upstream has one.
 #[derive(Debug, Clone)]
 pub struct Timing {
-    /// A new pod waits this long before it is scheduled.
+    /// A new pod waits this long before the scheduler tries it.
     pub schedule_delay: Duration,
-    /// A scheduled pod waits this long before its container runs.
+    /// A pod whose volumes, images and env are ready waits this long
+    /// before its container runs.
     pub start_delay: Duration,
     /// How long a plain (non-driver) Job pod runs when not annotated.
     pub default_job_pod_run: Duration,
     /// Interval between BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
+    /// A node whose kubelet stopped posting becomes NotReady after this
+    /// (kube-controller-manager `--node-monitor-grace-period`; 50 s since
+    /// Kubernetes 1.32, 40 s before).
+    pub node_monitor_grace: Duration,
+    /// `tolerationSeconds` the DefaultTolerationSeconds admission plugin
+    /// gives every pod for the not-ready and unreachable taints.
+    pub default_toleration_seconds: i64,
+    /// How often pod GC runs (upstream: 20 s).
+    pub pod_gc_period: Duration,
+    /// How long a node must be gone before pod GC deletes its pods
+    /// (upstream: 40 s).
+    pub pod_gc_quarantine: Duration,
+    /// The first image pull back-off (upstream: 10 s), doubling ...
+    pub image_back_off: Duration,
+    /// ... up to this (upstream: 300 s).
+    pub image_back_off_max: Duration,
+    /// How soon the kubelet retries a pod it could not start for its
+    /// config (upstream's pod worker back-off: 10 s).
+    pub kubelet_retry: Duration,
+    /// Pods that fit nowhere are retried at least this often (upstream's
+    /// unschedulable queue flush: 5 minutes).
+    pub unschedulable_flush: Duration,
 }
 
 impl Default for Timing {
@@ -37,6 +68,14 @@ impl Default for Timing {
             start_delay: Duration::from_millis(30),
             default_job_pod_run: Duration::from_millis(100),
             bookmark_interval: Duration::from_secs(5),
+            node_monitor_grace: Duration::from_secs(50),
+            default_toleration_seconds: 300,
+            pod_gc_period: Duration::from_secs(20),
+            pod_gc_quarantine: Duration::from_secs(40),
+            image_back_off: Duration::from_secs(10),
+            image_back_off_max: Duration::from_secs(300),
+            kubelet_retry: Duration::from_secs(10),
+            unschedulable_flush: Duration::from_secs(300),
         }
     }
 }
@@ -50,6 +89,13 @@ pub enum Propagation {
     Background,
     /// The Job stays (deletionTimestamp set) until its pods are gone.
     Foreground,
+}
+
+/// The state of one machine (a node's host and its kubelet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Machine {
+    /// Since when the machine has been down (None while it runs).
+    pub down_since: Option<Timestamp>,
 }
 
 /// Shared state of one running sim.
@@ -68,14 +114,56 @@ pub struct Sim {
     pub namespace: String,
     /// The token written to the kubeconfig (unrestricted).
     pub admin_token: String,
-    /// Signal channels of running pods (the kubelet's registry).
-    pub(crate) pods: Mutex<HashMap<Key, mpsc::UnboundedSender<PodSignal>>>,
+    /// The pods the kubelets have taken.
+    pub(crate) pods: Mutex<HashMap<Key, PodTask>>,
     /// Wakes the Job controller to re-examine every Job.
     pub(crate) controller_wake: Notify,
     /// HTTP client the fake drivers and publishers use.
     pub(crate) http: reqwest::Client,
     /// Container programs started and not yet stopped.
     pub(crate) programs: AtomicUsize,
+    /// The Event recorder.
+    pub(crate) recorder: events::Recorder,
+    machines: Mutex<BTreeMap<String, Machine>>,
+    /// Wakes the node lifecycle controller when a machine changes.
+    pub(crate) machines_changed: Notify,
+    node_specs: Vec<NodeSpec>,
+    unpullable: Mutex<BTreeSet<String>>,
+    halted: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const STANDARD_B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn encode_b64(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(STANDARD_B64[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn valid_b64(s: &str) -> bool {
+    s.len().is_multiple_of(4)
+        && s.trim_end_matches('=')
+            .bytes()
+            .all(|c| STANDARD_B64.contains(&c))
+        && s.len() - s.trim_end_matches('=').len() <= 2
 }
 
 impl Sim {
@@ -86,12 +174,13 @@ impl Sim {
         rbac: Option<Rbac>,
         namespace: String,
         admin_token: String,
+        nodes: Vec<NodeSpec>,
     ) -> Result<Arc<Self>, reqwest::Error> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()?;
-        Ok(Arc::new(Sim {
+        let sim = Arc::new(Sim {
             store: Store::new(history),
             clock,
             timing,
@@ -103,7 +192,24 @@ impl Sim {
             controller_wake: Notify::new(),
             http,
             programs: AtomicUsize::new(0),
-        }))
+            recorder: events::Recorder::default(),
+            machines: Mutex::new(BTreeMap::new()),
+            machines_changed: Notify::new(),
+            node_specs: nodes,
+            unpullable: Mutex::new(BTreeSet::new()),
+            halted: AtomicBool::new(false),
+        });
+        let now = sim.clock.now();
+        for (i, spec) in sim.node_specs.iter().enumerate() {
+            let _ = sim
+                .store
+                .create(Kind::Node, "", nodes::node_object(spec, i, now), now);
+            lock(&sim.machines).insert(spec.name.clone(), Machine { down_since: None });
+        }
+        sim.ensure_namespace("default");
+        let ns = sim.namespace.clone();
+        sim.ensure_namespace(&ns);
+        Ok(sim)
     }
 
     /// How many container programs (fake drivers, publishers, plain
@@ -111,6 +217,99 @@ impl Sim {
     /// for good, so `0` after a node crash means nothing can act any more.
     pub fn programs_running(&self) -> usize {
         self.programs.load(Ordering::SeqCst)
+    }
+
+    /// Records an Event about an object.
+    pub fn record(
+        &self,
+        kind: Kind,
+        obj: &Value,
+        etype: EventType,
+        reason: &str,
+        message: &str,
+        source: &Source,
+    ) {
+        self.recorder.record(
+            &self.store,
+            kind,
+            obj,
+            etype,
+            reason,
+            message,
+            source,
+            self.clock.now(),
+        );
+    }
+
+    /// The machines by node name.
+    pub fn machines(&self) -> BTreeMap<String, Machine> {
+        lock(&self.machines).clone()
+    }
+
+    /// Whether the machine of `node` runs.
+    pub fn machine_up(&self, node: &str) -> bool {
+        lock(&self.machines)
+            .get(node)
+            .is_some_and(|m| m.down_since.is_none())
+    }
+
+    /// The index of a node in the cluster's node list (0 for others).
+    pub fn node_index(&self, node: &str) -> usize {
+        self.node_specs
+            .iter()
+            .position(|s| s.name == node)
+            .unwrap_or(0)
+    }
+
+    /// The InternalIP of a node.
+    pub fn host_ip(&self, node: &str) -> String {
+        nodes::host_ip(self.node_index(node))
+    }
+
+    /// Whether pulls of this image fail.
+    pub fn unpullable(&self, image: &str) -> bool {
+        lock(&self.unpullable).contains(image)
+    }
+
+    /// Makes pulls of `image` fail (or succeed again).
+    pub fn set_unpullable(&self, image: &str, unpullable: bool) {
+        let mut set = lock(&self.unpullable);
+        if unpullable {
+            set.insert(image.to_string());
+        } else {
+            set.remove(image);
+        }
+    }
+
+    /// A Secret.
+    pub fn secret(&self, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.store.get(&Key::new(Kind::Secret, ns, name))
+    }
+
+    pub(crate) fn halted(&self) -> bool {
+        self.halted.load(Ordering::SeqCst)
+    }
+
+    /// Stops every program at once without modelling anything (the sim is
+    /// going away).
+    pub(crate) fn halt(&self) {
+        self.halted.store(true, Ordering::SeqCst);
+        kubelet::stop_node(self, None);
+    }
+
+    /// The ServiceAccount controller: every namespace has a `default`
+    /// ServiceAccount.
+    pub fn ensure_namespace(&self, ns: &str) {
+        if ns.is_empty() {
+            return;
+        }
+        let key = Key::new(Kind::ServiceAccount, ns, "default");
+        if self.store.get(&key).is_none() {
+            let sa = json!({"metadata": {"name": "default"}});
+            let _ = self
+                .store
+                .create(Kind::ServiceAccount, ns, sa, self.clock.now());
+        }
     }
 
     /// Validates, defaults and stores a new Job.
@@ -126,101 +325,105 @@ impl Sim {
             job["metadata"]["name"] = json!(format!("{prefix}{}", crate::store::random_suffix()));
         }
         objects::default_job(&mut job);
+        self.ensure_namespace(ns);
         self.store.create(Kind::Job, ns, job, self.clock.now())
     }
 
-    /// Validates, defaults and stores a new Pod, and starts it.
+    /// Validates, defaults and admits a new Pod from the API.
     pub fn create_pod(self: &Arc<Self>, ns: &str, mut pod: Value) -> Result<Arc<Value>, ApiError> {
         objects::strip_server_fields(&mut pod, false);
         objects::validate_pod(&pod)?;
         objects::default_pod(&mut pod);
-        self.insert_pod(ns, pod)
+        self.create_pod_internal(ns, pod)
     }
 
-    /// Stores an already defaulted pod and hands it to the kubelet.
-    pub(crate) fn insert_pod(
-        self: &Arc<Self>,
+    /// Admits and stores an already defaulted pod; the scheduler and the
+    /// kubelet take it from there.
+    pub(crate) fn create_pod_internal(
+        &self,
         ns: &str,
-        pod: Value,
+        mut pod: Value,
     ) -> Result<Arc<Value>, ApiError> {
-        let created = self.store.create(Kind::Pod, ns, pod, self.clock.now())?;
-        kubelet::start(
-            self.clone(),
-            Key::new(Kind::Pod, ns, objects::name(&created)),
-        );
-        Ok(created)
+        self.ensure_namespace(ns);
+        admission::service_account(&mut pod, ns, |sa| {
+            self.store
+                .get(&Key::new(Kind::ServiceAccount, ns, sa))
+                .is_some()
+        })?;
+        admission::default_tolerations(&mut pod, self.timing.default_toleration_seconds);
+        admission::priority(&mut pod);
+        self.store.create(Kind::Pod, ns, pod, self.clock.now())
     }
 
-    fn signal(&self, key: &Key, sig: PodSignal) -> bool {
-        let pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
-        pods.get(key).is_some_and(|tx| tx.send(sig).is_ok())
+    /// Stores a new object of a kind without special handling (Secret,
+    /// ServiceAccount, Event, Node).
+    pub fn create_object(
+        &self,
+        kind: Kind,
+        ns: &str,
+        mut obj: Value,
+    ) -> Result<Arc<Value>, ApiError> {
+        objects::strip_server_fields(&mut obj, kind == Kind::Event || kind == Kind::Node);
+        let md = &obj["metadata"];
+        if md["name"].as_str().is_none_or(str::is_empty)
+            && md["generateName"].as_str().is_none_or(str::is_empty)
+        {
+            return Err(ApiError::invalid(
+                kind.group(),
+                kind.kind(),
+                "",
+                &[(
+                    "metadata.name".into(),
+                    "Required value: name or generateName is required".into(),
+                )],
+            ));
+        }
+        if kind == Kind::Secret {
+            prepare_secret(&mut obj)?;
+        }
+        if kind.namespaced() {
+            self.ensure_namespace(ns);
+        }
+        self.store.create(kind, ns, obj, self.clock.now())
     }
 
-    /// Deletes a pod. A pod whose container runs is terminated gracefully
-    /// (deletionTimestamp set, SIGTERM, SIGKILL after the grace period) and
-    /// removed once stopped; any other pod, or `grace = Some(0)`, goes at once.
+    /// Deletes a pod as the API server does: gracefully, so a pod on a node
+    /// stays (with its deletionTimestamp) until its kubelet has stopped it
+    /// and its finalizers are gone; an unscheduled or terminal pod, or
+    /// `grace = Some(0)`, goes at once unless finalizers hold it.
     pub fn delete_pod(
         &self,
         ns: &str,
         name: &str,
         grace: Option<i64>,
     ) -> Result<Arc<Value>, ApiError> {
-        let key = Key::new(Kind::Pod, ns, name);
-        let pod = self
+        self.store
+            .delete(&Key::new(Kind::Pod, ns, name), grace, self.clock.now())
+            .map(|(obj, _)| obj)
+    }
+
+    /// Deletes an object of a kind without propagation (everything but
+    /// Jobs): removed at once unless finalizers hold it.
+    pub fn delete_object(&self, kind: Kind, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
+        let (obj, _) = self
             .store
-            .get(&key)
-            .ok_or_else(|| Kind::Pod.not_found(name))?;
-        let grace = grace
-            .unwrap_or_else(|| {
-                pod["spec"]["terminationGracePeriodSeconds"]
-                    .as_i64()
-                    .unwrap_or(30)
-            })
-            .max(0);
-        let running = self
-            .pods
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&key);
-        if grace == 0 || !running {
-            self.signal(&key, PodSignal::Vanish);
-            return self
-                .store
-                .remove(&key)
-                .ok_or_else(|| Kind::Pod.not_found(name));
+            .delete(&Key::new(kind, ns, name), None, self.clock.now())?;
+        if kind == Kind::ServiceAccount && name == "default" {
+            self.ensure_namespace(ns);
         }
-        if deleting(&pod) {
-            return Ok(pod);
-        }
-        let at = self.clock.now() + jiff::SignedDuration::from_secs(grace);
-        let updated = self.store.update(&key, |p| {
-            p["metadata"]["deletionTimestamp"] = json!(k8s_time(at));
-            p["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-            Ok(true)
-        })?;
-        if !self.signal(
-            &key,
-            PodSignal::Term {
-                grace: Duration::from_secs(grace as u64),
-            },
-        ) {
-            // The container stopped meanwhile: nothing left to wait for.
-            return self
-                .store
-                .remove(&key)
-                .ok_or_else(|| Kind::Pod.not_found(name));
-        }
-        Ok(updated)
+        Ok(obj)
     }
 
     /// The pods a Job controls (by ownerReference uid).
     pub fn pods_of_job(&self, ns: &str, job: &Value) -> Vec<Arc<Value>> {
-        let uid = objects::uid(job).to_string();
         self.store
-            .list(Kind::Pod, Some(ns), |p| {
-                controller_job(p).is_some_and(|(_, u)| u == uid)
+            .owned_pods(objects::uid(job))
+            .into_iter()
+            .filter(|p| {
+                p["metadata"]["namespace"] == ns
+                    && controller_job(p).is_some_and(|(_, u)| u == objects::uid(job))
             })
-            .1
+            .collect()
     }
 
     /// Deletes a Job with the given propagation.
@@ -236,6 +439,7 @@ impl Sim {
             .get(&key)
             .ok_or_else(|| Kind::Job.not_found(name))?;
         let pods = self.pods_of_job(ns, &job);
+        let now = self.clock.now();
         match policy {
             Propagation::Orphan => {
                 for p in &pods {
@@ -248,15 +452,10 @@ impl Sim {
                             Ok(true)
                         });
                 }
-                self.store
-                    .remove(&key)
-                    .ok_or_else(|| Kind::Job.not_found(name))
+                self.store.delete(&key, None, now).map(|(o, _)| o)
             }
             Propagation::Background => {
-                let gone = self
-                    .store
-                    .remove(&key)
-                    .ok_or_else(|| Kind::Job.not_found(name))?;
+                let (gone, _) = self.store.delete(&key, None, now)?;
                 for p in &pods {
                     let _ = self.delete_pod(ns, objects::name(p), None);
                 }
@@ -264,12 +463,8 @@ impl Sim {
             }
             Propagation::Foreground => {
                 if pods.is_empty() {
-                    return self
-                        .store
-                        .remove(&key)
-                        .ok_or_else(|| Kind::Job.not_found(name));
+                    return self.store.delete(&key, None, now).map(|(o, _)| o);
                 }
-                let now = self.clock.now();
                 let updated = self.store.update(&key, |j| {
                     if deleting(j) {
                         return Ok(false);
@@ -287,14 +482,17 @@ impl Sim {
         }
     }
 
-    /// Fault: the pod's container is OOM-killed (SIGKILL, exit 137, no
-    /// cleanup by the program).
-    pub fn oom_kill(&self, ns: &str, name: &str) -> Result<(), ApiError> {
-        let key = Key::new(Kind::Pod, ns, name);
+    fn pod(&self, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
         self.store
-            .get(&key)
-            .ok_or_else(|| Kind::Pod.not_found(name))?;
-        if self.signal(&key, PodSignal::Kill { oom: true }) {
+            .get(&Key::new(Kind::Pod, ns, name))
+            .ok_or_else(|| Kind::Pod.not_found(name))
+    }
+
+    /// Fault: the kernel OOM-kills the pod's container (SIGKILL, exit 137,
+    /// `OOMKilled`, no cleanup by the program).
+    pub fn oom_kill(&self, ns: &str, name: &str) -> Result<(), ApiError> {
+        self.pod(ns, name)?;
+        if kubelet::signal(self, &Key::new(Kind::Pod, ns, name), PodSignal::Oom) {
             Ok(())
         } else {
             Err(ApiError::bad_request(format!(
@@ -303,33 +501,212 @@ impl Sim {
         }
     }
 
-    /// Fault: evicts a pod through the Eviction API: a DisruptionTarget
-    /// condition, then a graceful deletion.
-    pub fn evict(&self, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
-        let key = Key::new(Kind::Pod, ns, name);
-        let now = self.clock.now();
-        self.store.update(&key, |p| {
-            Ok(objects::set_condition(
+    /// Adds a true DisruptionTarget condition to a pod that is not terminal
+    /// (`UpdatePodCondition`).
+    fn disruption_target(
+        &self,
+        ns: &str,
+        name: &str,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), ApiError> {
+        let now = k8s_time(self.clock.now());
+        self.store.update(&Key::new(Kind::Pod, ns, name), |p| {
+            if podstatus::terminal(p) {
+                return Ok(false);
+            }
+            Ok(podstatus::set_condition(
                 p,
                 "DisruptionTarget",
-                "EvictionByEvictionAPI",
-                "Eviction API: evicting",
-                now,
+                reason,
+                message,
+                &now,
             ))
         })?;
+        Ok(())
+    }
+
+    /// The Eviction API (`pods/eviction`): DisruptionTarget
+    /// `EvictionByEvictionAPI`, then a delete with the pod's grace period.
+    pub fn evict(&self, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
+        self.pod(ns, name)?;
+        self.disruption_target(ns, name, "EvictionByEvictionAPI", "Eviction API: evicting")?;
         self.delete_pod(ns, name, None)
     }
 
-    /// Fault: the node crashes. Every pod is gone at once; no program gets
-    /// to clean up.
-    pub fn crash_node(&self) -> usize {
-        let senders: Vec<_> = {
-            let mut pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
-            pods.drain().map(|(_, tx)| tx).collect()
-        };
-        for tx in senders {
-            let _ = tx.send(PodSignal::Vanish);
+    /// Preemption by the scheduler: DisruptionTarget `PreemptionByScheduler`,
+    /// a delete with the pod's grace period, and a `Preempted` Event.
+    pub fn preempt(&self, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
+        let pod = self.pod(ns, name)?;
+        self.disruption_target(
+            ns,
+            name,
+            "PreemptionByScheduler",
+            "default-scheduler: preempting to accommodate a higher priority pod",
+        )?;
+        let gone = self.delete_pod(ns, name, None)?;
+        let node = pod["spec"]["nodeName"].as_str().unwrap_or("");
+        self.record(
+            Kind::Pod,
+            &pod,
+            EventType::Normal,
+            "Preempted",
+            &format!("Preempted by pod kube-sim-preemptor on node {node}"),
+            &Source::component("default-scheduler"),
+        );
+        Ok(gone)
+    }
+
+    /// Node-pressure eviction by the pod's kubelet: the pod is stopped
+    /// (grace 1 s) and kept, phase `Failed`, reason `Evicted`, with a
+    /// DisruptionTarget `TerminationByKubelet` condition.
+    pub fn kubelet_evict(&self, ns: &str, name: &str, resource: &str) -> Result<(), ApiError> {
+        let pod = self.pod(ns, name)?;
+        let container = pod["spec"]["containers"][0]["name"]
+            .as_str()
+            .unwrap_or("main");
+        let request = pod["spec"]["containers"][0]["resources"]["requests"][resource]
+            .as_str()
+            .and_then(quantity::bytes)
+            .unwrap_or(0);
+        let message = format!(
+            "The node was low on resource: {resource}. Threshold quantity: 100Mi, available: 51200Ki. Container {container} was using {}, request is {}, has larger consumption of {resource}. ",
+            quantity::format_bytes(request + (512 << 20)),
+            quantity::format_bytes(request)
+        );
+        if kubelet::signal(
+            self,
+            &Key::new(Kind::Pod, ns, name),
+            PodSignal::Evict { message },
+        ) {
+            Ok(())
+        } else {
+            Err(ApiError::bad_request(format!(
+                "pod {name:?} is not on a running kubelet"
+            )))
         }
-        self.store.remove_all(Kind::Pod)
+    }
+
+    fn node_exists(&self, name: &str) -> Result<(), ApiError> {
+        if lock(&self.machines).contains_key(name) {
+            Ok(())
+        } else {
+            Err(Kind::Node.not_found(name))
+        }
+    }
+
+    /// Fault: the machine of `node` dies. Its programs stop where they are;
+    /// nothing about them reaches the API any more.
+    pub fn crash_node(&self, node: &str) -> Result<usize, ApiError> {
+        self.node_exists(node)?;
+        let now = self.clock.now();
+        if let Some(m) = lock(&self.machines).get_mut(node)
+            && m.down_since.is_none()
+        {
+            m.down_since = Some(now);
+        }
+        let before = lock(&self.pods).values().filter(|t| t.node == node).count();
+        kubelet::stop_node(self, Some(node));
+        self.machines_changed.notify_one();
+        Ok(before)
+    }
+
+    /// The machine of `node` boots again: its kubelet registers the node if
+    /// it was deleted, marks the containers that ran as lost
+    /// (`ContainerStatusUnknown`, 137) and takes up pods that had not started.
+    pub fn restart_node(self: &Arc<Self>, node: &str) -> Result<(), ApiError> {
+        self.node_exists(node)?;
+        kubelet::stop_node(self, Some(node));
+        if let Some(m) = lock(&self.machines).get_mut(node) {
+            m.down_since = None;
+        }
+        let key = Key::new(Kind::Node, "", node);
+        if self.store.get(&key).is_none()
+            && let Some(i) = self.node_specs.iter().position(|s| s.name == node)
+        {
+            let now = self.clock.now();
+            let _ = self.store.create(
+                Kind::Node,
+                "",
+                nodes::node_object(&self.node_specs[i], i, now),
+                now,
+            );
+        }
+        kubelet::machine_restarted(self, node);
+        self.machines_changed.notify_one();
+        Ok(())
+    }
+
+    /// Adds the `node.kubernetes.io/out-of-service` NoExecute taint.
+    pub fn taint_out_of_service(&self, node: &str) -> Result<Arc<Value>, ApiError> {
+        let now = k8s_time(self.clock.now());
+        self.store.update(&Key::new(Kind::Node, "", node), |n| {
+            let taints = objects::ensure_object(&mut n["spec"])
+                .entry("taints")
+                .or_insert_with(|| json!([]));
+            if !taints.is_array() {
+                *taints = json!([]);
+            }
+            let Some(ts) = taints.as_array_mut() else {
+                return Ok(false);
+            };
+            if ts.iter().any(|t| t["key"] == TAINT_OUT_OF_SERVICE) {
+                return Ok(false);
+            }
+            ts.push(json!({"key": TAINT_OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoExecute", "timeAdded": now}));
+            Ok(true)
+        })
+    }
+}
+
+/// Secret defaulting (`type: Opaque`), `stringData` merged into `data`, and
+/// the check that `data` values are base64.
+fn prepare_secret(secret: &mut Value) -> Result<(), ApiError> {
+    let name = objects::name(secret).to_string();
+    if secret["type"].as_str().is_none_or(str::is_empty) {
+        secret["type"] = json!("Opaque");
+    }
+    if let Some(sd) = secret
+        .as_object_mut()
+        .and_then(|m| m.remove("stringData"))
+        .and_then(|v| v.as_object().cloned())
+    {
+        let data = objects::ensure_object(&mut secret["data"]);
+        for (k, v) in sd {
+            data.insert(k, json!(encode_b64(v.as_str().unwrap_or("").as_bytes())));
+        }
+    }
+    let mut causes = Vec::new();
+    if let Some(data) = secret["data"].as_object() {
+        for (k, v) in data {
+            if !v.as_str().is_some_and(valid_b64) {
+                causes.push((
+                    format!("data[{k}]"),
+                    "Invalid value: must be base64-encoded bytes".to_string(),
+                ));
+            }
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid("", "Secret", &name, &causes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_get_base64_data() {
+        let mut s = json!({"metadata": {"name": "x"}, "stringData": {"k": "value!"}});
+        prepare_secret(&mut s).unwrap();
+        assert_eq!(s["type"], "Opaque");
+        assert_eq!(s["data"]["k"], "dmFsdWUh");
+        assert!(s.get("stringData").is_none());
+        assert_eq!(encode_b64(b"ab"), "YWI=");
+        let mut bad = json!({"metadata": {"name": "x"}, "data": {"k": "not base64!"}});
+        assert_eq!(prepare_secret(&mut bad).unwrap_err().code, 422);
     }
 }

@@ -1,9 +1,15 @@
-//! The object store: namespaced Jobs and Pods as JSON, one global
-//! resourceVersion counter (like etcd's revision), a bounded history of
-//! change events for watch resumption, fan-out to watchers, pod logs, and the
-//! per-lane count of non-terminal Jobs.
+//! The object store: every [`Kind`] as JSON, one global resourceVersion
+//! counter (like etcd's revision), a bounded history of change events per
+//! kind for watch resumption (like the API server's watch cache per
+//! resource), fan-out to watchers, pod logs, and the per-lane count of
+//! non-terminal Jobs.
+//!
+//! Deletion follows the generic registry: an object with finalizers is only
+//! marked (deletionTimestamp); an update that leaves a marked object whose
+//! grace period is 0 without finalizers removes it ([`crate::deletion`]).
 
 use crate::clock::k8s_time;
+use crate::deletion::{self, DeleteDecision};
 use crate::status::ApiError;
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -11,43 +17,170 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
-/// The two kinds of object the sim stores.
+/// The kinds of object the sim stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     /// batch/v1 Job.
     Job,
     /// v1 Pod.
     Pod,
+    /// v1 Node (cluster-scoped).
+    Node,
+    /// v1 Secret.
+    Secret,
+    /// v1 ServiceAccount.
+    ServiceAccount,
+    /// v1 Event.
+    Event,
 }
 
+/// What the API says about one kind: where it is served and how it is named.
+#[derive(Debug)]
+pub struct KindInfo {
+    /// API group ("" for core).
+    pub group: &'static str,
+    /// API version within the group.
+    pub version: &'static str,
+    /// `apiVersion` of the objects (`batch/v1`, `v1`).
+    pub api_version: &'static str,
+    /// Plural resource name.
+    pub resource: &'static str,
+    /// Singular resource name (discovery).
+    pub singular: &'static str,
+    /// `kind` of the objects.
+    pub kind: &'static str,
+    /// Whether objects live in a namespace.
+    pub namespaced: bool,
+    /// Short names kubectl accepts.
+    pub short_names: &'static [&'static str],
+    /// Discovery categories (`all`).
+    pub categories: &'static [&'static str],
+    /// Subresources served, with their verbs.
+    pub subresources: &'static [(&'static str, &'static [&'static str])],
+}
+
+const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
+
+const INFOS: [KindInfo; 6] = [
+    KindInfo {
+        group: "batch",
+        version: "v1",
+        api_version: "batch/v1",
+        resource: "jobs",
+        singular: "job",
+        kind: "Job",
+        namespaced: true,
+        short_names: &[],
+        categories: &["all"],
+        subresources: &[("status", GET_PATCH_UPDATE)],
+    },
+    KindInfo {
+        group: "",
+        version: "v1",
+        api_version: "v1",
+        resource: "pods",
+        singular: "pod",
+        kind: "Pod",
+        namespaced: true,
+        short_names: &["po"],
+        categories: &["all"],
+        subresources: &[
+            ("eviction", &["create"]),
+            ("log", &["get"]),
+            ("status", GET_PATCH_UPDATE),
+        ],
+    },
+    KindInfo {
+        group: "",
+        version: "v1",
+        api_version: "v1",
+        resource: "nodes",
+        singular: "node",
+        kind: "Node",
+        namespaced: false,
+        short_names: &["no"],
+        categories: &[],
+        subresources: &[("status", GET_PATCH_UPDATE)],
+    },
+    KindInfo {
+        group: "",
+        version: "v1",
+        api_version: "v1",
+        resource: "secrets",
+        singular: "secret",
+        kind: "Secret",
+        namespaced: true,
+        short_names: &[],
+        categories: &[],
+        subresources: &[],
+    },
+    KindInfo {
+        group: "",
+        version: "v1",
+        api_version: "v1",
+        resource: "serviceaccounts",
+        singular: "serviceaccount",
+        kind: "ServiceAccount",
+        namespaced: true,
+        short_names: &["sa"],
+        categories: &[],
+        subresources: &[],
+    },
+    KindInfo {
+        group: "",
+        version: "v1",
+        api_version: "v1",
+        resource: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        short_names: &["ev"],
+        categories: &[],
+        subresources: &[],
+    },
+];
+
 impl Kind {
+    /// Every kind, in the order of [`Kind`].
+    pub const ALL: [Kind; 6] = [
+        Kind::Job,
+        Kind::Pod,
+        Kind::Node,
+        Kind::Secret,
+        Kind::ServiceAccount,
+        Kind::Event,
+    ];
+
+    /// The static description of this kind.
+    pub fn info(self) -> &'static KindInfo {
+        &INFOS[self as usize]
+    }
     /// API group ("" for core).
     pub fn group(self) -> &'static str {
-        match self {
-            Kind::Job => "batch",
-            Kind::Pod => "",
-        }
+        self.info().group
     }
     /// `apiVersion` of the objects.
     pub fn api_version(self) -> &'static str {
-        match self {
-            Kind::Job => "batch/v1",
-            Kind::Pod => "v1",
-        }
+        self.info().api_version
     }
     /// Plural resource name.
     pub fn resource(self) -> &'static str {
-        match self {
-            Kind::Job => "jobs",
-            Kind::Pod => "pods",
-        }
+        self.info().resource
     }
     /// `kind` of the objects.
     pub fn kind(self) -> &'static str {
-        match self {
-            Kind::Job => "Job",
-            Kind::Pod => "Pod",
-        }
+        self.info().kind
+    }
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        self.info().namespaced
+    }
+    /// The kind served at `group`/`version` as `resource`, if any.
+    pub fn from_resource(group: &str, version: &str, resource: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| {
+            let i = k.info();
+            i.group == group && i.version == version && i.resource == resource
+        })
     }
     /// The not-found error for a name of this kind.
     pub fn not_found(self, name: &str) -> ApiError {
@@ -138,9 +271,9 @@ struct LogLine {
 struct Inner {
     rv: u64,
     objects: BTreeMap<Key, Arc<Value>>,
-    history: VecDeque<Arc<Event>>,
-    /// Every event with rv <= this has left the history.
-    compacted: u64,
+    history: BTreeMap<Kind, VecDeque<Arc<Event>>>,
+    /// Per kind: every event with rv <= this has left the history.
+    compacted: BTreeMap<Kind, u64>,
     logs: HashMap<(String, String), Vec<LogLine>>,
     live_jobs: BTreeMap<String, i64>,
     max_live_jobs: BTreeMap<String, i64>,
@@ -199,8 +332,8 @@ impl Store {
             inner: Mutex::new(Inner {
                 rv: 1,
                 objects: BTreeMap::new(),
-                history: VecDeque::new(),
-                compacted: 1,
+                history: BTreeMap::new(),
+                compacted: BTreeMap::new(),
                 logs: HashMap::new(),
                 live_jobs: BTreeMap::new(),
                 max_live_jobs: BTreeMap::new(),
@@ -282,11 +415,17 @@ impl Store {
             object: obj.clone(),
             prev: old,
         });
-        inner.history.push_back(ev.clone());
-        while inner.history.len() > self.history_limit {
-            if let Some(old) = inner.history.pop_front() {
-                inner.compacted = old.rv;
+        let kind = ev.key.kind;
+        let history = inner.history.entry(kind).or_default();
+        history.push_back(ev.clone());
+        let mut dropped = None;
+        while history.len() > self.history_limit {
+            if let Some(old) = history.pop_front() {
+                dropped = Some(old.rv);
             }
+        }
+        if let Some(rv) = dropped {
+            inner.compacted.insert(kind, rv);
         }
         let _ = self.tx.send(ev);
         obj
@@ -331,7 +470,11 @@ impl Store {
         obj["kind"] = json!(kind.kind());
         let md = &mut obj["metadata"];
         md["name"] = json!(name);
-        md["namespace"] = json!(ns);
+        if kind.namespaced() {
+            md["namespace"] = json!(ns);
+        } else if let Some(m) = md.as_object_mut() {
+            m.remove("namespace");
+        }
         if md["uid"].as_str().is_none_or(str::is_empty) {
             md["uid"] = json!(uuid::Uuid::new_v4().to_string());
         }
@@ -400,7 +543,52 @@ impl Store {
         if !change(&mut obj)? {
             return Ok(current.clone());
         }
-        Ok(self.commit(&mut inner, EventType::Modified, key.clone(), obj))
+        let etype = if deletion::should_delete_during_update(current, &obj) {
+            EventType::Deleted
+        } else {
+            EventType::Modified
+        };
+        Ok(self.commit(&mut inner, etype, key.clone(), obj))
+    }
+
+    /// Deletes an object as the generic registry does (see
+    /// [`deletion::decide`]): removed at once, or marked with a
+    /// deletionTimestamp while finalizers or a grace period hold it.
+    /// Returns the object's last state and whether it is gone.
+    pub fn delete(
+        &self,
+        key: &Key,
+        grace: Option<i64>,
+        now: Timestamp,
+    ) -> Result<(Arc<Value>, bool), ApiError> {
+        let mut inner = self.lock();
+        let current = inner
+            .objects
+            .get(key)
+            .cloned()
+            .ok_or_else(|| key.kind.not_found(&key.name))?;
+        match deletion::decide(key.kind, &current, grace, now) {
+            DeleteDecision::Unchanged => Ok((current, false)),
+            DeleteDecision::Remove { mark } => {
+                let mut obj = (*current).clone();
+                if let Some((at, g)) = mark {
+                    deletion::mark(&mut obj, at, g);
+                    obj = (*self.commit(&mut inner, EventType::Modified, key.clone(), obj)).clone();
+                }
+                Ok((
+                    self.commit(&mut inner, EventType::Deleted, key.clone(), obj),
+                    true,
+                ))
+            }
+            DeleteDecision::Mark { at, grace } => {
+                let mut obj = (*current).clone();
+                deletion::mark(&mut obj, at, grace);
+                Ok((
+                    self.commit(&mut inner, EventType::Modified, key.clone(), obj),
+                    false,
+                ))
+            }
+        }
     }
 
     /// Removes an object; returns its last state (with the deletion's rv).
@@ -408,22 +596,6 @@ impl Store {
         let mut inner = self.lock();
         let obj = (**inner.objects.get(key)?).clone();
         Some(self.commit(&mut inner, EventType::Deleted, key.clone(), obj))
-    }
-
-    /// Removes every object of `kind` at once; returns how many.
-    pub fn remove_all(&self, kind: Kind) -> usize {
-        let mut inner = self.lock();
-        let keys: Vec<Key> = inner
-            .objects
-            .range(range_of(kind, None))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in &keys {
-            if let Some(obj) = inner.objects.get(k).map(|o| (**o).clone()) {
-                self.commit(&mut inner, EventType::Deleted, k.clone(), obj);
-            }
-        }
-        keys.len()
     }
 
     /// Starts a watch of `kind` (one namespace or all). With `from` = a
@@ -438,11 +610,14 @@ impl Store {
         let inner = self.lock();
         let rx = self.tx.subscribe();
         let in_scope = |k: &Key| k.kind == kind && ns.is_none_or(|n| k.ns == n);
+        let compacted = inner.compacted.get(&kind).copied().unwrap_or(1);
         let initial = match from {
-            Some(rv) if rv < inner.compacted => return Err(ApiError::expired(rv)),
+            Some(rv) if rv < compacted => return Err(ApiError::expired(rv)),
             Some(rv) => inner
                 .history
-                .iter()
+                .get(&kind)
+                .into_iter()
+                .flatten()
                 .filter(|e| e.rv > rv && in_scope(&e.key))
                 .cloned()
                 .collect(),
@@ -472,9 +647,10 @@ impl Store {
         })
     }
 
-    /// Whether a list continuation or exact read at `rv` can still be served.
-    pub fn check_not_expired(&self, rv: u64) -> Result<(), ApiError> {
-        if rv < self.lock().compacted {
+    /// Whether a list continuation or exact read of `kind` at `rv` can
+    /// still be served.
+    pub fn check_not_expired(&self, kind: Kind, rv: u64) -> Result<(), ApiError> {
+        if rv < self.lock().compacted.get(&kind).copied().unwrap_or(1) {
             Err(ApiError::expired(rv))
         } else {
             Ok(())
@@ -486,8 +662,11 @@ impl Store {
     pub fn compact(&self) -> u64 {
         let mut inner = self.lock();
         inner.history.clear();
-        inner.compacted = inner.rv;
-        inner.rv
+        let rv = inner.rv;
+        for kind in Kind::ALL {
+            inner.compacted.insert(kind, rv);
+        }
+        rv
     }
 
     /// Compacts as an API-server restart does: the revision moves on (the
@@ -499,8 +678,11 @@ impl Store {
         let mut inner = self.lock();
         inner.rv += 1;
         inner.history.clear();
-        inner.compacted = inner.rv;
-        inner.rv
+        let rv = inner.rv;
+        for kind in Kind::ALL {
+            inner.compacted.insert(kind, rv);
+        }
+        rv
     }
 
     /// Appends a line to a pod container's log.

@@ -133,6 +133,185 @@ fn columns(kind: Kind) -> Value {
             col("Nominated Node", "string", "", 1, "Nominated node name."),
             col("Readiness Gates", "string", "", 1, "Pod readiness gates."),
         ]),
+        Kind::Node => json!([
+            col(
+                "Name",
+                "string",
+                "name",
+                0,
+                "Name must be unique within a namespace."
+            ),
+            col("Status", "string", "", 0, "The status of the node"),
+            col("Roles", "string", "", 0, "The roles of the node"),
+            col(
+                "Age",
+                "string",
+                "",
+                0,
+                "CreationTimestamp is a timestamp representing the server time when this object was created."
+            ),
+            col(
+                "Version",
+                "string",
+                "",
+                0,
+                "Kubelet Version reported by the node."
+            ),
+            col(
+                "Internal-IP",
+                "string",
+                "",
+                1,
+                "List of addresses reachable to the node."
+            ),
+            col(
+                "External-IP",
+                "string",
+                "",
+                1,
+                "List of addresses reachable to the node."
+            ),
+            col(
+                "OS-Image",
+                "string",
+                "",
+                1,
+                "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."
+            ),
+            col(
+                "Kernel-Version",
+                "string",
+                "",
+                1,
+                "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."
+            ),
+            col(
+                "Container-Runtime",
+                "string",
+                "",
+                1,
+                "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."
+            ),
+        ]),
+        Kind::Secret => json!([
+            col(
+                "Name",
+                "string",
+                "name",
+                0,
+                "Name must be unique within a namespace."
+            ),
+            col(
+                "Type",
+                "string",
+                "",
+                0,
+                "Used to facilitate programmatic handling of secret data."
+            ),
+            col("Data", "string", "", 0, "Data contains the secret data."),
+            col(
+                "Age",
+                "string",
+                "",
+                0,
+                "CreationTimestamp is a timestamp representing the server time when this object was created."
+            ),
+        ]),
+        Kind::ServiceAccount => json!([
+            col(
+                "Name",
+                "string",
+                "name",
+                0,
+                "Name must be unique within a namespace."
+            ),
+            col(
+                "Secrets",
+                "string",
+                "",
+                0,
+                "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use."
+            ),
+            col(
+                "Age",
+                "string",
+                "",
+                0,
+                "CreationTimestamp is a timestamp representing the server time when this object was created."
+            ),
+        ]),
+        Kind::Event => json!([
+            col(
+                "Last Seen",
+                "string",
+                "",
+                0,
+                "The time at which the most recent occurrence of this event was recorded."
+            ),
+            col(
+                "Type",
+                "string",
+                "",
+                0,
+                "Type of this event (Normal, Warning), new types could be added in the future."
+            ),
+            col(
+                "Reason",
+                "string",
+                "",
+                0,
+                "This should be a short, machine understandable string that gives the reason for the transition into the object's current status."
+            ),
+            col(
+                "Object",
+                "string",
+                "",
+                0,
+                "The object that this event is about."
+            ),
+            col(
+                "Subobject",
+                "string",
+                "",
+                1,
+                "The subobject that this event is about."
+            ),
+            col(
+                "Source",
+                "string",
+                "",
+                1,
+                "The component reporting this event."
+            ),
+            col(
+                "Message",
+                "string",
+                "",
+                0,
+                "A human-readable description of the status of this operation."
+            ),
+            col(
+                "First Seen",
+                "string",
+                "",
+                1,
+                "The time at which the event was first recorded."
+            ),
+            col(
+                "Count",
+                "string",
+                "",
+                1,
+                "The number of times this event has occurred."
+            ),
+            col(
+                "Name",
+                "string",
+                "name",
+                1,
+                "Name must be unique within a namespace."
+            ),
+        ]),
     }
 }
 
@@ -215,24 +394,137 @@ fn job_cells(clock: &SimClock, j: &Value) -> Vec<Value> {
     ]
 }
 
+/// The STATUS column as kubectl's pod printer computes it.
 fn pod_status(p: &Value) -> String {
-    if deleting(p) {
-        return "Terminating".into();
-    }
-    let cs = p["status"]["containerStatuses"].as_array();
-    if let Some(t) = cs.and_then(|cs| cs.iter().find_map(|c| c["state"]["terminated"].as_object()))
+    let phase = p["status"]["phase"].as_str().unwrap_or("");
+    let mut reason = match p["status"]["reason"].as_str() {
+        Some(r) if !r.is_empty() => r.to_string(),
+        _ => phase.to_string(),
+    };
+    let mut has_running = false;
+    for c in p["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rev()
     {
-        return t
-            .get("reason")
-            .and_then(Value::as_str)
-            .unwrap_or("Error")
-            .to_string();
+        let state = &c["state"];
+        if let Some(w) = state["waiting"]["reason"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+        {
+            reason = w.to_string();
+        } else if let Some(t) = state["terminated"].as_object() {
+            match t
+                .get("reason")
+                .and_then(Value::as_str)
+                .filter(|r| !r.is_empty())
+            {
+                Some(r) => reason = r.to_string(),
+                None => {
+                    let sig = t.get("signal").and_then(Value::as_i64).unwrap_or(0);
+                    let code = t.get("exitCode").and_then(Value::as_i64).unwrap_or(0);
+                    reason = if sig != 0 {
+                        format!("Signal:{sig}")
+                    } else {
+                        format!("ExitCode:{code}")
+                    };
+                }
+            }
+        } else if c["ready"] == true && state["running"].is_object() {
+            has_running = true;
+        }
     }
-    match p["status"]["phase"].as_str() {
-        Some("Pending") if p["spec"]["nodeName"].is_string() => "ContainerCreating".into(),
-        Some(phase) => phase.to_string(),
-        None => "Unknown".into(),
+    if reason == "Completed" && has_running {
+        reason = "Running".into();
     }
+    if deleting(p) && p["status"]["reason"] == "NodeLost" {
+        reason = "Unknown".into();
+    } else if deleting(p) && phase != "Succeeded" && phase != "Failed" {
+        reason = "Terminating".into();
+    }
+    if reason.is_empty() {
+        "Unknown".into()
+    } else {
+        reason
+    }
+}
+
+fn node_cells(clock: &SimClock, n: &Value) -> Vec<Value> {
+    let ready = n["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"] == "True");
+    let mut status = match ready {
+        Some(true) => "Ready".to_string(),
+        Some(false) => "NotReady".to_string(),
+        None => "Unknown".to_string(),
+    };
+    if n["spec"]["unschedulable"] == true {
+        status.push_str(",SchedulingDisabled");
+    }
+    let addr = |t: &str| {
+        n["status"]["addresses"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["type"] == t))
+            .and_then(|x| x["address"].as_str())
+            .unwrap_or("<none>")
+            .to_string()
+    };
+    let info = &n["status"]["nodeInfo"];
+    vec![
+        n["metadata"]["name"].clone(),
+        json!(status),
+        json!("<none>"),
+        json!(since(clock, &n["metadata"]["creationTimestamp"])),
+        info["kubeletVersion"].clone(),
+        json!(addr("InternalIP")),
+        json!(addr("ExternalIP")),
+        info["osImage"].clone(),
+        info["kernelVersion"].clone(),
+        info["containerRuntimeVersion"].clone(),
+    ]
+}
+
+fn secret_cells(clock: &SimClock, s: &Value) -> Vec<Value> {
+    vec![
+        s["metadata"]["name"].clone(),
+        json!(s["type"].as_str().unwrap_or("Opaque")),
+        json!(s["data"].as_object().map_or(0, |d| d.len())),
+        json!(since(clock, &s["metadata"]["creationTimestamp"])),
+    ]
+}
+
+fn service_account_cells(clock: &SimClock, sa: &Value) -> Vec<Value> {
+    vec![
+        sa["metadata"]["name"].clone(),
+        json!(sa["secrets"].as_array().map_or(0, Vec::len)),
+        json!(since(clock, &sa["metadata"]["creationTimestamp"])),
+    ]
+}
+
+fn event_cells(clock: &SimClock, e: &Value) -> Vec<Value> {
+    let obj = &e["involvedObject"];
+    let source = match e["source"]["host"].as_str() {
+        Some(h) => format!("{}, {h}", e["source"]["component"].as_str().unwrap_or("")),
+        None => e["source"]["component"].as_str().unwrap_or("").to_string(),
+    };
+    vec![
+        json!(since(clock, &e["lastTimestamp"])),
+        e["type"].clone(),
+        e["reason"].clone(),
+        json!(format!(
+            "{}/{}",
+            obj["kind"].as_str().unwrap_or("").to_lowercase(),
+            obj["name"].as_str().unwrap_or("")
+        )),
+        json!(obj["fieldPath"].as_str().unwrap_or("")),
+        json!(source),
+        e["message"].clone(),
+        json!(since(clock, &e["firstTimestamp"])),
+        json!(e["count"].as_i64().unwrap_or(1)),
+        e["metadata"]["name"].clone(),
+    ]
 }
 
 fn pod_cells(clock: &SimClock, p: &Value) -> Vec<Value> {
@@ -257,6 +549,10 @@ fn row(clock: &SimClock, kind: Kind, obj: &Value, include: IncludeObject) -> Val
     let cells = match kind {
         Kind::Job => job_cells(clock, obj),
         Kind::Pod => pod_cells(clock, obj),
+        Kind::Node => node_cells(clock, obj),
+        Kind::Secret => secret_cells(clock, obj),
+        Kind::ServiceAccount => service_account_cells(clock, obj),
+        Kind::Event => event_cells(clock, obj),
     };
     let object = match include {
         IncludeObject::None => Value::Null,

@@ -55,7 +55,7 @@ pub(super) fn list(
         Some(c) => {
             let (rv, cns, cname) = decode_continue(c)
                 .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
-            sim.store.check_not_expired(rv)?;
+            sim.store.check_not_expired(kind, rv)?;
             Some((rv, cns, cname))
         }
         None => None,

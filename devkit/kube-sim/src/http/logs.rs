@@ -52,13 +52,30 @@ pub(super) fn logs(sim: &Arc<Sim>, ns: &str, name: &str, q: &Query) -> Result<Re
             )));
         }
     };
-    if pod["status"]["containerStatuses"]
+    let state = pod["status"]["containerStatuses"]
         .as_array()
-        .is_none_or(Vec::is_empty)
-    {
+        .and_then(|cs| cs.iter().find(|c| c["name"] == container.as_str()))
+        .map(|c| c["state"].clone());
+    let waiting = match &state {
+        None => Some("ContainerCreating".to_string()),
+        Some(s) => s["waiting"]["reason"].as_str().map(str::to_string),
+    };
+    if let Some(reason) = waiting {
         return Err(ApiError::bad_request(format!(
-            "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
+            "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
         )));
+    }
+    // The API server asks the pod's kubelet for its logs.
+    if let Some(node) = pod["spec"]["nodeName"].as_str() {
+        if sim.store.get(&Key::new(Kind::Node, "", node)).is_none() {
+            return Err(Kind::Node.not_found(node));
+        }
+        if !sim.machine_up(node) {
+            let ip = sim.host_ip(node);
+            return Err(ApiError::internal(format!(
+                "Get \"https://{ip}:10250/containerLogs/{ns}/{name}/{container}\": dial tcp {ip}:10250: connect: no route to host"
+            )));
+        }
     }
     let tail = q
         .get("tailLines")

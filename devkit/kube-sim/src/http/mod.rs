@@ -1,9 +1,10 @@
 //! The HTTP API: request attributes, RBAC, fault injection, counters, and
-//! routing of Job and Pod requests to [`list`], [`watch`], [`logs`] and
-//! [`write`], and discovery.
+//! routing of requests for every [`Kind`] to [`list`], [`watch`], [`logs`]
+//! and [`write`], and discovery.
 
 mod list;
 mod logs;
+mod protobuf;
 mod watch;
 mod write;
 
@@ -67,9 +68,9 @@ fn ok(code: StatusCode, v: &Value) -> Response {
 pub struct ReqInfo {
     /// Kubernetes verb.
     pub verb: &'static str,
-    /// Jobs or Pods.
+    /// The kind the path names.
     pub kind: Kind,
-    /// Namespace (`None` = all namespaces).
+    /// Namespace (`None` = all namespaces, or a cluster-scoped kind).
     pub ns: Option<String>,
     /// Object name.
     pub name: Option<String>,
@@ -88,23 +89,30 @@ impl ReqInfo {
 }
 
 /// Parses the path and method of a resource request; `None` when the path
-/// is not a Job or Pod path.
+/// names no resource the sim serves.
 pub fn parse_request(method: &Method, path: &str, watch: bool) -> Option<ReqInfo> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    type KindOf = fn(&str) -> Option<Kind>;
-    let (group_ok, rest): (KindOf, &[&str]) = match segs.as_slice() {
-        ["api", "v1", rest @ ..] => (|r| (r == "pods").then_some(Kind::Pod), rest),
-        ["apis", "batch", "v1", rest @ ..] => (|r| (r == "jobs").then_some(Kind::Job), rest),
+    let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] => (g, v, rest),
         _ => return None,
     };
     let (ns, rest) = match rest {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
         rest => (None, rest),
     };
+    let kind_of =
+        |r: &str| Kind::from_resource(group, version, r).filter(|k| k.namespaced() || ns.is_none());
+    // A namespaced object is named only under its namespace.
+    let named = |k: Kind| !k.namespaced() || ns.is_some();
     let (kind, name, sub) = match rest {
-        [r] => (group_ok(r)?, None, None),
-        [r, n] if ns.is_some() => (group_ok(r)?, Some(n.to_string()), None),
-        [r, n, s] if ns.is_some() => (group_ok(r)?, Some(n.to_string()), Some(s.to_string())),
+        [r] => (kind_of(r)?, None, None),
+        [r, n] => (kind_of(r).filter(|k| named(*k))?, Some(n.to_string()), None),
+        [r, n, s] => (
+            kind_of(r).filter(|k| named(*k))?,
+            Some(n.to_string()),
+            Some(s.to_string()),
+        ),
         _ => return None,
     };
     let verb = match (method.as_str(), name.is_some(), watch) {
@@ -183,7 +191,7 @@ fn discovery_doc(app: &AppState, path: &str) -> Option<Value> {
                 ["default".to_string(), app.sim.namespace.clone()]
                     .into_iter()
                     .collect();
-            for kind in [Kind::Job, Kind::Pod] {
+            for kind in Kind::ALL.into_iter().filter(|k| k.namespaced()) {
                 for o in app.sim.store.list(kind, None, |_| true).1 {
                     names.insert(
                         o["metadata"]["namespace"]
@@ -340,12 +348,21 @@ async fn serve_resource(
             logs::logs(&sim, &ns.unwrap_or_default(), name, &q)
         }
         ("create", None, None) => {
-            let ns = ns.ok_or_else(|| ApiError::method_not_allowed("create needs a namespace"))?;
-            let mut obj = parse_body(&body)?;
+            let ns = match ns {
+                Some(ns) => ns,
+                None if !kind.namespaced() => String::new(),
+                None => return Err(ApiError::method_not_allowed("create needs a namespace")),
+            };
+            let mut obj = if content_type.starts_with(protobuf::MEDIA_TYPE) {
+                protobuf::decode(kind, &body)?
+            } else {
+                parse_body(&body)?
+            };
             check_body_identity(&mut obj, kind, &ns, None)?;
             let created = match kind {
                 Kind::Job => sim.create_job(&ns, obj)?,
                 Kind::Pod => sim.create_pod(&ns, obj)?,
+                _ => sim.create_object(kind, &ns, obj)?,
             };
             Ok(view.one(kind, &created, StatusCode::CREATED))
         }
@@ -375,14 +392,21 @@ async fn serve_resource(
             Ok(ok(StatusCode::OK, &gone))
         }
         ("deletecollection", None, None) => {
-            let ns = ns.ok_or_else(|| {
-                ApiError::method_not_allowed("deletecollection needs a namespace")
-            })?;
+            let ns = match ns {
+                Some(ns) => ns,
+                None if !kind.namespaced() => String::new(),
+                None => {
+                    return Err(ApiError::method_not_allowed(
+                        "deletecollection needs a namespace",
+                    ));
+                }
+            };
             let opts = write::DeleteOpts::read(&body, &q)?;
             let (label, field) = selectors(kind, &q)?;
+            let scope = kind.namespaced().then_some(ns.as_str());
             let (rv, victims) = sim
                 .store
-                .list(kind, Some(&ns), |o| label.matches(o) && field.matches(o));
+                .list(kind, scope, |o| label.matches(o) && field.matches(o));
             let mut items = Vec::new();
             for v in victims {
                 if let Ok(gone) = write::delete_one(&sim, kind, &ns, objects::name(&v), &opts) {
@@ -452,6 +476,7 @@ fn check_body_identity(
     }
     let md = ensure_object(&mut obj["metadata"]);
     if let Some(n) = md.get("namespace").and_then(Value::as_str)
+        && kind.namespaced()
         && !n.is_empty()
         && n != ns
     {
@@ -509,6 +534,22 @@ mod tests {
             "deletecollection"
         );
         assert!(parse_request(&Method::GET, "/api/v1/namespaces/ns/jobs", false).is_none());
+        let i = parse_request(&Method::GET, "/api/v1/nodes/n1", false).unwrap();
+        assert_eq!(
+            (i.kind, i.ns, i.name.as_deref()),
+            (Kind::Node, None, Some("n1"))
+        );
+        assert!(parse_request(&Method::GET, "/api/v1/namespaces/ns/nodes", false).is_none());
+        assert!(parse_request(&Method::GET, "/api/v1/secrets/s", false).is_none());
+        let i = parse_request(&Method::GET, "/api/v1/namespaces/ns/events", true).unwrap();
+        assert_eq!((i.verb, i.kind), ("watch", Kind::Event));
+        let i = parse_request(
+            &Method::POST,
+            "/api/v1/namespaces/ns/serviceaccounts",
+            false,
+        )
+        .unwrap();
+        assert_eq!((i.verb, i.kind), ("create", Kind::ServiceAccount));
         assert!(
             parse_request(
                 &Method::GET,

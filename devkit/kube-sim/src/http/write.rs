@@ -62,6 +62,7 @@ pub(super) fn delete_one(
         // batch/v1 Jobs orphan their pods unless told otherwise, as on a real server.
         Kind::Job => sim.delete_job(ns, name, opts.propagation.unwrap_or(Propagation::Orphan))?,
         Kind::Pod => sim.delete_pod(ns, name, opts.grace)?,
+        other => sim.delete_object(other, ns, name)?,
     };
     Ok((*gone).clone())
 }
@@ -111,8 +112,15 @@ pub(super) fn apply_changes(cur: &mut Value, new: &Value, status_only: bool) {
             }
         }
     }
-    if !new["spec"].is_null() {
-        cur["spec"] = new["spec"].clone();
+    // Everything outside metadata and status is the object's own content
+    // (`spec`, a Secret's `data`, an Event's fields, ...).
+    if let Some(fields) = new.as_object() {
+        for (k, v) in fields {
+            if matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status") || v.is_null() {
+                continue;
+            }
+            ensure_object(cur).insert(k.clone(), v.clone());
+        }
     }
 }
 

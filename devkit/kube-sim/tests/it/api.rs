@@ -582,7 +582,7 @@ async fn rbac_token_gets_403_outside_its_role() {
             "get jobs/status",
         ),
         (
-            as_role(c.post(format!("{}/admin/node/crash", s.url()))),
+            as_role(c.post(format!("{}/admin/nodes/sim-node-1/crash", s.url()))),
             "admin",
         ),
     ] {
@@ -705,6 +705,29 @@ async fn discovery_documents() {
             .iter()
             .any(|r| r["name"] == "pods/log")
     );
+    let core: Vec<(String, bool)> = v["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["namespaced"] == true,
+            )
+        })
+        .collect();
+    for (name, namespaced) in [
+        ("nodes", false),
+        ("secrets", true),
+        ("serviceaccounts", true),
+        ("events", true),
+        ("pods/eviction", true),
+    ] {
+        assert!(
+            core.contains(&(name.to_string(), namespaced)),
+            "{name}: {core:?}"
+        );
+    }
     // Tables for kubectl
     post(&c, &jobs_url(&s), &plain_job("a", json!({}), 1.0)).await;
     let r = c

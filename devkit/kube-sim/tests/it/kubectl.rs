@@ -192,3 +192,120 @@ async fn kubectl_works_against_the_sim() {
     )
     .await;
 }
+
+/// kubectl's `create secret generic`, `create serviceaccount`, `get nodes`,
+/// `get events` and `describe pod` (with the pod's Events) against the sim.
+#[tokio::test]
+async fn kubectl_creates_secrets_and_accounts_and_describes_pending_pods() {
+    if !kubectl_on_path() {
+        println!(
+            "SKIP kubectl_creates_secrets_and_accounts_and_describes_pending_pods: kubectl is not on PATH"
+        );
+        return;
+    }
+    let s = sim().await;
+    let home_dir = tempfile::tempdir().unwrap();
+    let home = home_dir.path().to_path_buf();
+    let kc = s.kubeconfig_path().to_path_buf();
+    let run = move |args: Vec<String>| {
+        let out = Command::new("kubectl")
+            .env("HOME", &home)
+            .env_remove("KUBECONFIG")
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(&args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let kubectl = |args: &[&str]| {
+        let r = run.clone();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || r(args))
+    };
+    let out = kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "harness",
+        "--from-literal=API_KEY=x",
+    ])
+    .await
+    .unwrap();
+    assert!(out.contains("secret/harness created"), "{out}");
+    let out = kubectl(&["create", "serviceaccount", "runner"])
+        .await
+        .unwrap();
+    assert!(out.contains("serviceaccount/runner created"), "{out}");
+    let out = kubectl(&["get", "secrets"]).await.unwrap();
+    assert!(
+        out.starts_with("NAME") && out.contains("harness") && out.contains("Opaque"),
+        "{out}"
+    );
+    let out = kubectl(&["get", "sa"]).await.unwrap();
+    assert!(out.contains("default") && out.contains("runner"), "{out}");
+    let out = kubectl(&["get", "nodes"]).await.unwrap();
+    let header = out.lines().next().unwrap();
+    assert!(
+        header.contains("STATUS") && header.contains("VERSION"),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .filter(|l| l.starts_with("sim-node-") && l.contains(" Ready "))
+            .count()
+            == 2,
+        "{out}"
+    );
+
+    // A pod whose env names a Secret that does not exist.
+    let mut j = plain_job("cfg", json!({}), 300.0);
+    j["spec"]["template"]["spec"]["containers"][0]["envFrom"] =
+        json!([{"secretRef": {"name": "missing"}}]);
+    let c = client();
+    assert_eq!(post(&c, &jobs_url(&s), &j).await.0, 201);
+    let pod = eventually("the pod waits", SECS, || async {
+        let (_, l) = get(
+            &c,
+            &format!("{}?labelSelector=job-name%3Dcfg", pods_url(&s)),
+        )
+        .await;
+        l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| {
+                p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                    == "CreateContainerConfigError"
+            })
+            .cloned()
+    })
+    .await;
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    let out = kubectl(&["get", "pods", "-l", "job-name=cfg"])
+        .await
+        .unwrap();
+    assert!(out.contains("CreateContainerConfigError"), "{out}");
+    let out = kubectl(&["describe", "pod", &name]).await.unwrap();
+    assert!(out.contains("Events:"), "{out}");
+    for want in [
+        "Scheduled",
+        "Successfully assigned",
+        "Error: secret \"missing\" not found",
+        "CreateContainerConfigError",
+        "node.kubernetes.io/unreachable:NoExecute op=Exists for 300s",
+    ] {
+        assert!(out.contains(want), "describe lacks {want:?}:\n{out}");
+    }
+    let out = kubectl(&["get", "events"]).await.unwrap();
+    assert!(
+        out.contains("SuccessfulCreate") && out.contains("job/cfg"),
+        "{out}"
+    );
+}

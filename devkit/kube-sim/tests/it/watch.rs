@@ -134,6 +134,11 @@ async fn a_field_selector_watch_sees_a_pod_start_matching_when_it_runs() {
     )
     .await;
     assert_eq!(code, 200);
+    // As upstream's registry does, the pod is first written with its
+    // deletionTimestamp (MODIFIED, still Running), then removed.
+    let ev = w.next_change(SECS).await.unwrap();
+    assert_eq!(ev["type"], "MODIFIED");
+    assert!(ev["object"]["metadata"]["deletionTimestamp"].is_string());
     let ev = w.next_change(SECS).await.unwrap();
     assert_eq!(
         (
