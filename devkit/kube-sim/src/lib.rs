@@ -59,11 +59,13 @@ pub mod kubeconfig;
 pub mod kubelet;
 pub mod objects;
 pub mod rbac;
+pub mod schema;
 pub mod selector;
 pub mod sim;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod validation;
 
 pub use admin::{AdminClient, Counters};
 pub use faults::{ApiFault, ApiFaultMode};

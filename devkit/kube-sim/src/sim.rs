@@ -113,27 +113,16 @@ impl Sim {
         self.programs.load(Ordering::SeqCst)
     }
 
-    /// Validates, defaults and stores a new Job.
-    pub fn create_job(&self, ns: &str, mut job: Value) -> Result<Arc<Value>, ApiError> {
-        objects::strip_server_fields(&mut job, false);
-        objects::validate_job(&job)?;
-        // Resolve generateName first: the pod template's job-name label needs it.
-        if objects::name(&job).is_empty() {
-            let prefix = job["metadata"]["generateName"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            job["metadata"]["name"] = json!(format!("{prefix}{}", crate::store::random_suffix()));
-        }
-        objects::default_job(&mut job);
+    /// Validates, defaults and stores a new Job (see
+    /// [`crate::validation::admit_create`]).
+    pub fn create_job(&self, ns: &str, job: Value) -> Result<Arc<Value>, ApiError> {
+        let job = crate::validation::admit_create(Kind::Job, job, false)?;
         self.store.create(Kind::Job, ns, job, self.clock.now())
     }
 
     /// Validates, defaults and stores a new Pod, and starts it.
-    pub fn create_pod(self: &Arc<Self>, ns: &str, mut pod: Value) -> Result<Arc<Value>, ApiError> {
-        objects::strip_server_fields(&mut pod, false);
-        objects::validate_pod(&pod)?;
-        objects::default_pod(&mut pod);
+    pub fn create_pod(self: &Arc<Self>, ns: &str, pod: Value) -> Result<Arc<Value>, ApiError> {
+        let pod = crate::validation::admit_create(Kind::Pod, pod, false)?;
         self.insert_pod(ns, pod)
     }
 
