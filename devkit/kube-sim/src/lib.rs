@@ -58,6 +58,7 @@ pub mod http;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod objects;
+pub mod openapi;
 pub mod rbac;
 pub mod schema;
 pub mod selector;

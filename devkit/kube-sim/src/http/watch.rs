@@ -35,14 +35,8 @@ pub(super) fn watch(
         field = FieldSelector::parse(&format!("metadata.name={n}"), kind.resource())
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
-    let bookmarks = matches!(
-        q.get("allowWatchBookmarks").map(String::as_str),
-        Some("true" | "1")
-    );
-    let initial_events = matches!(
-        q.get("sendInitialEvents").map(String::as_str),
-        Some("true" | "1")
-    );
+    let bookmarks = super::params::flag(q, "allowWatchBookmarks");
+    let initial_events = super::params::flag(q, "sendInitialEvents");
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
