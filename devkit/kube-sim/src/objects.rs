@@ -126,12 +126,12 @@ fn default_containers(list: &mut Value) {
         default(c, "terminationMessagePath", json!("/dev/termination-log"));
         default(c, "terminationMessagePolicy", json!("File"));
         default(c, "resources", json!({}));
-        if let Some(ports) = c["ports"].as_array_mut() {
+        if let Some(ports) = c.pointer_mut("/ports").and_then(Value::as_array_mut) {
             for p in ports.iter_mut().filter(|p| p.is_object()) {
                 default(p, "protocol", json!("TCP"));
             }
         }
-        if let Some(env) = c["env"].as_array_mut() {
+        if let Some(env) = c.pointer_mut("/env").and_then(Value::as_array_mut) {
             for e in env
                 .iter_mut()
                 .filter(|e| e["valueFrom"]["fieldRef"].is_object())
@@ -150,11 +150,12 @@ pub fn default_pod_spec(spec: &mut Value) {
     default(spec, "securityContext", json!({}));
     default(spec, "restartPolicy", json!("Always"));
     default(spec, "enableServiceLinks", json!(true));
-    default_containers(&mut spec["containers"]);
-    if spec["initContainers"].is_array() {
-        default_containers(&mut spec["initContainers"]);
+    for key in ["/containers", "/initContainers"] {
+        if let Some(list) = spec.pointer_mut(key) {
+            default_containers(list);
+        }
     }
-    if let Some(vols) = spec["volumes"].as_array_mut() {
+    if let Some(vols) = spec.pointer_mut("/volumes").and_then(Value::as_array_mut) {
         for v in vols.iter_mut() {
             for key in ["secret", "configMap"] {
                 if v[key].is_object() {
@@ -221,8 +222,8 @@ fn qos_class(spec: &Value) -> &'static str {
 /// the limits) and its initial status.
 pub fn default_pod(pod: &mut Value) {
     default_pod_spec(&mut pod["spec"]);
-    for key in ["containers", "initContainers"] {
-        if let Some(cs) = pod["spec"][key].as_array_mut() {
+    for key in ["/spec/containers", "/spec/initContainers"] {
+        if let Some(cs) = pod.pointer_mut(key).and_then(Value::as_array_mut) {
             for c in cs.iter_mut() {
                 let limits = c["resources"]["limits"].clone();
                 if let Some(l) = limits.as_object()

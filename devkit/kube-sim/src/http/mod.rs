@@ -7,6 +7,7 @@ mod fields;
 mod list;
 mod logs;
 pub mod params;
+mod smp;
 mod watch;
 mod write;
 

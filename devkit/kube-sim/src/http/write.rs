@@ -3,7 +3,7 @@
 //! `dryRun`.
 
 use super::params::{DeleteOpts, WriteOptions};
-use super::{dryrun, fields, parse_body};
+use super::{dryrun, fields, parse_body, smp};
 use crate::objects::ensure_object;
 use crate::sim::{Propagation, Sim};
 use crate::status::ApiError;
@@ -125,8 +125,8 @@ pub(super) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// Applies a merge patch; returns the object and the warnings (unknown
-/// fields dropped).
+/// Applies a JSON merge patch or a strategic merge patch; returns the
+/// object and the warnings (unknown fields dropped).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn patch(
     sim: &Sim,
@@ -138,16 +138,21 @@ pub(super) fn patch(
     status_only: bool,
     opts: WriteOptions,
 ) -> Result<(std::sync::Arc<Value>, Vec<String>), ApiError> {
-    let ct = ct.split(';').next().unwrap_or("").trim();
-    if ct != "application/merge-patch+json" && ct != "application/strategic-merge-patch+json" {
-        return Err(ApiError::unsupported_media(ct));
-    }
+    let strategic = match ct.split(';').next().unwrap_or("").trim() {
+        "application/merge-patch+json" => false,
+        "application/strategic-merge-patch+json" => true,
+        other => return Err(ApiError::unsupported_media(other)),
+    };
     let p = parse_body(body)?;
     let key = Key::new(kind, ns, name);
     let mut warnings = Vec::new();
     let out = write_or_preview(sim, &key, opts.dry_run, |cur| {
         let mut next = cur.clone();
-        merge_patch(&mut next, &p);
+        if strategic {
+            smp::apply(&mut next, &p);
+        } else {
+            merge_patch(&mut next, &p);
+        }
         warnings = fields::check_patched(kind, &p, &mut next, opts.field_validation)?;
         let before = cur.clone();
         apply_changes(cur, &next, status_only);

@@ -323,10 +323,11 @@ fn generate_name(prefix: &str) -> String {
 /// Rewrites every container resource quantity in its canonical form (the
 /// API server stores what it parsed, printed again).
 fn canonicalize_quantities(spec: &mut Value) {
-    for key in ["containers", "initContainers"] {
-        for c in spec[key].as_array_mut().into_iter().flatten() {
-            for list in ["requests", "limits"] {
-                if let Some(m) = c["resources"][list].as_object_mut() {
+    for key in ["/containers", "/initContainers"] {
+        let cs = spec.pointer_mut(key).and_then(Value::as_array_mut);
+        for c in cs.into_iter().flatten() {
+            for list in ["/resources/requests", "/resources/limits"] {
+                if let Some(m) = c.pointer_mut(list).and_then(Value::as_object_mut) {
                     for v in m.values_mut() {
                         let s = match v {
                             Value::String(s) => s.clone(),
