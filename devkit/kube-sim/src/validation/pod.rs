@@ -422,15 +422,11 @@ fn validate_volume_source(vol: &Value, idx: &str, errs: &mut ErrorList) {
                     ));
                 }
             }
-            "hostPath" => {
-                if str_of(src, "path").is_empty() {
-                    errs.push(FieldError::required(&path::child(&field, "path"), ""));
-                }
+            "hostPath" if str_of(src, "path").is_empty() => {
+                errs.push(FieldError::required(&path::child(&field, "path"), ""));
             }
-            "persistentVolumeClaim" => {
-                if str_of(src, "claimName").is_empty() {
-                    errs.push(FieldError::required(&path::child(&field, "claimName"), ""));
-                }
+            "persistentVolumeClaim" if str_of(src, "claimName").is_empty() => {
+                errs.push(FieldError::required(&path::child(&field, "claimName"), ""));
             }
             _ => {}
         }

@@ -228,12 +228,12 @@ impl Quantity {
         }
         let sign = if self.nanos < 0 { "-" } else { "" };
         let abs = self.nanos.unsigned_abs();
-        let whole = abs % 1_000_000_000 == 0;
+        let whole = abs.is_multiple_of(1_000_000_000);
         if self.format == Format::BinarySi && whole && abs / 1_000_000_000 >= 1024 {
             let mut v = abs / 1_000_000_000;
             let mut k = 0;
             let names = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
-            while k < 6 && v % 1024 == 0 {
+            while k < 6 && v.is_multiple_of(1024) {
                 v /= 1024;
                 k += 1;
             }
@@ -242,7 +242,7 @@ impl Quantity {
         // decimal: the largest exponent (a multiple of 3) that divides exactly
         let mut e: i32 = -9;
         let mut m = abs;
-        while m % 1000 == 0 {
+        while m.is_multiple_of(1000) {
             m /= 1000;
             e += 3;
         }

@@ -5,5 +5,8 @@ mod backend;
 mod cli;
 mod common;
 mod kube_client;
+mod kube_writes;
 mod kubectl;
 mod lifecycle;
+mod python_client;
+mod writes;
