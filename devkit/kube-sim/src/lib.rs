@@ -45,6 +45,12 @@
 //!   until `TCAB_DRIVER_REPORT_DEADLINE_SECONDS` (sim time) when that is set.
 //!   It does not enforce `TCAB_DRIVER_FINISH_DEADLINE_SECONDS` (`hang`
 //!   means hang, for deadline and fault tests).
+//! - Writes are checked as the API server checks them: Jobs and Pods are
+//!   defaulted and validated ([`validation`]: `422 Invalid` with upstream's
+//!   causes), unknown fields are dropped with a `Warning` header or refused
+//!   under `fieldValidation=Strict` ([`schema`]), `dryRun=All` changes
+//!   nothing, DELETE honours `preconditions`, and boolean query parameters
+//!   read as upstream's ([`http::params::parse_bool`]).
 //! - Admin endpoints: see [`admin`].
 
 pub mod admin;
