@@ -546,6 +546,9 @@ async fn a_node_crash_removes_every_pod_at_once() {
             sandboxes(&s, id).await.into_iter().next()
         })
         .await;
+        // A hanging driver reports `running` and then calls nothing more
+        // until it is stopped: only then is the count of calls settled.
+        wait_reported(&b, &format!("/jobs/{id}/status running")).await;
     }
     let before = b.calls().len();
     let removed = s.admin().crash_node().await.unwrap();
