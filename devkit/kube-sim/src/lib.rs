@@ -60,6 +60,12 @@
 //!   until `TCAB_DRIVER_REPORT_DEADLINE_SECONDS` (sim time) when that is set.
 //!   It does not enforce `TCAB_DRIVER_FINISH_DEADLINE_SECONDS` (`hang`
 //!   means hang, for deadline and fault tests).
+//! - Writes are checked as the API server checks them: Jobs and Pods are
+//!   defaulted and validated ([`validation`]: `422 Invalid` with upstream's
+//!   causes), unknown fields are dropped with a `Warning` header or refused
+//!   under `fieldValidation=Strict` ([`schema`]), `dryRun=All` changes
+//!   nothing, DELETE honours `preconditions`, and boolean query parameters
+//!   read as upstream's ([`http::params::parse_bool`]).
 //! - A watch with a label or field selector gets ADDED when an object starts
 //!   matching and DELETED (its previous content, at the change's
 //!   resourceVersion) when it stops, live and in a replay, as the API
@@ -85,17 +91,20 @@ pub mod kubeconfig;
 pub mod kubelet;
 pub mod nodes;
 pub mod objects;
+pub mod openapi;
 pub mod podgc;
 pub mod podstatus;
 pub mod quantity;
 pub mod rbac;
 pub mod scheduler;
+pub mod schema;
 pub mod selector;
 pub mod sim;
 pub mod status;
 pub mod store;
 pub mod table;
 pub mod taints;
+pub mod validation;
 
 pub use admin::{AdminClient, Counters};
 pub use faults::{ApiFault, ApiFaultMode, FaultRule, FaultStatus, WatchScope};

@@ -1,8 +1,8 @@
-//! Validation and defaulting of Jobs and Pods as the API server does it, and
-//! small helpers to read and write fields of JSON objects.
+//! Defaulting of Jobs and Pods as the API server does it, and small helpers
+//! to read and write fields of JSON objects. Validation lives in
+//! [`crate::validation`].
 
 use crate::clock::k8s_time;
-use crate::status::ApiError;
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
@@ -79,190 +79,6 @@ fn default(obj: &mut Value, key: &str, value: Value) {
     }
 }
 
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-fn label_value_ok(v: &str) -> bool {
-    v.is_empty()
-        || (v.len() <= 63
-            && v.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && v.as_bytes()[0].is_ascii_alphanumeric()
-            && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric())
-}
-
-fn label_key_ok(k: &str) -> bool {
-    let (prefix, name) = match k.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, k),
-    };
-    prefix.is_none_or(is_dns_subdomain)
-        && !name.is_empty()
-        && name.len() <= 63
-        && label_value_ok(name)
-}
-
-type Causes = Vec<(String, String)>;
-
-fn check_metadata(md: &Value, max_name: usize, causes: &mut Causes) {
-    let name = md["name"].as_str().unwrap_or("");
-    let generate = md["generateName"].as_str().unwrap_or("");
-    if name.is_empty() && generate.is_empty() {
-        causes.push((
-            "metadata.name".into(),
-            "Required value: name or generateName is required".into(),
-        ));
-    } else if !name.is_empty() && (!is_dns_subdomain(name) || name.len() > max_name) {
-        causes.push((
-            "metadata.name".into(),
-            format!("Invalid value: {name:?}: a lowercase RFC 1123 subdomain of at most {max_name} characters"),
-        ));
-    }
-    check_labels(&md["labels"], "metadata.labels", causes);
-}
-
-fn check_labels(labels: &Value, field: &str, causes: &mut Causes) {
-    match labels {
-        Value::Null => {}
-        Value::Object(m) => {
-            for (k, v) in m {
-                if !label_key_ok(k) {
-                    causes.push((
-                        field.into(),
-                        format!("Invalid value: {k:?}: not a valid label key"),
-                    ));
-                }
-                match v.as_str() {
-                    Some(s) if label_value_ok(s) => {}
-                    _ => causes.push((
-                        field.to_string(),
-                        format!("Invalid value: {v}: not a valid label value"),
-                    )),
-                }
-            }
-        }
-        _ => causes.push((
-            field.into(),
-            "Invalid value: must be a map of strings".into(),
-        )),
-    }
-}
-
-fn check_pod_spec(spec: &Value, field: &str, causes: &mut Causes) {
-    let containers = spec["containers"].as_array();
-    match containers {
-        Some(cs) if !cs.is_empty() => {
-            for (i, c) in cs.iter().enumerate() {
-                let cname = c["name"].as_str().unwrap_or("");
-                if !is_dns_label(cname) {
-                    causes.push((
-                        format!("{field}.containers[{i}].name"),
-                        "Required value: a DNS-1123 label".into(),
-                    ));
-                }
-                if c["image"].as_str().unwrap_or("").is_empty() {
-                    causes.push((
-                        format!("{field}.containers[{i}].image"),
-                        "Required value".into(),
-                    ));
-                }
-            }
-        }
-        _ => causes.push((format!("{field}.containers"), "Required value".into())),
-    }
-    if let Some(g) = spec
-        .get("terminationGracePeriodSeconds")
-        .filter(|g| !g.is_null())
-        && g.as_i64().is_none_or(|g| g < 0)
-    {
-        causes.push((
-            format!("{field}.terminationGracePeriodSeconds"),
-            "Invalid value: must be >= 0".into(),
-        ));
-    }
-}
-
-fn check_non_negative(spec: &Value, key: &str, field: &str, min: i64, causes: &mut Causes) {
-    if let Some(v) = spec.get(key).filter(|v| !v.is_null())
-        && v.as_i64().is_none_or(|n| n < min)
-    {
-        causes.push((
-            format!("{field}.{key}"),
-            format!("Invalid value: {v}: must be greater than or equal to {min}"),
-        ));
-    }
-}
-
-/// Validates a Job as the API server would on create (422 Invalid).
-pub fn validate_job(job: &Value) -> Result<(), ApiError> {
-    let mut causes = Causes::new();
-    check_metadata(&job["metadata"], 63, &mut causes);
-    let spec = &job["spec"];
-    if !spec.is_object() {
-        causes.push(("spec".into(), "Required value".into()));
-    } else {
-        let tpl = &spec["template"];
-        if !tpl["spec"].is_object() {
-            causes.push(("spec.template.spec".into(), "Required value".into()));
-        } else {
-            check_pod_spec(&tpl["spec"], "spec.template.spec", &mut causes);
-            match tpl["spec"]["restartPolicy"].as_str() {
-                Some("Never" | "OnFailure") => {}
-                other => causes.push((
-                    "spec.template.spec.restartPolicy".into(),
-                    format!(
-                        "Unsupported value: {other:?}: supported values: \"OnFailure\", \"Never\""
-                    ),
-                )),
-            }
-        }
-        check_labels(
-            &tpl["metadata"]["labels"],
-            "spec.template.metadata.labels",
-            &mut causes,
-        );
-        check_non_negative(spec, "backoffLimit", "spec", 0, &mut causes);
-        check_non_negative(spec, "activeDeadlineSeconds", "spec", 1, &mut causes);
-        check_non_negative(spec, "ttlSecondsAfterFinished", "spec", 0, &mut causes);
-        check_non_negative(spec, "completions", "spec", 0, &mut causes);
-        check_non_negative(spec, "parallelism", "spec", 0, &mut causes);
-    }
-    finish(causes, "batch", "Job", job)
-}
-
-/// Validates a Pod as the API server would on create (422 Invalid).
-pub fn validate_pod(pod: &Value) -> Result<(), ApiError> {
-    let mut causes = Causes::new();
-    check_metadata(&pod["metadata"], 253, &mut causes);
-    if !pod["spec"].is_object() {
-        causes.push(("spec".into(), "Required value".into()));
-    } else {
-        check_pod_spec(&pod["spec"], "spec", &mut causes);
-    }
-    finish(causes, "", "Pod", pod)
-}
-
-fn finish(causes: Causes, group: &str, kind: &str, obj: &Value) -> Result<(), ApiError> {
-    if causes.is_empty() {
-        return Ok(());
-    }
-    let shown = match name(obj) {
-        "" => obj["metadata"]["generateName"].as_str().unwrap_or(""),
-        n => n,
-    };
-    Err(ApiError::invalid(group, kind, shown, &causes))
-}
-
 /// Removes fields a client may not set on create (uid, resourceVersion,
 /// timestamps, status).
 pub fn strip_server_fields(obj: &mut Value, keep_status: bool) {
@@ -284,34 +100,74 @@ pub fn strip_server_fields(obj: &mut Value, keep_status: bool) {
     }
 }
 
-fn default_pod_spec(spec: &mut Value) {
+/// `imagePullPolicy` for an image: `Always` for `:latest` or no tag (and no
+/// digest), else `IfNotPresent`.
+fn default_pull_policy(image: &str) -> &'static str {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    match last.rsplit_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+fn default_containers(list: &mut Value) {
+    let Some(cs) = list.as_array_mut() else {
+        return;
+    };
+    for c in cs {
+        if !c.is_object() {
+            continue;
+        }
+        let image = c["image"].as_str().unwrap_or("").to_string();
+        default(c, "imagePullPolicy", json!(default_pull_policy(&image)));
+        default(c, "terminationMessagePath", json!("/dev/termination-log"));
+        default(c, "terminationMessagePolicy", json!("File"));
+        default(c, "resources", json!({}));
+        if let Some(ports) = c.pointer_mut("/ports").and_then(Value::as_array_mut) {
+            for p in ports.iter_mut().filter(|p| p.is_object()) {
+                default(p, "protocol", json!("TCP"));
+            }
+        }
+        if let Some(env) = c.pointer_mut("/env").and_then(Value::as_array_mut) {
+            for e in env
+                .iter_mut()
+                .filter(|e| e["valueFrom"]["fieldRef"].is_object())
+            {
+                default(&mut e["valueFrom"]["fieldRef"], "apiVersion", json!("v1"));
+            }
+        }
+    }
+}
+
+/// The defaults of a pod spec (of a pod or a pod template).
+pub fn default_pod_spec(spec: &mut Value) {
     default(spec, "terminationGracePeriodSeconds", json!(30));
     default(spec, "dnsPolicy", json!("ClusterFirst"));
     default(spec, "schedulerName", json!("default-scheduler"));
     default(spec, "securityContext", json!({}));
     default(spec, "restartPolicy", json!("Always"));
-    if let Some(cs) = spec["containers"].as_array_mut() {
-        for c in cs {
-            let image = c["image"].as_str().unwrap_or("").to_string();
-            let pull = if image.ends_with(":latest") || !image.contains(':') {
-                "Always"
-            } else {
-                "IfNotPresent"
-            };
-            default(c, "imagePullPolicy", json!(pull));
-            default(c, "terminationMessagePath", json!("/dev/termination-log"));
-            default(c, "terminationMessagePolicy", json!("File"));
-            default(c, "resources", json!({}));
+    default(spec, "enableServiceLinks", json!(true));
+    for key in ["/containers", "/initContainers"] {
+        if let Some(list) = spec.pointer_mut(key) {
+            default_containers(list);
+        }
+    }
+    if let Some(vols) = spec.pointer_mut("/volumes").and_then(Value::as_array_mut) {
+        for v in vols.iter_mut() {
+            for key in ["secret", "configMap"] {
+                if v[key].is_object() {
+                    default(&mut v[key], "defaultMode", json!(0o644));
+                }
+            }
         }
     }
 }
 
-/// Fills the defaults the API server sets on a new Job, including a fresh
-/// uid, the selector on it and the pod template's controller labels.
-pub fn default_job(job: &mut Value) {
-    let uid = uuid::Uuid::new_v4().to_string();
-    job["metadata"]["uid"] = json!(uid);
-    let spec = &mut job["spec"];
+/// The defaults of a Job spec and its pod template (create and update).
+pub fn default_job_spec(spec: &mut Value) {
     default(spec, "parallelism", json!(1));
     default(spec, "completions", json!(1));
     default(spec, "backoffLimit", json!(6));
@@ -319,33 +175,69 @@ pub fn default_job(job: &mut Value) {
     default(spec, "suspend", json!(false));
     default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
     default(spec, "manualSelector", json!(false));
-    let job_name = job["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let spec = &mut job["spec"];
-    if spec["selector"].is_null() {
-        spec["selector"] = json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}});
-    }
-    let labels = ensure_object(&mut spec["template"]["metadata"]["labels"]);
-    labels.insert("batch.kubernetes.io/controller-uid".into(), json!(uid));
-    labels.insert("controller-uid".into(), json!(uid));
-    if !job_name.is_empty() {
-        labels.insert("batch.kubernetes.io/job-name".into(), json!(job_name));
-        labels.insert("job-name".into(), json!(job_name));
-    }
     default_pod_spec(&mut spec["template"]["spec"]);
+}
+
+/// Fills the defaults the API server sets on a new Job: a fresh uid, the
+/// spec's defaults, and (unless `manualSelector`) the generated selector and
+/// the template's controller labels.
+pub fn default_job(job: &mut Value) {
+    let uid = uuid::Uuid::new_v4().to_string();
+    job["metadata"]["uid"] = json!(uid);
+    default_job_spec(&mut job["spec"]);
+    crate::validation::job::generate_selector(job);
     job["status"] = json!({});
 }
 
-/// Fills the defaults the API server sets on a new Pod.
+/// QoS class of a pod spec: Guaranteed when every container has cpu and
+/// memory limits equal to its requests, BestEffort when none has any,
+/// else Burstable.
+fn qos_class(spec: &Value) -> &'static str {
+    let cs = spec["containers"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let any = cs.iter().any(|c| {
+        ["requests", "limits"]
+            .iter()
+            .any(|k| c["resources"][k].as_object().is_some_and(|m| !m.is_empty()))
+    });
+    if !any {
+        return "BestEffort";
+    }
+    let guaranteed = cs.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| {
+            let l = &c["resources"]["limits"][r];
+            !l.is_null() && c["resources"]["requests"][r] == *l
+        })
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// Fills the defaults the API server sets on a new Pod (requests default to
+/// the limits) and its initial status.
 pub fn default_pod(pod: &mut Value) {
     default_pod_spec(&mut pod["spec"]);
-    let qos = if pod["spec"]["containers"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["resources"]["requests"].is_object() || c["resources"]["limits"].is_object())
-    }) {
-        "Burstable"
-    } else {
-        "BestEffort"
-    };
+    for key in ["/spec/containers", "/spec/initContainers"] {
+        if let Some(cs) = pod.pointer_mut(key).and_then(Value::as_array_mut) {
+            for c in cs.iter_mut() {
+                let limits = c["resources"]["limits"].clone();
+                if let Some(l) = limits.as_object()
+                    && !l.is_empty()
+                {
+                    let req = ensure_object(&mut c["resources"]["requests"]);
+                    for (k, v) in l {
+                        req.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                }
+            }
+        }
+    }
+    let qos = qos_class(&pod["spec"]);
     pod["status"] = json!({"phase": "Pending", "qosClass": qos});
 }
 
@@ -396,7 +288,6 @@ mod tests {
     #[test]
     fn valid_job_gets_defaults() {
         let mut j = job();
-        validate_job(&j).unwrap();
         default_job(&mut j);
         assert_eq!(j["spec"]["backoffLimit"], 6);
         assert_eq!(j["spec"]["template"]["metadata"]["labels"]["job-name"], "j");
@@ -404,6 +295,8 @@ mod tests {
             j["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
             30
         );
+        let errs = crate::validation::job::validate_job(&j);
+        assert!(errs.is_empty(), "{errs:?}");
         let p = pod_for_job(&j);
         assert_eq!(p["metadata"]["generateName"], "j-");
         assert_eq!(controller_job(&p).unwrap().0, "j");
@@ -411,39 +304,24 @@ mod tests {
     }
 
     #[test]
-    fn invalid_jobs_name_their_fields() {
-        let mut j = job();
-        j["spec"]["template"]["spec"]["containers"][0]["image"] = json!("");
-        let e = validate_job(&j).unwrap_err();
-        assert_eq!(e.code, 422);
-        assert!(
-            e.message.contains("spec.template.spec.containers[0].image"),
-            "{}",
-            e.message
-        );
-        let mut j = job();
-        j["spec"]["template"]["spec"]["containers"] = json!([]);
-        assert!(validate_job(&j).unwrap_err().message.contains("containers"));
-        let mut j = job();
-        j["spec"]["template"]["spec"]["restartPolicy"] = json!("Always");
-        assert!(
-            validate_job(&j)
-                .unwrap_err()
-                .message
-                .contains("restartPolicy")
-        );
-        let mut j = job();
-        j["metadata"] = json!({});
-        assert!(
-            validate_job(&j)
-                .unwrap_err()
-                .message
-                .contains("metadata.name")
-        );
-        let mut j = job();
-        j["metadata"]["labels"]["bad"] = json!("-x");
-        assert!(validate_job(&j).is_err());
-        assert!(validate_job(&json!({"metadata": {"name": "x"}})).is_err());
+    fn pod_defaults() {
+        assert_eq!(default_pull_policy("img"), "Always");
+        assert_eq!(default_pull_policy("img:latest"), "Always");
+        assert_eq!(default_pull_policy("reg:5000/img"), "Always");
+        assert_eq!(default_pull_policy("reg:5000/img:1"), "IfNotPresent");
+        assert_eq!(default_pull_policy("img@sha256:ab"), "IfNotPresent");
+        let mut p = json!({"spec": {"containers": [{"name": "c", "image": "i:1",
+            "ports": [{"containerPort": 80}],
+            "env": [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}],
+            "volumes": [{"name": "s", "secret": {"secretName": "x"}}]}});
+        default_pod(&mut p);
+        let c = &p["spec"]["containers"][0];
+        assert_eq!(c["ports"][0]["protocol"], "TCP");
+        assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
+        assert_eq!(c["resources"]["requests"]["memory"], "1Gi");
+        assert_eq!(p["spec"]["volumes"][0]["secret"]["defaultMode"], 420);
+        assert_eq!(p["status"]["qosClass"], "Guaranteed");
     }
 
     #[test]

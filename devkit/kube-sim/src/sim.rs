@@ -312,28 +312,17 @@ impl Sim {
         }
     }
 
-    /// Validates, defaults and stores a new Job.
-    pub fn create_job(&self, ns: &str, mut job: Value) -> Result<Arc<Value>, ApiError> {
-        objects::strip_server_fields(&mut job, false);
-        objects::validate_job(&job)?;
-        // Resolve generateName first: the pod template's job-name label needs it.
-        if objects::name(&job).is_empty() {
-            let prefix = job["metadata"]["generateName"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            job["metadata"]["name"] = json!(format!("{prefix}{}", crate::store::random_suffix()));
-        }
-        objects::default_job(&mut job);
+    /// Validates, defaults and stores a new Job (see
+    /// [`crate::validation::admit_create`]).
+    pub fn create_job(&self, ns: &str, job: Value) -> Result<Arc<Value>, ApiError> {
+        let job = crate::validation::admit_create(Kind::Job, job, false)?;
         self.ensure_namespace(ns);
         self.store.create(Kind::Job, ns, job, self.clock.now())
     }
 
     /// Validates, defaults and admits a new Pod from the API.
-    pub fn create_pod(self: &Arc<Self>, ns: &str, mut pod: Value) -> Result<Arc<Value>, ApiError> {
-        objects::strip_server_fields(&mut pod, false);
-        objects::validate_pod(&pod)?;
-        objects::default_pod(&mut pod);
+    pub fn create_pod(self: &Arc<Self>, ns: &str, pod: Value) -> Result<Arc<Value>, ApiError> {
+        let pod = crate::validation::admit_create(Kind::Pod, pod, false)?;
         self.create_pod_internal(ns, pod)
     }
 
@@ -368,13 +357,13 @@ impl Sim {
         if md["name"].as_str().is_none_or(str::is_empty)
             && md["generateName"].as_str().is_none_or(str::is_empty)
         {
-            return Err(ApiError::invalid(
+            return Err(crate::validation::invalid(
                 kind.group(),
                 kind.kind(),
                 "",
-                &[(
-                    "metadata.name".into(),
-                    "Required value: name or generateName is required".into(),
+                &[crate::validation::FieldError::required(
+                    "metadata.name",
+                    "name or generateName is required",
                 )],
             ));
         }
@@ -680,9 +669,10 @@ fn prepare_secret(secret: &mut Value) -> Result<(), ApiError> {
     if let Some(data) = secret["data"].as_object() {
         for (k, v) in data {
             if !v.as_str().is_some_and(valid_b64) {
-                causes.push((
-                    format!("data[{k}]"),
-                    "Invalid value: must be base64-encoded bytes".to_string(),
+                causes.push(crate::validation::FieldError::invalid(
+                    &format!("data[{k}]"),
+                    crate::validation::BadValue::Raw("<secret contents redacted>".into()),
+                    "must be base64-encoded bytes",
                 ));
             }
         }
@@ -690,7 +680,7 @@ fn prepare_secret(secret: &mut Value) -> Result<(), ApiError> {
     if causes.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::invalid("", "Secret", &name, &causes))
+        Err(crate::validation::invalid("", "Secret", &name, &causes))
     }
 }
 

@@ -84,24 +84,16 @@ impl ApiError {
         e
     }
 
-    /// 422 Invalid, with one cause per bad field: `(field, message)`.
-    pub fn invalid(group: &str, kind: &str, name: &str, causes: &[(String, String)]) -> Self {
-        let summary: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
-        let mut e = Self::new(
-            422,
-            "Invalid",
-            format!(
-                "{kind}.{} \"{name}\" is invalid: {}",
-                if group.is_empty() { "core" } else { group },
-                summary.join(", ")
-            ),
-        );
-        let causes: Vec<Value> = causes
-            .iter()
-            .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
-            .collect();
-        e.details = Some(json!({"name": name, "group": group, "kind": kind, "causes": causes}));
-        e
+    /// 422 Invalid; the validation module adds the details and causes.
+    pub fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(422, "Invalid", message.into())
+    }
+
+    /// 500 with reason `Unknown` (sent as no reason at all): what the API
+    /// server answers for a plain Go error from its storage layer, such as
+    /// a create that carries `metadata.resourceVersion`.
+    pub fn unknown_internal(message: impl Into<String>) -> Self {
+        Self::new(500, "", message.into())
     }
 
     /// 400 BadRequest.
@@ -163,6 +155,11 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty()
+            && let Some(m) = s.as_object_mut()
+        {
+            m.remove("reason");
+        }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }
@@ -181,14 +178,8 @@ mod tests {
         assert_eq!(s["reason"], "NotFound");
         assert_eq!(s["message"], "jobs.batch \"x\" not found");
         assert_eq!(s["details"]["kind"], "jobs");
-        let s = ApiError::invalid(
-            "batch",
-            "Job",
-            "x",
-            &[("spec.template".into(), "Required value".into())],
-        )
-        .to_status();
-        assert_eq!(s["code"], 422);
-        assert_eq!(s["details"]["causes"][0]["field"], "spec.template");
+        let s = ApiError::unknown_internal("boom").to_status();
+        assert_eq!(s["code"], 500);
+        assert!(s.get("reason").is_none(), "{s}");
     }
 }

@@ -10,7 +10,10 @@ async fn a_stalled_claim_is_applied_late_even_after_its_caller_gave_up() {
     let rig = Rig::start().await;
     let id = rig.enqueue("h", "m", None).await;
     let a = rig
-        .post("/admin/faults", json!({"paths": ["/jobs/next"], "mode": "stall", "seconds": 0.6}))
+        .post(
+            "/admin/faults",
+            json!({"paths": ["/jobs/next"], "mode": "stall", "seconds": 0.6}),
+        )
         .await;
     assert_eq!(a.status, 200, "{:?}", a.body);
     // The caller gives up long before the stall ends.
@@ -26,7 +29,10 @@ async fn a_stalled_claim_is_applied_late_even_after_its_caller_gave_up() {
     // Once the window ends the held claim is applied.
     let deadline = Instant::now() + Duration::from_secs(10);
     while rig.state(&id).await != "dispatched" {
-        assert!(Instant::now() < deadline, "the held claim was never applied");
+        assert!(
+            Instant::now() < deadline,
+            "the held claim was never applied"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -40,19 +46,34 @@ async fn an_errored_renewal_answers_500_and_changes_nothing() {
     let lease = ts(&claim["lease_expires_at"]);
     rig.advance(30.0).await;
     let a = rig
-        .post("/admin/faults", json!({"paths": ["/jobs/leases", "/jobs/*/lost"], "mode": "error", "seconds": 30}))
+        .post(
+            "/admin/faults",
+            json!({"paths": ["/jobs/leases", "/jobs/*/lost"], "mode": "error", "seconds": 30}),
+        )
         .await;
     assert_eq!(a.status, 200);
     let a = rig.post("/jobs/leases", json!({"job_ids": [id]})).await;
     assert_error(&a, reqwest::StatusCode::INTERNAL_SERVER_ERROR, "internal");
-    assert_eq!(ts(&rig.job(&id).await["lease_expires_at"]), lease, "lease untouched");
+    assert_eq!(
+        ts(&rig.job(&id).await["lease_expires_at"]),
+        lease,
+        "lease untouched"
+    );
     // Other calls are not faulted; clearing ends the window.
     assert_eq!(rig.get("/jobs/active").await.status, 200);
     assert_eq!(rig.post("/admin/faults/clear", json!({})).await.status, 200);
-    assert_eq!(rig.post("/jobs/leases", json!({"job_ids": [id]})).await.status, 200);
+    assert_eq!(
+        rig.post("/jobs/leases", json!({"job_ids": [id]}))
+            .await
+            .status,
+        200
+    );
     // Bad rules are refused.
     let a = rig
-        .post("/admin/faults", json!({"paths": [], "mode": "error", "seconds": 1}))
+        .post(
+            "/admin/faults",
+            json!({"paths": [], "mode": "error", "seconds": 1}),
+        )
         .await;
     assert_eq!(a.status, 400);
 }

@@ -85,7 +85,7 @@ pub(super) fn logs(sim: &Arc<Sim>, ns: &str, name: &str, q: &Query) -> Result<Re
     // a line appended meanwhile is neither lost nor sent twice.
     let all = sim.store.read_log(ns, name, &container, None);
     let text = log_text(tail_of(&all, tail));
-    let follow = matches!(q.get("follow").map(String::as_str), Some("true" | "1"));
+    let follow = super::params::flag(q, "follow");
     if !follow {
         return Ok(([(header::CONTENT_TYPE, "text/plain")], text).into_response());
     }

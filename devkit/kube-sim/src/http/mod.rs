@@ -2,9 +2,13 @@
 //! routing of requests for every [`Kind`] to [`list`], [`watch`], [`logs`]
 //! and [`write`], and discovery.
 
+mod dryrun;
+mod fields;
 mod list;
 mod logs;
+pub mod params;
 mod protobuf;
+mod smp;
 mod watch;
 mod write;
 
@@ -153,10 +157,16 @@ fn wants_table(headers: &HeaderMap) -> bool {
 
 type Query = HashMap<String, String>;
 
+/// The query parameters; a repeated one keeps its first value, as upstream's
+/// parameter conversion reads it.
 fn query_of(req: &Request) -> Query {
-    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(req.uri())
-        .map(|q| q.0.into_iter().collect())
-        .unwrap_or_default()
+    let mut q = Query::new();
+    if let Ok(pairs) = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(req.uri()) {
+        for (k, v) in pairs.0 {
+            q.entry(k).or_insert(v);
+        }
+    }
+    q
 }
 
 async fn handle(State(app): State<AppState>, req: Request) -> Response {
@@ -185,6 +195,10 @@ fn discovery_doc(app: &AppState, path: &str) -> Option<Value> {
         "/apis/batch" => discovery::batch(),
         "/api/v1" => discovery::core_v1(),
         "/apis/batch/v1" => discovery::batch_v1(),
+        "/openapi/v3" => crate::openapi::root(),
+        _ if p.starts_with("/openapi/v3/") => {
+            crate::openapi::group_version(&p["/openapi/v3/".len()..])?
+        }
         "/healthz" | "/readyz" | "/livez" => return None,
         "/api/v1/namespaces" => {
             let mut names: std::collections::BTreeSet<String> =
@@ -219,9 +233,7 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
     if path.trim_end_matches('/') == "/healthz" || path == "/readyz" || path == "/livez" {
         return Ok((StatusCode::OK, "ok").into_response());
     }
-    // One helper will own boolean query parameters; keep this line easy to
-    // swap for it.
-    let is_watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
+    let is_watch = params::flag(&q, "watch");
     let info =
         parse_request(req.method(), path, is_watch).ok_or_else(|| ApiError::no_route(path))?;
     let sim = app.sim.clone();
@@ -353,21 +365,38 @@ async fn serve_resource(
                 None if !kind.namespaced() => String::new(),
                 None => return Err(ApiError::method_not_allowed("create needs a namespace")),
             };
+            let opts = params::WriteOptions::from_query(&q, "CreateOptions")?;
             let mut obj = if content_type.starts_with(protobuf::MEDIA_TYPE) {
                 protobuf::decode(kind, &body)?
             } else {
                 parse_body(&body)?
             };
             check_body_identity(&mut obj, kind, &ns, None)?;
-            let created = match kind {
-                Kind::Job => sim.create_job(&ns, obj)?,
-                Kind::Pod => sim.create_pod(&ns, obj)?,
-                _ => sim.create_object(kind, &ns, obj)?,
+            let mut warnings = fields::check_body(kind, &mut obj, opts.field_validation)?;
+            warnings.extend(crate::validation::warnings(kind, &obj));
+            let created = match (opts.dry_run, kind) {
+                (true, _) => Arc::new(dryrun::create(&sim, kind, &ns, obj)?),
+                (false, Kind::Job) => sim.create_job(&ns, obj)?,
+                (false, Kind::Pod) => sim.create_pod(&ns, obj)?,
+                (false, _) => sim.create_object(kind, &ns, obj)?,
             };
-            Ok(view.one(kind, &created, StatusCode::CREATED))
+            Ok(params::with_warnings(
+                view.one(kind, &created, StatusCode::CREATED),
+                &warnings,
+            ))
         }
         ("create", Some(name), Some("eviction")) if kind == Kind::Pod => {
-            sim.evict(&ns.unwrap_or_default(), name)?;
+            let ns = ns.unwrap_or_default();
+            let opts = params::WriteOptions::from_query(&q, "CreateOptions")?;
+            let eviction = params::EvictionOpts::read(&body, name, opts.dry_run)?;
+            let pod = sim
+                .store
+                .get(&Key::new(Kind::Pod, &ns, name))
+                .ok_or_else(|| kind.not_found(name))?;
+            eviction.preconditions.check(Kind::Pod, &pod)?;
+            if !eviction.dry_run {
+                sim.evict(&ns, name)?;
+            }
             Ok(ok(
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -375,19 +404,40 @@ async fn serve_resource(
         }
         ("update", Some(name), sub @ (None | Some("status"))) => {
             let ns = ns.unwrap_or_default();
+            let opts = params::WriteOptions::from_query(&q, "UpdateOptions")?;
             let mut obj = parse_body(&body)?;
             check_body_identity(&mut obj, kind, &ns, Some(name))?;
-            let updated = write::replace(&sim, kind, &ns, name, obj, sub.is_some())?;
-            Ok(view.one(kind, &updated, StatusCode::OK))
+            let mut warnings = fields::check_body(kind, &mut obj, opts.field_validation)?;
+            if sub.is_none() {
+                warnings.extend(crate::validation::warnings(kind, &obj));
+            }
+            let updated = write::replace(&sim, kind, &ns, name, obj, sub.is_some(), opts)?;
+            Ok(params::with_warnings(
+                view.one(kind, &updated, StatusCode::OK),
+                &warnings,
+            ))
         }
         ("patch", Some(name), sub @ (None | Some("status"))) => {
             let ns = ns.unwrap_or_default();
-            let patched = write::patch(&sim, kind, &ns, name, &content_type, &body, sub.is_some())?;
-            Ok(view.one(kind, &patched, StatusCode::OK))
+            let opts = params::WriteOptions::from_query(&q, "PatchOptions")?;
+            let (patched, warnings) = write::patch(
+                &sim,
+                kind,
+                &ns,
+                name,
+                &content_type,
+                &body,
+                sub.is_some(),
+                opts,
+            )?;
+            Ok(params::with_warnings(
+                view.one(kind, &patched, StatusCode::OK),
+                &warnings,
+            ))
         }
         ("delete", Some(name), None) => {
             let ns = ns.unwrap_or_default();
-            let opts = write::DeleteOpts::read(&body, &q)?;
+            let opts = params::DeleteOpts::read(&body, &q)?;
             let gone = write::delete_one(&sim, kind, &ns, name, &opts)?;
             Ok(ok(StatusCode::OK, &gone))
         }
@@ -401,17 +451,27 @@ async fn serve_resource(
                     ));
                 }
             };
-            let opts = write::DeleteOpts::read(&body, &q)?;
+            let opts = params::DeleteOpts::read(&body, &q)?;
             let (label, field) = selectors(kind, &q)?;
             let scope = kind.namespaced().then_some(ns.as_str());
             let (rv, victims) = sim
                 .store
                 .list(kind, scope, |o| label.matches(o) && field.matches(o));
             let mut items = Vec::new();
+            // Each item is deleted as a delete of it would be (preconditions
+            // included); the first failure other than NotFound is the answer.
+            let mut failed = None;
             for v in victims {
-                if let Ok(gone) = write::delete_one(&sim, kind, &ns, objects::name(&v), &opts) {
-                    items.push(gone);
+                match write::delete_one(&sim, kind, &ns, objects::name(&v), &opts) {
+                    Ok(gone) => items.push(gone),
+                    Err(e) if e.code == 404 => {}
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
                 }
+            }
+            if let Some(e) = failed {
+                return Err(e);
             }
             Ok(ok(
                 StatusCode::OK,

@@ -99,16 +99,8 @@ pub(super) fn watch(sim: &Arc<Sim>, w: WatchRequest, q: &Query) -> Result<Respon
         field = FieldSelector::parse(&format!("metadata.name={n}"), w.kind.resource())
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
-    // One helper will own boolean query parameters; keep these two lines
-    // easy to swap for it.
-    let bookmarks = matches!(
-        q.get("allowWatchBookmarks").map(String::as_str),
-        Some("true" | "1")
-    );
-    let initial_events = matches!(
-        q.get("sendInitialEvents").map(String::as_str),
-        Some("true" | "1")
-    );
+    let bookmarks = super::params::flag(q, "allowWatchBookmarks");
+    let initial_events = super::params::flag(q, "sendInitialEvents");
     let timeout = timeout_of(q)?;
     let deadline = tokio::time::Instant::now() + timeout;
     let from = match q.get("resourceVersion").map(String::as_str) {

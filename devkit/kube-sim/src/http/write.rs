@@ -1,55 +1,16 @@
-//! Writes: update, merge patch and delete (with propagation).
+//! Writes: update, merge patch and delete (with propagation), each with
+//! upstream's checks (validation, unknown fields, delete preconditions) and
+//! `dryRun`.
 
-use super::{Query, parse_body};
+use super::params::{DeleteOpts, WriteOptions};
+use super::{dryrun, fields, parse_body, smp};
 use crate::objects::ensure_object;
 use crate::sim::{Propagation, Sim};
 use crate::status::ApiError;
 use crate::store::{Key, Kind};
 use axum::body::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
-
-/// Options of a delete call, from the body (DeleteOptions) and the query.
-#[derive(Debug, Default)]
-pub(super) struct DeleteOpts {
-    propagation: Option<Propagation>,
-    grace: Option<i64>,
-}
-
-impl DeleteOpts {
-    pub(super) fn read(body: &Bytes, q: &Query) -> Result<Self, ApiError> {
-        let v: Value = if body.is_empty() {
-            json!({})
-        } else {
-            serde_json::from_slice(body).map_err(|e| {
-                ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
-            })?
-        };
-        let policy = v["propagationPolicy"]
-            .as_str()
-            .map(str::to_string)
-            .or_else(|| q.get("propagationPolicy").cloned());
-        let propagation = match policy.as_deref() {
-            None => match v["orphanDependents"].as_bool() {
-                Some(true) => Some(Propagation::Orphan),
-                Some(false) => Some(Propagation::Background),
-                None => None,
-            },
-            Some("Orphan") => Some(Propagation::Orphan),
-            Some("Background") => Some(Propagation::Background),
-            Some("Foreground") => Some(Propagation::Foreground),
-            Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "unknown propagationPolicy {other:?}"
-                )));
-            }
-        };
-        let grace = v["gracePeriodSeconds"]
-            .as_i64()
-            .or_else(|| q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()));
-        Ok(DeleteOpts { propagation, grace })
-    }
-}
 
 pub(super) fn delete_one(
     sim: &Arc<Sim>,
@@ -58,6 +19,14 @@ pub(super) fn delete_one(
     name: &str,
     opts: &DeleteOpts,
 ) -> Result<Value, ApiError> {
+    let cur = sim
+        .store
+        .get(&Key::new(kind, ns, name))
+        .ok_or_else(|| kind.not_found(name))?;
+    opts.preconditions.check(kind, &cur)?;
+    if opts.dry_run {
+        return Ok(dryrun::delete(sim, kind, &cur, opts));
+    }
     let gone = match kind {
         // batch/v1 Jobs orphan their pods unless told otherwise, as on a real server.
         Kind::Job => sim.delete_job(ns, name, opts.propagation.unwrap_or(Propagation::Orphan))?,
@@ -71,6 +40,26 @@ pub(super) fn delete_one(
 pub(super) const MUTABLE_METADATA: [&str; 4] =
     ["labels", "annotations", "finalizers", "ownerReferences"];
 
+/// Applies `change` to the stored object, or (dry run) to a copy that is
+/// answered and forgotten.
+fn write_or_preview(
+    sim: &Sim,
+    key: &Key,
+    dry_run: bool,
+    change: impl FnOnce(&mut Value) -> Result<bool, ApiError>,
+) -> Result<Arc<Value>, ApiError> {
+    if dry_run {
+        let cur = sim
+            .store
+            .get(key)
+            .ok_or_else(|| key.kind.not_found(&key.name))?;
+        let mut next = (*cur).clone();
+        change(&mut next)?;
+        return Ok(Arc::new(next));
+    }
+    sim.store.update(key, change)
+}
+
 pub(super) fn replace(
     sim: &Sim,
     kind: Kind,
@@ -78,9 +67,10 @@ pub(super) fn replace(
     name: &str,
     new: Value,
     status_only: bool,
+    opts: WriteOptions,
 ) -> Result<std::sync::Arc<Value>, ApiError> {
     let key = Key::new(kind, ns, name);
-    sim.store.update(&key, |cur| {
+    write_or_preview(sim, &key, opts.dry_run, |cur| {
         if let Some(rv) = new["metadata"]["resourceVersion"].as_str()
             && cur["metadata"]["resourceVersion"].as_str() != Some(rv)
         {
@@ -91,7 +81,9 @@ pub(super) fn replace(
                 "the object has been modified; please apply your changes to the latest version and try again",
             ));
         }
+        let old = cur.clone();
         apply_changes(cur, &new, status_only);
+        crate::validation::admit_update(kind, cur, &old, status_only)?;
         Ok(true)
     })
 }
@@ -141,6 +133,9 @@ pub(super) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// Applies a JSON merge patch or a strategic merge patch; returns the
+/// object and the warnings (unknown fields dropped).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn patch(
     sim: &Sim,
     kind: Kind,
@@ -149,25 +144,39 @@ pub(super) fn patch(
     ct: &str,
     body: &Bytes,
     status_only: bool,
-) -> Result<std::sync::Arc<Value>, ApiError> {
-    let ct = ct.split(';').next().unwrap_or("").trim();
-    if ct != "application/merge-patch+json" && ct != "application/strategic-merge-patch+json" {
-        return Err(ApiError::unsupported_media(ct));
-    }
+    opts: WriteOptions,
+) -> Result<(std::sync::Arc<Value>, Vec<String>), ApiError> {
+    let strategic = match ct.split(';').next().unwrap_or("").trim() {
+        "application/merge-patch+json" => false,
+        "application/strategic-merge-patch+json" => true,
+        other => return Err(ApiError::unsupported_media(other)),
+    };
     let p = parse_body(body)?;
     let key = Key::new(kind, ns, name);
-    sim.store.update(&key, |cur| {
+    let mut warnings = Vec::new();
+    let out = write_or_preview(sim, &key, opts.dry_run, |cur| {
         let mut next = cur.clone();
-        merge_patch(&mut next, &p);
+        if strategic {
+            smp::apply(&mut next, &p);
+        } else {
+            merge_patch(&mut next, &p);
+        }
+        warnings = fields::check_patched(kind, &p, &mut next, opts.field_validation)?;
         let before = cur.clone();
         apply_changes(cur, &next, status_only);
+        if *cur == before {
+            return Ok(false);
+        }
+        crate::validation::admit_update(kind, cur, &before, status_only)?;
         Ok(*cur != before)
-    })
+    })?;
+    Ok((out, warnings))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn merge_patch_rfc7386() {

@@ -52,9 +52,17 @@ async fn secrets_and_service_accounts_are_served() {
         &json!({"metadata": {"name": "bad"}, "data": {"k": "not base64!"}}),
     )
     .await;
+    // As upstream's decoder: bytes that are not base64 cannot be decoded.
     assert_eq!(
         (code, st["reason"].as_str()),
-        (422, Some("Invalid")),
+        (400, Some("BadRequest")),
+        "{st}"
+    );
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Secret in version \"v1\" cannot be handled as a Secret"),
         "{st}"
     );
     secrets

@@ -309,3 +309,144 @@ async fn kubectl_creates_secrets_and_accounts_and_describes_pending_pods() {
         "{out}"
     );
 }
+
+/// Runs kubectl with its own HOME against a kubeconfig: (success, stdout,
+/// stderr).
+fn kubectl(kc: &std::path::Path, home: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kubectl")
+        .env("HOME", home)
+        .env_remove("KUBECONFIG")
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+const JOB_YAML: &str = "apiVersion: batch/v1
+kind: Job
+metadata:
+  name: NAME
+spec:
+  backoffLimit: 0EXTRA
+  template:
+    metadata:
+      annotations:
+        kube-sim.tcab.dev/run-seconds: \"300\"
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: IMAGE
+        resources:
+          requests: {cpu: 1.5}
+";
+
+#[tokio::test]
+async fn kubectl_server_dry_run_and_field_validation() {
+    if !kubectl_on_path() {
+        println!("SKIP kubectl_server_dry_run_and_field_validation: kubectl is not on PATH");
+        return;
+    }
+    let s = sim().await;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().to_path_buf();
+    let kc = s.kubeconfig_path().to_path_buf();
+    let write = |file: &str, name: &str, extra: &str, image: &str| {
+        let p = home.join(file);
+        let text = JOB_YAML
+            .replace("NAME", name)
+            .replace("EXTRA", extra)
+            .replace("IMAGE", image);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().to_string()
+    };
+    let ok = write("ok.yaml", "kd", "", "busybox:1");
+    let unknown = write("unknown.yaml", "kw", "\n  foo: 1", "busybox:1");
+    let (k, h) = (kc.clone(), home.clone());
+    let run = move |args: Vec<String>| {
+        let (k, h) = (k.clone(), h.clone());
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                kubectl(&k, &h, &a)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    // --dry-run=server: the server's answer is printed, nothing is stored
+    let (success, out, err) = run(args(&[
+        "create",
+        "-f",
+        &ok,
+        "--dry-run=server",
+        "-o",
+        "yaml",
+    ]))
+    .await;
+    assert!(success, "{err}");
+    let y: serde_yaml::Value = serde_yaml::from_str(&out).unwrap();
+    assert!(
+        y["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()),
+        "{out}"
+    );
+    assert_eq!(
+        y["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"].as_str(),
+        Some("1500m"),
+        "{out}"
+    );
+    let (success, _, err) = run(args(&["get", "job", "kd"])).await;
+    assert!(!success && err.contains("NotFound"), "{err}");
+
+    // kubectl sends fieldValidation=Strict by default: the server refuses
+    let (success, _, err) = run(args(&["create", "-f", &unknown])).await;
+    assert!(!success, "{err}");
+    assert!(
+        err.contains("Job in version \"v1\" cannot be handled as a Job: strict decoding error: unknown field \"spec.foo\""),
+        "{err}"
+    );
+    // with --validate=warn the field is dropped and the warning printed
+    let (success, _, err) = run(args(&["apply", "-f", &unknown, "--validate=warn"])).await;
+    assert!(success, "{err}");
+    assert!(err.contains("Warning: unknown field \"spec.foo\""), "{err}");
+    let (success, out, err) = run(args(&["get", "job", "kw", "-o", "json"])).await;
+    assert!(success, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["spec"].get("foo").is_none(), "{out}");
+
+    // apply again (a strategic merge patch) and the template stays immutable
+    let (success, out, err) = run(args(&["apply", "-f", &ok])).await;
+    assert!(success && out.contains("created"), "{out}{err}");
+    let (success, out, err) = run(args(&["apply", "-f", &ok])).await;
+    assert!(success, "{out}{err}");
+    let changed = write("changed.yaml", "kd", "", "busybox:2");
+    let (success, _, err) = run(args(&["apply", "-f", &changed])).await;
+    assert!(!success, "{err}");
+    assert!(
+        err.contains("spec.template: Invalid value") && err.contains("field is immutable"),
+        "{err}"
+    );
+
+    // an invalid object is refused with upstream's words
+    let invalid = write(
+        "invalid.yaml",
+        "kv",
+        "\n  ttlSecondsAfterFinished: -1",
+        "busybox:1",
+    );
+    let (success, _, err) = run(args(&["create", "-f", &invalid])).await;
+    assert!(!success, "{err}");
+    assert!(
+        err.contains("The Job \"kv\" is invalid: spec.ttlSecondsAfterFinished: Invalid value: -1: must be greater than or equal to 0"),
+        "{err}"
+    );
+    println!("ran kubectl_server_dry_run_and_field_validation against the sim");
+}

@@ -1,0 +1,73 @@
+//! `dryRun=All`: a write validated and answered as it would have been,
+//! changing nothing (no store write, no signal to a pod, no controller
+//! wake-up).
+//!
+//! Upstream: the registry runs the whole write path and skips only the
+//! storage call (`staging/src/k8s.io/apiserver/pkg/registry/generic/registry/dryrun.go`):
+//! a dry-run create answers the object with its generated name, uid and
+//! creationTimestamp but no new resourceVersion; a dry-run graceful delete
+//! answers the object with its deletionTimestamp set.
+
+use super::params::DeleteOpts;
+use crate::clock::k8s_time;
+use crate::deletion::{self, DeleteDecision};
+use crate::objects::{self, deleting};
+use crate::sim::{Propagation, Sim};
+use crate::status::ApiError;
+use crate::store::{Key, Kind};
+use serde_json::{Value, json};
+
+/// What a create would answer.
+pub(super) fn create(sim: &Sim, kind: Kind, ns: &str, obj: Value) -> Result<Value, ApiError> {
+    let mut obj = crate::validation::admit_create(kind, obj, true)?;
+    let name = objects::name(&obj).to_string();
+    if sim.store.get(&Key::new(kind, ns, &name)).is_some() {
+        return Err(ApiError::already_exists(
+            kind.group(),
+            kind.resource(),
+            &name,
+        ));
+    }
+    obj["apiVersion"] = json!(kind.api_version());
+    obj["kind"] = json!(kind.kind());
+    let md = &mut obj["metadata"];
+    md["namespace"] = json!(ns);
+    if md["uid"].as_str().is_none_or(str::is_empty) {
+        md["uid"] = json!(uuid::Uuid::new_v4().to_string());
+    }
+    md["creationTimestamp"] = json!(k8s_time(sim.clock.now()));
+    if kind == Kind::Job {
+        md["generation"] = json!(1);
+    }
+    Ok(obj)
+}
+
+/// What a delete of `cur` would answer.
+pub(super) fn delete(sim: &Sim, kind: Kind, cur: &Value, opts: &DeleteOpts) -> Value {
+    let mut out = cur.clone();
+    if deleting(cur) {
+        return out;
+    }
+    let ns = cur["metadata"]["namespace"].as_str().unwrap_or("");
+    match kind {
+        Kind::Job => {
+            if opts.propagation == Some(Propagation::Foreground)
+                && !sim.pods_of_job(ns, cur).is_empty()
+            {
+                out["metadata"]["deletionTimestamp"] = json!(k8s_time(sim.clock.now()));
+                out["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                out["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
+            }
+        }
+        // Every other kind as the registry would decide it (a graceful
+        // pod delete shows its deletionTimestamp).
+        _ => match deletion::decide(kind, cur, opts.grace, sim.clock.now()) {
+            DeleteDecision::Remove {
+                mark: Some((at, grace)),
+            }
+            | DeleteDecision::Mark { at, grace } => deletion::mark(&mut out, at, grace),
+            DeleteDecision::Remove { mark: None } | DeleteDecision::Unchanged => {}
+        },
+    }
+    out
+}
