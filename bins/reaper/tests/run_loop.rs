@@ -22,6 +22,7 @@ fn config() -> ReaperConfig {
             poll_interval: Duration::from_secs(5),
             log_format: LogFormat::Text,
             vault_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            metrics_addr: None,
         },
         sandbox_namespace: Some("sandboxes".into()),
         driver_managed_by: "tcab-driver".into(),

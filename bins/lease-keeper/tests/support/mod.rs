@@ -533,6 +533,7 @@ pub fn config(publishing: bool, poll: Duration) -> LeaseKeeperConfig {
             poll_interval: poll,
             log_format: LogFormat::Text,
             vault_addr: "127.0.0.1:0".parse().unwrap(),
+            metrics_addr: None,
         },
         backend: BackendConfig {
             url: String::new(),
