@@ -46,12 +46,10 @@ use Binary::{Admitter as A, LeaseKeeper as L, Reaper as R};
 pub struct BuildInfo {
     /// The workspace version (`CARGO_PKG_VERSION`).
     pub version: &'static str,
-    /// The git commit id the binary was built from, or [`UNKNOWN_REVISION`].
+    /// The git commit id the binary was built from, the `TCAB_GIT_REVISION`
+    /// it was built with, or `unknown`.
     pub revision: &'static str,
 }
-
-/// The revision of a build outside git without `TCAB_GIT_REVISION`.
-pub const UNKNOWN_REVISION: &str = "unknown";
 
 impl fmt::Display for BuildInfo {
     /// `0.1.0 (revision 4eefe8c...)`.
