@@ -3,9 +3,12 @@
 
 Renders and lints the chart with Helm's own engine (the Go SDK bundled in the
 PyPI package helm-python-sdk), validates every rendered manifest with
-kubernetes-validate in strict mode, asserts the structure the dispatcher relies
-on, and compares the dispatcher Role with a golden file the e2e tests load into
-the simulated cluster's RBAC mode.
+kubernetes-validate in strict mode (the PodMonitor, a custom resource that
+package has no schema for, gets a structural check instead), asserts the
+structure the dispatcher relies on, checks the Grafana dashboard against
+docs/metrics.md, compares the dispatcher Role with a golden file the e2e tests
+load into the simulated cluster's RBAC mode, and checks the root Dockerfile
+(charts/check_image.py).
 
 Usage (from anywhere; paths are relative to this file):
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
+import json
 import logging
 import re
 import shutil
@@ -35,13 +39,26 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import check_image  # noqa: E402  (the sibling module of the Dockerfile checks)
+
 CHART = HERE / "tcab-dispatcher"
 GOLDEN = CHART / "tests" / "role.golden.yaml"
 README = CHART / "README.md"
 VALUES = CHART / "values.yaml"
 # Values documented as a whole rather than key by key.
-VALUE_GROUPS = {"podSecurityContext", "resources.admitter", "resources.leaseKeeper", "resources.reaper"}
+VALUE_GROUPS = {
+    "podSecurityContext",
+    "resources.admitter",
+    "resources.leaseKeeper",
+    "resources.reaper",
+    "metrics.livenessProbe",
+    "metrics.readinessProbe",
+    "metrics.dashboard.labels",
+}
 REPO = HERE.parent
+DASHBOARD = CHART / "dashboards" / "tcab-dispatcher.json"
+METRICS_DOC = REPO / "docs" / "metrics.md"
 # Where the binaries declare the environment variables they read.
 CONFIG_SOURCES = [REPO / "shared" / "src" / "config.rs", REPO / "shared" / "src" / "telemetry.rs"]
 
@@ -63,6 +80,7 @@ DISPATCHER_RULES = {
 }
 SANDBOX_RULES = {("", "pods", v) for v in ("get", "list", "delete")}
 
+METRICS_ADDR = "TCAB_DISPATCHER_METRICS_ADDR"
 # Environment each container gets when only the required values are set.
 DEFAULT_ENV = {
     "admitter": {
@@ -73,6 +91,7 @@ DEFAULT_ENV = {
         "TCAB_DRIVER_MANAGED_BY",
         "TCAB_DISPATCHER_LOG_FORMAT",
         "RUST_LOG",
+        METRICS_ADDR,
     },
     "lease-keeper": {
         "POD_NAMESPACE",
@@ -80,6 +99,7 @@ DEFAULT_ENV = {
         "TCAB_BACKEND_SERVICE_TOKEN",
         "TCAB_DISPATCHER_LOG_FORMAT",
         "RUST_LOG",
+        METRICS_ADDR,
     },
     # The orphan sweep is on by default: it asks the backend what it drives.
     "reaper": {
@@ -90,8 +110,11 @@ DEFAULT_ENV = {
         "TCAB_DRIVER_MANAGED_BY",
         "TCAB_DISPATCHER_LOG_FORMAT",
         "RUST_LOG",
+        METRICS_ADDR,
     },
 }
+# The metrics endpoint of each container by default: (port, port name).
+DEFAULT_METRICS = {"admitter": (9090, "admit-metrics"), "lease-keeper": (9091, "lease-metrics"), "reaper": (9092, "reap-metrics")}
 
 try:
     import helm_python as helm
@@ -146,6 +169,7 @@ def without(values: dict[str, Any], dotted: str) -> dict[str, Any]:
 
 PUBLISHER_IMAGE = "registry.example/tcab-publisher:3f2a9c1"
 TOKEN_VALUE = "not-a-real-service-token-7c1e"
+DIGEST = "sha256:" + "0123456789abcdef" * 4
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "defaults": base_values(),
@@ -167,6 +191,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             },
         }
     ),
+    # The same token value as subscription-secrets-memory, then another: the checksum must follow it.
+    "token-rotated": merged({"backend": {"serviceToken": {"existingSecret": "", "value": TOKEN_VALUE + "-rotated"}}}),
+    "image-digest": merged({"image": {"repository": "registry.example/tcab-dispatcher", "tag": "9d8e7f6", "digest": DIGEST}}),
+    "metrics-off": merged({"metrics": {"enabled": False}}),
+    # Every value set, and everything on (metrics, PodMonitor, dashboard); image.digest is
+    # left to image-digest, since it hides the tag this scenario checks.
     "every-value": merged(
         {
             "image": {"repository": "registry.example/tcab-dispatcher", "tag": "9d8e7f6", "pullPolicy": "Always"},
@@ -207,6 +237,21 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             },
             "publisher": {"image": PUBLISHER_IMAGE, "activeDeadlineSeconds": 2400},
             "sandbox": {"namespace": SANDBOX_NS},
+            "metrics": {
+                "enabled": True,
+                "listenHost": "[::]",
+                "admitterPort": 9190,
+                "leaseKeeperPort": 9191,
+                "reaperPort": 9192,
+                "livenessProbe": {"initialDelaySeconds": 20, "periodSeconds": 15, "timeoutSeconds": 4, "failureThreshold": 8},
+                "readinessProbe": {"periodSeconds": 7, "timeoutSeconds": 2, "failureThreshold": 2, "successThreshold": 1},
+                "podMonitor": {"enabled": True, "labels": {"release": "prometheus"}, "interval": "30s", "scrapeTimeout": "10s"},
+                "dashboard": {
+                    "enabled": True,
+                    "labels": {"grafana_dashboard": "1", "team": "benchmarks"},
+                    "annotations": {"k8s-sidecar-target-directory": "/tmp/dashboards/tcab"},
+                },
+            },
         }
     ),
 }
@@ -226,6 +271,7 @@ EVERY_VALUE_ENV = {
         "TCAB_PUBLISHER_IMAGE": PUBLISHER_IMAGE,
     },
     "admitter": {
+        METRICS_ADDR: "[::]:9190",
         "TCAB_DRIVER_IMAGE": "registry.example/tcab-driver:3f2a9c1",
         "TCAB_DISPATCHER_MAX_INFLIGHT": "12",
         "TCAB_DISPATCHER_MAX_PUBLISH_INFLIGHT": "2",
@@ -251,11 +297,13 @@ EVERY_VALUE_ENV = {
         "TCAB_K8S_NAMESPACE": SANDBOX_NS,
     },
     "lease-keeper": {
+        METRICS_ADDR: "[::]:9191",
         "TCAB_DISPATCHER_LEASE_SECONDS": "180",
         "TCAB_DISPATCHER_LOG_TAIL_LINES": "80",
         "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK": "false",
     },
     "reaper": {
+        METRICS_ADDR: "[::]:9192",
         "TCAB_K8S_NAMESPACE": SANDBOX_NS,
         "TCAB_DRIVER_MANAGED_BY": "tcab-driver-blue",
         "TCAB_DISPATCHER_ORPHAN_SWEEP": "false",
@@ -283,6 +331,11 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("negative leaseSeconds", merged({"dispatcher": {"leaseSeconds": -5}}), ["/dispatcher/leaseSeconds"]),
     ("backend.url without scheme", merged({"backend": {"url": "tcab-backend:8080"}}), ["/backend/url"]),
     ("misspelt top-level key", merged({"drivre": {"image": "x"}}), ["drivre"]),
+    ("image.digest not sha256", merged({"image": {"digest": "sha256:abc"}}), ["/image/digest"]),
+    ("metrics port out of range", merged({"metrics": {"reaperPort": 70000}}), ["/metrics/reaperPort"]),
+    ("PodMonitor interval not a duration", merged({"metrics": {"podMonitor": {"interval": "30 seconds"}}}), ["/metrics/podMonitor/interval"]),
+    ("metrics.listenHost a name", merged({"metrics": {"listenHost": "localhost"}}), ["/metrics/listenHost"]),
+    ("liveness successThreshold", merged({"metrics": {"livenessProbe": {"successThreshold": 2}}}), ["successThreshold"]),
 ]
 # The second group is refused by the templates themselves (checked with the
 # schema removed, so the template layer is proven on its own), and the last
@@ -325,6 +378,30 @@ TEMPLATE_REFUSALS: list[tuple[str, dict[str, Any], list[str], bool]] = [
         merged({"dispatcher": {"managedBy": "tcab-blue"}, "driver": {"managedBy": "tcab-blue"}}),
         ["must differ from dispatcher.managedBy", "tcab-blue"],
         True,
+    ),
+    (
+        "two containers on one metrics port",
+        merged({"metrics": {"leaseKeeperPort": 9090}}),
+        ["admitter and lease-keeper ports are both 9090", "share the pod's network"],
+        True,
+    ),
+    (
+        "a metrics port on the vault's port",
+        merged({"dispatcher": {"vaultAddr": "127.0.0.1:9092"}}),
+        ["reaper port 9092 is the lease-keeper's vault port"],
+        True,
+    ),
+    (
+        "a PodMonitor with metrics off",
+        merged({"metrics": {"enabled": False, "podMonitor": {"enabled": True}}}),
+        ["metrics.podMonitor.enabled needs metrics.enabled"],
+        True,
+    ),
+    (
+        "image.digest not sha256",
+        merged({"image": {"digest": "latest"}}),
+        ["image.digest: expected sha256:<64 lowercase hex digits>"],
+        False,
     ),
 ]
 
@@ -441,6 +518,70 @@ def rules_of(role: dict[str, Any]) -> set[tuple[str, str, str]]:
 
 def fmt_rules(rules: set[tuple[str, str, str]]) -> str:
     return ", ".join(f"{g or 'core'}/{r}:{v}" for g, r, v in sorted(rules))
+
+
+# The PodMonitor is a custom resource: kubernetes-validate ships only the
+# built-in Kubernetes schemas, so it gets a structural check against the fields
+# prometheus-operator's monitoring.coreos.com/v1 API defines (README: "Checks").
+POD_MONITOR = ("monitoring.coreos.com/v1", "PodMonitor")
+PODMONITOR_SPEC_KEYS = {
+    "selector",
+    "namespaceSelector",
+    "podMetricsEndpoints",
+    "jobLabel",
+    "podTargetLabels",
+    "sampleLimit",
+    "targetLimit",
+    "labelLimit",
+    "attachMetadata",
+    "scrapeProtocols",
+}
+PODMONITOR_ENDPOINT_KEYS = {
+    "port",
+    "portNumber",
+    "path",
+    "scheme",
+    "interval",
+    "scrapeTimeout",
+    "params",
+    "honorLabels",
+    "honorTimestamps",
+    "relabelings",
+    "metricRelabelings",
+    "enableHttp2",
+    "filterRunning",
+    "followRedirects",
+}
+
+
+def documented_metrics() -> dict[str, str]:
+    """Metric name -> type, from the table of docs/metrics.md."""
+    rows = re.findall(r"^\| `(tcab_dispatcher_[a-z0-9_]+)` \| (counter|gauge|histogram) \|", METRICS_DOC.read_text(encoding="utf-8"), flags=re.M)
+    assert rows, f"no metrics table in {METRICS_DOC.relative_to(REPO)}"
+    names = [n for n, _ in rows]
+    assert len(names) == len(set(names)), "a metric is listed twice"
+    for name, kind in rows:
+        assert (kind == "counter") == name.endswith("_total"), f"{name}: a {kind} ({'only' if kind == 'counter' else 'no'} counters end in _total)"
+    return dict(rows)
+
+
+def dashboard_exprs(board: dict[str, Any]) -> list[str]:
+    """Every PromQL expression of a Grafana dashboard: panel targets and query variables."""
+    exprs: list[str] = []
+
+    def panels(items: list[dict[str, Any]]) -> None:
+        for panel in items:
+            exprs.extend(t["expr"] for t in panel.get("targets", []) if t.get("expr"))
+            panels(panel.get("panels", []))
+
+    panels(board.get("panels", []))
+    for variable in board.get("templating", {}).get("list", []):
+        query = variable.get("query")
+        if isinstance(query, dict):
+            query = query.get("query")
+        if variable.get("type") == "query" and query:
+            exprs.append(query)
+    return exprs
 
 
 # Letters the config source's variable table uses for the binaries that read a variable.
@@ -565,8 +706,12 @@ def main() -> int:
         def do_validate(name: str = name) -> str:
             docs = need(name).docs
             errors = []
+            left_out = 0
             for doc in docs:
                 label = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+                if (doc.get("apiVersion"), doc.get("kind")) == POD_MONITOR:
+                    left_out += 1  # no schema in kubernetes-validate: podmonitor_structure checks it
+                    continue
                 try:
                     kv.validate(doc, kube_version, strict=True)
                 except kv.ValidationError as err:
@@ -575,7 +720,7 @@ def main() -> int:
                 except kv.SchemaNotFoundError as err:
                     errors.append(f"{label}: {err.message}")
             assert not errors, "; ".join(errors)
-            return f"{len(docs)} manifests"
+            return f"{len(docs) - left_out} manifests" + (f" (+{left_out} PodMonitor, checked structurally)" if left_out else "")
 
         run.check(f"kubernetes-validate --strict {kube_version} [{name}]", do_validate)
 
@@ -636,17 +781,183 @@ def main() -> int:
             req = res.get("requests") or {}
             assert req.get("cpu") and req.get("memory"), f"{cname}: requests {req}"
             assert (res.get("limits") or {}).get("memory"), f"{cname}: no memory limit"
-            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-                assert probe not in c, f"{cname}: has {probe} (nothing in the pod listens off loopback)"
-            assert not c.get("ports"), f"{cname}: exposes ports {c.get('ports')}"
+            assert c.get("terminationMessagePolicy") == "FallbackToLogsOnError", (
+                f"{cname}: terminationMessagePolicy {c.get('terminationMessagePolicy')} (kubectl describe must show the exit-2 line)"
+            )
 
-    run.check("containers: hardened securityContext, own resources, no probes or ports", hardened)
+    run.check("containers: hardened securityContext, own resources, FallbackToLogsOnError", hardened)
+
+    def metrics_endpoints() -> str:
+        r = need("defaults")
+        for cname, (port, port_name) in DEFAULT_METRICS.items():
+            c = r.containers()[cname]
+            assert c.get("ports") == [{"name": port_name, "containerPort": port, "protocol": "TCP"}], (
+                f"{cname}: ports {c.get('ports')}"
+            )
+            assert r.env(cname)[METRICS_ADDR] == {"name": METRICS_ADDR, "value": f"0.0.0.0:{port}"}, (
+                f"{cname}: {r.env(cname).get(METRICS_ADDR)}"
+            )
+            live, ready = c.get("livenessProbe") or {}, c.get("readinessProbe") or {}
+            assert live.get("httpGet") == {"path": "/healthz", "port": port_name}, f"{cname}: liveness {live}"
+            assert ready.get("httpGet") == {"path": "/readyz", "port": port_name}, f"{cname}: readiness {ready}"
+            assert "startupProbe" not in c, f"{cname}: startupProbe"
+            # A liveness failure restarts the container: at least a minute of failures first.
+            patience = live.get("periodSeconds", 10) * live.get("failureThreshold", 3)
+            assert patience >= 60 and live.get("timeoutSeconds", 1) >= 3, f"{cname}: liveness too eager: {live}"
+        names = [p["name"] for c in r.containers().values() for p in c.get("ports", [])]
+        ports = [p["containerPort"] for c in r.containers().values() for p in c.get("ports", [])]
+        assert len(set(names)) == len(names) == 3 and len(set(ports)) == 3, f"ports {ports} named {names}"
+        for port_name in names:
+            assert re.fullmatch(r"(?=.*[a-z])[a-z0-9]([a-z0-9]|-(?!-))*[a-z0-9]", port_name) and len(port_name) <= 15, (
+                f"port name {port_name!r} is not an IANA service name of at most 15 characters"
+            )
+        return ", ".join(f"{n}:{p}" for n, p in zip(names, ports))
+
+    run.check("metrics on by default: each container its own port, METRICS_ADDR, /healthz and /readyz probes", metrics_endpoints)
+
+    def metrics_every_value() -> None:
+        r = need("every-value")
+        want = {"admitter": 9190, "lease-keeper": 9191, "reaper": 9192}
+        for cname, port in want.items():
+            c = r.containers()[cname]
+            assert [p["containerPort"] for p in c["ports"]] == [port], f"{cname}: {c['ports']}"
+            live, ready = c["livenessProbe"], c["readinessProbe"]
+            assert (live["initialDelaySeconds"], live["periodSeconds"], live["timeoutSeconds"], live["failureThreshold"]) == (20, 15, 4, 8), live
+            assert (ready["periodSeconds"], ready["timeoutSeconds"], ready["failureThreshold"]) == (7, 2, 2), ready
+
+    run.check("metrics: ports, listen host and probe timings follow the values", metrics_every_value)
+
+    def metrics_off() -> None:
+        r = need("metrics-off")
+        for cname, c in r.containers().items():
+            for key in ("ports", "livenessProbe", "readinessProbe", "startupProbe"):
+                assert key not in c, f"{cname}: {key} with metrics off"
+            assert METRICS_ADDR not in r.env(cname), f"{cname}: {METRICS_ADDR} with metrics off"
+            assert c.get("terminationMessagePolicy") == "FallbackToLogsOnError", cname
+        assert not r.of_kind("PodMonitor") and not r.of_kind("ConfigMap"), "metrics objects with metrics off"
+
+    run.check("metrics off: no ports, probes or METRICS_ADDR in any container", metrics_off)
+
+    def pod_annotations() -> None:
+        for name in SCENARIOS:
+            meta = need(name).deployment()["spec"]["template"]["metadata"]
+            annotations = meta.get("annotations") or {}
+            assert annotations.get("kubectl.kubernetes.io/default-container") == "admitter", f"[{name}] {annotations}"
+        a = need("subscription-secrets-memory").deployment()["spec"]["template"]["metadata"]["annotations"]
+        b = need("token-rotated").deployment()["spec"]["template"]["metadata"]["annotations"]
+        again = render(chart, SCENARIOS["subscription-secrets-memory"]).deployment()["spec"]["template"]["metadata"]
+        assert re.fullmatch(r"[0-9a-f]{64}", a.get("checksum/backend-token", "")), f"checksum {a}"
+        assert a["checksum/backend-token"] != b["checksum/backend-token"], "a new token value does not roll the pod"
+        assert again["annotations"]["checksum/backend-token"] == a["checksum/backend-token"], "checksum not stable"
+        assert TOKEN_VALUE not in yaml.safe_dump(a), "the token in an annotation"
+        existing = need("defaults").deployment()["spec"]["template"]["metadata"]["annotations"]
+        assert not any(k.startswith("checksum/") for k in existing), f"a checksum with existingSecret: {existing}"
+        custom = render(chart, merged({"podAnnotations": {"example.com/team": "bench"}}))
+        got = custom.deployment()["spec"]["template"]["metadata"]["annotations"]
+        assert got == {"kubectl.kubernetes.io/default-container": "admitter", "example.com/team": "bench"}, got
+
+    run.check("pod annotations: default-container; checksum/backend-token follows a chart-created token", pod_annotations)
+
+    def image_digest() -> None:
+        containers = need("image-digest").containers()
+        want = f"registry.example/tcab-dispatcher@{DIGEST}"
+        for cname, c in containers.items():
+            assert c["image"] == want, f"{cname}: image = {c['image']}"
+
+    run.check("image.digest: the containers run repository@sha256:..., not the tag", image_digest)
+
+    def podmonitor_structure() -> str:
+        r = need("every-value")
+        monitors = r.of_kind("PodMonitor")
+        assert len(monitors) == 1, f"{len(monitors)} PodMonitors"
+        pm = monitors[0]
+        assert (pm["apiVersion"], pm["kind"]) == POD_MONITOR, (pm["apiVersion"], pm["kind"])
+        assert set(pm) == {"apiVersion", "kind", "metadata", "spec"}, sorted(pm)
+        meta = pm["metadata"]
+        assert set(meta) <= {"name", "namespace", "labels", "annotations"}, sorted(meta)
+        assert meta["namespace"] == NAMESPACE and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", meta["name"]), meta
+        assert meta["labels"].get("release") == "prometheus", meta["labels"]
+        for key, value in meta["labels"].items():
+            assert isinstance(value, str) and len(value) <= 63, f"label {key}={value!r}"
+        spec = pm["spec"]
+        assert set(spec) <= PODMONITOR_SPEC_KEYS, f"spec keys {sorted(set(spec) - PODMONITOR_SPEC_KEYS)} are not PodMonitor fields"
+        assert set(spec["selector"]) == {"matchLabels"}, spec["selector"]
+        pod = r.deployment()["spec"]["template"]
+        assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items(), "selects no dispatcher pod"
+        port_names = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+        endpoints = spec["podMetricsEndpoints"]
+        assert isinstance(endpoints, list) and {e.get("port") for e in endpoints} == port_names, (
+            f"endpoints {[e.get('port') for e in endpoints]} != container ports {sorted(port_names)}"
+        )
+        duration = re.compile(r"(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?")
+        for e in endpoints:
+            assert set(e) <= PODMONITOR_ENDPOINT_KEYS, f"endpoint keys {sorted(set(e) - PODMONITOR_ENDPOINT_KEYS)}"
+            assert e["path"] == "/metrics" and e["scheme"] == "http", e
+            assert e["interval"] == "30s" and e["scrapeTimeout"] == "10s", e
+            for key in ("interval", "scrapeTimeout"):
+                assert duration.fullmatch(e[key]) and e[key], f"{key} {e[key]!r} is not a Prometheus duration"
+        assert not need("defaults").of_kind("PodMonitor"), "a PodMonitor by default"
+        bare = render(chart, merged({"metrics": {"podMonitor": {"enabled": True}}})).of_kind("PodMonitor")[0]
+        assert all(set(e) == {"port", "path", "scheme"} for e in bare["spec"]["podMetricsEndpoints"]), bare
+        return f"{len(endpoints)} endpoints: " + ", ".join(sorted(port_names))
+
+    run.check("PodMonitor (monitoring.coreos.com/v1, structural): scrapes the three ports; off by default", podmonitor_structure)
+
+    def dashboard() -> str:
+        doc_metrics = documented_metrics()
+        board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+        exprs = dashboard_exprs(board)
+        assert exprs, "the dashboard has no queries"
+        used: set[str] = set()
+        unknown: set[str] = set()
+        for expr in exprs:
+            for name in re.findall(r"\btcab_dispatcher_[a-z0-9_]+", expr):
+                base = name
+                for suffix in ("_bucket", "_sum", "_count"):
+                    if name.endswith(suffix) and doc_metrics.get(name[: -len(suffix)]) == "histogram":
+                        base = name[: -len(suffix)]
+                (used if base in doc_metrics else unknown).add(base)
+        assert not unknown, f"the dashboard queries metrics docs/metrics.md does not list: {sorted(unknown)}"
+        unused = sorted(set(doc_metrics) - used)
+        assert not unused, f"documented metrics no panel shows: {unused}"
+        titles = [p["title"] for p in board["panels"] if p.get("type") != "row"]
+        return f"{len(titles)} panels, {len(exprs)} queries over {len(used)} metrics"
+
+    run.check("dashboard: valid JSON; queries only (and all) the metrics of docs/metrics.md", dashboard)
+
+    def dashboard_configmap() -> None:
+        r = need("every-value")
+        maps = r.of_kind("ConfigMap")
+        assert len(maps) == 1, f"{len(maps)} ConfigMaps"
+        cm = maps[0]
+        assert cm["metadata"]["labels"].get("grafana_dashboard") == "1", cm["metadata"]["labels"]
+        assert cm["metadata"]["labels"].get("team") == "benchmarks", cm["metadata"]["labels"]
+        assert cm["metadata"]["annotations"] == {"k8s-sidecar-target-directory": "/tmp/dashboards/tcab"}
+        (key,) = cm["data"]
+        assert json.loads(cm["data"][key]) == json.loads(DASHBOARD.read_text(encoding="utf-8")), "content differs"
+        assert not need("defaults").of_kind("ConfigMap"), "a dashboard ConfigMap by default"
+
+    run.check("dashboard ConfigMap (metrics.dashboard.enabled): the shipped JSON, labelled for the sidecar", dashboard_configmap)
+
+    def notes() -> None:
+        out = chart.render(SCENARIOS["every-value"], name=RELEASE, namespace=NAMESPACE, is_install=True)
+        text = next(v for k, v in out.items() if k.endswith("NOTES.txt"))
+        want = f"kubectl -n {NAMESPACE} get jobs -l app.kubernetes.io/managed-by=tcab-dispatcher-blue -L tcab.dev/job-kind,tcab.dev/job-id"
+        assert want in text, f"NOTES.txt lacks {want!r}:\n{text}"
+        assert "9190/metrics" in text, f"NOTES.txt does not say where the metrics are:\n{text}"
+        off = chart.render(SCENARIOS["metrics-off"], name=RELEASE, namespace=NAMESPACE, is_install=True)
+        off_text = next(v for k, v in off.items() if k.endswith("NOTES.txt"))
+        assert "managed-by=tcab-dispatcher -L" in off_text and "/metrics" not in off_text, off_text
+
+    run.check("NOTES.txt: a kubectl get jobs -L tcab.dev/job-kind,tcab.dev/job-id recipe; where the metrics are", notes)
 
     def no_service() -> None:
         for name in SCENARIOS:
             r = need(name)
             kinds = {d["kind"] for d in r.docs}
             assert "Service" not in kinds and "Ingress" not in kinds, f"[{name}] renders {kinds}"
+            for c in r.containers().values():
+                assert all("hostPort" not in p for p in c.get("ports", [])), f"[{name}] hostPort"
             assert not r.deployment()["spec"]["template"]["spec"].get("hostNetwork"), f"[{name}] hostNetwork"
 
     run.check("no Service in any scenario", no_service)
@@ -885,6 +1196,9 @@ def main() -> int:
 
                 run.check(f"refused by the {layer}: {what}", do_refuse)
         bare.close()
+
+    # --- the image (Dockerfile, .dockerignore)
+    check_image.checks(run, lambda: need("defaults"), Skip)
 
     # --- the golden Role
     def golden() -> str | None:

@@ -39,6 +39,25 @@ impl Binary {
 
 use Binary::{Admitter as A, LeaseKeeper as L, Reaper as R};
 
+/// What a binary was built from. Each binary crate's build script bakes the
+/// git revision in (bins/revision.rs), so a new commit recompiles only the
+/// three binary crates; `main` passes the values here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildInfo {
+    /// The workspace version (`CARGO_PKG_VERSION`).
+    pub version: &'static str,
+    /// The git commit id the binary was built from, the `TCAB_GIT_REVISION`
+    /// it was built with, or `unknown`.
+    pub revision: &'static str,
+}
+
+impl fmt::Display for BuildInfo {
+    /// `0.1.0 (revision 4eefe8c...)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (revision {})", self.version, self.revision)
+    }
+}
+
 /// The documentation of one variable.
 #[derive(Debug, Clone, Copy)]
 pub struct VarDoc {
@@ -150,6 +169,13 @@ pub const VARIABLES: &[VarDoc] = &[
         Some("127.0.0.1:50051"),
         false,
         "Address of the lease-keeper's token vault and admission gate (gRPC).",
+    ),
+    var(
+        "TCAB_DISPATCHER_METRICS_ADDR",
+        &[A, L, R],
+        None,
+        false,
+        "IP:port where the binary serves /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090; unset means nothing listens. Only validated for now: the server is not implemented yet.",
     ),
     var(
         "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS",
@@ -428,6 +454,8 @@ pub struct CommonConfig {
     pub kube_timeout: Duration,
     /// `TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS`.
     pub watch_timeout: Duration,
+    /// `TCAB_DISPATCHER_METRICS_ADDR`; `None` means nothing listens.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// How to reach the backend.
@@ -516,6 +544,7 @@ struct RawEnv {
     pod_namespace: Option<String>,
     tcab_dispatcher_log_format: Option<String>,
     tcab_dispatcher_vault_addr: Option<String>,
+    tcab_dispatcher_metrics_addr: Option<String>,
     tcab_dispatcher_backend_timeout_seconds: Option<String>,
     tcab_dispatcher_gate_max_age_seconds: Option<String>,
     tcab_dispatcher_driver_termination_grace_seconds: Option<String>,
@@ -842,6 +871,15 @@ fn common(raw: &RawEnv) -> Result<CommonConfig, ConfigError> {
             got: v.to_owned(),
         })?,
     };
+    let metrics_addr = set(&raw.tcab_dispatcher_metrics_addr)
+        .map(|v| {
+            v.parse().map_err(|_| ConfigError::Invalid {
+                var: "TCAB_DISPATCHER_METRICS_ADDR",
+                expected: "an IP:port address such as 0.0.0.0:9090",
+                got: v.to_owned(),
+            })
+        })
+        .transpose()?;
     Ok(CommonConfig {
         namespace: name("POD_NAMESPACE", &raw.pod_namespace, None)?,
         managed_by: label_value(
@@ -866,6 +904,7 @@ fn common(raw: &RawEnv) -> Result<CommonConfig, ConfigError> {
             &raw.tcab_dispatcher_watch_timeout_seconds,
             60,
         )?,
+        metrics_addr,
     })
 }
 
@@ -1209,11 +1248,10 @@ impl BinaryConfig for ReaperConfig {
 }
 
 /// The `--help` text of a binary: what it is and the variables it reads.
-pub fn help_text(binary: Binary, about: &str) -> String {
+pub fn help_text(binary: Binary, about: &str, build: &BuildInfo) -> String {
     let mut out = format!(
-        "{} {}\n{about}\n\nUsage: {} [--help | --version]\n\nConfiguration is environment variables only:\n\n",
+        "{} {build}\n{about}\n\nUsage: {} [--help | --version]\n\nConfiguration is environment variables only:\n\n",
         binary.name(),
-        env!("CARGO_PKG_VERSION"),
         binary.name()
     );
     for v in VARIABLES.iter().filter(|v| v.read_by.contains(&binary)) {
@@ -1274,16 +1312,13 @@ pub enum Startup<C> {
 pub fn startup<C: BinaryConfig>(
     args: &[String],
     about: &str,
+    build: &BuildInfo,
     env: Result<Env, ConfigError>,
 ) -> Startup<C> {
     match args.first().map(String::as_str) {
-        Some("--help" | "-h") => return Startup::Print(help_text(C::BINARY, about)),
+        Some("--help" | "-h") => return Startup::Print(help_text(C::BINARY, about, build)),
         Some("--version" | "-V") => {
-            return Startup::Print(format!(
-                "{} {}\n",
-                C::BINARY.name(),
-                env!("CARGO_PKG_VERSION")
-            ));
+            return Startup::Print(format!("{} {build}\n", C::BINARY.name()));
         }
         Some(other) => {
             return Startup::Fail(format!(
@@ -1303,11 +1338,12 @@ pub fn startup<C: BinaryConfig>(
 }
 
 /// Reads the binary's configuration from its arguments and the process
-/// environment. `--help` and `--version` print and exit 0; any other argument
-/// or a bad variable prints one line to stderr and exits 2.
-pub fn load<C: BinaryConfig>(about: &str) -> C {
+/// environment. `--help` and `--version` (which names the version and the git
+/// revision of `build`) print and exit 0; any other argument or a bad variable
+/// prints one line to stderr and exits 2.
+pub fn load<C: BinaryConfig>(about: &str, build: &BuildInfo) -> C {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match startup::<C>(&args, about, Env::from_process()) {
+    match startup::<C>(&args, about, build, Env::from_process()) {
         Startup::Run(config) => config,
         Startup::Print(text) => {
             print!("{text}");

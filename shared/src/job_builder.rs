@@ -134,7 +134,18 @@ pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
     let token = run.token.expose();
     let claim = labels::claim_tag(token);
     let name = labels::job_name(Lane::Run, &run.id, &claim);
-    let object_labels = job_labels(settings, Lane::Run, &run.id, &claim);
+    let mut object_labels = job_labels(settings, Lane::Run, &run.id, &claim);
+    let mut object_annotations = annotations();
+    describe(
+        &mut object_labels,
+        &mut object_annotations,
+        [
+            (labels::HARNESS, Some(run.harness.clone())),
+            (labels::MODEL, Some(run.model.clone())),
+            (labels::CASE, run.case.clone()),
+            (labels::JAM, run.jam.clone()),
+        ],
+    );
 
     let mut vars = vec![
         plain(env::BACKEND_URL, &settings.backend_url),
@@ -230,6 +241,7 @@ pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
     assemble(
         name,
         object_labels,
+        object_annotations,
         pod,
         settings.ttl_seconds_after_finished,
         settings.driver_active_deadline_seconds,
@@ -259,7 +271,17 @@ pub fn publisher_job(
     let token = publish.token.expose();
     let claim = labels::claim_tag(token);
     let name = labels::job_name(Lane::Publish, &publish.id, &claim);
-    let object_labels = job_labels(settings, Lane::Publish, &publish.id, &claim);
+    let mut object_labels = job_labels(settings, Lane::Publish, &publish.id, &claim);
+    let mut object_annotations = annotations();
+    let named = |key: &str| publish.request.get(key).and_then(scalar_text);
+    describe(
+        &mut object_labels,
+        &mut object_annotations,
+        [
+            (labels::RELEASE, named("release")),
+            (labels::SUITE, named("suite")),
+        ],
+    );
     let vars = vec![
         plain(env::BACKEND_URL, &settings.backend_url),
         plain(env::PUBLISH_JOB_ID, &publish.id),
@@ -282,6 +304,7 @@ pub fn publisher_job(
     Ok(assemble(
         name,
         object_labels,
+        object_annotations,
         pod,
         settings.ttl_seconds_after_finished,
         settings.publisher_active_deadline_seconds,
@@ -306,6 +329,55 @@ fn job_labels(
 /// The autoscaler guard, on the Job and its pod template.
 fn annotations() -> BTreeMap<String, String> {
     BTreeMap::from([(labels::SAFE_TO_EVICT.to_owned(), "false".to_owned())])
+}
+
+/// Longest annotation value that says what a Job runs; a longer value (the
+/// backend's to choose) is cut there and ends with `…`, so it can never make
+/// the Job too big to create. The pod's env carries the claim in full.
+pub const MAX_DESCRIPTION_LEN: usize = 1024;
+
+/// Adds what a Job runs: each non-empty value as an annotation, and as a
+/// label too when it is a valid label value.
+fn describe<const N: usize>(
+    object_labels: &mut BTreeMap<String, String>,
+    object_annotations: &mut BTreeMap<String, String>,
+    pairs: [(&str, Option<String>); N],
+) {
+    for (key, value) in pairs {
+        let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
+            continue;
+        };
+        if labels::is_label_value(&value) {
+            object_labels.insert(key.to_owned(), value.clone());
+        }
+        object_annotations.insert(key.to_owned(), cut(value, MAX_DESCRIPTION_LEN));
+    }
+}
+
+/// `value` cut to at most `max` bytes on a character boundary, ending with
+/// `…` when it was cut.
+fn cut(mut value: String, max: usize) -> String {
+    if value.len() <= max {
+        return value;
+    }
+    let ellipsis = '…';
+    let mut end = max - ellipsis.len_utf8();
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    value.truncate(end);
+    value.push(ellipsis);
+    value
+}
+
+/// A JSON string, number or boolean as text; anything else is not a name.
+fn scalar_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
 }
 
 /// Requests for CPU and memory, a CPU limit when configured, and a memory
@@ -358,6 +430,7 @@ fn plain(name: &str, value: &str) -> EnvVar {
 fn assemble(
     name: String,
     object_labels: BTreeMap<String, String>,
+    object_annotations: BTreeMap<String, String>,
     pod: PodSpec,
     ttl_seconds_after_finished: i32,
     active_deadline_seconds: i64,
@@ -366,7 +439,7 @@ fn assemble(
         metadata: ObjectMeta {
             name: Some(name),
             labels: Some(object_labels.clone()),
-            annotations: Some(annotations()),
+            annotations: Some(object_annotations.clone()),
             ..ObjectMeta::default()
         },
         spec: Some(JobSpec {
@@ -376,7 +449,7 @@ fn assemble(
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(object_labels),
-                    annotations: Some(annotations()),
+                    annotations: Some(object_annotations),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(pod),

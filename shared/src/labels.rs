@@ -13,6 +13,21 @@ pub const JOB_ID: &str = "tcab.dev/job-id";
 pub const JOB_KIND: &str = "tcab.dev/job-kind";
 /// The claim tag of the claim a Job was created for.
 pub const CLAIM: &str = "tcab.dev/claim";
+/// What a Job runs, as annotations on every Job and its pod template (free
+/// text), and also as labels when the value is a valid label value, so
+/// `kubectl get jobs -L tcab.dev/harness,tcab.dev/model` can show them.
+/// A driver Job's claim: its harness, model, and case or game jam.
+pub const HARNESS: &str = "tcab.dev/harness";
+/// See [`HARNESS`].
+pub const MODEL: &str = "tcab.dev/model";
+/// See [`HARNESS`].
+pub const CASE: &str = "tcab.dev/case";
+/// See [`HARNESS`].
+pub const JAM: &str = "tcab.dev/jam";
+/// A publisher Job's publish request: the `release` and `suite` it names.
+pub const RELEASE: &str = "tcab.dev/release";
+/// See [`RELEASE`].
+pub const SUITE: &str = "tcab.dev/suite";
 /// Set by the Job controller on a Job's pods.
 pub const JOB_NAME: &str = "job-name";
 /// Tells the cluster autoscaler not to scale a node down under the pod.

@@ -1,11 +1,12 @@
 //! Logging: tracing to stderr, text or JSON, filtered by `RUST_LOG` (default `info`).
 
-use crate::config::LogFormat;
+use crate::config::{Binary, BuildInfo, LogFormat};
 use tracing_subscriber::EnvFilter;
 
-/// Installs the global subscriber. Call once, first thing in `main`. A
-/// malformed `RUST_LOG` falls back to `info` and says so.
-pub fn init(format: LogFormat) {
+/// Installs the global subscriber and logs the first line: the binary, its
+/// version and git revision. Call once, first thing in `main`. A malformed
+/// `RUST_LOG` falls back to `info` and says so, after that first line.
+pub fn init(format: LogFormat, binary: Binary, build: &BuildInfo) {
     let (filter, bad) = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.trim().is_empty() => match EnvFilter::try_new(&spec) {
             Ok(filter) => (filter, None),
@@ -27,7 +28,16 @@ pub fn init(format: LogFormat) {
             .with_current_span(false)
             .try_init(),
     };
-    if let (Ok(()), Some(error)) = (installed, bad) {
+    if installed.is_err() {
+        return; // a subscriber was already installed (tests): it logs as it likes
+    }
+    tracing::info!(
+        version = build.version,
+        revision = build.revision,
+        "{} {build} starting",
+        binary.name()
+    );
+    if let Some(error) = bad {
         tracing::warn!(%error, "RUST_LOG is malformed; logging at info");
     }
 }

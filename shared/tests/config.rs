@@ -47,6 +47,7 @@ fn admitter_defaults_follow_the_spec() {
     assert_eq!(c.common.namespace, None);
     assert_eq!(c.common.log_format, LogFormat::Text);
     assert_eq!(c.common.vault_addr.to_string(), "127.0.0.1:50051");
+    assert_eq!(c.common.metrics_addr, None, "nothing listens by default");
     assert_eq!(c.gate_max_age, Duration::from_secs(60));
     let j = &c.jobs;
     assert_eq!(j.termination_grace_seconds, 120);
@@ -159,6 +160,16 @@ fn malformed_values_are_named_with_what_was_expected() {
             "TCAB_DISPATCHER_VAULT_ADDR",
             "localhost",
             "TCAB_DISPATCHER_VAULT_ADDR: expected an IP:port",
+        ),
+        (
+            "TCAB_DISPATCHER_METRICS_ADDR",
+            "9090",
+            "TCAB_DISPATCHER_METRICS_ADDR: expected an IP:port address such as 0.0.0.0:9090, got \"9090\"",
+        ),
+        (
+            "TCAB_DISPATCHER_METRICS_ADDR",
+            "metrics:9090",
+            "TCAB_DISPATCHER_METRICS_ADDR: expected an IP:port",
         ),
         (
             "TCAB_DISPATCHER_DRIVER_CPU_REQUEST",
@@ -335,6 +346,42 @@ fn a_url_with_a_query_and_a_non_loopback_vault_are_configuration_errors() {
 }
 
 #[test]
+fn every_binary_reads_the_metrics_address() {
+    let metrics = [("TCAB_DISPATCHER_METRICS_ADDR", " 0.0.0.0:9091 ")];
+    let want = Some("0.0.0.0:9091".parse().expect("an address"));
+    let a = AdmitterConfig::from_vars(with(&metrics)).expect("valid");
+    assert_eq!(a.common.metrics_addr, want);
+    let l = LeaseKeeperConfig::from_vars(with(&metrics)).expect("valid");
+    assert_eq!(l.common.metrics_addr, want);
+    let r = ReaperConfig::from_vars(vars(&metrics)).expect("valid");
+    assert_eq!(r.common.metrics_addr, want);
+    let r = ReaperConfig::from_vars(vars(&[("TCAB_DISPATCHER_METRICS_ADDR", "[::]:9092")]))
+        .expect("IPv6 is an address too");
+    assert_eq!(r.common.metrics_addr.map(|a| a.port()), Some(9092));
+    let r = ReaperConfig::from_vars(vars(&[("TCAB_DISPATCHER_METRICS_ADDR", "")]))
+        .expect("empty is unset");
+    assert_eq!(r.common.metrics_addr, None);
+    for bad in ["localhost:9090", "0.0.0.0", "0.0.0.0:port"] {
+        let e = ReaperConfig::from_vars(vars(&[("TCAB_DISPATCHER_METRICS_ADDR", bad)]))
+            .expect_err("malformed")
+            .to_string();
+        assert!(
+            e.starts_with("TCAB_DISPATCHER_METRICS_ADDR: expected"),
+            "{bad}: {e}"
+        );
+    }
+    let doc = VARIABLES
+        .iter()
+        .find(|v| v.name == "TCAB_DISPATCHER_METRICS_ADDR")
+        .expect("declared");
+    assert_eq!(
+        doc.read_by,
+        [Binary::Admitter, Binary::LeaseKeeper, Binary::Reaper]
+    );
+    assert!(!doc.required && doc.default.is_none());
+}
+
+#[test]
 fn the_service_token_never_shows_in_debug() {
     let c = AdmitterConfig::from_vars(vars(MINIMAL)).expect("valid");
     let debug = format!("{c:?}");
@@ -342,11 +389,17 @@ fn the_service_token_never_shows_in_debug() {
     assert_eq!(c.backend.service_token.expose(), "svc-token-s3cr3t");
 }
 
+const BUILD: BuildInfo = BuildInfo {
+    version: "9.8.7",
+    revision: "0123abcd",
+};
+
 #[test]
 fn startup_handles_help_version_and_stray_arguments() {
     let env = || Env::from_vars(vars(MINIMAL));
-    match startup::<AdmitterConfig>(&["--help".into()], "about", env()) {
+    match startup::<AdmitterConfig>(&["--help".into()], "about", &BUILD, env()) {
         Startup::Print(text) => {
+            assert!(text.starts_with("tcab-admitter 9.8.7 (revision 0123abcd)\n"));
             assert!(text.contains("TCAB_DISPATCHER_MAX_INFLIGHT"));
             assert!(text.contains("TCAB_K8S_*"));
             assert!(
@@ -357,18 +410,18 @@ fn startup_handles_help_version_and_stray_arguments() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        startup::<ReaperConfig>(&["--version".into()], "", env()),
-        Startup::Print(v) if v.starts_with("tcab-reaper ")
+        startup::<ReaperConfig>(&["--version".into()], "", &BUILD, env()),
+        Startup::Print(v) if v == "tcab-reaper 9.8.7 (revision 0123abcd)\n"
     ));
     assert!(matches!(
-        startup::<ReaperConfig>(&["--verbose".into()], "", env()),
+        startup::<ReaperConfig>(&["--verbose".into()], "", &BUILD, env()),
         Startup::Fail(l) if l.contains("unexpected argument")
     ));
     assert!(matches!(
-        startup::<AdmitterConfig>(&[], "", env()),
+        startup::<AdmitterConfig>(&[], "", &BUILD, env()),
         Startup::Run(_)
     ));
-    match startup::<AdmitterConfig>(&[], "", Env::from_vars(Vec::new())) {
+    match startup::<AdmitterConfig>(&[], "", &BUILD, Env::from_vars(Vec::new())) {
         Startup::Fail(line) => assert_eq!(
             line,
             "tcab-admitter: configuration error: TCAB_BACKEND_URL: required, expected an http:// or https:// URL without a query or fragment"

@@ -10,7 +10,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use tcab_shared::backend::types::{ClaimedPublish, ClaimedRun};
 use tcab_shared::job_builder::{
-    DRIVER_CONTAINER, JobBuildError, JobSettings, PUBLISHER_CONTAINER,
+    DRIVER_CONTAINER, JobBuildError, JobSettings, MAX_DESCRIPTION_LEN, PUBLISHER_CONTAINER,
     PUBLISHER_TERMINATION_GRACE_SECONDS, SUBSCRIPTION_FILE_MODE, driver_job, publisher_job,
 };
 use tcab_shared::labels;
@@ -64,6 +64,7 @@ fn run() -> ClaimedRun {
         "queue_seq": 42,
         "harness": "claude-code",
         "model": "opus",
+        "case": "fizzbuzz",
         "attempt": 1,
         "launch_request": launch_request(),
         "lease_expires_at": "2026-11-29T16:04:11Z"
@@ -256,6 +257,9 @@ fn labels_on_the_job_and_its_pod_template() {
         ("tcab.dev/job-id".to_string(), "run-7f3a".to_string()),
         ("tcab.dev/job-kind".to_string(), "run".to_string()),
         ("tcab.dev/claim".to_string(), labels::claim_tag(TOKEN)),
+        ("tcab.dev/harness".to_string(), "claude-code".to_string()),
+        ("tcab.dev/model".to_string(), "opus".to_string()),
+        ("tcab.dev/case".to_string(), "fizzbuzz".to_string()),
     ]);
     assert_eq!(job.metadata.labels.as_ref(), Some(&want));
     let template = job
@@ -272,23 +276,151 @@ fn labels_on_the_job_and_its_pod_template() {
     }
 }
 
+/// The Job's annotations, and those of its pod template, which must be equal.
+fn annotations_of(job: &Job) -> BTreeMap<String, String> {
+    let template = job.spec.as_ref().unwrap().template.metadata.as_ref();
+    let on_job = job.metadata.annotations.clone().unwrap_or_default();
+    let on_pod = template.unwrap().annotations.clone().unwrap_or_default();
+    assert_eq!(on_job, on_pod, "the Job and its pod template differ");
+    on_job
+}
+
+/// The Job's labels, and those of its pod template, which must be equal.
+fn labels_of(job: &Job) -> BTreeMap<String, String> {
+    let template = job.spec.as_ref().unwrap().template.metadata.as_ref();
+    let on_job = job.metadata.labels.clone().unwrap_or_default();
+    let on_pod = template.unwrap().labels.clone().unwrap_or_default();
+    assert_eq!(on_job, on_pod, "the Job and its pod template differ");
+    on_job
+}
+
+fn strings(list: &[(&str, &str)]) -> BTreeMap<String, String> {
+    list.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[test]
 fn safe_to_evict_false_on_the_pod_template_and_the_job() {
     let job = driver_job(&settings(), &run());
-    let want = BTreeMap::from([(
-        "cluster-autoscaler.kubernetes.io/safe-to-evict".to_string(),
-        "false".to_string(),
-    )]);
-    let template = job
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .metadata
-        .as_ref()
-        .unwrap();
-    assert_eq!(template.annotations.as_ref(), Some(&want));
-    assert_eq!(job.metadata.annotations.as_ref(), Some(&want));
+    assert_eq!(
+        annotations_of(&job)
+            .get("cluster-autoscaler.kubernetes.io/safe-to-evict")
+            .map(String::as_str),
+        Some("false")
+    );
+}
+
+#[test]
+fn a_driver_job_says_which_harness_model_and_case_it_runs() {
+    let job = driver_job(&settings(), &run());
+    assert_eq!(
+        annotations_of(&job),
+        strings(&[
+            ("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"),
+            ("tcab.dev/harness", "claude-code"),
+            ("tcab.dev/model", "opus"),
+            ("tcab.dev/case", "fizzbuzz"),
+        ])
+    );
+    let l = labels_of(&job);
+    assert_eq!(
+        l.get("tcab.dev/harness").map(String::as_str),
+        Some("claude-code")
+    );
+    assert_eq!(l.get("tcab.dev/model").map(String::as_str), Some("opus"));
+    assert_eq!(l.get("tcab.dev/case").map(String::as_str), Some("fizzbuzz"));
+}
+
+#[test]
+fn free_text_is_an_annotation_only_and_a_missing_case_is_left_out() {
+    let mut claimed = run();
+    claimed.model = "vendor/model 4.5 (preview)".into();
+    claimed.case = None;
+    claimed.jam = Some("jam-2026-spring".into());
+    let job = driver_job(&settings(), &claimed);
+    let a = annotations_of(&job);
+    assert_eq!(
+        a.get("tcab.dev/model").map(String::as_str),
+        Some("vendor/model 4.5 (preview)")
+    );
+    assert_eq!(
+        a.get("tcab.dev/jam").map(String::as_str),
+        Some("jam-2026-spring")
+    );
+    assert!(!a.contains_key("tcab.dev/case"), "{a:?}");
+    let l = labels_of(&job);
+    assert!(
+        !l.contains_key("tcab.dev/model"),
+        "not a label value: {l:?}"
+    );
+    assert!(!l.contains_key("tcab.dev/case"), "{l:?}");
+    assert_eq!(
+        l.get("tcab.dev/jam").map(String::as_str),
+        Some("jam-2026-spring")
+    );
+    for value in l.values() {
+        assert!(labels::is_label_value(value), "{value}");
+    }
+
+    // Empty values say nothing.
+    claimed.harness = " ".into();
+    let job = driver_job(&settings(), &claimed);
+    assert!(!annotations_of(&job).contains_key("tcab.dev/harness"));
+    assert!(!labels_of(&job).contains_key("tcab.dev/harness"));
+}
+
+#[test]
+fn an_overlong_value_is_cut_on_a_character_boundary() {
+    let mut claimed = run();
+    claimed.case = Some("ü".repeat(MAX_DESCRIPTION_LEN));
+    let job = driver_job(&settings(), &claimed);
+    let case = annotations_of(&job)["tcab.dev/case"].clone();
+    assert!(case.len() <= MAX_DESCRIPTION_LEN, "{}", case.len());
+    assert!(case.len() > MAX_DESCRIPTION_LEN - 8, "{}", case.len());
+    assert!(case.ends_with("ü…"), "{case}");
+    assert!(!labels_of(&job).contains_key("tcab.dev/case"));
+    let exact = "c".repeat(MAX_DESCRIPTION_LEN);
+    claimed.case = Some(exact.clone());
+    let job = driver_job(&settings(), &claimed);
+    assert_eq!(
+        annotations_of(&job)["tcab.dev/case"],
+        exact,
+        "not cut at the limit"
+    );
+}
+
+#[test]
+fn a_publisher_job_says_which_release_and_suite_it_publishes() {
+    let mut claimed = publish();
+    claimed.request = json!({"release": "2026-11-29", "suite": "main", "sim": {"duration_ms": 5}});
+    let job = publisher_job(&settings(), &claimed).unwrap();
+    let a = annotations_of(&job);
+    assert_eq!(
+        a.get("tcab.dev/release").map(String::as_str),
+        Some("2026-11-29")
+    );
+    assert_eq!(a.get("tcab.dev/suite").map(String::as_str), Some("main"));
+    let l = labels_of(&job);
+    assert_eq!(
+        l.get("tcab.dev/release").map(String::as_str),
+        Some("2026-11-29")
+    );
+    assert_eq!(l.get("tcab.dev/suite").map(String::as_str), Some("main"));
+    assert!(!a.contains_key("tcab.dev/harness") && !l.contains_key("tcab.dev/harness"));
+
+    // A number is named as text; an object or a missing key names nothing.
+    claimed.request = json!({"release": 42, "suite": {"name": "main"}});
+    let job = publisher_job(&settings(), &claimed).unwrap();
+    let a = annotations_of(&job);
+    assert_eq!(a.get("tcab.dev/release").map(String::as_str), Some("42"));
+    assert!(!a.contains_key("tcab.dev/suite"), "{a:?}");
+    claimed.request = json!({});
+    let job = publisher_job(&settings(), &claimed).unwrap();
+    assert_eq!(
+        annotations_of(&job),
+        strings(&[("cluster-autoscaler.kubernetes.io/safe-to-evict", "false")])
+    );
 }
 
 #[test]
@@ -536,6 +668,7 @@ fn publisher_job_has_the_publisher_contract() {
             "tcab.dev/claim".to_string(),
             labels::claim_tag("pub-token-0123"),
         ),
+        ("tcab.dev/release".to_string(), "v1.4.0".to_string()),
     ]);
     assert_eq!(job.metadata.labels.as_ref(), Some(&want_labels));
     let template = job
@@ -547,9 +680,12 @@ fn publisher_job_has_the_publisher_contract() {
         .as_ref()
         .unwrap();
     assert_eq!(template.labels.as_ref(), Some(&want_labels));
-    let evict = BTreeMap::from([(labels::SAFE_TO_EVICT.to_string(), "false".to_string())]);
-    assert_eq!(template.annotations.as_ref(), Some(&evict));
-    assert_eq!(job.metadata.annotations.as_ref(), Some(&evict));
+    let annotations = BTreeMap::from([
+        (labels::SAFE_TO_EVICT.to_string(), "false".to_string()),
+        (labels::RELEASE.to_string(), "v1.4.0".to_string()),
+    ]);
+    assert_eq!(template.annotations.as_ref(), Some(&annotations));
+    assert_eq!(job.metadata.annotations.as_ref(), Some(&annotations));
 
     let spec = job.spec.as_ref().unwrap();
     assert_eq!(spec.backoff_limit, Some(0));
@@ -614,17 +750,31 @@ proptest! {
         id in "[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?",
         token in "[ -~]{1,64}",
         extra in proptest::collection::vec(("TCAB_(K8S|CONTAINER)_[A-Z_]{1,12}", "[ -~]{0,20}"), 0..6),
+        harness in "[ -~]{0,70}",
+        model in "\\PC{0,70}",
+        case in proptest::option::of("[a-z0-9._/-]{0,70}"),
     ) {
         let mut s = settings();
         s.passthrough_env = extra;
         let mut claimed = run();
         claimed.id = id.clone();
         claimed.token = token.as_str().into();
+        claimed.harness = harness.clone();
+        claimed.model = model.clone();
+        claimed.case = case.clone();
         let job = driver_job(&s, &claimed);
         let name = job.metadata.name.clone().unwrap();
         prop_assert!(is_dns1123_label(&name), "{}", name);
         for value in job.metadata.labels.as_ref().unwrap().values() {
             prop_assert!(labels::is_label_value(value), "{}", value);
+        }
+        // Free text always reaches the annotations, whole (it is short here).
+        let a = annotations_of(&job);
+        for (key, value) in [("tcab.dev/harness", Some(harness)), ("tcab.dev/model", Some(model)), ("tcab.dev/case", case)] {
+            match value.filter(|v| !v.trim().is_empty()) {
+                Some(v) => prop_assert_eq!(a.get(key), Some(&v)),
+                None => prop_assert!(!a.contains_key(key)),
+            }
         }
         let env = env_of(&job);
         let mut names: Vec<_> = env.iter().map(|(k, _)| k.clone()).collect();

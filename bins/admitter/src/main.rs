@@ -3,17 +3,23 @@
 use anyhow::Context as _;
 use std::sync::Arc;
 use tcab_admitter::{Deps, SystemClock, run};
-use tcab_shared::config::{self, AdmitterConfig};
+use tcab_shared::config::{self, AdmitterConfig, Binary, BuildInfo};
 use tcab_shared::{telemetry, tick::Shutdown};
 
 const ABOUT: &str = "Claims queued runs and publishes from the backend and creates their Jobs.";
+
+/// The version, and the git revision baked in by build.rs.
+const BUILD: BuildInfo = BuildInfo {
+    version: env!("CARGO_PKG_VERSION"),
+    revision: env!("TCAB_REVISION"),
+};
 
 // One thread: every loop waits on I/O, and a single allocator arena keeps the
 // footprint small with 10,000 Jobs cached (docs/performance.md).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let config: AdmitterConfig = config::load(ABOUT);
-    telemetry::init(config.common.log_format);
+    let config: AdmitterConfig = config::load(ABOUT, &BUILD);
+    telemetry::init(config.common.log_format, Binary::Admitter, &BUILD);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let kube = kube::Client::try_default()
         .await

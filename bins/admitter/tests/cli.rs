@@ -68,14 +68,87 @@ fn help_exits_0_and_lists_the_variables() {
 }
 
 #[test]
-fn version_exits_0_with_name_and_version() {
+fn version_exits_0_with_name_version_and_revision() {
     let output = start(&["--version"], &[]);
     assert_eq!(output.status.code(), Some(0));
     let version = String::from_utf8_lossy(&output.stdout);
     assert_eq!(
         version.trim(),
-        format!("tcab-admitter {}", env!("CARGO_PKG_VERSION"))
+        format!(
+            "tcab-admitter {} (revision {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("TCAB_REVISION")
+        )
     );
+}
+
+/// The revision build.rs baked in is HEAD of this checkout (so the build
+/// script reran when HEAD moved), the value given in `TCAB_GIT_REVISION`, or
+/// `unknown` outside git.
+#[test]
+fn the_baked_revision_is_head_or_the_given_one_or_unknown() {
+    let baked = env!("TCAB_REVISION");
+    if let Some(given) = option_env!("TCAB_GIT_REVISION").map(str::trim)
+        && !given.is_empty()
+    {
+        assert_eq!(baked, given);
+        return;
+    }
+    let head = Command::new("git")
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "HEAD",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    match head {
+        Some(head) => assert_eq!(
+            baked, head,
+            "the binary names another commit than HEAD: build.rs did not rerun when HEAD moved"
+        ),
+        None => assert_eq!(baked, "unknown", "no git here, so no revision"),
+    }
+}
+
+/// The first log line, before anything can fail, names the binary, its
+/// version and its revision (here the binary then stops: there is no cluster).
+#[test]
+fn the_first_log_line_names_version_and_revision() {
+    let mut env = required();
+    env.push(("TCAB_DISPATCHER_LOG_FORMAT", "json"));
+    env.push(("KUBECONFIG", "/nonexistent/tcab-test-kubeconfig"));
+    let output = start(&[], &env);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "no cluster: {stderr}");
+    let first: serde_json::Value =
+        serde_json::from_str(stderr.lines().next().unwrap_or_default()).expect("a JSON line");
+    assert_eq!(first["level"], "INFO", "{first}");
+    assert_eq!(first["version"], env!("CARGO_PKG_VERSION"), "{first}");
+    assert_eq!(first["revision"], env!("TCAB_REVISION"), "{first}");
+    assert_eq!(
+        first["message"],
+        format!(
+            "tcab-admitter {} (revision {}) starting",
+            env!("CARGO_PKG_VERSION"),
+            env!("TCAB_REVISION")
+        )
+    );
+    assert!(!stderr.contains(SERVICE_TOKEN), "a token leaked: {stderr}");
+}
+
+#[test]
+fn a_malformed_metrics_address_exits_2_naming_it() {
+    let mut env = required();
+    env.push(("TCAB_DISPATCHER_METRICS_ADDR", "metrics:9090"));
+    let stderr = config_error(&start(&[], &env));
+    assert!(stderr.contains("TCAB_DISPATCHER_METRICS_ADDR"), "{stderr}");
+    assert!(stderr.contains("metrics:9090"), "{stderr}");
 }
 
 #[test]

@@ -3,17 +3,23 @@
 
 use anyhow::Context as _;
 use tcab_lease_keeper::{Deps, grpc, run};
-use tcab_shared::config::{self, LeaseKeeperConfig};
+use tcab_shared::config::{self, Binary, BuildInfo, LeaseKeeperConfig};
 use tcab_shared::tick::Shutdown;
 
 const ABOUT: &str = "Renews claim leases, reports dead and lost drivers and publishers, and serves the token vault.";
+
+/// The version, and the git revision baked in by build.rs.
+const BUILD: BuildInfo = BuildInfo {
+    version: env!("CARGO_PKG_VERSION"),
+    revision: env!("TCAB_REVISION"),
+};
 
 // One thread: every loop waits on I/O, and a single allocator arena keeps the
 // footprint small with 10,000 Jobs cached (docs/performance.md).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let config: LeaseKeeperConfig = config::load(ABOUT);
-    tcab_shared::telemetry::init(config.common.log_format);
+    let config: LeaseKeeperConfig = config::load(ABOUT, &BUILD);
+    tcab_shared::telemetry::init(config.common.log_format, Binary::LeaseKeeper, &BUILD);
     let backend = tcab_shared::backend::client_from_config(&config.backend)
         .context("cannot build the backend client")?;
     let kube = kube::Client::try_default()

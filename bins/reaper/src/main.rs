@@ -3,17 +3,23 @@
 use anyhow::Context;
 use tcab_reaper::run::{Deps, run};
 use tcab_shared::backend::client_from_config;
-use tcab_shared::config::{self, ReaperConfig};
+use tcab_shared::config::{self, Binary, BuildInfo, ReaperConfig};
 use tcab_shared::tick::Shutdown;
 
 const ABOUT: &str = "Deletes the sandbox pods of driver Jobs that failed, and orphaned sandboxes.";
+
+/// The version, and the git revision baked in by build.rs.
+const BUILD: BuildInfo = BuildInfo {
+    version: env!("CARGO_PKG_VERSION"),
+    revision: env!("TCAB_REVISION"),
+};
 
 // One thread: every loop waits on I/O, and a single allocator arena keeps the
 // footprint small with 10,000 Jobs cached (docs/performance.md).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let config: ReaperConfig = config::load(ABOUT);
-    tcab_shared::telemetry::init(config.common.log_format);
+    let config: ReaperConfig = config::load(ABOUT, &BUILD);
+    tcab_shared::telemetry::init(config.common.log_format, Binary::Reaper, &BUILD);
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client")?;

@@ -57,5 +57,37 @@ fn help_and_version_exit_0() {
     assert!(String::from_utf8_lossy(&help.stdout).contains("TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS"));
     let version = start(&["--version"], &[]);
     assert_eq!(version.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&version.stdout).starts_with("tcab-reaper "));
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout),
+        format!(
+            "tcab-reaper {} (revision {})\n",
+            env!("CARGO_PKG_VERSION"),
+            env!("TCAB_REVISION")
+        )
+    );
+}
+
+/// The first log line, before anything can fail, names the binary, its
+/// version and its revision (here the binary then stops: there is no cluster).
+#[test]
+fn the_first_log_line_names_version_and_revision() {
+    let env = [
+        ("TCAB_DISPATCHER_LOG_FORMAT", "json"),
+        ("KUBECONFIG", "/nonexistent/tcab-test-kubeconfig"),
+    ];
+    let output = start(&[], &env);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "no cluster: {stderr}");
+    let first: serde_json::Value =
+        serde_json::from_str(stderr.lines().next().unwrap_or_default()).expect("a JSON line");
+    assert_eq!(first["version"], env!("CARGO_PKG_VERSION"), "{first}");
+    assert_eq!(first["revision"], env!("TCAB_REVISION"), "{first}");
+    assert_eq!(
+        first["message"],
+        format!(
+            "tcab-reaper {} (revision {}) starting",
+            env!("CARGO_PKG_VERSION"),
+            env!("TCAB_REVISION")
+        )
+    );
 }

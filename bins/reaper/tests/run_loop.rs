@@ -24,6 +24,7 @@ fn config() -> ReaperConfig {
             vault_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
             kube_timeout: Duration::from_secs(15),
             watch_timeout: Duration::from_secs(60),
+            metrics_addr: None,
         },
         sandbox_namespace: Some("sandboxes".into()),
         driver_managed_by: "tcab-driver".into(),

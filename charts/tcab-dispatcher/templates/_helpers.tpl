@@ -41,9 +41,48 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- include "tcab-dispatcher.fullname" . -}}
 {{- end -}}
 
-{{/* The image of the three containers. */}}
+{{/* The image of the three containers: repository@digest when a digest is set, else repository:tag. */}}
 {{- define "tcab-dispatcher.image" -}}
+{{- if .Values.image.digest -}}
+{{- if not (regexMatch "^sha256:[a-f0-9]{64}$" .Values.image.digest) -}}
+{{- fail (printf "image.digest: expected sha256:<64 lowercase hex digits>, got %q" .Values.image.digest) -}}
+{{- end -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The metrics endpoints of the three containers, as a list of dicts (name, port,
+portName), in container order. The containers share the pod's network, so the
+ports must differ from each other and from the lease-keeper's vault port.
+*/}}
+{{- define "tcab-dispatcher.metricsEndpoints" -}}
+{{- $m := .Values.metrics -}}
+{{- $endpoints := list
+  (dict "name" "admitter" "port" (int $m.admitterPort) "portName" "admit-metrics")
+  (dict "name" "lease-keeper" "port" (int $m.leaseKeeperPort) "portName" "lease-metrics")
+  (dict "name" "reaper" "port" (int $m.reaperPort) "portName" "reap-metrics") -}}
+{{- $vault := .Values.dispatcher.vaultAddr | default "127.0.0.1:50051" -}}
+{{- $vaultPort := int (last (splitList ":" $vault)) -}}
+{{- $seen := dict -}}
+{{- range $endpoints -}}
+{{- $key := toString .port -}}
+{{- if hasKey $seen $key -}}
+{{- fail (printf "metrics: the %s and %s ports are both %d; the three containers share the pod's network, so each needs its own port" (get $seen $key) .name .port) -}}
+{{- end -}}
+{{- if eq .port $vaultPort -}}
+{{- fail (printf "metrics: the %s port %d is the lease-keeper's vault port (dispatcher.vaultAddr %s); pick another" .name .port $vault) -}}
+{{- end -}}
+{{- $_ := set $seen $key .name -}}
+{{- end -}}
+{{- toYaml $endpoints -}}
+{{- end -}}
+
+{{/* TCAB_DISPATCHER_METRICS_ADDR of a container, from metrics.listenHost and the container's port. */}}
+{{- define "tcab-dispatcher.metricsAddr" -}}
+{{- printf "%s:%d" (index . 0).Values.metrics.listenHost (int (index . 1)) -}}
 {{- end -}}
 
 {{/*
@@ -140,6 +179,13 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- end -}}
 {{- if or (eq $container "admitter") (eq $container "reaper") -}}
 {{- $env = append $env (dict "name" "TCAB_DRIVER_MANAGED_BY" "value" (include "tcab-dispatcher.driverManagedBy" $root)) -}}
+{{- end -}}
+{{- if $v.metrics.enabled -}}
+{{- range (include "tcab-dispatcher.metricsEndpoints" $root | fromYamlArray) -}}
+{{- if eq .name $container -}}
+{{- $env = append $env (dict "name" "TCAB_DISPATCHER_METRICS_ADDR" "value" (include "tcab-dispatcher.metricsAddr" (list $root .port))) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- /* optional variables, as (NAME VALUE) pairs */ -}}
 {{- $d := $v.dispatcher -}}

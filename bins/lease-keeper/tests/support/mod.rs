@@ -621,6 +621,7 @@ pub fn config(publishing: bool, poll: Duration) -> LeaseKeeperConfig {
             vault_addr: "127.0.0.1:0".parse().unwrap(),
             kube_timeout: Duration::from_secs(5),
             watch_timeout: Duration::from_secs(60),
+            metrics_addr: None,
         },
         backend: BackendConfig {
             url: String::new(),
