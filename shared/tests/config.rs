@@ -353,16 +353,20 @@ fn every_binary_reads_the_metrics_address() {
     assert_eq!(a.common.metrics_addr, want);
     let l = LeaseKeeperConfig::from_vars(with(&metrics)).expect("valid");
     assert_eq!(l.common.metrics_addr, want);
-    let r = ReaperConfig::from_vars(vars(&metrics)).expect("valid");
+    let reaper = |pairs: &[(&str, &str)]| {
+        let mut v = vars(&[("TCAB_DISPATCHER_ORPHAN_SWEEP", "false")]);
+        v.extend(vars(pairs));
+        ReaperConfig::from_vars(v)
+    };
+    let r = reaper(&metrics).expect("valid");
     assert_eq!(r.common.metrics_addr, want);
-    let r = ReaperConfig::from_vars(vars(&[("TCAB_DISPATCHER_METRICS_ADDR", "[::]:9092")]))
+    let r = reaper(&[("TCAB_DISPATCHER_METRICS_ADDR", "[::]:9092")])
         .expect("IPv6 is an address too");
     assert_eq!(r.common.metrics_addr.map(|a| a.port()), Some(9092));
-    let r = ReaperConfig::from_vars(vars(&[("TCAB_DISPATCHER_METRICS_ADDR", "")]))
-        .expect("empty is unset");
+    let r = reaper(&[("TCAB_DISPATCHER_METRICS_ADDR", "")]).expect("empty is unset");
     assert_eq!(r.common.metrics_addr, None);
     for bad in ["localhost:9090", "0.0.0.0", "0.0.0.0:port"] {
-        let e = ReaperConfig::from_vars(vars(&[("TCAB_DISPATCHER_METRICS_ADDR", bad)]))
+        let e = reaper(&[("TCAB_DISPATCHER_METRICS_ADDR", bad)])
             .expect_err("malformed")
             .to_string();
         assert!(

@@ -73,6 +73,7 @@ fn help_and_version_exit_0() {
 fn the_first_log_line_names_version_and_revision() {
     let env = [
         ("TCAB_DISPATCHER_LOG_FORMAT", "json"),
+        ("TCAB_DISPATCHER_ORPHAN_SWEEP", "false"),
         ("KUBECONFIG", "/nonexistent/tcab-test-kubeconfig"),
     ];
     let output = start(&[], &env);

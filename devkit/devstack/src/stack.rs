@@ -271,6 +271,16 @@ impl Stack {
                 o.poll_seconds.to_string(),
             ),
             ("TCAB_DISPATCHER_VAULT_ADDR".into(), self.vault_addr.clone()),
+            (
+                "TCAB_DISPATCHER_LEASE_SECONDS".into(),
+                o.lease_seconds.to_string(),
+            ),
+            // A watch that goes quiet is reconnected within this; at most
+            // half the lease, as the binaries require.
+            (
+                "TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS".into(),
+                (o.lease_seconds / 2).clamp(1, 60).to_string(),
+            ),
         ];
         let backend = [
             ("TCAB_BACKEND_URL", self.backend.url().to_owned()),
@@ -290,7 +300,10 @@ impl Stack {
                         ),
                         (
                             "TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS",
-                            (o.poll_seconds * 25.0).max(5.0).to_string(),
+                            (o.poll_seconds * 25.0)
+                                .max(5.0)
+                                .min(o.lease_seconds as f64 / 2.0)
+                                .to_string(),
                         ),
                         (
                             "TCAB_DISPATCHER_DRIVER_TERMINATION_GRACE_SECONDS",
@@ -307,12 +320,14 @@ impl Stack {
             }
             Container::LeaseKeeper => {
                 env.extend(backend.map(|(k, v)| (k.to_owned(), v)));
-                env.push((
-                    "TCAB_DISPATCHER_LEASE_SECONDS".into(),
-                    o.lease_seconds.to_string(),
-                ));
             }
             Container::Reaper => {
+                // The orphan sweep asks the backend which jobs it still drives.
+                env.extend(
+                    backend[..2]
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), v.clone())),
+                );
                 env.push(("TCAB_K8S_NAMESPACE".into(), o.sandbox_namespace.clone()));
                 env.push((
                     "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS".into(),
