@@ -6,9 +6,10 @@
 //!
 //! - **raw floor**: a bare loop of `claim_run` + create of the driver Job,
 //!   back to back, one at a time;
-//! - **admitter**: `run()` as the binary runs it (watch-backed cache, gate
-//!   call, vault `Put`, the publish lane claiming too), caps high enough not
-//!   to bind, timed from start until the last Job exists.
+//! - **admitter**: `run()` as the binary runs it (watch-backed cache, a gate
+//!   call before every claim, vault `Put`, the publish lane on its own loop
+//!   claiming too), caps high enough not to bind, timed from start until the
+//!   last Job exists.
 //!
 //! Rounds alternate the two to share any machine noise. Target: the admitter
 //! drains at 80% of the floor or better (architecture.md §8).
