@@ -308,7 +308,7 @@ async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
             let starts = t
                 .stack
                 .log(Container::LeaseKeeper)
-                .matches("Job cache listed")
+                .matches("Job view current; renewing and reporting")
                 .count();
             Ok((starts >= 2).then_some(()))
         },
