@@ -360,8 +360,8 @@ fn every_binary_reads_the_metrics_address() {
     };
     let r = reaper(&metrics).expect("valid");
     assert_eq!(r.common.metrics_addr, want);
-    let r = reaper(&[("TCAB_DISPATCHER_METRICS_ADDR", "[::]:9092")])
-        .expect("IPv6 is an address too");
+    let r =
+        reaper(&[("TCAB_DISPATCHER_METRICS_ADDR", "[::]:9092")]).expect("IPv6 is an address too");
     assert_eq!(r.common.metrics_addr.map(|a| a.port()), Some(9092));
     let r = reaper(&[("TCAB_DISPATCHER_METRICS_ADDR", "")]).expect("empty is unset");
     assert_eq!(r.common.metrics_addr, None);
