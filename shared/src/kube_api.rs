@@ -45,6 +45,37 @@ impl CallError {
     }
 }
 
+/// Why no Kubernetes client could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Neither a kubeconfig nor the in-cluster service account was usable.
+    #[error(
+        "cannot find a Kubernetes config (KUBECONFIG, ~/.kube/config or the in-cluster service account)"
+    )]
+    Config(#[source] kube::config::InferConfigError),
+    /// The config was found but the client could not be built from it.
+    #[error("cannot build the Kubernetes client")]
+    Build(#[source] kube::Error),
+}
+
+/// The client every binary uses, from the kubeconfig or the in-cluster
+/// service account (see [`client_from`]).
+pub async fn client() -> Result<kube::Client, ClientError> {
+    let config = kube::Config::infer().await.map_err(ClientError::Config)?;
+    client_from(config)
+}
+
+/// Builds a client from `config` with kube-rs's own retry layer off. That
+/// layer retries 429, 503 and 504 up to 15 times with backoff growing to
+/// minutes: inside [`bounded`] it turns a clear "throttled" or "unavailable"
+/// into an anonymous timeout and spends the whole bound on one call. Each
+/// call is made once here; the loop that made it decides when to try again,
+/// and the error it saw reaches the logs and the error counters.
+pub fn client_from(mut config: kube::Config) -> Result<kube::Client, ClientError> {
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(ClientError::Build)
+}
+
 /// Runs one API call with a timeout.
 pub async fn bounded<T, F>(limit: Duration, call: F) -> Result<T, CallError>
 where

@@ -21,9 +21,7 @@ async fn main() -> anyhow::Result<()> {
     let config: AdmitterConfig = config::load(ABOUT, &BUILD);
     telemetry::init(config.common.log_format, Binary::Admitter, &BUILD);
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let kube = kube::Client::try_default()
-        .await
-        .context("building the kube client")?;
+    let kube = tcab_shared::kube_api::client().await?;
     let namespace = config
         .common
         .namespace

@@ -80,7 +80,7 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
     })
     .await
     .unwrap();
-    let kube = cluster.kube_client(None).unwrap();
+    let kube = tcab_shared::kube_api::client_from(cluster.kube_config(None).unwrap()).unwrap();
 
     let gate = gate::FakeGate::start().await;
     // A Job that finishes wakes the admitter at once (the Job cache's
@@ -135,7 +135,10 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
     assert!(max("publish") >= 1);
     assert_eq!(max(""), 0, "every Job labelled with its lane");
     // One Job per backend job (no claim was ever made twice).
-    let jobs: kube::Api<Job> = kube::Api::namespaced(cluster.kube_client(None).unwrap(), NS);
+    let jobs: kube::Api<Job> = kube::Api::namespaced(
+        tcab_shared::kube_api::client_from(cluster.kube_config(None).unwrap()).unwrap(),
+        NS,
+    );
     let list = jobs.list(&Default::default()).await.unwrap();
     let mut ids: Vec<String> = list
         .items

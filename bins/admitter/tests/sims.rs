@@ -50,7 +50,7 @@ impl Sims {
     }
 
     fn kube(&self) -> kube::Client {
-        self.cluster.kube_client(None).unwrap()
+        tcab_shared::kube_api::client_from(self.cluster.kube_config(None).unwrap()).unwrap()
     }
 
     fn config(&self, extra: &[(&str, &str)]) -> AdmitterConfig {

@@ -22,9 +22,7 @@ async fn main() -> anyhow::Result<()> {
     tcab_shared::telemetry::init(config.common.log_format, Binary::LeaseKeeper, &BUILD);
     let backend = tcab_shared::backend::client_from_config(&config.backend)
         .context("cannot build the backend client")?;
-    let kube = kube::Client::try_default()
-        .await
-        .context("cannot build the Kubernetes client")?;
+    let kube = tcab_shared::kube_api::client().await?;
     let vault_listener =
         grpc::bind(config.common.vault_addr, config.vault_allow_non_loopback).await?;
     let shutdown = Shutdown::on_signals().context("cannot install signal handlers")?;

@@ -137,7 +137,7 @@ impl World {
         })
         .await
         .unwrap();
-        let kube = cluster.kube_client(None).unwrap();
+        let kube = tcab_shared::kube_api::client_from(cluster.kube_config(None).unwrap()).unwrap();
         let vars: Vec<(String, String)> = [
             ("TCAB_BACKEND_URL", backend.url()),
             ("TCAB_BACKEND_SERVICE_TOKEN", SERVICE_TOKEN.into()),

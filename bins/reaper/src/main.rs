@@ -20,9 +20,7 @@ const BUILD: BuildInfo = BuildInfo {
 async fn main() -> anyhow::Result<()> {
     let config: ReaperConfig = config::load(ABOUT, &BUILD);
     tcab_shared::telemetry::init(config.common.log_format, Binary::Reaper, &BUILD);
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot build a Kubernetes client")?;
+    let client = tcab_shared::kube_api::client().await?;
     // The backend is asked only by the orphan sweep (what it still drives).
     let backend = config
         .backend

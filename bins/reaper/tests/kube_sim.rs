@@ -44,10 +44,9 @@ async fn sim(rbac: Option<Rbac>) -> SimHandle {
 }
 
 fn client(sim: &SimHandle, token: &str) -> Client {
-    let mut config = sim.kube_config(Some(token)).expect("kube config");
-    // Errors are the point of some tests: answer them now, do not retry.
-    config.default_retry = false;
-    Client::try_from(config).expect("client")
+    let config = sim.kube_config(Some(token)).expect("kube config");
+    // The binaries' own client: errors are answered at once, never retried.
+    tcab_shared::kube_api::client_from(config).expect("client")
 }
 
 fn reaper_config(backend: &MockBackend, extra: &[(&str, &str)]) -> ReaperConfig {

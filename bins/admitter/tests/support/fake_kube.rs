@@ -154,7 +154,7 @@ impl FakeKube {
     pub fn client(&self) -> kube::Client {
         let mut config = kube::Config::new(self.url.parse().unwrap());
         config.default_namespace = NAMESPACE.into();
-        kube::Client::try_from(config).unwrap()
+        tcab_shared::kube_api::client_from(config).unwrap()
     }
 
     /// Puts a Job there as another admitter would have (labelled, live).

@@ -396,7 +396,7 @@ impl FakeKube {
     pub fn client(&self) -> kube::Client {
         let mut config = kube::Config::new(self.url.parse().unwrap());
         config.default_namespace = NS.into();
-        kube::Client::try_from(config).unwrap()
+        tcab_shared::kube_api::client_from(config).unwrap()
     }
 
     pub fn lock(&self) -> std::sync::MutexGuard<'_, KubeState> {
