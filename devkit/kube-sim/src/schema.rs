@@ -11,8 +11,8 @@
 //! JSON before anything is stored. Duplicate fields in the JSON are not
 //! detected (the JSON parser keeps the last).
 
+use crate::quantity;
 use crate::store::Kind;
-use crate::validation::quantity;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;

@@ -9,16 +9,16 @@
 //! - `staging/src/k8s.io/apimachinery/pkg/api/errors/errors.go` (`NewInvalid`):
 //!   the Status built from them ([`invalid`]);
 //! - the per-kind rules in [`meta`], [`pod`] and [`job`], and quantities in
-//!   [`quantity`].
+//!   [`crate::quantity`].
 //!
 //! Everything here is a pure function of JSON values.
 
 pub mod job;
 pub mod meta;
 pub mod pod;
-pub mod quantity;
 
 use crate::objects::{self, ensure_object};
+use crate::quantity;
 use crate::status::ApiError;
 use crate::store::{Kind, random_suffix};
 use serde_json::{Value, json};

@@ -14,8 +14,8 @@ use super::meta::{
     dns1123_label, each_invalid, env_var_name, inclusive_range_error, name_is_dns_subdomain,
     port_name, qualified_name, validate_annotations, validate_labels,
 };
-use super::quantity::{self, Quantity};
 use super::{BadValue, ErrorList, FieldError, go_quote, items, path, str_of};
+use crate::quantity::{self, Quantity};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
 
