@@ -9,17 +9,17 @@
 //! finds what is left.
 //!
 //! It also keeps the times the judgement of a Job that cannot finish failing
-//! needs ([`FailingSince`], and the same for a `Failed` Job whose pods still
-//! terminate on clusters before 1.31), on this process's monotonic clock.
+//! needs ([`FailingSince`]: live and failing, or `Failed` with pods still
+//! terminating on clusters before 1.31), on this process's monotonic clock.
 //!
 //! Everything here is pure: the caller passes `now` and the snapshot.
 
 use crate::plan::{IdVerdict, SweepSettings, job_key};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::Lane;
-use tcab_shared::cluster::{JobPhase, JobSummary};
-use tcab_shared::failing::{FailingSince, stuck_after};
+use tcab_shared::cluster::JobSummary;
+use tcab_shared::failing::FailingSince;
 use tokio::time::Instant;
 
 /// What a tick has to do.
@@ -53,11 +53,9 @@ pub enum Attempt {
 pub struct ReapMemory {
     /// Keys of the dead driver Jobs whose sandboxes were all reaped.
     reaped: BTreeSet<String>,
-    /// When each live Job was first seen failing.
+    /// When each Job was first seen failing without settling (live and
+    /// failing, or failed with pods still terminating).
     failing: FailingSince,
-    /// When each failed driver Job whose pods still terminate was first
-    /// seen failing (kept from its live sighting when there was one).
-    failed_terminating: HashMap<String, Instant>,
     /// When the last sweep listed the sandbox pods.
     last_sweep: Option<Instant>,
 }
@@ -79,33 +77,12 @@ impl ReapMemory {
         now: Instant,
         margin: Duration,
     ) -> BTreeSet<String> {
-        let mut terminating = HashMap::new();
-        for job in jobs {
-            if job.lane == Lane::Run && job.phase == JobPhase::Failed && job.terminating_pods > 0 {
-                let key = job_key(job);
-                let since = self
-                    .failed_terminating
-                    .get(key)
-                    .copied()
-                    .or_else(|| self.failing.since(job))
-                    .unwrap_or(now);
-                terminating.insert(key.to_owned(), since);
-            }
-        }
-        self.failed_terminating = terminating;
         self.failing.observe(jobs, now);
         let present: BTreeSet<&str> = jobs.iter().map(job_key).collect();
         self.reaped.retain(|key| present.contains(key.as_str()));
 
         jobs.iter()
-            .filter(|job| job.lane == Lane::Run)
-            .filter(|job| match job.phase {
-                JobPhase::Live => self.failing.is_stuck(job, now, margin),
-                JobPhase::Failed => self.failed_terminating.get(job_key(job)).is_some_and(|at| {
-                    now.saturating_duration_since(*at) > stuck_after(job, margin)
-                }),
-                JobPhase::Succeeded => false,
-            })
+            .filter(|job| job.lane == Lane::Run && self.failing.is_stuck(job, now, margin))
             .map(|job| job_key(job).to_owned())
             .collect()
     }
@@ -174,7 +151,7 @@ impl ReapMemory {
 mod tests {
     use super::*;
     use crate::plan::{DeleteReason, KeepReason, judge_ids};
-    use tcab_shared::cluster::JobCondition;
+    use tcab_shared::cluster::{JobCondition, JobPhase};
 
     fn settings() -> SweepSettings {
         SweepSettings {
