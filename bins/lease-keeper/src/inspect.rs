@@ -75,9 +75,11 @@ impl Inspector {
         let name = pod.name_any();
         match bounded(self.timeout, self.pods.logs(&name, &params)).await {
             Ok(text) => LogTail::Read(text),
-            Err(error) if error.is_not_found() => {
-                LogTail::Unreadable(format!("pod {name} was gone before its log could be read"))
-            }
+            // The pod, or the Node whose kubelet serves its log.
+            Err(error) if error.is_not_found() => LogTail::Unreadable(format!(
+                "pod {name} or its node was gone before its log could be read ({})",
+                error_chain(&error)
+            )),
             Err(error) => LogTail::Unreadable(error_chain(&error)),
         }
     }

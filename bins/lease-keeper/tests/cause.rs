@@ -61,7 +61,7 @@ fn cases() -> Vec<Case> {
                 message: s("Taint manager: deleting due to NoExecute taint"),
                 pod_reason: None,
             },
-            summary: "pod deleted by the taint manager (its node is not ready or unreachable) (DisruptionTarget: DeletionByTaintManager: Taint manager: deleting due to NoExecute taint)",
+            summary: "pod deleted by the taint manager (a NoExecute taint on its node: not ready, unreachable, or tainted by an operator) (DisruptionTarget: DeletionByTaintManager: Taint manager: deleting due to NoExecute taint)",
         },
         Case {
             name: "node shutdown: DisruptionTarget wins over the pod's own reason",
@@ -436,9 +436,24 @@ fn a_kubelet_eviction_reads_as_such_with_the_pods_reason() {
     assert_eq!(cause.kind(), "kubelet_evicted");
     let summary = cause.summary();
     assert!(
-        summary
-            .starts_with("pod terminated by the kubelet (DisruptionTarget: TerminationByKubelet")
-            && summary.contains("(Evicted: The node was low on resource: memory."),
+        summary.starts_with(
+            "pod evicted by the kubelet (node pressure) (DisruptionTarget: TerminationByKubelet"
+        ) && summary.contains("(Evicted: The node was low on resource: memory."),
+        "{summary}"
+    );
+    // The kubelet writes the same message on the pod and the condition: the
+    // pod's reason alone still tells the eviction from a node shutdown.
+    let status = pod.status.as_mut().unwrap();
+    let message = status.message.clone();
+    for c in status.conditions.iter_mut().flatten() {
+        if c.type_ == "DisruptionTarget" {
+            c.message = message.clone();
+        }
+    }
+    let summary = death_cause(&job, Some(&pod)).summary();
+    assert!(
+        summary.starts_with("pod evicted by the kubelet (node pressure) (DisruptionTarget: TerminationByKubelet: The node was low on resource: memory.")
+            && summary.ends_with(" (Evicted)"),
         "{summary}"
     );
 }
