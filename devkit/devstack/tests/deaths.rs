@@ -524,6 +524,12 @@ async fn assert_never_started(t: &TestStack, id: &str, enqueued: Instant, parts:
     );
     assert_reported_dead(t, &job);
     assert_detail(t, "never started", &job, parts);
+    assert_detail(
+        t,
+        "never started",
+        &job,
+        &["logs unreadable: the container never started"],
+    );
     wait_for("its Job deleted", LIMIT, || async {
         Ok(t.jobs_of(id).await.is_empty().then_some(()))
     })
