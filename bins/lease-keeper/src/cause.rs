@@ -346,23 +346,32 @@ impl fmt::Display for DeathCause {
 /// Why `job` died, from the Job and its pod (if the pod still exists).
 ///
 /// Evidence in order: the pod's `DisruptionTarget` condition (status
-/// True); the pod's failure reason; the state of the `driver` or
+/// True); the pod's failure reason; a Job failure condition other than the
+/// generic `BackoffLimitExceeded` when the pod shows only its deletion (the
+/// Job deleted it at its deadline); the state of the `driver` or
 /// `publisher` container (else the first), terminated or last terminated,
 /// then waiting; the Job's failure conditions other than the generic
 /// `BackoffLimitExceeded`; with no pod, `status.failed` >= 1 means the pod
 /// ran and was deleted; then the generic condition; with no pod and nothing
 /// failed, the Job never started a pod.
 pub fn death_cause(job: &Job, pod: Option<&Pod>) -> DeathCause {
+    let conditions = failure_conditions(job);
+    let specific = conditions
+        .iter()
+        .find(|c| c.reason.as_deref() != Some(BACKOFF_LIMIT_EXCEEDED));
     if let Some(pod) = pod
         && let Some(cause) = pod_cause(job, pod)
     {
+        // A pod its own Job deleted (a passed deadline) shows only that it
+        // was deleted, or the signal that ended it: the Job says why.
+        if let Some(cond) = specific
+            && deleted_by_its_job(pod, &cause)
+        {
+            return condition_cause(cond);
+        }
         return cause;
     }
-    let conditions = failure_conditions(job);
-    if let Some(cond) = conditions
-        .iter()
-        .find(|c| c.reason.as_deref() != Some(BACKOFF_LIMIT_EXCEEDED))
-    {
+    if let Some(cond) = specific {
         return condition_cause(cond);
     }
     let failed = job
@@ -522,6 +531,18 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
         reason: text(Some(reason)),
         message: text(waiting.message.as_deref()),
     })
+}
+
+/// Whether what a pod shows is only the mark of its deletion: deleted while
+/// it ran, or ended by a signal while being deleted, with no disruption
+/// recorded (an eviction or a taint deletion names itself).
+fn deleted_by_its_job(pod: &Pod, cause: &DeathCause) -> bool {
+    let deleting = pod.metadata.deletion_timestamp.is_some();
+    match cause {
+        DeathCause::PodDeleted { .. } => true,
+        DeathCause::ContainerExited { exit_code, .. } => deleting && *exit_code > 128,
+        _ => false,
+    }
 }
 
 /// Whether a pod shows that it will never start by itself, and why: its

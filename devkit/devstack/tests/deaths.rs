@@ -328,6 +328,43 @@ async fn a_noexecute_taint_on_a_live_node_is_reported_with_the_log_tail() {
     }
 }
 
+/// A hung driver that outlives its Job's activeDeadlineSeconds: the Job
+/// gets FailureTarget `DeadlineExceeded` and its pod is deleted; the driver
+/// ignores SIGTERM and is SIGKILLed at the end of its grace. The report
+/// names the deadline (why the pod was deleted), with the log tail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_past_its_deadline_is_reported_as_such() {
+    let t = TestStack::start(|o| {
+        small_graces(o);
+        o.cluster_speed = 4.0;
+        set_env(o, "TCAB_DISPATCHER_DRIVER_ACTIVE_DEADLINE_SECONDS", "8");
+    })
+    .await;
+    let id = t
+        .stack
+        .backend
+        .enqueue_run(run("deadline", stubborn()))
+        .await
+        .expect("enqueue");
+    t.running_driver(&id, LIMIT).await;
+    let job = t
+        .run_until(&id, "the death report", LIMIT, |j| j["state"] != "running")
+        .await;
+    assert_reported_dead(&t, &job);
+    assert_detail(
+        &t,
+        "deadline",
+        &job,
+        &[
+            "Job DeadlineExceeded: Job was active longer than specified deadline",
+            "--- last log lines ---",
+            "running: step 3/3",
+        ],
+    );
+    assert_pod_gone(&t, &id).await;
+    t.sandboxes_reaped(&id, LIMIT).await;
+}
+
 /// The driver's machine crashes (its Node object stays): after the node
 /// monitor's grace and the 300 s toleration (sim time) the taint manager
 /// marks the pod for deletion, the Job shows FailureTarget, and with no
