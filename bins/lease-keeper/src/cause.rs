@@ -33,6 +33,8 @@ pub const LOG_SEPARATOR_CUT: &str = "\n--- last log lines (cut to fit) ---\n";
 /// The Job condition reason that only says "the pod failed" (backoffLimit
 /// is 0): it names no cause, so other evidence is preferred to it.
 const BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
+/// The pod reason of the kubelet's node-pressure eviction.
+const EVICTED: &str = "Evicted";
 /// Waiting reasons that are normal steps of a starting container.
 const ROUTINE_WAITING: [&str; 2] = ["ContainerCreating", "PodInitializing"];
 
@@ -196,7 +198,10 @@ impl DeathCause {
                     "EvictionByEvictionAPI" => "pod evicted",
                     "PreemptionByScheduler" => "pod preempted",
                     "DeletionByTaintManager" => {
-                        "pod deleted by the taint manager (its node is not ready or unreachable)"
+                        "pod deleted by the taint manager (a NoExecute taint on its node: not ready, unreachable, or tainted by an operator)"
+                    }
+                    "TerminationByKubelet" if pod_reason.as_deref().is_some_and(is_evicted) => {
+                        "pod evicted by the kubelet (node pressure)"
                     }
                     "TerminationByKubelet" => "pod terminated by the kubelet",
                     "DeletionByPodGC" => "pod deleted by pod GC (its node is gone)",
@@ -300,7 +305,7 @@ impl DeathCause {
                 "DeletionByPodGC" => "node_lost",
                 _ => "disrupted",
             },
-            DeathCause::PodFailed { reason, .. } if reason == "Evicted" => "kubelet_evicted",
+            DeathCause::PodFailed { reason, .. } if reason == EVICTED => "kubelet_evicted",
             DeathCause::PodFailed { .. } => "pod_failed",
             DeathCause::OomKilled { .. } => "oom_killed",
             DeathCause::ContainerExited { exit_code, .. } if *exit_code > 128 => "killed",
@@ -341,23 +346,32 @@ impl fmt::Display for DeathCause {
 /// Why `job` died, from the Job and its pod (if the pod still exists).
 ///
 /// Evidence in order: the pod's `DisruptionTarget` condition (status
-/// True); the pod's failure reason; the state of the `driver` or
+/// True); the pod's failure reason; a Job failure condition other than the
+/// generic `BackoffLimitExceeded` when the pod shows only its deletion (the
+/// Job deleted it at its deadline); the state of the `driver` or
 /// `publisher` container (else the first), terminated or last terminated,
 /// then waiting; the Job's failure conditions other than the generic
 /// `BackoffLimitExceeded`; with no pod, `status.failed` >= 1 means the pod
 /// ran and was deleted; then the generic condition; with no pod and nothing
 /// failed, the Job never started a pod.
 pub fn death_cause(job: &Job, pod: Option<&Pod>) -> DeathCause {
+    let conditions = failure_conditions(job);
+    let specific = conditions
+        .iter()
+        .find(|c| c.reason.as_deref() != Some(BACKOFF_LIMIT_EXCEEDED));
     if let Some(pod) = pod
         && let Some(cause) = pod_cause(job, pod)
     {
+        // A pod its own Job deleted (a passed deadline) shows only that it
+        // was deleted, or the signal that ended it: the Job says why.
+        if let Some(cond) = specific
+            && deleted_by_its_job(pod, &cause)
+        {
+            return condition_cause(cond);
+        }
         return cause;
     }
-    let conditions = failure_conditions(job);
-    if let Some(cond) = conditions
-        .iter()
-        .find(|c| c.reason.as_deref() != Some(BACKOFF_LIMIT_EXCEEDED))
-    {
+    if let Some(cond) = specific {
         return condition_cause(cond);
     }
     let failed = job
@@ -428,16 +442,23 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
         .flatten()
         .find(|c| c.type_ == "DisruptionTarget" && c.status.eq_ignore_ascii_case("true"));
     if let Some(cond) = disruption {
-        // The pod's own reason adds something only when it says more than
-        // the condition (the kubelet's node-pressure eviction: `Evicted`
-        // with the resource that ran out).
+        // The pod's own reason adds something when it says more than the
+        // condition, or when it tells a node-pressure eviction (`Evicted`)
+        // from the kubelet's other terminations (a node shutdown).
         let message = text(cond.message.as_deref());
         let pod_message = text(status.message.as_deref());
         let pod_reason = status
             .reason
             .as_deref()
-            .filter(|r| !r.trim().is_empty() && pod_message != message)
-            .map(|r| reason_message(r.trim(), &pod_message));
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .and_then(|r| {
+                if pod_message != message {
+                    Some(reason_message(r, &pod_message))
+                } else {
+                    (r == EVICTED).then(|| r.to_owned())
+                }
+            });
         return Some(DeathCause::Disrupted {
             reason: text(cond.reason.as_deref()),
             message,
@@ -510,6 +531,18 @@ fn pod_cause(job: &Job, pod: &Pod) -> Option<DeathCause> {
         reason: text(Some(reason)),
         message: text(waiting.message.as_deref()),
     })
+}
+
+/// Whether what a pod shows is only the mark of its deletion: deleted while
+/// it ran, or ended by a signal while being deleted, with no disruption
+/// recorded (an eviction or a taint deletion names itself).
+fn deleted_by_its_job(pod: &Pod, cause: &DeathCause) -> bool {
+    let deleting = pod.metadata.deletion_timestamp.is_some();
+    match cause {
+        DeathCause::PodDeleted { .. } => true,
+        DeathCause::ContainerExited { exit_code, .. } => deleting && *exit_code > 128,
+        _ => false,
+    }
 }
 
 /// Whether a pod shows that it will never start by itself, and why: its
@@ -659,6 +692,12 @@ fn reason_message(reason: &str, message: &str) -> String {
         (true, false) => one_line(message),
         (true, true) => "no reason given".to_owned(),
     }
+}
+
+/// Whether a pod reason (`reason` or `reason: message`) is the kubelet's
+/// node-pressure eviction.
+fn is_evicted(pod_reason: &str) -> bool {
+    pod_reason == EVICTED || pod_reason.starts_with("Evicted:")
 }
 
 /// A cluster-provided text, trimmed (absent = empty).

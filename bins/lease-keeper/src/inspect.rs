@@ -75,10 +75,12 @@ impl Inspector {
         let name = pod.name_any();
         match bounded(self.timeout, self.pods.logs(&name, &params)).await {
             Ok(text) => LogTail::Read(text),
-            Err(error) if error.is_not_found() => {
-                LogTail::Unreadable(format!("pod {name} was gone before its log could be read"))
-            }
-            Err(error) => LogTail::Unreadable(error_chain(&error)),
+            // The pod, or the Node whose kubelet serves its log.
+            Err(error) if error.is_not_found() => LogTail::Unreadable(format!(
+                "pod {name} or its node was gone before its log could be read ({})",
+                log_error(&error)
+            )),
+            Err(error) => LogTail::Unreadable(log_error(&error)),
         }
     }
 
@@ -127,6 +129,18 @@ impl Inspector {
     }
 }
 
+/// Why a log read failed, for a person: the API server's message and its
+/// HTTP status (the kubelet's own error is inside the message), or the
+/// client's error chain.
+fn log_error(error: &CallError) -> String {
+    match error {
+        CallError::Kube(kube::Error::Api(status)) if !status.message.trim().is_empty() => {
+            format!("{} (HTTP {})", status.message.trim(), status.code)
+        }
+        other => error_chain(other),
+    }
+}
+
 /// The most recently created pod (ties: the greatest name), if any.
 pub fn newest(mut pods: Vec<Pod>) -> Option<Pod> {
     pods.sort_by(|a, b| {
@@ -146,6 +160,22 @@ mod tests {
     fn pod(name: &str, created: &str) -> Pod {
         serde_json::from_value(json!({"metadata": {"name": name, "creationTimestamp": created}}))
             .unwrap()
+    }
+
+    #[test]
+    fn a_failed_log_read_reads_as_the_api_servers_message() {
+        let status = kube::core::Status::failure(
+            "Get \"https://10.0.0.10:10250/containerLogs/ns/p/driver\": dial tcp 10.0.0.10:10250: connect: no route to host",
+            "InternalError",
+        )
+        .with_code(500)
+        .boxed();
+        assert_eq!(
+            log_error(&CallError::Kube(kube::Error::Api(status))),
+            "Get \"https://10.0.0.10:10250/containerLogs/ns/p/driver\": dial tcp 10.0.0.10:10250: connect: no route to host (HTTP 500)"
+        );
+        let timeout = CallError::TimedOut(Duration::from_secs(15));
+        assert_eq!(log_error(&timeout), timeout.to_string());
     }
 
     #[test]

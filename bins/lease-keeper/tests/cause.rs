@@ -61,7 +61,7 @@ fn cases() -> Vec<Case> {
                 message: s("Taint manager: deleting due to NoExecute taint"),
                 pod_reason: None,
             },
-            summary: "pod deleted by the taint manager (its node is not ready or unreachable) (DisruptionTarget: DeletionByTaintManager: Taint manager: deleting due to NoExecute taint)",
+            summary: "pod deleted by the taint manager (a NoExecute taint on its node: not ready, unreachable, or tainted by an operator) (DisruptionTarget: DeletionByTaintManager: Taint manager: deleting due to NoExecute taint)",
         },
         Case {
             name: "node shutdown: DisruptionTarget wins over the pod's own reason",
@@ -436,9 +436,24 @@ fn a_kubelet_eviction_reads_as_such_with_the_pods_reason() {
     assert_eq!(cause.kind(), "kubelet_evicted");
     let summary = cause.summary();
     assert!(
-        summary
-            .starts_with("pod terminated by the kubelet (DisruptionTarget: TerminationByKubelet")
-            && summary.contains("(Evicted: The node was low on resource: memory."),
+        summary.starts_with(
+            "pod evicted by the kubelet (node pressure) (DisruptionTarget: TerminationByKubelet"
+        ) && summary.contains("(Evicted: The node was low on resource: memory."),
+        "{summary}"
+    );
+    // The kubelet writes the same message on the pod and the condition: the
+    // pod's reason alone still tells the eviction from a node shutdown.
+    let status = pod.status.as_mut().unwrap();
+    let message = status.message.clone();
+    for c in status.conditions.iter_mut().flatten() {
+        if c.type_ == "DisruptionTarget" {
+            c.message = message.clone();
+        }
+    }
+    let summary = death_cause(&job, Some(&pod)).summary();
+    assert!(
+        summary.starts_with("pod evicted by the kubelet (node pressure) (DisruptionTarget: TerminationByKubelet: The node was low on resource: memory.")
+            && summary.ends_with(" (Evicted)"),
         "{summary}"
     );
 }
@@ -464,6 +479,75 @@ fn a_pod_deleted_while_it_ran_says_so() {
     ));
     assert_eq!(
         death_cause(&job, Some(&pod)),
+        DeathCause::PodDeleted { failed: 1 }
+    );
+}
+
+/// On 1.31+ a passed deadline sets FailureTarget `DeadlineExceeded` and
+/// deletes the pod, which is gone when the Job turns Failed: the evidence is
+/// the pod as it was at the first sign, running with a deletionTimestamp
+/// (or ended by the signal of its deletion). The Job's condition says why.
+#[test]
+fn a_pod_its_job_deleted_at_the_deadline_reads_as_the_deadline() {
+    let job: Job = fixture("job-driver-deadline.json");
+    let mut pod: Pod = fixture("pod-exit-1.json");
+    pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-11-29T16:05:00Z".parse().unwrap(),
+    ));
+    let deadline = DeathCause::JobCondition {
+        kind: s("Failed"),
+        reason: s("DeadlineExceeded"),
+        message: s("Job was active longer than specified deadline"),
+    };
+    let set_state = |pod: &mut Pod, state: serde_json::Value| {
+        let status = pod.status.as_mut().unwrap();
+        status.phase = Some(s("Running"));
+        status.container_statuses.as_mut().unwrap()[0].state =
+            Some(serde_json::from_value(state).unwrap());
+    };
+    set_state(
+        &mut pod,
+        serde_json::json!({"running": {"startedAt": "2026-11-29T16:02:20Z"}}),
+    );
+    assert_eq!(death_cause(&job, Some(&pod)), deadline, "captured running");
+    for code in [137, 143] {
+        set_state(
+            &mut pod,
+            serde_json::json!({"terminated": {"exitCode": code, "reason": "Error"}}),
+        );
+        assert_eq!(death_cause(&job, Some(&pod)), deadline, "ended by {code}");
+    }
+    // What a pod shows for itself still wins: an OOM kill, an exit of its
+    // own, a disruption.
+    set_state(
+        &mut pod,
+        serde_json::json!({"terminated": {"exitCode": 137, "reason": "OOMKilled"}}),
+    );
+    assert!(matches!(
+        death_cause(&job, Some(&pod)),
+        DeathCause::OomKilled { .. }
+    ));
+    set_state(
+        &mut pod,
+        serde_json::json!({"terminated": {"exitCode": 1, "reason": "Error"}}),
+    );
+    assert!(matches!(
+        death_cause(&job, Some(&pod)),
+        DeathCause::ContainerExited { exit_code: 1, .. }
+    ));
+    let evicted: Pod = fixture("pod-evicted-sigterm.json");
+    assert!(matches!(
+        death_cause(&job, Some(&evicted)),
+        DeathCause::Disrupted { .. }
+    ));
+    // With only the generic condition, a deleted pod says it was deleted.
+    let failed: Job = fixture("job-driver-failed.json");
+    set_state(
+        &mut pod,
+        serde_json::json!({"running": {"startedAt": "2026-11-29T16:02:20Z"}}),
+    );
+    assert_eq!(
+        death_cause(&failed, Some(&pod)),
         DeathCause::PodDeleted { failed: 1 }
     );
 }

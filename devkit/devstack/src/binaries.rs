@@ -40,6 +40,28 @@ pub fn ensure_built(dir: &Path) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(&cargo);
     cmd.args(["build", "--bins", "--quiet"]);
+    // A test runs with the variables cargo sets for its own crate
+    // (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...). Passed on, they differ from
+    // a build started from a shell, and a dependency's build script that
+    // watches one (ring watches `CARGO_MANIFEST_DIR`) would be rerun, with
+    // everything above it rebuilt, at every switch between the two.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let per_crate = name.starts_with("CARGO_PKG_")
+            || matches!(
+                name.as_ref(),
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "OUT_DIR"
+            );
+        if per_crate {
+            cmd.env_remove(name.as_ref());
+        }
+    }
     for pkg in ALL {
         cmd.args(["-p", pkg]);
     }

@@ -144,6 +144,33 @@ impl Backend {
         self.call(reqwest::Method::GET, "/jobs/active", None).await
     }
 
+    /// `GET /publish-jobs/active`: the dispatched publishes with their leases and the backend's `now`.
+    pub async fn active_publishes(&self) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, "/publish-jobs/active", None)
+            .await
+    }
+
+    /// Injects a fault (needs `--enable-test-clock`): every request to one of
+    /// `paths` (`*` matches one segment) arriving in the next `seconds` (real
+    /// time) is answered 500 (`mode` `error`) or held until the window ends
+    /// and then applied (`stall`). See docs/backend-contract.md.
+    pub async fn add_fault(&self, paths: &[&str], mode: &str, seconds: f64) -> anyhow::Result<()> {
+        self.call(
+            reqwest::Method::POST,
+            "/admin/faults",
+            Some(json!({ "paths": paths, "mode": mode, "seconds": seconds })),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Ends every injected fault window.
+    pub async fn clear_faults(&self) -> anyhow::Result<()> {
+        self.call(reqwest::Method::POST, "/admin/faults/clear", None)
+            .await
+            .map(drop)
+    }
+
     /// Moves the backend's clock forward (needs `--enable-test-clock`).
     pub async fn advance_clock(&self, seconds: u64) -> anyhow::Result<()> {
         self.call(
@@ -219,6 +246,25 @@ impl Cluster {
             .send()
             .await?;
         answer(resp, &format!("POST {path}")).await
+    }
+
+    /// PATCH a path of the sim's API with a body of `content_type` (e.g.
+    /// `application/strategic-merge-patch+json`, as kubectl sends it).
+    pub async fn patch(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: Value,
+    ) -> anyhow::Result<Value> {
+        let resp = self
+            .http
+            .patch(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body.to_string())
+            .send()
+            .await?;
+        answer(resp, &format!("PATCH {path}")).await
     }
 
     /// Jobs in a namespace (default: the stack's), optionally selected by label.

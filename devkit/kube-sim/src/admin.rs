@@ -15,6 +15,7 @@
 //! | `POST /admin/pods/{ns}/{name}/evict` | | the Eviction API: DisruptionTarget `EvictionByEvictionAPI`, graceful delete |
 //! | `POST /admin/pods/{ns}/{name}/preempt` | | preemption: DisruptionTarget `PreemptionByScheduler`, graceful delete |
 //! | `POST /admin/pods/{ns}/{name}/kubelet-evict` | `{"resource": "memory"}` (optional) | node-pressure eviction: pod kept `Failed`, reason `Evicted` |
+//! | `POST /admin/pods/{ns}/{name}/kill` | `{"grace_seconds": N}` (optional, default 0) | the runtime stops the container, the pod not deleted: SIGTERM, SIGKILL after N s (0: at once; `Error`, 137); the pod stays `Failed` |
 //! | `POST /admin/pods/{ns}/{name}/delete` | `{"grace_seconds": N}` (optional) | delete the pod |
 //! | `POST /admin/jobs/never-pod` | `{"name": "job"}` or `{"next": N}` | those Jobs never get a pod |
 //! | `POST /admin/nodes/{name}/crash` | | the machine dies: its pods stay as they were, nothing reports |
@@ -314,6 +315,16 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
             sim.kubelet_evict(ns, name, resource)?;
             Ok(json!({"ok": true}))
         }
+        (Method::POST, ["admin", "pods", ns, name, "kill"]) => {
+            let grace = parse(&body)?["grace_seconds"].as_f64().unwrap_or(0.0);
+            if !(grace.is_finite() && (0.0..=3600.0).contains(&grace)) {
+                return Err(ApiError::bad_request(format!(
+                    "\"grace_seconds\" must be between 0 and 3600, got {grace}"
+                )));
+            }
+            sim.kill_container(ns, name, std::time::Duration::from_secs_f64(grace))?;
+            Ok(json!({"ok": true}))
+        }
         (Method::POST, ["admin", "pods", ns, name, "delete"]) => {
             let grace = parse(&body)?["grace_seconds"].as_i64();
             sim.delete_pod(ns, name, grace)?;
@@ -527,6 +538,17 @@ impl AdminClient {
         self.post(&format!("/admin/pods/{ns}/{pod}/oom"), None)
             .await
             .map(drop)
+    }
+
+    /// The runtime stops a pod's container without deleting the pod:
+    /// SIGTERM, SIGKILL after `grace_seconds` (0: SIGKILL at once).
+    pub async fn kill(&self, ns: &str, pod: &str, grace_seconds: f64) -> Result<(), AdminError> {
+        self.post(
+            &format!("/admin/pods/{ns}/{pod}/kill"),
+            Some(json!({"grace_seconds": grace_seconds})),
+        )
+        .await
+        .map(drop)
     }
 
     /// Evicts a pod.

@@ -26,6 +26,10 @@ pub struct Script {
     pub record: bool,
     /// Log lines written per state.
     pub log_lines: u32,
+    /// Ignore SIGTERM (a driver stuck in a call that never returns): it
+    /// goes on until the kubelet's SIGKILL at the end of the grace period,
+    /// with no handover and no report.
+    pub ignore_sigterm: bool,
 }
 
 impl Default for Script {
@@ -38,6 +42,7 @@ impl Default for Script {
             sandbox: true,
             record: true,
             log_lines: 1,
+            ignore_sigterm: false,
         }
     }
 }
@@ -162,7 +167,7 @@ pub async fn run_driver(ctx: &ProcCtx) -> i32 {
     let mut reached = "dispatched";
     ctx.log(format!("fake driver for job {id} starting"));
     for state in STATES {
-        if ctx.terminated() {
+        if ctx.terminated() && !script.ignore_sigterm {
             return on_sigterm(ctx, &backend, &id, &script, reached, &sandbox).await;
         }
         if state == "storing" && script.record {
@@ -201,9 +206,13 @@ pub async fn run_driver(ctx: &ProcCtx) -> i32 {
         if script.hang && state == "running" {
             ctx.log("hanging");
             ctx.sigterm().await;
+            if script.ignore_sigterm {
+                ctx.log("received SIGTERM; ignoring it");
+                std::future::pending::<()>().await;
+            }
             return on_sigterm(ctx, &backend, &id, &script, reached, &sandbox).await;
         }
-        if !ctx.sleep(per_state).await {
+        if !pause(ctx, &script, per_state).await {
             return on_sigterm(ctx, &backend, &id, &script, reached, &sandbox).await;
         }
     }
@@ -226,6 +235,26 @@ pub async fn run_driver(ctx: &ProcCtx) -> i32 {
             1
         }
     }
+}
+
+/// Sleeps `sim` of sim time; `false` when SIGTERM cut it short (never, for
+/// a script that ignores SIGTERM).
+async fn pause(ctx: &ProcCtx, script: &Script, sim: Duration) -> bool {
+    if !script.ignore_sigterm {
+        return ctx.sleep(sim).await;
+    }
+    let was_terminated = ctx.terminated();
+    tokio::select! {
+        _ = ctx.sim.clock.sleep(sim) => {}
+        _ = async {
+            ctx.sigterm().await;
+            if !was_terminated {
+                ctx.log("received SIGTERM; ignoring it");
+            }
+            std::future::pending::<()>().await
+        } => {}
+    }
+    true
 }
 
 fn record(reached: &str) -> Value {
@@ -366,5 +395,8 @@ mod tests {
             ),
             (10, "failed", Some("running"), true)
         );
+        assert!(!s.ignore_sigterm);
+        let s = Script::from_request(Some(r#"{"sim":{"hang":true,"ignore_sigterm":true}}"#));
+        assert!(s.hang && s.ignore_sigterm);
     }
 }

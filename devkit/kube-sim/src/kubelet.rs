@@ -16,7 +16,8 @@
 //!    the runtime's minimum), the terminal status, then the kubelet's own
 //!    delete with grace 0. OOM kill: `OOMKilled`, 137. Node-pressure
 //!    eviction: grace 1 s (so 2 s), the pod kept `Failed` with reason
-//!    `Evicted`.
+//!    `Evicted`. A container stopped by the runtime (the admin `kill`):
+//!    SIGTERM, SIGKILL after its grace, the pod kept `Failed`.
 //!
 //! Every duration is sim time. The signal field of a terminated container
 //! is never set (the kubelet does not report it).
@@ -52,6 +53,13 @@ pub enum PodSignal {
     Evict {
         /// The eviction message.
         message: String,
+    },
+    /// The container is stopped without deleting the pod (as `crictl stop
+    /// --timeout N` would): SIGTERM, SIGKILL after `grace` (zero: SIGKILL at
+    /// once). The pod ends `Failed` with the container's exit code.
+    Stop {
+        /// Time the program has to exit.
+        grace: Duration,
     },
 }
 
@@ -504,7 +512,7 @@ async fn prepare(
                     };
                 }
                 Some(PodSignal::Evict { message }) => return Prepared::Stopped(Early::Evicted(message)),
-                Some(PodSignal::Oom) => {}
+                Some(PodSignal::Oom | PodSignal::Stop { .. }) => {}
             }
         }
     }
@@ -864,6 +872,8 @@ async fn run_pod(
             sig = rx.recv() => match sig {
                 Some(PodSignal::Term { grace }) => term(grace, &mut kill_at),
                 Some(PodSignal::Oom) => break Stop::oom(),
+                Some(PodSignal::Stop { grace }) if grace.is_zero() => break Stop::killed(),
+                Some(PodSignal::Stop { grace }) => term(grace, &mut kill_at),
                 Some(PodSignal::Evict { message }) => {
                     sim.record(Kind::Pod, &pod, EventType::Warning, "Evicted", &message, &src);
                     eviction = Some(Eviction { message });

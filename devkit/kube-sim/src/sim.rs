@@ -490,6 +490,25 @@ impl Sim {
         }
     }
 
+    /// Fault: the container runtime stops the pod's container without the
+    /// pod being deleted (as `crictl stop --timeout N` would): SIGTERM, then
+    /// SIGKILL after `grace` (none: SIGKILL at once, `Error`, 137). The pod
+    /// ends `Failed` (restartPolicy Never) and stays.
+    pub fn kill_container(&self, ns: &str, name: &str, grace: Duration) -> Result<(), ApiError> {
+        self.pod(ns, name)?;
+        if kubelet::signal(
+            self,
+            &Key::new(Kind::Pod, ns, name),
+            PodSignal::Stop { grace },
+        ) {
+            Ok(())
+        } else {
+            Err(ApiError::bad_request(format!(
+                "pod {name:?} has no running container"
+            )))
+        }
+    }
+
     /// Adds a true DisruptionTarget condition to a pod that is not terminal
     /// (`UpdatePodCondition`).
     fn disruption_target(

@@ -389,10 +389,11 @@ impl Reporter {
             }
             StartVerdict::NeverStarts(failure) => {
                 tracing::warn!(job = %job.name, job_id = job.job_id.as_deref().unwrap_or(""), cause = %failure.summary(), waited_s = not_ready_for.as_secs(), "judged dead: the pod can never start; its Job is deleted and its death reported");
-                let log = match &pod {
-                    Some(pod) => self.inspector.log_tail(pod, job.lane).await,
-                    None => LogTail::Unreadable("no pod".into()),
-                };
+                // Its container never ran: there is no log to read.
+                let log = LogTail::Unreadable(match &pod {
+                    Some(_) => "the container never started".into(),
+                    None => "the Job had no pod".into(),
+                });
                 self.keep(job, pod, log);
                 if let Some(mem) = self.memory.get_mut(&job.name) {
                     mem.evidence = EvidenceState::Complete;

@@ -167,3 +167,137 @@ pub fn run(case: &str, sim: Value) -> Value {
         "launch_request": {"case": case, "sim": sim},
     })
 }
+
+/// The label selector of the dispatcher's own pods (driver or publisher) of one backend job.
+pub fn own_pods_selector(id: &str) -> String {
+    format!("tcab.dev/job-id={id},app.kubernetes.io/managed-by=tcab-dispatcher")
+}
+
+/// The lines of a log that contain every one of `parts`.
+pub fn lines_with<'a>(log: &'a str, parts: &[&str]) -> Vec<&'a str> {
+    log.lines()
+        .filter(|l| parts.iter().all(|p| l.contains(p)))
+        .collect()
+}
+
+impl TestStack {
+    /// The dispatcher's pods (driver or publisher) of one backend job.
+    pub async fn own_pods(&self, id: &str) -> Vec<Value> {
+        let ns = self.stack.options.namespace.clone();
+        self.stack
+            .cluster
+            .pods(&ns, Some(&own_pods_selector(id)))
+            .await
+            .expect("list pods")
+    }
+
+    /// The Jobs of one backend job.
+    pub async fn jobs_of(&self, id: &str) -> Vec<Value> {
+        self.stack
+            .cluster
+            .jobs(Some(&format!("tcab.dev/job-id={id}")))
+            .await
+            .expect("list jobs")
+    }
+
+    /// The sandbox pods of one backend job.
+    pub async fn sandboxes_of(&self, id: &str) -> Vec<Value> {
+        self.sandboxes()
+            .await
+            .into_iter()
+            .filter(|p| p["metadata"]["labels"]["tcab.dev/job-id"] == id)
+            .collect()
+    }
+
+    /// Waits until the backend's run `id` satisfies `done`; returns it.
+    pub async fn run_until(
+        &self,
+        id: &str,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let backend = self.stack.backend.clone();
+        wait_for(what, limit, || {
+            let backend = backend.clone();
+            let done = &done;
+            async move {
+                let j = backend.job(id).await?;
+                Ok(done(&j).then_some(j))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| self.fail(format!("run {id}: {e}")))
+    }
+
+    /// Waits until the backend's publish `id` satisfies `done`; returns it.
+    pub async fn publish_until(
+        &self,
+        id: &str,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let backend = self.stack.backend.clone();
+        wait_for(what, limit, || {
+            let backend = backend.clone();
+            let done = &done;
+            async move {
+                let j = backend.publish_job(id).await?;
+                Ok(done(&j).then_some(j))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| self.fail(format!("publish {id}: {e}")))
+    }
+
+    /// Waits until run `id`'s driver has reported `running` and its pod runs
+    /// with its sandbox made; returns the driver pod.
+    pub async fn running_driver(&self, id: &str, limit: Duration) -> Value {
+        self.run_until(id, "the driver to report running", limit, |j| {
+            j["state"] == "running"
+        })
+        .await;
+        wait_for("the driver pod and its sandbox", limit, || async {
+            let running = self
+                .own_pods(id)
+                .await
+                .into_iter()
+                .find(|p| p["status"]["phase"] == "Running");
+            let sandbox = !self.sandboxes_of(id).await.is_empty();
+            Ok(running.filter(|_| sandbox))
+        })
+        .await
+        .unwrap_or_else(|e| self.fail(e))
+    }
+
+    /// Waits until no sandbox of `id` is left (or each is terminating) and
+    /// the reaper has logged reaping one of them.
+    pub async fn sandboxes_reaped(&self, id: &str, limit: Duration) {
+        let needle = format!("job_id={id}");
+        wait_for("the sandbox reaped", limit, || async {
+            let left = self
+                .sandboxes_of(id)
+                .await
+                .iter()
+                .any(|p| p["metadata"]["deletionTimestamp"].is_null());
+            let logged = !lines_with(
+                &self.stack.log(Container::Reaper),
+                &["reaped sandbox pod", &needle],
+            )
+            .is_empty();
+            Ok((!left && logged).then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| self.fail(format!("run {id}: {e}")));
+    }
+
+    /// Whether the reaper ever reaped a sandbox of `id`.
+    pub fn reaped_any_of(&self, id: &str) -> bool {
+        !lines_with(
+            &self.stack.log(Container::Reaper),
+            &["reaped sandbox pod", &format!("job_id={id}")],
+        )
+        .is_empty()
+    }
+}

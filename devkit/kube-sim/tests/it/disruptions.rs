@@ -353,3 +353,72 @@ async fn finalizers_hold_any_deleted_pod_until_they_are_removed() {
         .await;
     }
 }
+
+/// The runtime stops a container without a pod deletion (the admin `kill`):
+/// a driver that ignores SIGTERM is SIGKILLed when its grace runs out,
+/// hands nothing over, and its pod is kept `Failed` with reason `Error`,
+/// exit code 137 and no `OOMKilled`; with no grace the SIGKILL is at once.
+#[tokio::test]
+async fn a_stopped_container_that_ignores_sigterm_is_sigkilled_and_its_pod_kept() {
+    let (b, url) = FakeBackend::start().await;
+    let s = sim_with(|o| o.speed = 10.0).await;
+    let client = s.kube_client(None).unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client, NS);
+    for (id, script) in [
+        ("s1", json!({"hang": true, "ignore_sigterm": true})),
+        ("s2", json!({"hang": true})),
+    ] {
+        jobs.create(
+            &PostParams::default(),
+            &typed_job(driver_job(id, &url, script, 30, json!({}))),
+        )
+        .await
+        .unwrap();
+    }
+    for id in ["s1", "s2"] {
+        eventually("running reported", SECS, || async {
+            b.summary()
+                .iter()
+                .any(|c| c == &format!("/jobs/{id}/status running"))
+                .then_some(())
+        })
+        .await;
+    }
+    let stubborn = pod_of(&pods, &driver_name("s1")).await.unwrap();
+    let stubborn = stubborn.metadata.name.clone().unwrap();
+    let plain = pod_of(&pods, &driver_name("s2")).await.unwrap();
+    let plain = plain.metadata.name.clone().unwrap();
+    s.admin().kill(NS, &stubborn, 3.0).await.unwrap();
+    s.admin().kill(NS, &plain, 0.0).await.unwrap();
+    for (job, name) in [(driver_name("s1"), &stubborn), (driver_name("s2"), &plain)] {
+        wait_until(
+            "Failed",
+            SECS,
+            || async { jobs.get(&job).await.ok() },
+            |j| job_cond(j, "Failed").is_some(),
+        )
+        .await;
+        let p = pods.get(name).await.expect("a stopped pod is kept");
+        assert_eq!(phase(&p), "Failed");
+        assert!(p.metadata.deletion_timestamp.is_none());
+        assert!(pod_cond(&p, "DisruptionTarget").is_none());
+        let t = terminated(&p).unwrap();
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref(), t.signal),
+            (137, Some("Error"), None)
+        );
+    }
+    let log = pods
+        .logs(&stubborn, &kube::api::LogParams::default())
+        .await
+        .unwrap();
+    assert!(log.contains("received SIGTERM; ignoring it"), "{log}");
+    assert!(
+        !b.summary().iter().any(|c| c.ends_with("/status failed")),
+        "neither driver handed over: {:?}",
+        b.summary()
+    );
+    let err = s.admin().kill(NS, &plain, 0.0).await.unwrap_err();
+    assert!(err.to_string().contains("no running container"), "{err}");
+}
