@@ -26,7 +26,7 @@ use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::cluster::{JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::config::ReaperConfig;
-use tcab_shared::kube_api::{CallError, bounded, error_chain};
+use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
 use tcab_shared::labels;
 use tcab_shared::tick::{Shutdown, Tick, TickOutcome, run_loop_with_wake};
 use tokio::sync::watch;
@@ -414,7 +414,8 @@ impl Reaper {
     /// `None` (logged, recorded) when it fails.
     async fn list_sandboxes(&self, errors: &mut Vec<ApiFailure>) -> Option<Vec<PodSummary>> {
         let selector = labels::selector(labels::MANAGED_BY, &self.settings.driver_managed_by);
-        match bounded(
+        match call(
+            Verb::List,
             self.kube_timeout,
             self.pods.list(&ListParams::default().labels(&selector)),
         )
@@ -523,7 +524,8 @@ impl Reaper {
             labels::selector(labels::MANAGED_BY, &self.settings.dispatcher_managed_by),
             labels::selector(labels::JOB_ID, job_id)
         );
-        let read = bounded(
+        let read = call(
+            Verb::List,
             self.kube_timeout,
             self.job_api.list(&ListParams::default().labels(&selector)),
         )
@@ -566,7 +568,13 @@ impl Reaper {
         } else {
             Api::namespaced(self.pods.clone().into_client(), &pod.namespace)
         };
-        match bounded(self.kube_timeout, pods.delete(&pod.name, &params)).await {
+        match call(
+            Verb::Delete,
+            self.kube_timeout,
+            pods.delete(&pod.name, &params),
+        )
+        .await
+        {
             Ok(_) => {
                 tracing::info!(
                     job_id = %delete.job_id,
