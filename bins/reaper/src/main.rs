@@ -20,6 +20,7 @@ const BUILD: BuildInfo = BuildInfo {
 async fn main() -> anyhow::Result<()> {
     let config: ReaperConfig = config::load(ABOUT, &BUILD);
     tcab_shared::telemetry::init(config.common.log_format, Binary::Reaper, &BUILD);
+    tcab_shared::metrics::common().set_build_info(Binary::Reaper, &BUILD);
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client")?;
