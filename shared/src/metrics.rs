@@ -463,13 +463,13 @@ impl<T: Tick + Send> Tick for Timed<T> {
 pub enum ServeError {
     /// The address could not be bound.
     #[error(
-        "cannot listen on {addr} for /metrics, /healthz and /readyz (TCAB_DISPATCHER_METRICS_ADDR): {source}"
+        "cannot listen on {addr} for /metrics, /healthz and /readyz (TCAB_DISPATCHER_METRICS_ADDR): {error}"
     )]
     Bind {
         /// The address asked for.
         addr: SocketAddr,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -532,10 +532,10 @@ pub async fn serve(
 ) -> Result<Endpoint, ServeError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| ServeError::Bind { addr, source })?;
+        .map_err(|error| ServeError::Bind { addr, error })?;
     let local = listener
         .local_addr()
-        .map_err(|source| ServeError::Bind { addr, source })?;
+        .map_err(|error| ServeError::Bind { addr, error })?;
     let app = axum::Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
