@@ -15,6 +15,7 @@
 //! after it, and kube-runtime reconnects when nothing (not even a bookmark)
 //! arrived for that long.
 
+use crate::kube_api::Verb;
 use crate::labels::{self, Lane};
 use crate::tick::Wake;
 use futures::StreamExt;
@@ -205,6 +206,18 @@ impl ViewState {
     }
 }
 
+/// The verb of a failed watch, for the API-errors metric: the list that
+/// (re)starts the view, or the watch itself.
+pub fn watch_error_verb(error: &watcher::Error) -> Verb {
+    match error {
+        watcher::Error::InitialListFailed(_) => Verb::List,
+        watcher::Error::WatchStartFailed(_)
+        | watcher::Error::WatchError(_)
+        | watcher::Error::WatchFailed(_)
+        | watcher::Error::NoResourceVersion => Verb::Watch,
+    }
+}
+
 /// A shared, cheaply cloned cache of the owned Jobs, fed by a watch.
 #[derive(Clone)]
 pub struct OwnedJobs {
@@ -266,8 +279,14 @@ impl OwnedJobs {
                             }
                             feed.apply(event);
                         }
-                        Some(Err(error)) => break error.to_string(),
-                        None => break "the watch stream ended".to_owned(),
+                        Some(Err(error)) => {
+                            crate::metrics::common().kube_api_error(watch_error_verb(&error));
+                            break error.to_string();
+                        }
+                        None => {
+                            crate::metrics::common().kube_api_error(Verb::Watch);
+                            break "the watch stream ended".to_owned();
+                        }
                     }
                 };
                 feed.mark_failed(&error);
@@ -549,6 +568,24 @@ mod tests {
         cache.apply(Event::Init);
         cache.apply(Event::InitDone);
         assert!(cache.is_current());
+    }
+
+    #[test]
+    fn a_failed_list_and_a_failed_watch_are_told_apart() {
+        let status = || kube::core::Status::failure("gone", "Expired").with_code(410);
+        let api = || kube::Error::Api(status().boxed());
+        assert_eq!(
+            watch_error_verb(&watcher::Error::InitialListFailed(api())),
+            Verb::List
+        );
+        for error in [
+            watcher::Error::WatchStartFailed(api()),
+            watcher::Error::WatchError(status().boxed()),
+            watcher::Error::WatchFailed(api()),
+            watcher::Error::NoResourceVersion,
+        ] {
+            assert_eq!(watch_error_verb(&error), Verb::Watch, "{error}");
+        }
     }
 
     #[test]

@@ -175,7 +175,7 @@ pub const VARIABLES: &[VarDoc] = &[
         &[A, L, R],
         None,
         false,
-        "IP:port where the binary serves /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090; unset means nothing listens. Only validated for now: the server is not implemented yet.",
+        "IP:port where the binary serves /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090 (docs/metrics.md); unset means nothing listens. An address that cannot be bound stops the start.",
     ),
     var(
         "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS",

@@ -1,6 +1,8 @@
 //! Bounded Kubernetes API calls. Every non-watch call the binaries make goes
-//! through [`bounded`], so a request the API server accepted and never
-//! answers costs at most the configured timeout, never a whole loop.
+//! through [`call`], so a request the API server accepted and never answers
+//! costs at most the configured timeout, never a whole loop, and every
+//! failure is counted in `tcab_dispatcher_kube_api_errors_total` by its verb
+//! (the watch of owned Jobs counts its own errors, in `cluster`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -76,7 +78,65 @@ pub fn client_from(mut config: kube::Config) -> Result<kube::Client, ClientError
     kube::Client::try_from(config).map_err(ClientError::Build)
 }
 
-/// Runs one API call with a timeout.
+/// The Kubernetes verb of a request, as the API-errors metric names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verb {
+    /// `create`.
+    Create,
+    /// `get` (a pod's log read too).
+    Get,
+    /// `list`.
+    List,
+    /// `watch`.
+    Watch,
+    /// `delete`.
+    Delete,
+}
+
+impl Verb {
+    /// The label value: `create`, `get`, `list`, `watch`, `delete`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Create => "create",
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+/// Whether a failed call counts as a Kubernetes API error. An answer the
+/// callers expect and act on is an outcome, not an error: `AlreadyExists`
+/// on a create (the admitter's repeated create of one claim), `NotFound` on
+/// a get or a delete (the object is gone), and `Conflict` on a delete (its
+/// precondition no longer holds: the object was replaced).
+pub fn counts_as_error(verb: Verb, error: &CallError) -> bool {
+    !matches!(
+        (verb, error.code()),
+        (Verb::Create, Some(409))
+            | (Verb::Get | Verb::Delete, Some(404))
+            | (Verb::Delete, Some(409))
+    )
+}
+
+/// Runs one API call of `verb` with a timeout (see [`bounded`]) and counts
+/// its failure, unless it is an expected answer ([`counts_as_error`]).
+pub async fn call<T, F>(verb: Verb, limit: Duration, request: F) -> Result<T, CallError>
+where
+    F: Future<Output = Result<T, kube::Error>>,
+{
+    let result = bounded(limit, request).await;
+    if let Err(error) = &result
+        && counts_as_error(verb, error)
+    {
+        crate::metrics::common().kube_api_error(verb);
+    }
+    result
+}
+
+/// Runs one API call with a timeout, without counting a failure: use
+/// [`call`], which names the verb for the API-errors metric.
 pub async fn bounded<T, F>(limit: Duration, call: F) -> Result<T, CallError>
 where
     F: Future<Output = Result<T, kube::Error>>,
@@ -124,6 +184,69 @@ mod tests {
         assert_eq!(started.elapsed(), limit);
         assert!(error.is_ambiguous());
         assert!(error.to_string().contains("15 s"), "{error}");
+    }
+
+    #[test]
+    fn expected_answers_are_not_api_errors() {
+        let api = |code| CallError::Kube(api_error(code));
+        let timeout = CallError::TimedOut(Duration::from_secs(1));
+        assert!(!counts_as_error(Verb::Create, &api(409)), "AlreadyExists");
+        assert!(!counts_as_error(Verb::Delete, &api(404)), "already gone");
+        assert!(!counts_as_error(Verb::Delete, &api(409)), "precondition");
+        assert!(!counts_as_error(Verb::Get, &api(404)), "not there");
+        assert!(counts_as_error(Verb::List, &api(404)));
+        assert!(counts_as_error(Verb::Create, &api(403)));
+        assert!(counts_as_error(Verb::Create, &api(500)));
+        assert!(counts_as_error(Verb::Get, &api(500)));
+        assert!(counts_as_error(Verb::Delete, &timeout));
+        assert!(counts_as_error(Verb::Create, &timeout));
+        assert_eq!(
+            [
+                Verb::Create,
+                Verb::Get,
+                Verb::List,
+                Verb::Watch,
+                Verb::Delete
+            ]
+            .map(Verb::as_str),
+            ["create", "get", "list", "watch", "delete"]
+        );
+    }
+
+    /// The errors of `verb` counted so far in the process's metrics.
+    fn counted(verb: Verb) -> u64 {
+        let text = crate::metrics::Exporter::new(crate::metrics::common()).encode();
+        let line = format!(
+            "tcab_dispatcher_kube_api_errors_total{{verb=\"{}\"}} ",
+            verb.as_str()
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .map_or(0, |v| v.parse().expect("a count"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_counts_its_failure_by_verb() {
+        // Only this test makes calls of these verbs in this crate's tests, so
+        // the counts move by what it does alone.
+        let (lists, creates) = (counted(Verb::List), counted(Verb::Create));
+        let limit = Duration::from_secs(1);
+        let ok = call(Verb::List, limit, async { Ok::<_, kube::Error>(1) }).await;
+        assert_eq!(ok.expect("ok"), 1);
+        assert_eq!(counted(Verb::List), lists, "a success is not counted");
+        let hung: Result<(), _> = call(Verb::List, limit, std::future::pending()).await;
+        assert!(matches!(hung, Err(CallError::TimedOut(_))));
+        assert_eq!(counted(Verb::List), lists + 1, "a timeout is counted");
+        let exists = call(Verb::Create, limit, async { Err::<(), _>(api_error(409)) }).await;
+        assert!(exists.expect_err("409").is_conflict());
+        assert_eq!(
+            counted(Verb::Create),
+            creates,
+            "AlreadyExists is an outcome"
+        );
+        let refused = call(Verb::Create, limit, async { Err::<(), _>(api_error(403)) }).await;
+        assert_eq!(refused.expect_err("403").code(), Some(403));
+        assert_eq!(counted(Verb::Create), creates + 1);
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! The library the three dispatcher binaries share: configuration, cluster
 //! names and labels, the backend client, the Job builders, death causes,
-//! the watch-backed view of owned Jobs, telemetry and the tick loop.
+//! the watch-backed view of owned Jobs, telemetry, metrics and health, and
+//! the tick loop.
 //!
 //! Decisions live in the binaries' crates as pure functions; this crate holds
 //! the vocabulary and the I/O edges they all use.
@@ -12,6 +13,7 @@ pub mod failing;
 pub mod job_builder;
 pub mod kube_api;
 pub mod labels;
+pub mod metrics;
 pub mod secret;
 pub mod telemetry;
 pub mod tick;

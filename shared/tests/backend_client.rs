@@ -1057,3 +1057,70 @@ async fn a_renewal_that_is_not_the_contracts_200_body_fails() {
         "{err}"
     );
 }
+
+// ---- the latency metric ----
+
+/// How many attempts of `call` answered `status` the process's metrics hold.
+fn attempts(call: &str, status: &str) -> u64 {
+    let text = tcab_shared::metrics::Exporter::new(tcab_shared::metrics::common()).encode();
+    let prefix = format!(
+        "tcab_dispatcher_backend_request_duration_seconds_count{{call=\"{call}\",status=\"{status}\"}} "
+    );
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.parse().expect("a count"))
+}
+
+/// Each HTTP attempt is timed under the call's name and what it came to:
+/// a retried 503 and the 200 after it are two attempts, a hung backend a
+/// `timeout`, a refused connection `transport`. (Counts only grow, and other
+/// tests of this binary may run alongside, so each is checked to grow by at
+/// least what this test did.)
+#[tokio::test]
+async fn every_attempt_is_timed_by_call_and_status() {
+    let before = |c, s| attempts(c, s);
+    let (p503, p200) = (
+        before("active_publishes", "503"),
+        before("active_publishes", "200"),
+    );
+    let backend = Backend::start([
+        Reply::status(503).retry_after("0"),
+        Reply::json(200, ACTIVE_PUBLISHES),
+    ])
+    .await;
+    let (client, _) = backend.recording_client();
+    client
+        .active_publishes()
+        .await
+        .expect("answered after a retry");
+    assert!(attempts("active_publishes", "503") > p503);
+    assert!(attempts("active_publishes", "200") > p200);
+
+    let timeouts = before("report_publish_lost", "timeout");
+    let hung = Backend::start([Reply::hang()]).await;
+    let client = client_for(&hung.url, Duration::from_millis(100));
+    let err = client
+        .report_publish_lost(PUBLISH_ID, "gone")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
+    assert!(attempts("report_publish_lost", "timeout") > timeouts);
+
+    let refused = before("claim_publish", "transport");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let err = client_for(&url, Duration::from_secs(2))
+        .claim_publish()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackendError::Transport { .. }), "{err:?}");
+    assert!(attempts("claim_publish", "transport") > refused);
+
+    // The labels hold the call's name and the status, never a path with an
+    // id or a token.
+    let text = tcab_shared::metrics::Exporter::new(tcab_shared::metrics::common()).encode();
+    for secret in [SERVICE_TOKEN, PUBLISH_ID, "/publish-jobs"] {
+        assert!(!text.contains(secret), "{secret} in the metrics:\n{text}");
+    }
+}

@@ -116,6 +116,9 @@ pub struct LaneReport {
     /// What settling the creations left unsettled by earlier ticks came to
     /// (admitted, given up, or still unsettled).
     pub resettled: Vec<LaneOutcome>,
+    /// The lane's non-terminal Jobs as the tick counted them before it
+    /// admitted (live cached, created but unseen, unsettled).
+    pub in_flight: u32,
 }
 
 impl LaneReport {
@@ -217,6 +220,7 @@ impl LaneAdmitter {
                 decision: Decision::Hold(HoldReason::Disabled),
                 outcome: None,
                 resettled: vec![],
+                in_flight: 0,
             };
         }
         let resettled = self.settle_leftovers().await;
@@ -224,6 +228,11 @@ impl LaneAdmitter {
         // Decide as if the gate were open first: only when the lane could
         // admit is the gate worth asking (a full or idle lane makes no call).
         let mut snapshot = self.snapshot();
+        let in_flight = plan::in_flight(
+            snapshot.live_cached,
+            &snapshot.input.created_unseen,
+            &snapshot.input.unsettled,
+        );
         let mut decision = plan::decide(&snapshot);
         if decision.admits() {
             snapshot.input.gate = self.read_gate().await;
@@ -242,6 +251,7 @@ impl LaneAdmitter {
             decision,
             outcome,
             resettled,
+            in_flight,
         }
     }
 

@@ -17,6 +17,7 @@
 //!   the token when no Job will exist);
 //! - [`lane`]: one lane's loop and its report;
 //! - [`vault`]: the gRPC client of the token vault and the admission gate;
+//! - [`metrics`]: the lanes' metrics, recorded from each tick's report;
 //! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
 //!   tests) and `run(config, deps, shutdown)`;
 //! - [`clock`]: the injected clock.
@@ -35,6 +36,7 @@ pub mod clock;
 pub mod gate;
 pub mod lane;
 pub mod lanes;
+pub mod metrics;
 pub mod plan;
 pub mod run;
 pub mod settle;

@@ -20,6 +20,7 @@ const BUILD: BuildInfo = BuildInfo {
 async fn main() -> anyhow::Result<()> {
     let config: AdmitterConfig = config::load(ABOUT, &BUILD);
     telemetry::init(config.common.log_format, Binary::Admitter, &BUILD);
+    tcab_shared::metrics::common().set_build_info(Binary::Admitter, &BUILD);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let kube = tcab_shared::kube_api::client().await?;
     let namespace = config

@@ -4,6 +4,7 @@
 use crate::admit::LaneOutcome;
 use crate::clock::Clock;
 use crate::lane::{AdmissionResult, Edges, LaneAdmitter, LaneReport};
+use crate::metrics::{AdmitterMetrics, MeteredLane, loop_name};
 use crate::plan::Plan;
 use crate::settle::SettleLimits;
 use crate::vault::{VaultClient, VaultSettings};
@@ -18,6 +19,7 @@ use tcab_shared::backend::BackendClient;
 use tcab_shared::cluster::{OwnedJobs, WatchSettings};
 use tcab_shared::config::AdmitterConfig;
 use tcab_shared::job_builder::JobSettings;
+use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
 use tcab_shared::tick::{Shutdown, TickOutcome, run_loop_with_wake};
 
 /// Calls (creates and reads) one settle of a create may make: enough for
@@ -252,6 +254,18 @@ impl Admitter {
 /// panicked.
 pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyhow::Result<()> {
     let settings = AdmitterSettings::from_config(&config);
+    // The endpoints first: a metrics address that cannot be bound stops the
+    // start, and the probes answer while the Jobs are listed.
+    let metrics = Arc::new(AdmitterMetrics::new());
+    metrics.start(&settings);
+    let health = Health::new(liveness_bound(
+        settings.poll_interval,
+        settings.kube_timeout,
+        Some(deps.backend.timeout()),
+    ));
+    let mut exporter = Exporter::new(common());
+    metrics.register(exporter.registry_mut());
+    let _endpoint = serve_if(config.common.metrics_addr, exporter, health.clone()).await?;
     let vault = VaultClient::connect_lazy(config.common.vault_addr, VaultSettings::default())
         .context("building the vault client")?;
     let (cache, watch_task) = OwnedJobs::watch(
@@ -264,6 +278,7 @@ pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyh
         },
     );
     let watch_abort = watch_task.abort_handle();
+    health.watch_view(cache.clone());
     let jobs: Api<Job> = Api::namespaced(deps.kube.clone(), &deps.namespace);
     tracing::info!(
         namespace = %deps.namespace,
@@ -307,14 +322,24 @@ pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyh
         deps.clock,
     );
     let mut lanes = tokio::task::JoinSet::new();
-    for lane in admitter.into_lanes() {
-        if !lane.enabled() {
-            tracing::info!(lane = %lane.lane(), "lane disabled (no publisher image); not admitting");
-            continue;
-        }
+    let enabled: Vec<LaneAdmitter> = admitter
+        .into_lanes()
+        .into_iter()
+        .filter(|lane| {
+            if !lane.enabled() {
+                tracing::info!(lane = %lane.lane(), "lane disabled (no publisher image); not admitting");
+            }
+            lane.enabled()
+        })
+        .collect();
+    let names: Vec<&'static str> = enabled.iter().map(|l| loop_name(l.lane())).collect();
+    health.start_loops(&names);
+    for lane in enabled {
         // A Job that finishes frees room: its lane ticks at once, not at the next poll.
         let wake = cache.finishes();
         let shutdown = stop_view.clone();
+        let name = loop_name(lane.lane());
+        let lane = timed(name, &health, MeteredLane::new(lane, metrics.clone()));
         lanes.spawn(run_loop_with_wake(poll, shutdown, wake, lane));
     }
     let mut panicked = false;

@@ -21,7 +21,7 @@ use crate::clock::Clock;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
 use std::time::{Duration, Instant};
-use tcab_shared::kube_api::{CallError, bounded, error_chain};
+use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
 
 /// The two calls a settle makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,7 +284,8 @@ pub async fn settle(
                 }
                 calls += 1;
                 creates += 1;
-                let result = bounded(
+                let result = call(
+                    Verb::Create,
                     edges.kube_timeout,
                     edges.jobs.create(&PostParams::default(), job),
                 )
@@ -326,7 +327,7 @@ pub async fn settle(
             }
             Step::Read => {
                 calls += 1;
-                let result = bounded(edges.kube_timeout, edges.jobs.get(name)).await;
+                let result = call(Verb::Get, edges.kube_timeout, edges.jobs.get(name)).await;
                 match read_answer(result) {
                     ReadAnswer::Found => {
                         return done(End::Exists(Confirmation::Found), calls, first_unclear);

@@ -303,18 +303,28 @@ impl DeathCause {
                 "DeletionByTaintManager" => "taint_deleted",
                 "TerminationByKubelet" => "kubelet_evicted",
                 "DeletionByPodGC" => "node_lost",
-                _ => "disrupted",
+                _ => "unknown",
             },
-            DeathCause::PodFailed { reason, .. } if reason == EVICTED => "kubelet_evicted",
-            DeathCause::PodFailed { .. } => "pod_failed",
+            DeathCause::PodFailed { reason, .. } => match reason.as_str() {
+                "Evicted" | "Shutdown" | "Terminated" => "kubelet_evicted",
+                r if r.starts_with("OutOf") => "kubelet_evicted",
+                "NodeLost" => "node_lost",
+                _ => "unknown",
+            },
             DeathCause::OomKilled { .. } => "oom_killed",
             DeathCause::ContainerExited { exit_code, .. } if *exit_code > 128 => "killed",
             DeathCause::ContainerExited { .. } => "exit_code",
-            DeathCause::ContainerWaiting { .. } => "never_started",
+            DeathCause::ContainerWaiting { reason, .. } => match reason.as_str() {
+                "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" => "image_pull",
+                "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError" => {
+                    "config_error"
+                }
+                _ => "never_started",
+            },
             DeathCause::JobCondition { reason, .. } if reason == "DeadlineExceeded" => {
                 "deadline_exceeded"
             }
-            DeathCause::JobCondition { .. } => "job_failed",
+            DeathCause::JobCondition { .. } => "unknown",
             DeathCause::NeverStartedPod => "never_started",
             DeathCause::PodDeleted { .. } => "pod_deleted",
             DeathCause::Unknown => "unknown",

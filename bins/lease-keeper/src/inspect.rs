@@ -12,7 +12,7 @@ use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::cluster::JobSummary;
 use tcab_shared::job_builder::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
-use tcab_shared::kube_api::{CallError, bounded, error_chain};
+use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
 use tcab_shared::labels;
 
 /// Reads (and deletes) owned Jobs and their pods in one namespace.
@@ -47,7 +47,7 @@ impl Inspector {
     /// The newest pod of `job_name`, if it has one.
     pub async fn newest_pod(&self, job_name: &str) -> Result<Option<Pod>, CallError> {
         let params = ListParams::default().labels(&labels::selector(labels::JOB_NAME, job_name));
-        let pods = bounded(self.timeout, self.pods.list(&params)).await?;
+        let pods = call(Verb::List, self.timeout, self.pods.list(&params)).await?;
         Ok(newest(pods.items))
     }
 
@@ -73,7 +73,7 @@ impl Inspector {
             ..LogParams::default()
         };
         let name = pod.name_any();
-        match bounded(self.timeout, self.pods.logs(&name, &params)).await {
+        match call(Verb::Get, self.timeout, self.pods.logs(&name, &params)).await {
             Ok(text) => LogTail::Read(text),
             // The pod, or the Node whose kubelet serves its log.
             Err(error) if error.is_not_found() => LogTail::Unreadable(format!(
@@ -86,7 +86,7 @@ impl Inspector {
 
     /// The Job named `name`, if it still exists.
     pub async fn job(&self, name: &str) -> Result<Option<Job>, CallError> {
-        bounded(self.timeout, self.jobs.get_opt(name)).await
+        call(Verb::Get, self.timeout, self.jobs.get_opt(name)).await
     }
 
     /// The names of the live owned Jobs of one backend job, read from the
@@ -98,7 +98,8 @@ impl Inspector {
             labels::selector(labels::MANAGED_BY, &self.managed_by),
             labels::selector(labels::JOB_ID, job_id)
         );
-        let list = bounded(
+        let list = call(
+            Verb::List,
             self.timeout,
             self.jobs.list(&ListParams::default().labels(&selector)),
         )
@@ -121,7 +122,7 @@ impl Inspector {
             propagation_policy: Some(PropagationPolicy::Background),
             ..DeleteParams::default()
         };
-        match bounded(self.timeout, self.jobs.delete(name, &params)).await {
+        match call(Verb::Delete, self.timeout, self.jobs.delete(name, &params)).await {
             Ok(_) => Ok(()),
             Err(error) if error.is_not_found() => Ok(()),
             Err(error) => Err(error),

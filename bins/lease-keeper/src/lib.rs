@@ -9,12 +9,14 @@
 //! - [`run`]: the renewal and report loops and their supervisor;
 //! - [`inspect`]: the cluster reads (and the delete of a Job that never starts);
 //! - [`gate`]: the per-lane renewal state the admitter asks;
+//! - [`metrics`]: renewals, reports and renewal ages, recorded at the loops' edges;
 //! - [`tokens`] and [`grpc`]: the per-job token store and its gRPC face.
 
 pub mod cause;
 pub mod gate;
 pub mod grpc;
 pub mod inspect;
+pub mod metrics;
 pub mod plan;
 pub mod run;
 pub mod tokens;

@@ -20,6 +20,7 @@ const BUILD: BuildInfo = BuildInfo {
 async fn main() -> anyhow::Result<()> {
     let config: LeaseKeeperConfig = config::load(ABOUT, &BUILD);
     tcab_shared::telemetry::init(config.common.log_format, Binary::LeaseKeeper, &BUILD);
+    tcab_shared::metrics::common().set_build_info(Binary::LeaseKeeper, &BUILD);
     let backend = tcab_shared::backend::client_from_config(&config.backend)
         .context("cannot build the backend client")?;
     let kube = tcab_shared::kube_api::client().await?;

@@ -21,5 +21,6 @@
 //! Kubernetes call is bounded; a tick in progress at SIGTERM is finished.
 
 pub mod memory;
+pub mod metrics;
 pub mod plan;
 pub mod run;

@@ -20,6 +20,7 @@ const BUILD: BuildInfo = BuildInfo {
 async fn main() -> anyhow::Result<()> {
     let config: ReaperConfig = config::load(ABOUT, &BUILD);
     tcab_shared::telemetry::init(config.common.log_format, Binary::Reaper, &BUILD);
+    tcab_shared::metrics::common().set_build_info(Binary::Reaper, &BUILD);
     let client = tcab_shared::kube_api::client().await?;
     // The backend is asked only by the orphan sweep (what it still drives).
     let backend = config

@@ -11,6 +11,7 @@
 //! remaining deletes of the tick.
 
 use crate::memory::{Attempt, Due, ReapMemory};
+use crate::metrics::{REAP_LOOP, ReaperMetrics};
 use crate::plan::{
     self, DeleteReason, Driven, KeepReason, PodDelete, PodSummary, ReapKind, ReapPlan, Snapshot,
     SweepSettings,
@@ -26,8 +27,9 @@ use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::cluster::{JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::config::ReaperConfig;
-use tcab_shared::kube_api::{CallError, bounded, error_chain};
+use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
 use tcab_shared::labels;
+use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
 use tcab_shared::tick::{Shutdown, Tick, TickOutcome, run_loop_with_wake};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -35,7 +37,7 @@ use tokio::time::Instant;
 /// The time source pod ages are measured with; tests pass a fixed or stepped clock.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
-/// Sees the report of every tick (tests; the metrics of a later change).
+/// Sees the report of every tick (tests).
 pub type TickObserver = Arc<dyn Fn(&TickReport) + Send + Sync>;
 
 /// What [`run`] needs from outside.
@@ -414,7 +416,8 @@ impl Reaper {
     /// `None` (logged, recorded) when it fails.
     async fn list_sandboxes(&self, errors: &mut Vec<ApiFailure>) -> Option<Vec<PodSummary>> {
         let selector = labels::selector(labels::MANAGED_BY, &self.settings.driver_managed_by);
-        match bounded(
+        match call(
+            Verb::List,
             self.kube_timeout,
             self.pods.list(&ListParams::default().labels(&selector)),
         )
@@ -523,7 +526,8 @@ impl Reaper {
             labels::selector(labels::MANAGED_BY, &self.settings.dispatcher_managed_by),
             labels::selector(labels::JOB_ID, job_id)
         );
-        let read = bounded(
+        let read = call(
+            Verb::List,
             self.kube_timeout,
             self.job_api.list(&ListParams::default().labels(&selector)),
         )
@@ -566,7 +570,13 @@ impl Reaper {
         } else {
             Api::namespaced(self.pods.clone().into_client(), &pod.namespace)
         };
-        match bounded(self.kube_timeout, pods.delete(&pod.name, &params)).await {
+        match call(
+            Verb::Delete,
+            self.kube_timeout,
+            pods.delete(&pod.name, &params),
+        )
+        .await
+        {
             Ok(_) => {
                 tracing::info!(
                     job_id = %delete.job_id,
@@ -625,15 +635,18 @@ pub fn sweep_settings(config: &ReaperConfig) -> SweepSettings {
     }
 }
 
-/// The loop's unit of work: a tick, then its report to the observer.
+/// The loop's unit of work: a tick, then its report to the metrics and the
+/// observer.
 struct Ticks {
     reaper: Reaper,
+    metrics: Arc<ReaperMetrics>,
     on_tick: Option<TickObserver>,
 }
 
 impl Tick for Ticks {
     async fn tick(&mut self) -> TickOutcome {
         let report = self.reaper.tick().await;
+        self.metrics.record(&report);
         if let Some(observe) = &self.on_tick {
             observe(&report);
         }
@@ -660,6 +673,17 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
     if settings.orphan_sweep && deps.backend.is_none() {
         return Err(RunError::NoBackend.into());
     }
+    // The endpoints first: a metrics address that cannot be bound stops the
+    // start, and the probes answer while the Jobs are listed.
+    let metrics = Arc::new(ReaperMetrics::new());
+    let health = Health::new(liveness_bound(
+        config.common.poll_interval,
+        config.common.kube_timeout,
+        deps.backend.as_ref().map(BackendClient::timeout),
+    ));
+    let mut exporter = Exporter::new(common());
+    metrics.register(exporter.registry_mut());
+    let _endpoint = serve_if(config.common.metrics_addr, exporter, health.clone()).await?;
     tracing::info!(
         namespace = %own_namespace,
         sandbox_namespace = %sandbox_namespace,
@@ -679,6 +703,7 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
             ..WatchSettings::default()
         },
     );
+    health.watch_view(jobs.clone());
     let watch_ended = || RunError::WatchEnded {
         namespace: own_namespace.clone(),
     };
@@ -706,8 +731,11 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
             backend: deps.backend,
             kube_timeout: config.common.kube_timeout,
         }),
+        metrics,
         on_tick: deps.on_tick,
     };
+    health.start_loops(&[REAP_LOOP]);
+    let ticks = timed(REAP_LOOP, &health, ticks);
     // The loop finishes the tick in progress before it returns on shutdown.
     let ticks = run_loop_with_wake(config.common.poll_interval, shutdown, wake, ticks);
     tokio::select! {

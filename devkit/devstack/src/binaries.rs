@@ -32,38 +32,81 @@ pub fn path(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// What to say before the build: on a first run (a binary is missing) that
+/// the binaries are being built and roughly how long that takes; otherwise
+/// nothing (the build is a quick check then).
+pub fn before_build(missing: &[&str]) -> Option<String> {
+    (!missing.is_empty()).then(|| {
+        format!(
+            "building the dev stack's binaries ({}); a first build takes several minutes on a 2-core machine; later runs rebuild only what changed ...",
+            missing.join(", ")
+        )
+    })
+}
+
+/// What to say after a build that took `took`: always after a first build,
+/// and after a rebuild that took long enough to notice (2 s).
+pub fn after_build(first: bool, took: std::time::Duration) -> Option<String> {
+    let secs = took.as_secs_f64();
+    let text = if secs >= 60.0 {
+        format!("{}m {:02}s", (secs / 60.0).floor(), (secs % 60.0).floor())
+    } else {
+        format!("{secs:.1}s")
+    };
+    if first {
+        Some(format!("built the binaries in {text}"))
+    } else if secs >= 2.0 {
+        Some(format!("rebuilt the binaries in {text}"))
+    } else {
+        None
+    }
+}
+
+/// Prefixes of the variables cargo sets for one crate's build or run.
+const PER_CRATE_VARS: [&str; 9] = [
+    "CARGO_MANIFEST_",
+    "CARGO_PKG_",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "CARGO_CFG_",
+    "OUT_DIR",
+];
+
+fn missing(dir: &Path) -> Vec<&'static str> {
+    ALL.iter()
+        .copied()
+        .filter(|b| !path(dir, b).is_file())
+        .collect()
+}
+
 /// Makes sure every binary is built from the current sources: runs `cargo
-/// build` for them (the `CARGO` that cargo sets for `cargo run`, or `cargo` on
+/// build` for the workspace's binaries (the `CARGO` that cargo sets for `cargo run`, or `cargo` on
 /// PATH) in the same profile, a quick no-op when they are up to date. Without
-/// cargo, the binaries already there are used as they are.
+/// cargo, the binaries already there are used as they are. On a first run
+/// (a binary missing) it says that it builds them, and how long it took.
 pub fn ensure_built(dir: &Path) -> anyhow::Result<()> {
+    let before = missing(dir);
+    if let Some(line) = before_build(&before) {
+        println!("{line}");
+    }
+    let started = std::time::Instant::now();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(&cargo);
-    cmd.args(["build", "--bins", "--quiet"]);
-    // A test runs with the variables cargo sets for its own crate
-    // (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...). Passed on, they differ from
-    // a build started from a shell, and a dependency's build script that
-    // watches one (ring watches `CARGO_MANIFEST_DIR`) would be rerun, with
-    // everything above it rebuilt, at every switch between the two.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        let per_crate = name.starts_with("CARGO_PKG_")
-            || matches!(
-                name.as_ref(),
-                "CARGO_MANIFEST_DIR"
-                    | "CARGO_MANIFEST_PATH"
-                    | "CARGO_CRATE_NAME"
-                    | "CARGO_BIN_NAME"
-                    | "CARGO_PRIMARY_PACKAGE"
-                    | "CARGO_TARGET_TMPDIR"
-                    | "OUT_DIR"
-            );
-        if per_crate {
-            cmd.env_remove(name.as_ref());
+    // The whole workspace's binaries, as `scripts/test` builds them: a build
+    // of only these packages would unify features differently and rebuild
+    // the binaries every time the other build ran.
+    cmd.args(["build", "--workspace", "--bins", "--quiet"]);
+    // Cargo sets these for the crate whose test or binary runs this; passed
+    // on, they would reach build scripts that watch them (ring watches
+    // CARGO_MANIFEST_DIR) and rebuild half the workspace on every run.
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if PER_CRATE_VARS.iter().any(|p| key.starts_with(p)) {
+            cmd.env_remove(key);
         }
-    }
-    for pkg in ALL {
-        cmd.args(["-p", pkg]);
     }
     if dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
@@ -76,13 +119,46 @@ pub fn ensure_built(dir: &Path) -> anyhow::Result<()> {
             dir.display()
         ),
     }
-    let missing: Vec<&str> = ALL
-        .iter()
-        .copied()
-        .filter(|b| !path(dir, b).is_file())
-        .collect();
+    if let Some(line) = after_build(!before.is_empty(), started.elapsed()) {
+        println!("{line}");
+    }
+    let missing = missing(dir);
     if !missing.is_empty() {
         bail!("missing in {}: {}", dir.display(), missing.join(", "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_first_build_is_announced_and_timed() {
+        let first = before_build(&["tcab-admitter", "tcab-reaper"]).expect("announced");
+        assert!(
+            first.contains("building") && first.contains("several minutes"),
+            "{first}"
+        );
+        assert!(first.contains("tcab-admitter, tcab-reaper"), "{first}");
+        assert_eq!(
+            before_build(&[]),
+            None,
+            "an up-to-date check says nothing first"
+        );
+        assert_eq!(
+            after_build(true, Duration::from_secs(187)).as_deref(),
+            Some("built the binaries in 3m 07s")
+        );
+        assert_eq!(
+            after_build(true, Duration::from_millis(900)).as_deref(),
+            Some("built the binaries in 0.9s")
+        );
+        assert_eq!(
+            after_build(false, Duration::from_millis(12_300)).as_deref(),
+            Some("rebuilt the binaries in 12.3s")
+        );
+        assert_eq!(after_build(false, Duration::from_millis(400)), None);
+    }
 }

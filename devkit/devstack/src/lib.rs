@@ -2,7 +2,8 @@
 //!
 //! It starts the reference backend (`tcab-backend-sim`) and the simulated
 //! cluster (`tcab-kube-sim`) as processes, then the three dispatcher binaries
-//! as processes wired exactly as the chart wires the pod's containers. The
+//! as processes wired exactly as the chart wires the pod's containers, each
+//! serving its metrics and probes on its own port of 127.0.0.1. The
 //! `tcab-devstack` binary runs it for a person; the tests in `tests/` use the
 //! same [`Stack`] for end-to-end and chaos scenarios.
 
@@ -10,6 +11,7 @@ pub mod binaries;
 pub mod console;
 pub mod demo;
 pub mod process;
+pub mod scrape;
 pub mod stack;
 
 pub use stack::{Container, Stack, StackOptions, wait_for};

@@ -5,6 +5,7 @@
 use crate::binaries;
 use crate::console::{Backend, Cluster};
 use crate::process::{Proc, Spec, tail};
+use crate::scrape::{DispatcherView, Scrape};
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -114,6 +115,9 @@ pub struct Stack {
     pub dispatcher_kubeconfig: PathBuf,
     bins: PathBuf,
     vault_addr: String,
+    /// Each container's metrics address (127.0.0.1, a port of its own).
+    metrics_addrs: BTreeMap<Container, String>,
+    http: reqwest::Client,
     sims: Vec<Proc>,
     containers: BTreeMap<Container, Proc>,
 }
@@ -124,10 +128,11 @@ pub fn golden_role() -> PathBuf {
         .join("../../charts/tcab-dispatcher/tests/role.golden.yaml")
 }
 
-/// A free port for the vault, chosen below the kernel's ephemeral range
-/// (32768 and up), so no outgoing connection can take it between stack start
-/// and a lease-keeper restart. Each stack of a process gets its own.
-fn vault_port() -> anyhow::Result<u16> {
+/// A free port of 127.0.0.1 for the vault or a container's metrics, chosen
+/// below the kernel's ephemeral range (32768 and up), so no outgoing
+/// connection can take it between stack start and a container's restart.
+/// Each call of a process gets another.
+fn free_port() -> anyhow::Result<u16> {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
     let base = 20_000 + (std::process::id() % 100) as u16 * 100;
@@ -137,7 +142,7 @@ fn vault_port() -> anyhow::Result<u16> {
             return Ok(port);
         }
     }
-    bail!("no free port for the vault between 20000 and 32000")
+    bail!("no free port between 20000 and 32000")
 }
 
 fn kubeconfig_token(path: &Path) -> anyhow::Result<String> {
@@ -245,7 +250,18 @@ impl Stack {
             admin_kubeconfig,
             dispatcher_kubeconfig,
             bins,
-            vault_addr: format!("127.0.0.1:{}", vault_port()?),
+            vault_addr: format!("127.0.0.1:{}", free_port()?),
+            metrics_addrs: Container::ALL
+                .into_iter()
+                .map(|c| Ok((c, format!("127.0.0.1:{}", free_port()?))))
+                .collect::<anyhow::Result<_>>()?,
+            http: {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                reqwest::Client::builder()
+                    .timeout(Duration::from_secs(5))
+                    .build()
+                    .context("building the HTTP client")?
+            },
             sims: vec![backend_proc, kube_proc],
             containers: BTreeMap::new(),
             options,
@@ -271,6 +287,10 @@ impl Stack {
                 o.poll_seconds.to_string(),
             ),
             ("TCAB_DISPATCHER_VAULT_ADDR".into(), self.vault_addr.clone()),
+            (
+                "TCAB_DISPATCHER_METRICS_ADDR".into(),
+                self.metrics_addrs[&c].clone(),
+            ),
             (
                 "TCAB_DISPATCHER_LEASE_SECONDS".into(),
                 o.lease_seconds.to_string(),
@@ -337,6 +357,51 @@ impl Stack {
         }
         env.extend(o.extra_env.iter().cloned());
         env
+    }
+
+    /// The base URL of a container's endpoints (`/metrics`, `/healthz`, `/readyz`).
+    pub fn endpoint_url(&self, c: Container) -> String {
+        format!("http://{}", self.metrics_addrs[&c])
+    }
+
+    /// The URL of a container's metrics.
+    pub fn metrics_url(&self, c: Container) -> String {
+        format!("{}/metrics", self.endpoint_url(c))
+    }
+
+    /// GETs `path` of a container's endpoints: the status and the body.
+    pub async fn endpoint(&self, c: Container, path: &str) -> anyhow::Result<(u16, String)> {
+        let url = format!("{}{path}", self.endpoint_url(c));
+        let response = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        let status = response.status().as_u16();
+        let body = response
+            .text()
+            .await
+            .with_context(|| format!("GET {url}: reading the answer"))?;
+        Ok((status, body))
+    }
+
+    /// Scrapes a container's metrics.
+    pub async fn scrape(&self, c: Container) -> anyhow::Result<Scrape> {
+        let (status, body) = self.endpoint(c, "/metrics").await?;
+        if status != 200 {
+            bail!("GET {}: {status}: {body}", self.metrics_url(c));
+        }
+        Scrape::parse(&body).with_context(|| format!("reading {}", self.metrics_url(c)))
+    }
+
+    /// The dispatcher's own view from the three containers' metrics (a
+    /// container that cannot be scraped leaves its part unknown).
+    pub async fn dispatcher_view(&self) -> DispatcherView {
+        let admitter = self.scrape(Container::Admitter).await.ok();
+        let keeper = self.scrape(Container::LeaseKeeper).await.ok();
+        let reaper = self.scrape(Container::Reaper).await.ok();
+        DispatcherView::read(admitter.as_ref(), keeper.as_ref(), reaper.as_ref())
     }
 
     /// The log file of a container.
@@ -457,11 +522,14 @@ pub async fn run_demo(
         stack.backend.enqueue_publish(demo::demo_publish(i)).await?;
     }
     println!(
-        "\ndev stack up\n  backend  {}  (service token {SERVICE_TOKEN})\n  cluster  {}\n  kubectl  kubectl --kubeconfig {} get jobs,pods\n  logs     {}/*.log\n\nenqueued {} runs and {} publishes; enqueue more with\n  curl -H 'Authorization: Bearer {SERVICE_TOKEN}' -H 'Content-Type: application/json' \\\n    -d '{{\"harness\":\"h\",\"model\":\"m\",\"case\":\"c\",\"jam\":null,\"launch_request\":{{\"sim\":{{\"duration_ms\":2000}}}}}}' {}/jobs\nCtrl-C stops everything.\n",
+        "\ndev stack up\n  backend  {}  (service token {SERVICE_TOKEN})\n  cluster  {}\n  kubectl  kubectl --kubeconfig {} get jobs,pods\n  logs     {}/*.log\n  metrics  admitter {}\n           lease-keeper {}\n           reaper {}\n           (/healthz and /readyz beside each)\n\nenqueued {} runs and {} publishes; enqueue more with\n  curl -H 'Authorization: Bearer {SERVICE_TOKEN}' -H 'Content-Type: application/json' \\\n    -d '{{\"harness\":\"h\",\"model\":\"m\",\"case\":\"c\",\"jam\":null,\"launch_request\":{{\"sim\":{{\"duration_ms\":2000}}}}}}' {}/jobs\nCtrl-C stops everything.\n",
         stack.backend.url(),
         stack.cluster.url(),
         stack.admin_kubeconfig.display(),
         stack.options.run_dir.display(),
+        stack.metrics_url(Container::Admitter),
+        stack.metrics_url(Container::LeaseKeeper),
+        stack.metrics_url(Container::Reaper),
         args.runs,
         args.publishes,
         stack.backend.url(),
@@ -476,9 +544,10 @@ pub async fn run_demo(
         let runs = stack.backend.jobs().await?;
         let pubs = stack.backend.publish_jobs().await?;
         let line = format!(
-            "runs: {} | publishes: {}",
+            "runs: {} | publishes: {} | dispatcher: {}",
             demo::count_states(&runs),
-            demo::count_states(&pubs)
+            demo::count_states(&pubs),
+            stack.dispatcher_view().await.line()
         );
         if line != last {
             println!("{line}");

@@ -18,6 +18,7 @@ use super::types::{
     StatusReport,
 };
 use crate::labels::is_label_value;
+use crate::metrics::BackendStatus;
 use crate::secret::Secret;
 use futures::future::BoxFuture;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
@@ -478,15 +479,21 @@ impl BackendClient {
                 None if req.method == Method::POST => builder.body(Vec::new()),
                 None => builder,
             };
-            let response = builder
-                .send()
-                .await
-                .map_err(|e| self.transport_error(req.call, &job_id, e))?;
+            let started = std::time::Instant::now();
+            let attempt = Attempt::new(req.call, started);
+            let response = match builder.send().await {
+                Ok(response) => response,
+                Err(e) => {
+                    attempt.failed(&e);
+                    return Err(self.transport_error(req.call, &job_id, e));
+                }
+            };
             let status = response.status();
             if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE
             {
                 let advertised = retry_after(response.headers(), jiff::Timestamp::now());
                 drop(response);
+                attempt.answered(status);
                 if attempts > inner.retry.max_retries {
                     tracing::warn!(
                         call = req.call,
@@ -517,7 +524,12 @@ impl BackendClient {
                 inner.sleeper.sleep(wait).await;
                 continue;
             }
-            let body = read_body(response).await.map_err(|e| match e {
+            let body = read_body(response).await;
+            match &body {
+                Ok(_) | Err(BodyError::TooLong) => attempt.answered(status),
+                Err(BodyError::Http(e)) => attempt.failed(e),
+            }
+            let body = body.map_err(|e| match e {
                 BodyError::Http(e) => self.transport_error(req.call, &job_id, e),
                 BodyError::TooLong => BackendError::Malformed {
                     call: req.call,
@@ -727,6 +739,58 @@ impl BackendClient {
             }
         }
         bound_message(&out)
+    }
+}
+
+/// The `call` label of a backend call (docs/metrics.md): the client's
+/// method name, never anything from the request itself.
+pub fn metric_call(call: Call) -> &'static str {
+    match call {
+        "POST /jobs/next" => "claim_run",
+        "POST /publish-jobs/next" => "claim_publish",
+        "POST /jobs/leases" => "renew_run_leases",
+        "POST /publish-jobs/leases" => "renew_publish_leases",
+        "GET /jobs/active" => "active_runs",
+        "GET /publish-jobs/active" => "active_publishes",
+        "GET /jobs/{id}" => "get_job",
+        "POST /jobs/{id}/status" => "report_death",
+        "POST /jobs/{id}/lost" => "report_lost",
+        "POST /publish-jobs/{id}/lost" => "report_publish_lost",
+        _ => "other",
+    }
+}
+
+/// One HTTP attempt of a call, timed into the backend latency histogram
+/// once it has its answer (or none).
+struct Attempt {
+    call: &'static str,
+    started: std::time::Instant,
+}
+
+impl Attempt {
+    fn new(call: Call, started: std::time::Instant) -> Self {
+        Attempt {
+            call: metric_call(call),
+            started,
+        }
+    }
+
+    fn record(&self, status: BackendStatus) {
+        crate::metrics::common().backend_attempt(self.call, status, self.started.elapsed());
+    }
+
+    /// The backend answered `status` (its body read, or given up on).
+    fn answered(&self, status: StatusCode) {
+        self.record(BackendStatus::Code(status.as_u16()));
+    }
+
+    /// No answer: a timeout or a broken connection.
+    fn failed(&self, error: &reqwest::Error) {
+        self.record(if error.is_timeout() {
+            BackendStatus::Timeout
+        } else {
+            BackendStatus::Transport
+        });
     }
 }
 
@@ -955,6 +1019,39 @@ mod tests {
         let long = "x".repeat(1000);
         assert_eq!(bound_message(&long).chars().count(), MAX_MESSAGE_CHARS + 1);
         assert_eq!(bound_message("a\nb\tc"), "a b c");
+    }
+
+    #[test]
+    fn every_call_has_its_metric_name() {
+        let calls = [
+            ("POST /jobs/next", "claim_run"),
+            ("POST /publish-jobs/next", "claim_publish"),
+            ("POST /jobs/leases", "renew_run_leases"),
+            ("POST /publish-jobs/leases", "renew_publish_leases"),
+            ("GET /jobs/active", "active_runs"),
+            ("GET /publish-jobs/active", "active_publishes"),
+            ("GET /jobs/{id}", "get_job"),
+            ("POST /jobs/{id}/status", "report_death"),
+            ("POST /jobs/{id}/lost", "report_lost"),
+            ("POST /publish-jobs/{id}/lost", "report_publish_lost"),
+        ];
+        for (call, name) in calls {
+            assert_eq!(metric_call(call), name);
+        }
+        // Every call the client makes is one of them (a new call needs a name).
+        let source = include_str!("client.rs");
+        let made: std::collections::BTreeSet<&str> = source
+            .split('"')
+            .filter(|s| {
+                s.split_once(' ').is_some_and(|(method, path)| {
+                    matches!(method, "GET" | "POST") && path.len() > 1 && !path.contains(' ')
+                })
+            })
+            .collect();
+        for call in &made {
+            assert_ne!(metric_call(call), "other", "{call} has no metric name");
+        }
+        assert_eq!(made.len(), calls.len(), "{made:?}");
     }
 
     #[test]

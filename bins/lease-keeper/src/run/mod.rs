@@ -9,15 +9,18 @@ pub mod reports;
 use crate::gate::Gate;
 use crate::grpc;
 use crate::inspect::Inspector;
+use crate::metrics::{KeeperMetrics, MeteredRenewer, MeteredReporter, RENEW_LOOP, REPORT_LOOP};
 use crate::plan::failures::FailureSettings;
 use crate::tokens::TokenStore;
 use anyhow::Context as _;
 use renewals::{JudgedDead, Renewer};
 use reports::{Reporter, ReporterParts};
+use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::cluster::{OwnedJobs, WatchSettings};
 use tcab_shared::config::LeaseKeeperConfig;
+use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
 use tcab_shared::tick::{Shutdown, run_loop, run_loop_with_wake};
 use tokio::net::TcpListener;
 
@@ -157,6 +160,18 @@ pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> a
         .local_addr()
         .map_err(grpc::VaultError::LocalAddr)?;
     grpc::check_addr(vault_addr, config.vault_allow_non_loopback)?;
+    // The endpoints are served before the first list: a metrics address
+    // that cannot be bound stops the start, and the probes answer while the
+    // Jobs are listed.
+    let metrics = Arc::new(KeeperMetrics::new());
+    let health = Health::new(liveness_bound(
+        config.common.poll_interval,
+        config.common.kube_timeout,
+        Some(backend.timeout()),
+    ));
+    let mut exporter = Exporter::new(common());
+    metrics.register(exporter.registry_mut());
+    let endpoint_health = health.clone();
     let namespace = config
         .common
         .namespace
@@ -180,6 +195,16 @@ pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> a
         jobs.clone(),
         TokenStore::new(),
     );
+    health.watch_view(jobs.clone());
+    let (ages, gate) = (metrics.clone(), keeper.gate.clone());
+    exporter.on_scrape(move || ages.refresh_ages(&gate, tokio::time::Instant::now()));
+    let _endpoint = match serve_if(config.common.metrics_addr, exporter, endpoint_health).await {
+        Ok(endpoint) => endpoint,
+        Err(error) => {
+            watch_task.abort();
+            return Err(error.into());
+        }
+    };
     let mut vault_task = tokio::spawn(grpc::serve(
         vault_listener,
         keeper.store.clone(),
@@ -204,8 +229,15 @@ pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> a
             jobs = jobs.len(),
             "Job view current; renewing and reporting"
         );
-        let renewals = run_loop(poll, shutdown.clone(), renewer);
+        health.start_loops(&[RENEW_LOOP, REPORT_LOOP]);
+        let renewer = MeteredRenewer::new(renewer, metrics.clone(), config.publishing);
+        let renewals = run_loop(poll, shutdown.clone(), timed(RENEW_LOOP, &health, renewer));
         // A Job's first sign of failure is evidence to read now, not at the next poll.
+        let reporter = timed(
+            REPORT_LOOP,
+            &health,
+            MeteredReporter::new(reporter, metrics.clone()),
+        );
         let reports = run_loop_with_wake(poll, shutdown.clone(), jobs.changes(), reporter);
         tokio::join!(renewals, reports);
     };

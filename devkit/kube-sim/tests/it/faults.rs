@@ -83,7 +83,14 @@ async fn a_list_and_watch_outage_shows_as_errors_in_a_kube_rs_watcher_which_then
     let jobs: Api<Job> = Api::namespaced(s.kube_client(None).unwrap(), NS);
     post(&c, &jobs_url(&s), &plain_job("before", json!({}), 1.0)).await;
     let (mut rx, task) = watch_jobs(jobs, watcher::Config::default());
-    until(&mut rx, "apply before", SECS).await;
+    until(&mut rx, "init done", SECS).await;
+    // The fault closes the watches open when it is added: wait for the
+    // watcher's watch to be open, or it could start just after the fault
+    // was checked and before it was added, and see no error at all.
+    eventually("the watcher's watch is open", SECS, || async {
+        (counters(&s).await.open_watches == 1).then_some(())
+    })
+    .await;
     let id = s
         .admin()
         .add_fault(

@@ -1,0 +1,106 @@
+//! The reaper's own metric (docs/metrics.md): sandbox pods deleted, by why,
+//! recorded from each tick's report at the loop's edge. Its Kubernetes API
+//! errors are counted where every call is made (`kube_api::call`).
+
+use crate::run::TickReport;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tcab_shared::metrics::Labels;
+
+/// The `loop` label of the reaper's loop.
+pub const REAP_LOOP: &str = "reap";
+
+/// The reaper's metric families.
+#[derive(Debug, Default)]
+pub struct ReaperMetrics {
+    reaped: Family<Labels<1>, Counter>,
+}
+
+impl ReaperMetrics {
+    /// Empty families.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers the families (shared, not copied).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "tcab_dispatcher_sandboxes_reaped",
+            "Sandbox pods deleted, by why",
+            self.reaped.clone(),
+        );
+    }
+
+    /// Records one tick: each sandbox it deleted (one already gone counts:
+    /// the reap is done) under its reason.
+    pub fn record(&self, report: &TickReport) {
+        for kind in report.reaped() {
+            self.reaped
+                .get_or_create(&[("reason", kind.as_str())])
+                .inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::DeleteReason;
+    use crate::run::{DeleteOutcome, DeleteRecord, SkipReason};
+    use tcab_shared::metrics::{Common, Exporter};
+
+    fn record(reason: DeleteReason, outcome: DeleteOutcome) -> DeleteRecord {
+        DeleteRecord {
+            pod: "tcab/sandbox".into(),
+            job_id: "a".into(),
+            reason,
+            outcome,
+        }
+    }
+
+    #[test]
+    fn deleted_sandboxes_count_by_reason() {
+        let metrics = ReaperMetrics::new();
+        let mut exporter = Exporter::new(&Common::new());
+        metrics.register(exporter.registry_mut());
+        let failed = || DeleteReason::DriverJobFailed {
+            job: "tcab-driver-a-1".into(),
+        };
+        let report = TickReport {
+            deletes: vec![
+                record(failed(), DeleteOutcome::Deleted),
+                record(failed(), DeleteOutcome::AlreadyGone),
+                record(failed(), DeleteOutcome::Changed),
+                record(
+                    failed(),
+                    DeleteOutcome::Failed {
+                        code: Some(403),
+                        message: "forbidden".into(),
+                    },
+                ),
+                record(failed(), DeleteOutcome::Skipped(SkipReason::ViewNotCurrent)),
+                record(
+                    DeleteReason::Orphan {
+                        age: jiff::SignedDuration::from_secs(700),
+                    },
+                    DeleteOutcome::Deleted,
+                ),
+            ],
+            ..TickReport::default()
+        };
+        metrics.record(&report);
+        let text = exporter.encode();
+        assert!(
+            text.lines()
+                .any(|l| l == r#"tcab_dispatcher_sandboxes_reaped_total{reason="driver_failed"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l == r#"tcab_dispatcher_sandboxes_reaped_total{reason="orphan"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE tcab_dispatcher_sandboxes_reaped_total counter"));
+    }
+}
