@@ -144,6 +144,56 @@ impl Backend {
         self.call(reqwest::Method::GET, "/jobs/active", None).await
     }
 
+    /// The backend's own record (`GET /admin/history`, test admin only):
+    /// every history entry with its wall time, call, caller and claim tag,
+    /// and the per-job calls refused for their token.
+    pub async fn history(&self) -> anyhow::Result<crate::invariants::BackendRecord> {
+        let mut record = crate::invariants::BackendRecord::default();
+        loop {
+            let after = record.entries.last().map_or(0, |e| e.seq);
+            let v = self
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/admin/history?after={after}"),
+                    None,
+                )
+                .await?;
+            let page: crate::invariants::BackendRecord =
+                serde_json::from_value(v).context("GET /admin/history: unreadable answer")?;
+            record.refused = page.refused;
+            if page.entries.is_empty() {
+                return Ok(record);
+            }
+            record.entries.extend(page.entries);
+        }
+    }
+
+    /// Injects a backend fault (`POST /admin/faults`): requests to `paths`
+    /// (`*` = one segment) arriving in the next `seconds` are stalled (held,
+    /// then applied) or answered 500.
+    pub async fn add_fault(&self, paths: &[&str], mode: &str, seconds: f64) -> anyhow::Result<()> {
+        self.call(
+            reqwest::Method::POST,
+            "/admin/faults",
+            Some(json!({"paths": paths, "mode": mode, "seconds": seconds})),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The backend's open fault windows and the requests held now
+    /// (`GET /admin/faults`).
+    pub async fn faults(&self) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, "/admin/faults", None).await
+    }
+
+    /// Ends every backend fault window.
+    pub async fn clear_faults(&self) -> anyhow::Result<()> {
+        self.call(reqwest::Method::POST, "/admin/faults/clear", None)
+            .await
+            .map(drop)
+    }
+
     /// Moves the backend's clock forward (needs `--enable-test-clock`).
     pub async fn advance_clock(&self, seconds: u64) -> anyhow::Result<()> {
         self.call(

@@ -9,6 +9,7 @@
 pub mod binaries;
 pub mod console;
 pub mod demo;
+pub mod invariants;
 pub mod process;
 pub mod stack;
 
