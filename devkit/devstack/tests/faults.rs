@@ -8,6 +8,7 @@ mod common;
 use common::{TestStack, run, states};
 use serde_json::{Value, json};
 use std::time::Duration;
+use tcab_devstack::stack::DISPATCHER_TOKEN;
 use tcab_devstack::wait_for;
 
 const DRIVER_IMAGE: &str = "tcab/driver:dev";
@@ -233,5 +234,316 @@ async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_
             "{id} finished through a newer claim: {done:?}"
         );
     }
+    t.stack.check_alive().unwrap_or_else(|e| t.fail(e));
+}
+
+/// The driven runs' backend state, by id.
+async fn state_of(t: &TestStack, id: &str) -> String {
+    t.stack.backend.job(id).await.expect("job")["state"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// Issue 11 item 1: 500s on Job list and watch only, for the dispatcher's
+/// token, while creates still work, for longer than the 30 s after which
+/// the old cache counted itself current again. Meanwhile the backend's
+/// clock passes more than a lease and two more runs wait in the queue; the
+/// orphan sweep runs every second with a 1 s grace. Nothing is claimed or
+/// created while the views are not current; the leases of the running
+/// drivers are renewed from the last known view; nobody is reported lost;
+/// no sandbox of a live Job is deleted; afterwards every run gets exactly
+/// one Job and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_list_and_watch_outage_starts_no_second_driver_reports_nothing_and_reaps_nothing() {
+    const OUTAGE_S: f64 = 33.0;
+    let mut t = TestStack::start(|o| {
+        o.orphan_grace_seconds = 1;
+        o.extra_env.push((
+            "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS".into(),
+            "1".into(),
+        ));
+    })
+    .await;
+    let backend = t.stack.backend.clone();
+    let running = backend
+        .enqueue_batch(vec![
+            run("long-a", json!({"duration_ms": 45_000, "log_lines": 1})),
+            run("long-b", json!({"duration_ms": 45_000, "log_lines": 1})),
+        ])
+        .await
+        .expect("enqueue");
+    wait_for(
+        "both drivers running with their sandboxes",
+        Duration::from_secs(30),
+        || async {
+            for id in &running {
+                if state_of(&t, id).await != "running" {
+                    return Ok(None);
+                }
+            }
+            Ok((t.sandboxes().await.len() == 2).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+
+    let admin = t.admin();
+    let outage_from = jiff::Timestamp::now();
+    let rule = admin
+        .add_fault(
+            &tcab_kube_sim::FaultRule::new(tcab_kube_sim::ApiFaultMode::Error500)
+                .verbs(["list", "watch"])
+                .resources(["jobs"])
+                .token(DISPATCHER_TOKEN)
+                .for_seconds(OUTAGE_S)
+                .closing_open_watches(),
+        )
+        .await
+        .expect("the outage");
+    let outage_to = outage_from + jiff::SignedDuration::from_secs_f64(OUTAGE_S);
+    let queued = backend
+        .enqueue_batch(vec![
+            run("short-c", json!({"duration_ms": 1000, "log_lines": 1})),
+            run("short-d", json!({"duration_ms": 1000, "log_lines": 1})),
+        ])
+        .await
+        .expect("enqueue");
+
+    // More than a lease of backend time passes during the outage, in steps
+    // the lease-keeper renews within (from its last known view).
+    let mut advanced = 0;
+    while jiff::Timestamp::now() < outage_to - jiff::SignedDuration::from_secs(3) {
+        backend.advance_clock(11).await.expect("advance");
+        advanced += 11;
+        wait_for(
+            "the running drivers' leases renewed at the new time",
+            Duration::from_secs(10),
+            || async { Ok(t.leases_renewed(100).await?.then_some(())) },
+        )
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+        // Pacing of the outage itself, not a wait for a result.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+    }
+    assert!(advanced > 120, "more than a lease passed: {advanced} s");
+    assert!(
+        admin.fault_affected(rule).await.expect("counters") >= 3,
+        "the three containers' lists and watches met the outage"
+    );
+    for id in &queued {
+        assert_eq!(
+            state_of(&t, id).await,
+            "queued",
+            "nothing is claimed while the admitter's view is not current"
+        );
+    }
+
+    let (runs, _) = t.drained(Duration::from_secs(90)).await;
+    assert_eq!(runs.len(), 4, "no retry: {}", states(&runs));
+    assert!(
+        runs.iter().all(|j| j["state"] == "succeeded"),
+        "{}",
+        states(&runs)
+    );
+    let verdict = t.verdict().await;
+    let context = format!("{verdict:#?}{}", t.logs());
+    assert!(verdict.violations.is_empty(), "{context}");
+    assert!(
+        verdict.reports.is_empty(),
+        "nobody reported lost or dead: {context}"
+    );
+    assert!(verdict.races.is_empty(), "{context}");
+    assert_eq!(verdict.jobs, 4, "one Job per run: {context}");
+    let cluster = t.audit().await;
+    let created_during: Vec<&str> = cluster
+        .iter()
+        .filter(|e| {
+            e.kind == "Job" && e.event == "ADDED" && e.at >= outage_from && e.at < outage_to
+        })
+        .map(|e| e.name.as_str())
+        .collect();
+    assert!(
+        created_during.is_empty(),
+        "no Job created during the outage: {created_during:?}"
+    );
+    let sandbox_deletes_by_dispatcher = cluster
+        .iter()
+        .filter(|e| {
+            e.kind == "Pod"
+                && e.actor == tcab_kube_sim::audit::Actor::Rbac
+                && e.labels
+                    .get("app.kubernetes.io/managed-by")
+                    .map(String::as_str)
+                    == Some("tcab-driver")
+        })
+        .count();
+    assert_eq!(
+        sandbox_deletes_by_dispatcher, 0,
+        "the drivers deleted their own sandboxes; the reaper deleted none"
+    );
+    t.stack.check_alive().unwrap_or_else(|e| t.fail(e));
+}
+
+/// The name of a run's driver pod.
+async fn driver_pod(t: &TestStack, id: &str) -> String {
+    let selector = format!("tcab.dev/job-id={id},app.kubernetes.io/managed-by=tcab-dispatcher");
+    let pods = t
+        .stack
+        .cluster
+        .pods("tcab", Some(&selector))
+        .await
+        .expect("pods");
+    pods[0]["metadata"]["name"]
+        .as_str()
+        .expect("a driver pod")
+        .to_owned()
+}
+
+/// Issue 11 item 3: hung Kubernetes calls (each answered only when the
+/// client gives up, after `TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS`) stall
+/// neither the other lane nor the renewals. The run lane's Job create hangs
+/// (the Job is created, its answer never comes); a death makes the
+/// lease-keeper read the dead driver's pod and log, which hang too. Within
+/// the timeout, a publish is admitted and finishes, and the leases are
+/// renewed at a new backend time. Afterwards the hung create is settled
+/// (one Job for the run) and the death is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_kubernetes_calls_stall_neither_the_other_lane_nor_the_renewals() {
+    const KUBE_TIMEOUT_S: i64 = 20;
+    let t = TestStack::start(|o| {
+        o.extra_env.push((
+            "TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS".into(),
+            KUBE_TIMEOUT_S.to_string(),
+        ));
+    })
+    .await;
+    let backend = t.stack.backend.clone();
+    let admin = t.admin();
+    let ids = backend
+        .enqueue_batch(vec![
+            run(
+                "keeps-running",
+                json!({"duration_ms": 30_000, "log_lines": 1}),
+            ),
+            run("dies", json!({"hang": true, "log_lines": 2})),
+        ])
+        .await
+        .expect("enqueue");
+    let (steady, dies) = (ids[0].clone(), ids[1].clone());
+    wait_for("both drivers running", Duration::from_secs(30), || async {
+        Ok(
+            (state_of(&t, &steady).await == "running" && state_of(&t, &dies).await == "running")
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+
+    use tcab_kube_sim::{ApiFaultMode, FaultRule};
+    let hung_create = admin
+        .add_fault(
+            &FaultRule::new(ApiFaultMode::Hang)
+                .verbs(["create"])
+                .resources(["jobs"])
+                .token(DISPATCHER_TOKEN)
+                .times(1)
+                .after_applying(),
+        )
+        .await
+        .expect("hang a create");
+    let hung_reads = admin
+        .add_fault(
+            &FaultRule::new(ApiFaultMode::Hang)
+                .verbs(["get", "list"])
+                .resources(["pods", "pods/log"])
+                .token(DISPATCHER_TOKEN)
+                .for_seconds(KUBE_TIMEOUT_S as f64),
+        )
+        .await
+        .expect("hang pod reads");
+
+    // The run lane's create hangs.
+    let late = backend
+        .enqueue_run(run(
+            "created-late",
+            json!({"duration_ms": 1000, "log_lines": 1}),
+        ))
+        .await
+        .expect("enqueue");
+    wait_for(
+        "the run's create hanging",
+        Duration::from_secs(20),
+        || async { Ok((admin.fault_affected(hung_create).await? == 1).then_some(())) },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let hang_from = jiff::Timestamp::now();
+    let hang_until = hang_from + jiff::SignedDuration::from_secs(KUBE_TIMEOUT_S);
+
+    // A death: the lease-keeper's reads of the dead pod hang.
+    admin
+        .oom_kill("tcab", &driver_pod(&t, &dies).await)
+        .await
+        .expect("oom kill");
+    wait_for(
+        "the lease-keeper's pod read hanging",
+        Duration::from_secs(10),
+        || async { Ok((admin.fault_affected(hung_reads).await? >= 1).then_some(())) },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+
+    // The publish lane admits and finishes a publish meanwhile.
+    let publish = backend
+        .enqueue_publish(json!({"release": "r1", "sim": {"duration_ms": 200}}))
+        .await
+        .expect("enqueue publish");
+    wait_for("the publish done", Duration::from_secs(15), || async {
+        Ok((backend.publish_job(&publish).await?["state"] == "succeeded").then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    // Renewals go on at a new backend time.
+    backend.advance_clock(30).await.expect("advance");
+    wait_for(
+        "leases renewed at the new time",
+        Duration::from_secs(10),
+        || async { Ok(t.leases_renewed(100).await?.then_some(())) },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let now = jiff::Timestamp::now();
+    let hung = admin.counters().await.expect("counters").hung_requests;
+    assert!(
+        now < hang_until && hung >= 1,
+        "the publish and the renewals came while the calls still hung ({hung} hanging, {:.1}s into the hang)",
+        now.duration_since(hang_from).as_secs_f64()
+    );
+
+    // Afterwards: the hung create is settled (its Job exists) and the run
+    // finishes; the death is reported with its cause.
+    wait_for("the late run done", Duration::from_secs(60), || async {
+        Ok((state_of(&t, &late).await == "succeeded").then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let dead = wait_for("the death reported", Duration::from_secs(60), || async {
+        let j = backend.job(&dies).await?;
+        Ok((j["state"] == "failed").then_some(j))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    assert!(
+        dead["detail"].as_str().unwrap_or("").contains("OOMKilled"),
+        "{dead}"
+    );
+    let verdict = t.verdict().await;
+    let context = format!("{verdict:#?}{}", t.logs());
+    assert!(verdict.violations.is_empty(), "{context}");
+    assert!(verdict.races.is_empty(), "{context}");
+    let jobs = t.jobs_by_id().await;
+    assert_eq!(jobs[&late].len(), 1, "one Job for the late run: {jobs:?}");
+    let mut t = t;
     t.stack.check_alive().unwrap_or_else(|e| t.fail(e));
 }
