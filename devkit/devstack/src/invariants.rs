@@ -349,6 +349,10 @@ pub struct Verdict {
     /// The in-flight races the record shows, each with its stale driver
     /// stopped.
     pub races: Vec<Race>,
+    /// Second Jobs of a job made after the first had ended and the backend
+    /// requeued the job for a lapsed lease (its first driver never had a
+    /// report accepted: nothing ran).
+    pub requeues: Vec<Race>,
     /// The dispatcher's lost and death reports.
     pub reports: Vec<Report>,
     /// Owned Jobs seen.
@@ -436,14 +440,17 @@ fn one_live_job_per_job(
     for (job_id, jobs) in by_id {
         for (i, a) in jobs.iter().enumerate() {
             for b in &jobs[i + 1..] {
-                if !a.overlaps(b) {
-                    continue;
-                }
-                match judge_race(job_id, a, b, pods, backend) {
-                    Ok(race) => verdict.races.push(race),
-                    Err(why) => verdict.violations.push(format!(
+                let overlapped = a.overlaps(b);
+                match judge_second_job(job_id, a, b, pods, backend, overlapped) {
+                    Ok(race) if overlapped => verdict.races.push(race),
+                    Ok(requeue) => verdict.requeues.push(requeue),
+                    Err(why) if overlapped => verdict.violations.push(format!(
                         "job {job_id} had two live Jobs, {} (claim {}) and {} (claim {}), and it is not the in-flight claim race: {why}",
                         a.name, a.claim, b.name, b.claim
+                    )),
+                    Err(why) => verdict.violations.push(format!(
+                        "job {job_id} got a second Job, {} (claim {}) after {} (claim {}), without a requeue that explains it: {why}",
+                        b.name, b.claim, a.name, a.claim
                     )),
                 }
             }
@@ -451,14 +458,19 @@ fn one_live_job_per_job(
     }
 }
 
-/// Whether two overlapping live Jobs of one job are the documented race
-/// with its stale driver stopped; if not, why not.
-fn judge_race(
+/// Whether a second Job of one job is explained: the backend requeued the
+/// older claim for a lapsed lease before it dispatched the newer one, and
+/// never accepted a report of the older claim (so nothing ran under it).
+/// When the two were live at once (the in-flight race), the older Job must
+/// also have ended and, if its driver ran, have been refused. If not
+/// explained, why not.
+fn judge_second_job(
     job_id: &str,
     a: &JobLife,
     b: &JobLife,
     pods: &[PodLife],
     backend: &BackendRecord,
+    overlapped: bool,
 ) -> Result<Race, String> {
     if a.lane != "run" || b.lane != "run" {
         return Err("only runs are requeued by a claim".into());
@@ -504,14 +516,24 @@ fn judge_race(
             stale.claim, e.state, e.at, e.call
         ));
     }
-    if stale.to_seq.is_none() {
-        return Err(format!("the stale Job {} never ended", stale.name));
-    }
     let stale_pods: Vec<&PodLife> = pods
         .iter()
         .filter(|p| p.owner.as_deref() == Some(stale.name.as_str()))
         .collect();
     let ran = stale_pods.iter().any(|p| !p.running.is_empty());
+    let requeue = Race {
+        job_id: job_id.to_owned(),
+        stale_job: stale.name.clone(),
+        stale_claim: stale.claim.clone(),
+        new_job: new.name.clone(),
+        stale_driver_ran: ran,
+    };
+    if !overlapped {
+        return Ok(requeue);
+    }
+    if stale.to_seq.is_none() {
+        return Err(format!("the stale Job {} never ended", stale.name));
+    }
     if ran {
         if !backend
             .refused
@@ -530,13 +552,7 @@ fn judge_race(
             return Err(format!("the stale driver of {} never stopped", stale.name));
         }
     }
-    Ok(Race {
-        job_id: job_id.to_owned(),
-        stale_job: stale.name.clone(),
-        stale_claim: stale.claim.clone(),
-        new_job: new.name.clone(),
-        stale_driver_ran: ran,
-    })
+    Ok(requeue)
 }
 
 #[cfg(test)]
@@ -991,6 +1007,82 @@ mod tests {
                 verdict.violations
             );
         }
+    }
+
+    #[test]
+    fn a_second_job_after_the_first_ended_needs_a_requeue_of_an_unreported_claim() {
+        let mut tl = Timeline::default();
+        tl.job(1, "ADDED", "a", "j", "c1", None);
+        tl.job(2, "MODIFIED", "a", "j", "c1", Some("Failed"));
+        tl.job(3, "ADDED", "b", "j", "c2", None);
+        tl.job(4, "MODIFIED", "b", "j", "c2", Some("Complete"));
+        let record = |requeued: bool, stale_report: bool| {
+            let mut entries = vec![entry(
+                1,
+                "j",
+                "dispatched",
+                1,
+                "POST /jobs/next",
+                LK,
+                Some("c1"),
+                None,
+            )];
+            if stale_report {
+                entries.push(entry(
+                    2,
+                    "j",
+                    "starting",
+                    1,
+                    "POST /jobs/{id}/status",
+                    None,
+                    Some("c1"),
+                    None,
+                ));
+            }
+            if requeued {
+                entries.push(entry(
+                    3,
+                    "j",
+                    "queued",
+                    2,
+                    "POST /jobs/next",
+                    LK,
+                    None,
+                    Some("lease lapsed at x"),
+                ));
+            }
+            entries.push(entry(
+                4,
+                "j",
+                "dispatched",
+                3,
+                "POST /jobs/next",
+                LK,
+                Some("c2"),
+                None,
+            ));
+            BackendRecord {
+                entries,
+                refused: vec![],
+            }
+        };
+        let v = check(&tl.0, &record(true, false), &Settings::default());
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert!(v.races.is_empty());
+        assert_eq!(v.requeues.len(), 1);
+        assert_eq!(v.requeues[0].stale_claim, "c1");
+        let v = check(&tl.0, &record(false, false), &Settings::default());
+        assert!(
+            v.violations[0].contains("got a second Job"),
+            "{:?}",
+            v.violations
+        );
+        let v = check(&tl.0, &record(true, true), &Settings::default());
+        assert!(
+            v.violations[0].contains("had a report accepted"),
+            "{:?}",
+            v.violations
+        );
     }
 
     #[test]
