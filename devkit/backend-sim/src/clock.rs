@@ -74,6 +74,12 @@ impl SimClock {
             .saturating_add(self.offset_ms.load(Ordering::SeqCst))
     }
 
+    /// The inner clock's reading in milliseconds, without the test-clock
+    /// offset: the wall clock when the inner clock is the system's.
+    pub(crate) fn wall_ms(&self) -> i64 {
+        self.inner.now().as_millisecond()
+    }
+
     /// Moves this clock forward by `ms` milliseconds.
     pub(crate) fn advance_ms(&self, ms: i64) {
         self.offset_ms.fetch_add(ms.max(0), Ordering::SeqCst);
@@ -120,5 +126,6 @@ mod tests {
         sim.advance_ms(120_000);
         sim.advance_ms(-5); // never backwards
         assert_eq!(sim.now_ms(), start.as_millisecond() + 120_000);
+        assert_eq!(sim.wall_ms(), start.as_millisecond(), "no offset");
     }
 }

@@ -2,6 +2,7 @@
 //! integer milliseconds since the Unix epoch; `queue_seq` is an
 //! AUTOINCREMENT key, so it is monotonic and never reused.
 
+use crate::audit::{AuditEntry, Caller};
 use crate::clock::ts_from_ms;
 use crate::model::{FailureKind, PublishState, RunState};
 use crate::rules::LostMark;
@@ -56,7 +57,11 @@ CREATE TABLE IF NOT EXISTS history (
     job_id TEXT NOT NULL,
     state  TEXT NOT NULL,
     at     INTEGER NOT NULL,
-    detail TEXT
+    detail TEXT,
+    wall_at INTEGER,
+    call   TEXT,
+    caller TEXT,
+    claim  TEXT
 );
 CREATE INDEX IF NOT EXISTS history_by_job ON history(lane, job_id, seq);
 CREATE TABLE IF NOT EXISTS harnesses (
@@ -75,7 +80,26 @@ pub(crate) fn open(path: Option<&Path>) -> rusqlite::Result<Connection> {
     let _mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.execute_batch(SCHEMA)?;
+    add_audit_columns(&conn)?;
     Ok(conn)
+}
+
+/// The audit columns of `history` (see [`crate::audit`]), added to a
+/// database made before they existed.
+const AUDIT_COLUMNS: [&str; 4] = ["wall_at INTEGER", "call TEXT", "caller TEXT", "claim TEXT"];
+
+fn add_audit_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare("PRAGMA table_info(history)")?;
+    let have: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, String>(1))?
+        .collect::<rusqlite::Result<_>>()?;
+    for column in AUDIT_COLUMNS {
+        let name = column.split(' ').next().unwrap_or(column);
+        if !have.iter().any(|h| h == name) {
+            conn.execute_batch(&format!("ALTER TABLE history ADD COLUMN {column}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Which queue a history entry belongs to.
@@ -132,6 +156,71 @@ pub(crate) fn history(
             state: r.get(0)?,
             at: ts_from_ms(r.get(1)?),
             detail: r.get(2)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// The last history position (0 when empty).
+pub(crate) fn last_history_seq(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
+    tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM history", [], |r| {
+        r.get(0)
+    })
+}
+
+/// Stamps the history entries after `after` with the request that made
+/// them: its wall time, call and caller, and the claim tag of each job's
+/// token as it is now (a waiting job has none).
+pub(crate) fn stamp_history(
+    tx: &Transaction<'_>,
+    after: i64,
+    wall_ms: i64,
+    caller: Option<&Caller>,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE history SET wall_at = ?1, call = ?2, caller = ?3 WHERE seq > ?4",
+        params![
+            wall_ms,
+            caller.map(|c| c.call.as_str()),
+            caller.and_then(|c| c.agent.as_deref()),
+            after
+        ],
+    )?;
+    for (lane, table) in [(Lane::Run, "runs"), (Lane::Publish, "publishes")] {
+        tx.execute(
+            &format!(
+                "UPDATE history SET claim = (SELECT substr(t.token_hash, 1, 8) FROM {table} t \
+                 WHERE t.id = history.job_id) \
+                 WHERE seq > ?1 AND lane = ?2 AND state NOT IN ('queued', 'pending')"
+            ),
+            params![after, lane.as_str()],
+        )?;
+    }
+    Ok(())
+}
+
+/// Every history entry after `after`, oldest first, at most `limit`.
+pub(crate) fn audit_history(
+    tx: &Transaction<'_>,
+    after: i64,
+    limit: i64,
+) -> rusqlite::Result<Vec<AuditEntry>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT seq, lane, job_id, state, at, detail, wall_at, call, caller, claim \
+         FROM history WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![after, limit], |r| {
+        Ok(AuditEntry {
+            seq: r.get(0)?,
+            lane: r.get(1)?,
+            job_id: r.get(2)?,
+            state: r.get(3)?,
+            at: ts_from_ms(r.get(4)?),
+            detail: r.get(5)?,
+            wall_at: r.get::<_, Option<i64>>(6)?.map(ts_from_ms),
+            call: r.get(7)?,
+            caller: r.get(8)?,
+            claim: r.get(9)?,
         })
     })?;
     rows.collect()
@@ -359,5 +448,35 @@ mod tests {
         assert_eq!(h.len(), 1);
         assert_eq!(h[0].at.as_millisecond(), 1_000);
         assert!(history(&tx, Lane::Publish, "a").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_database_made_before_the_audit_columns_gets_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE history (seq INTEGER PRIMARY KEY AUTOINCREMENT, lane TEXT NOT NULL, \
+                 job_id TEXT NOT NULL, state TEXT NOT NULL, at INTEGER NOT NULL, detail TEXT); \
+                 INSERT INTO history (lane, job_id, state, at) VALUES ('run', 'a', 'queued', 5);",
+            )
+            .unwrap();
+        }
+        let mut c = open(Some(&path)).unwrap();
+        let tx = c.transaction().unwrap();
+        let before = last_history_seq(&tx).unwrap();
+        assert_eq!(before, 1);
+        push_history(&tx, Lane::Run, "a", "dispatched", 9, None).unwrap();
+        let caller = Caller::new("POST", "/jobs/next", Some("tcab-dispatcher/1"));
+        stamp_history(&tx, before, 77, Some(&caller)).unwrap();
+        let all = audit_history(&tx, 0, 10).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].wall_at, None, "the old entry is left unstamped");
+        assert_eq!(all[1].wall_at.map(|t| t.as_millisecond()), Some(77));
+        assert_eq!(all[1].call.as_deref(), Some("POST /jobs/next"));
+        assert_eq!(all[1].caller.as_deref(), Some("tcab-dispatcher/1"));
+        assert_eq!(all[1].claim, None, "no such run row, so no token");
+        assert_eq!(audit_history(&tx, 1, 10).unwrap().len(), 1);
     }
 }

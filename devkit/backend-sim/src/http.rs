@@ -141,8 +141,9 @@ pub(crate) fn router(sim: Arc<Sim>, test_clock: bool) -> Router {
     if test_clock {
         router = router
             .route("/admin/clock/advance", post(advance_clock))
-            .route("/admin/faults", post(add_fault))
-            .route("/admin/faults/clear", post(clear_faults));
+            .route("/admin/faults", post(add_fault).get(list_faults))
+            .route("/admin/faults/clear", post(clear_faults))
+            .route("/admin/history", get(audit_history));
     }
     let faults = sim.faults.clone();
     router
@@ -154,9 +155,35 @@ pub(crate) fn router(sim: Arc<Sim>, test_clock: bool) -> Router {
                 "method not allowed on this route",
             )
         })
+        // Inside the fault layer, so a stalled request keeps its caller.
+        .layer(middleware::from_fn(with_caller))
         .layer(middleware::from_fn_with_state(faults, crate::faults::apply))
         .layer(middleware::from_fn(log_request))
         .with_state(sim)
+}
+
+/// Serves the request with its caller known to the operations (see
+/// [`crate::audit`]).
+async fn with_caller(req: Request, next: Next) -> Response {
+    let agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    let caller = crate::audit::Caller::new(req.method().as_str(), req.uri().path(), agent);
+    crate::audit::CALLER.scope(caller, next.run(req)).await
+}
+
+/// Keeps a per-job call refused for its token, then passes the error on.
+fn refused<T>(
+    sim: &Sim,
+    id: &str,
+    token_hash: &str,
+    result: Result<T, OpError>,
+) -> Result<T, OpError> {
+    if let Err(OpError::Unauthorized) = &result {
+        sim.note_refusal(id, token_hash);
+    }
+    result
 }
 
 /// Logs each request at debug: method, path and status, never a header.
@@ -280,6 +307,7 @@ async fn report_status(
     let token = job_token_hash(&headers)?;
     // The token is checked before the body, so a wrong token learns nothing.
     let parsed: Result<StatusReport, ApiError> = parse(&body);
+    let (path_id, hash) = (id.clone(), token.clone());
     let out = sim
         .run(move |tx, ctx| {
             let req = match parsed {
@@ -291,7 +319,8 @@ async fn report_status(
             };
             ops::report_status(tx, ctx, &id, &token, &req)
         })
-        .await?;
+        .await;
+    let out = refused(&sim, &path_id, &hash, out)?;
     tracing::info!(id = %out.id, state = %out.state, "status reported");
     ok(StatusCode::OK, out)
 }
@@ -304,6 +333,7 @@ async fn hold_record(
 ) -> ApiResult {
     let token = job_token_hash(&headers)?;
     let parsed: Result<RecordReport, ApiError> = parse(&body);
+    let (path_id, hash) = (id.clone(), token.clone());
     let out = sim
         .run(move |tx, _| {
             let req = match parsed {
@@ -315,7 +345,8 @@ async fn hold_record(
             };
             ops::hold_record(tx, &id, &token, &req)
         })
-        .await?;
+        .await;
+    let out = refused(&sim, &path_id, &hash, out)?;
     tracing::info!(id = %out.id, "record held");
     ok(StatusCode::OK, out)
 }
@@ -434,6 +465,7 @@ async fn publish_result(
 ) -> ApiResult {
     let token = job_token_hash(&headers)?;
     let parsed: Result<PublishResult, ApiError> = parse(&body);
+    let (path_id, hash) = (id.clone(), token.clone());
     let out = sim
         .run(move |tx, ctx| {
             let req = match parsed {
@@ -445,7 +477,8 @@ async fn publish_result(
             };
             ops::publish_result(tx, ctx, &id, &token, &req)
         })
-        .await?;
+        .await;
+    let out = refused(&sim, &path_id, &hash, out)?;
     tracing::info!(id = %out.id, state = %out.state, "publish result");
     ok(StatusCode::OK, out)
 }
@@ -476,6 +509,63 @@ async fn add_fault(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes)
     tracing::info!(fault = %what, "injected backend fault");
     ok(StatusCode::OK, serde_json::json!({"ok": true}))
 }
+
+async fn list_faults(State(sim): State<Arc<Sim>>, headers: HeaderMap) -> ApiResult {
+    require_service(&sim, &headers)?;
+    ok(StatusCode::OK, sim.faults.status(std::time::Instant::now()))
+}
+
+/// `GET /admin/history?after=N&limit=M`: history entries after position N
+/// (default 0), at most M (default and maximum 100000), with the refusals.
+async fn audit_history(
+    State(sim): State<Arc<Sim>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    require_service(&sim, &headers)?;
+    let (mut after, mut limit) = (0i64, MAX_HISTORY_PAGE);
+    for pair in query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let number = || {
+            value
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "{key} must be a whole number >= 0, got {value:?}"
+                    ))
+                })
+        };
+        match key {
+            "after" => after = number()?,
+            "limit" => limit = number()?.min(MAX_HISTORY_PAGE),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown query parameter {pair:?}; after=<seq> and limit=<n> are accepted"
+                )));
+            }
+        }
+    }
+    let entries = sim
+        .run(move |tx, _| Ok(crate::db::audit_history(tx, after, limit)?))
+        .await?;
+    ok(
+        StatusCode::OK,
+        crate::audit::HistoryDump {
+            entries,
+            refused: sim.refusals.all(),
+        },
+    )
+}
+
+/// The most history entries one `GET /admin/history` answers.
+const MAX_HISTORY_PAGE: i64 = 100_000;
 
 async fn clear_faults(State(sim): State<Arc<Sim>>, headers: HeaderMap) -> ApiResult {
     require_service(&sim, &headers)?;

@@ -46,8 +46,11 @@
 //!   `lost`, `lost_superseded`, `retry_of`, `retry_id` to the example's fields.
 //!
 //! Module map: [`clock`] (time), `db` (schema, rows), [`rules`] (pure
-//! decisions), `ops` (transactions), `http` (routes, auth), [`cli`] (flags).
+//! decisions), `ops` (transactions), `http` (routes, auth), [`cli`] (flags),
+//! [`faults`] (injected stalls and errors), [`audit`] (who changed what
+//! when, for tests).
 
+pub mod audit;
 pub mod cli;
 pub mod clock;
 mod db;

@@ -3,7 +3,9 @@
 //! blocking thread, so claims are atomic even with another process on the
 //! same database file.
 
+use crate::audit::Caller;
 use crate::clock::SimClock;
+use crate::db;
 use crate::ops::{self, Ctx, OpError};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::sync::{Arc, Mutex};
@@ -24,6 +26,8 @@ pub(crate) struct Sim {
     service_token_hash: String,
     /// Injected stalls and errors (test admin only).
     pub(crate) faults: crate::faults::Faults,
+    /// Per-job calls refused for their token (test admin only).
+    pub(crate) refusals: crate::audit::Refusals,
 }
 
 impl Sim {
@@ -39,6 +43,7 @@ impl Sim {
             settings,
             service_token_hash: ops::hash_token(service_token),
             faults: crate::faults::Faults::default(),
+            refusals: crate::audit::Refusals::default(),
         }
     }
 
@@ -49,19 +54,21 @@ impl Sim {
 
     /// Runs `op` in one transaction: the publish backstop first, then the
     /// operation, then the hold rules; commits on success, rolls back (so
-    /// nothing changes) on error.
+    /// nothing changes) on error. The history entries it writes are stamped
+    /// with the request the current task serves (see [`crate::audit`]).
     pub(crate) async fn run<T, F>(self: &Arc<Self>, op: F) -> Result<T, OpError>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>, &Ctx) -> Result<T, OpError> + Send + 'static,
     {
         let sim = Arc::clone(self);
-        tokio::task::spawn_blocking(move || sim.run_blocking(op))
+        let caller = crate::audit::current_caller();
+        tokio::task::spawn_blocking(move || sim.run_blocking(op, caller.as_ref()))
             .await
             .map_err(|e| OpError::Internal(format!("operation task failed: {e}")))?
     }
 
-    fn run_blocking<T, F>(&self, op: F) -> Result<T, OpError>
+    fn run_blocking<T, F>(&self, op: F, caller: Option<&Caller>) -> Result<T, OpError>
     where
         F: FnOnce(&Transaction<'_>, &Ctx) -> Result<T, OpError>,
     {
@@ -72,10 +79,26 @@ impl Sim {
             lease_ms: self.settings.lease_ms,
             backstop_ms: self.settings.backstop_ms,
         };
+        let before = db::last_history_seq(&tx)?;
         ops::publish_backstop(&tx, &ctx)?;
         let value = op(&tx, &ctx)?;
         ops::refresh_holds(&tx, &ctx)?;
+        db::stamp_history(&tx, before, self.clock.wall_ms(), caller)?;
         tx.commit()?;
         Ok(value)
+    }
+
+    /// Keeps a per-job call refused for its token (`token_hash`: the hash of
+    /// the token presented).
+    pub(crate) fn note_refusal(&self, job_id: &str, token_hash: &str) {
+        let caller = crate::audit::current_caller();
+        self.refusals.push(crate::audit::Refusal {
+            wall_at: crate::clock::ts_from_ms(self.clock.wall_ms()),
+            at: crate::clock::ts_from_ms(self.clock.now_ms()),
+            call: caller.as_ref().map(|c| c.call.clone()).unwrap_or_default(),
+            job_id: job_id.to_owned(),
+            claim: crate::audit::claim_tag(token_hash),
+            caller: caller.and_then(|c| c.agent),
+        });
     }
 }

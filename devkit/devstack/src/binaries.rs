@@ -27,6 +27,23 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// Whether a variable is one cargo sets for the crate it builds or runs
+/// (not one that configures cargo itself).
+fn set_by_cargo_for_a_crate(key: &str) -> bool {
+    const EXACT: [&str; 9] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "OUT_DIR",
+    ];
+    EXACT.contains(&key) || key.starts_with("CARGO_PKG_") || key.starts_with("CARGO_BIN_EXE_")
+}
+
 /// Path of one binary.
 pub fn path(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
@@ -62,19 +79,6 @@ pub fn after_build(first: bool, took: std::time::Duration) -> Option<String> {
     }
 }
 
-/// Prefixes of the variables cargo sets for one crate's build or run.
-const PER_CRATE_VARS: [&str; 9] = [
-    "CARGO_MANIFEST_",
-    "CARGO_PKG_",
-    "CARGO_CRATE_NAME",
-    "CARGO_BIN_",
-    "CARGO_PRIMARY_PACKAGE",
-    "CARGO_TARGET_TMPDIR",
-    "CARGO_RUSTC_CURRENT_DIR",
-    "CARGO_CFG_",
-    "OUT_DIR",
-];
-
 fn missing(dir: &Path) -> Vec<&'static str> {
     ALL.iter()
         .copied()
@@ -99,13 +103,13 @@ pub fn ensure_built(dir: &Path) -> anyhow::Result<()> {
     // of only these packages would unify features differently and rebuild
     // the binaries every time the other build ran.
     cmd.args(["build", "--workspace", "--bins", "--quiet"]);
-    // Cargo sets these for the crate whose test or binary runs this; passed
-    // on, they would reach build scripts that watch them (ring watches
-    // CARGO_MANIFEST_DIR) and rebuild half the workspace on every run.
+    // A test process carries the variables cargo sets for the crate under
+    // test; build scripts that watch them (ring's watches CARGO_PKG_NAME and
+    // CARGO_MANIFEST_DIR) would then run again, and every dependent crate be
+    // rebuilt, each time a test and a plain `cargo build` alternate.
     for (key, _) in std::env::vars_os() {
-        let Some(key) = key.to_str() else { continue };
-        if PER_CRATE_VARS.iter().any(|p| key.starts_with(p)) {
-            cmd.env_remove(key);
+        if key.to_str().is_some_and(set_by_cargo_for_a_crate) {
+            cmd.env_remove(&key);
         }
     }
     if dir.file_name().is_some_and(|n| n == "release") {
@@ -160,5 +164,28 @@ mod tests {
             Some("rebuilt the binaries in 12.3s")
         );
         assert_eq!(after_build(false, Duration::from_millis(400)), None);
+    }
+
+    #[test]
+    fn only_the_crates_own_variables_are_dropped() {
+        for key in [
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_BIN_EXE_tcab-devstack",
+            "OUT_DIR",
+        ] {
+            assert!(set_by_cargo_for_a_crate(key), "{key}");
+        }
+        for key in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_JOBS",
+            "CARGO_INCREMENTAL",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_for_a_crate(key), "{key}");
+        }
     }
 }

@@ -150,10 +150,33 @@ impl Backend {
             .await
     }
 
-    /// Injects a fault (needs `--enable-test-clock`): every request to one of
-    /// `paths` (`*` matches one segment) arriving in the next `seconds` (real
-    /// time) is answered 500 (`mode` `error`) or held until the window ends
-    /// and then applied (`stall`). See docs/backend-contract.md.
+    /// The backend's own record (`GET /admin/history`, test admin only):
+    /// every history entry with its wall time, call, caller and claim tag,
+    /// and the per-job calls refused for their token.
+    pub async fn history(&self) -> anyhow::Result<crate::invariants::BackendRecord> {
+        let mut record = crate::invariants::BackendRecord::default();
+        loop {
+            let after = record.entries.last().map_or(0, |e| e.seq);
+            let v = self
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/admin/history?after={after}"),
+                    None,
+                )
+                .await?;
+            let page: crate::invariants::BackendRecord =
+                serde_json::from_value(v).context("GET /admin/history: unreadable answer")?;
+            record.refused = page.refused;
+            if page.entries.is_empty() {
+                return Ok(record);
+            }
+            record.entries.extend(page.entries);
+        }
+    }
+
+    /// Injects a backend fault (`POST /admin/faults`): requests to `paths`
+    /// (`*` = one segment) arriving in the next `seconds` are stalled (held,
+    /// then applied) or answered 500.
     pub async fn add_fault(&self, paths: &[&str], mode: &str, seconds: f64) -> anyhow::Result<()> {
         self.call(
             reqwest::Method::POST,
@@ -164,7 +187,13 @@ impl Backend {
         .map(drop)
     }
 
-    /// Ends every injected fault window.
+    /// The backend's open fault windows and the requests held now
+    /// (`GET /admin/faults`).
+    pub async fn faults(&self) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, "/admin/faults", None).await
+    }
+
+    /// Ends every backend fault window.
     pub async fn clear_faults(&self) -> anyhow::Result<()> {
         self.call(reqwest::Method::POST, "/admin/faults/clear", None)
             .await

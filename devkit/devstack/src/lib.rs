@@ -10,6 +10,7 @@
 pub mod binaries;
 pub mod console;
 pub mod demo;
+pub mod invariants;
 pub mod process;
 pub mod scrape;
 pub mod stack;

@@ -24,6 +24,7 @@
 //! | `POST /admin/nodes/{name}/out-of-service` | | add the `node.kubernetes.io/out-of-service` NoExecute taint |
 //! | `POST /admin/images/unpullable` | `{"image": "x:1", "unpullable": true}` | pulls of the image fail (`ErrImagePull`) |
 //! | `POST /admin/watch/compact` | | drop the watch history (old resourceVersions get 410) |
+//! | `GET /admin/audit?after=N&limit=M` | | every change to a Pod or a Job after position N (default 0), at most M (default and maximum 200000), with who made it: [`AuditPage`] (see [`crate::audit`]) |
 //!
 //! The admin calls take no token or the admin token; the RBAC token is
 //! refused. Admin calls are never faulted.
@@ -73,6 +74,7 @@
 //! answer carries `Connection: close`. The store itself (etcd) loses
 //! nothing, and the Job controller and kubelet go on.
 
+use crate::audit::{AUDIT_LIMIT, AuditPage};
 use crate::faults::{ApiFault, ConnTag, FaultRule, FaultStatus, WatchScope};
 use crate::http::AppState;
 use crate::status::ApiError;
@@ -211,6 +213,26 @@ fn restart(app: &AppState, keep: Option<u64>, r: &Restart) -> Result<RestartRepo
     })
 }
 
+/// `after` and `limit` of `GET /admin/audit`.
+fn audit_query(query: Option<&str>) -> Result<(u64, usize), ApiError> {
+    let (mut after, mut limit) = (0u64, AUDIT_LIMIT);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let bad =
+            || ApiError::bad_request(format!("{key} must be a whole number >= 0, got {value:?}"));
+        match key {
+            "after" => after = value.parse().map_err(|_| bad())?,
+            "limit" => limit = value.parse::<usize>().map_err(|_| bad())?.min(AUDIT_LIMIT),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown query parameter {pair:?}; after=<seq> and limit=<n> are accepted"
+                )));
+            }
+        }
+    }
+    Ok((after, limit))
+}
+
 async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
     let sim = app.sim.clone();
     let token = req
@@ -227,6 +249,7 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
     }
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().map(str::to_owned);
     let conn = req
         .extensions()
         .get::<ConnectInfo<ConnTag>>()
@@ -367,6 +390,11 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
                 .ok_or_else(|| ApiError::bad_request("give \"image\""))?;
             sim.set_unpullable(image, body["unpullable"].as_bool().unwrap_or(true));
             Ok(json!({"ok": true}))
+        }
+        (Method::GET, ["admin", "audit"]) => {
+            let (after, limit) = audit_query(query.as_deref())?;
+            serde_json::to_value(sim.store.audit_page(after, limit))
+                .map_err(|e| ApiError::internal(e.to_string()))
         }
         (Method::POST, ["admin", "watch", "compact"]) => {
             Ok(json!({"resource_version": sim.store.compact().to_string()}))
@@ -645,6 +673,17 @@ impl AdminClient {
         )
         .await
         .map(drop)
+    }
+
+    /// The audit timeline after position `after` (see [`crate::audit`]).
+    pub async fn audit(&self, after: u64) -> Result<AuditPage, AdminError> {
+        let path = format!("/admin/audit?after={after}");
+        let v = self.call(reqwest::Method::GET, &path, None).await?;
+        serde_json::from_value(v).map_err(|e| AdminError::Status {
+            path,
+            status: 200,
+            body: format!("unreadable audit page: {e}"),
+        })
     }
 
     /// Drops the watch history; returns the current resourceVersion.

@@ -74,9 +74,13 @@
 //!   requests, silent watches, each scoped by verb, resource and token and
 //!   bounded by a count or real seconds) and the API-server restart: see
 //!   [`admin`].
+//! - Every change to a Pod or a Job is kept in a timeline with its wall time
+//!   and who made it (the RBAC token, the admin, the cluster itself):
+//!   `GET /admin/audit` ([`audit`]).
 
 pub mod admin;
 pub mod admission;
+pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod controller;

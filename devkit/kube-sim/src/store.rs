@@ -8,6 +8,7 @@
 //! marked (deletionTimestamp); an update that leaves a marked object whose
 //! grace period is 0 without finalizers removes it ([`crate::deletion`]).
 
+use crate::audit::{self, Audit, AuditPage};
 use crate::clock::k8s_time;
 use crate::deletion::{self, DeleteDecision};
 use crate::status::ApiError;
@@ -279,6 +280,8 @@ struct Inner {
     max_live_jobs: BTreeMap<String, i64>,
     /// Pods by the uid of the Job that controls them.
     owned: HashMap<String, BTreeSet<Key>>,
+    /// Every change to a Pod or a Job, with who made it.
+    audit: Audit,
 }
 
 /// The uid of the controller (ownerReference with `controller: true`) of an object.
@@ -338,6 +341,7 @@ impl Store {
                 live_jobs: BTreeMap::new(),
                 max_live_jobs: BTreeMap::new(),
                 owned: HashMap::new(),
+                audit: Audit::default(),
             }),
             tx,
             history_limit: history_limit.max(1),
@@ -408,6 +412,9 @@ impl Store {
                     .insert(key.clone());
             }
         }
+        inner
+            .audit
+            .record(etype, key.kind, rv, &obj, audit::current_actor());
         let ev = Arc::new(Event {
             rv,
             etype,
@@ -683,6 +690,12 @@ impl Store {
             inner.compacted.insert(kind, rv);
         }
         rv
+    }
+
+    /// The audit timeline after position `after`, at most `limit` entries
+    /// (see [`crate::audit`]).
+    pub fn audit_page(&self, after: u64, limit: usize) -> AuditPage {
+        self.lock().audit.page(after, limit)
     }
 
     /// Appends a line to a pod container's log.

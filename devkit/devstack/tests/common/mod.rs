@@ -143,6 +143,46 @@ impl TestStack {
     }
 }
 
+impl TestStack {
+    /// kube-sim's whole audit timeline (every Pod and Job change, with who
+    /// made it).
+    pub async fn audit(&self) -> Vec<tcab_kube_sim::audit::AuditEntry> {
+        let mut entries = Vec::new();
+        loop {
+            let after = entries
+                .last()
+                .map_or(0, |e: &tcab_kube_sim::audit::AuditEntry| e.seq);
+            let page = self
+                .admin()
+                .audit(after)
+                .await
+                .unwrap_or_else(|e| self.fail(format!("reading the audit: {e}")));
+            assert_eq!(page.dropped, 0, "the audit timeline overflowed");
+            if page.entries.is_empty() {
+                return entries;
+            }
+            entries.extend(page.entries);
+        }
+    }
+
+    /// The invariants checked over the cluster's and the backend's records
+    /// (see `tcab_devstack::invariants`).
+    pub async fn verdict(&self) -> tcab_devstack::invariants::Verdict {
+        let cluster = self.audit().await;
+        let backend = self
+            .stack
+            .backend
+            .history()
+            .await
+            .unwrap_or_else(|e| self.fail(format!("reading the backend's history: {e}")));
+        tcab_devstack::invariants::check(
+            &cluster,
+            &backend,
+            &tcab_devstack::invariants::Settings::default(),
+        )
+    }
+}
+
 pub fn terminal(state: &Value) -> bool {
     matches!(state.as_str(), Some("succeeded" | "failed" | "cancelled"))
 }

@@ -13,6 +13,7 @@ mod watch;
 mod write;
 
 use crate::admin;
+use crate::audit::{ACTOR, Actor};
 use crate::discovery;
 use crate::faults::{FaultAction, RequestAttrs, Stage, answers};
 use crate::objects::{self, ensure_object};
@@ -172,7 +173,7 @@ fn query_of(req: &Request) -> Query {
 async fn handle(State(app): State<AppState>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     if path == "/admin" || path.starts_with("/admin/") {
-        return admin::handle(app, req).await;
+        return ACTOR.scope(Actor::Admin, admin::handle(app, req)).await;
     }
     let method = req.method().clone();
     if method == Method::GET
@@ -277,12 +278,20 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
         },
         None => {}
     }
+    let actor = match token.as_deref() {
+        None => Actor::Anonymous,
+        Some(t) if sim.rbac.as_ref().is_some_and(|r| r.token == t) => Actor::Rbac,
+        Some(t) if t == sim.admin_token => Actor::Admin,
+        Some(_) => Actor::Unknown,
+    };
     let fault = Faulted {
         resource,
         token,
         silenced,
     };
-    let answer = serve_resource(sim.clone(), info, q, req, fault).await;
+    let answer = ACTOR
+        .scope(actor, serve_resource(sim.clone(), info, q, req, fault))
+        .await;
     // A fault that strikes after the request was carried out: its effect
     // stays, its answer is replaced or lost.
     match after {

@@ -1,6 +1,7 @@
 //! Integration tests of the sim over real HTTP (one test binary).
 
 mod api;
+mod audit;
 mod backend;
 mod cli;
 mod common;
