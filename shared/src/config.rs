@@ -794,7 +794,7 @@ fn label_value(
     default: &str,
 ) -> Result<String, ConfigError> {
     let v = set(value).unwrap_or(default);
-    if !v.is_empty() && crate::labels::is_label_value(v) {
+    if !v.is_empty() && crate::names::is_label_value(v) {
         Ok(v.to_owned())
     } else {
         Err(ConfigError::Invalid {

@@ -13,7 +13,7 @@
 //! clock changes no judgement, and after a restart the wait only starts over
 //! (the safe direction).
 
-use crate::cluster::JobSummary;
+use crate::job_cache::JobSummary;
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -81,7 +81,7 @@ pub fn stuck_after(job: &JobSummary, margin: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::Lane;
-    use crate::cluster::{JobCondition, JobPhase};
+    use crate::job_cache::{JobCondition, JobPhase};
 
     fn job(name: &str, failing: bool, phase: JobPhase) -> JobSummary {
         JobSummary {

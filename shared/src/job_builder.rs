@@ -2,7 +2,8 @@
 //! Job the admitter creates. docs/job-contract.md lists what the pods receive.
 
 use crate::backend::types::{ClaimedPublish, ClaimedRun};
-use crate::labels::{self, Lane};
+use crate::lane::Lane;
+use crate::names;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
@@ -132,18 +133,18 @@ pub enum JobBuildError {
 /// with the driver), so never log or `Debug`-print it.
 pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
     let token = run.token.expose();
-    let claim = labels::claim_tag(token);
-    let name = labels::job_name(Lane::Run, &run.id, &claim);
+    let claim = names::claim_tag(token);
+    let name = names::job_name(Lane::Run, &run.id, &claim);
     let mut object_labels = job_labels(settings, Lane::Run, &run.id, &claim);
     let mut object_annotations = annotations();
     describe(
         &mut object_labels,
         &mut object_annotations,
         [
-            (labels::HARNESS, Some(run.harness.clone())),
-            (labels::MODEL, Some(run.model.clone())),
-            (labels::CASE, run.case.clone()),
-            (labels::JAM, run.jam.clone()),
+            (names::HARNESS, Some(run.harness.clone())),
+            (names::MODEL, Some(run.model.clone())),
+            (names::CASE, run.case.clone()),
+            (names::JAM, run.jam.clone()),
         ],
     );
 
@@ -269,8 +270,8 @@ pub fn publisher_job(
                 id: publish.id.clone(),
             })?;
     let token = publish.token.expose();
-    let claim = labels::claim_tag(token);
-    let name = labels::job_name(Lane::Publish, &publish.id, &claim);
+    let claim = names::claim_tag(token);
+    let name = names::job_name(Lane::Publish, &publish.id, &claim);
     let mut object_labels = job_labels(settings, Lane::Publish, &publish.id, &claim);
     let mut object_annotations = annotations();
     let named = |key: &str| publish.request.get(key).and_then(scalar_text);
@@ -278,8 +279,8 @@ pub fn publisher_job(
         &mut object_labels,
         &mut object_annotations,
         [
-            (labels::RELEASE, named("release")),
-            (labels::SUITE, named("suite")),
+            (names::RELEASE, named("release")),
+            (names::SUITE, named("suite")),
         ],
     );
     let vars = vec![
@@ -319,16 +320,16 @@ fn job_labels(
     claim: &str,
 ) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (labels::MANAGED_BY.to_owned(), settings.managed_by.clone()),
-        (labels::JOB_ID.to_owned(), id.to_owned()),
-        (labels::JOB_KIND.to_owned(), lane.label_value().to_owned()),
-        (labels::CLAIM.to_owned(), claim.to_owned()),
+        (names::MANAGED_BY.to_owned(), settings.managed_by.clone()),
+        (names::JOB_ID.to_owned(), id.to_owned()),
+        (names::JOB_KIND.to_owned(), lane.label_value().to_owned()),
+        (names::CLAIM.to_owned(), claim.to_owned()),
     ])
 }
 
 /// The autoscaler guard, on the Job and its pod template.
 fn annotations() -> BTreeMap<String, String> {
-    BTreeMap::from([(labels::SAFE_TO_EVICT.to_owned(), "false".to_owned())])
+    BTreeMap::from([(names::SAFE_TO_EVICT.to_owned(), "false".to_owned())])
 }
 
 /// Longest annotation value that says what a Job runs; a longer value (the
@@ -347,7 +348,7 @@ fn describe<const N: usize>(
         let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
             continue;
         };
-        if labels::is_label_value(&value) {
+        if names::is_label_value(&value) {
             object_labels.insert(key.to_owned(), value.clone());
         }
         object_annotations.insert(key.to_owned(), cut(value, MAX_DESCRIPTION_LEN));

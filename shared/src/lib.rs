@@ -7,16 +7,17 @@
 //! the vocabulary and the I/O edges they all use.
 
 pub mod backend;
-pub mod cluster;
 pub mod config;
 pub mod failing;
 pub mod job_builder;
+pub mod job_cache;
 pub mod kube_api;
-pub mod labels;
+pub mod lane;
 pub mod metrics;
+pub mod names;
 pub mod secret;
 pub mod telemetry;
 pub mod tick;
 
-pub use labels::Lane;
+pub use lane::Lane;
 pub use secret::Secret;

@@ -23,8 +23,8 @@
 //! and while the container's Job view is current.
 
 use crate::backend::LOOP_RETRY;
-use crate::cluster::{OwnedJobs, ViewState};
 use crate::config::{Binary, BuildInfo};
+use crate::job_cache::{OwnedJobs, ViewState};
 use crate::kube_api::Verb;
 use crate::tick::{Tick, TickOutcome};
 use axum::extract::State;

@@ -13,7 +13,7 @@ use tcab_shared::job_builder::{
     DRIVER_CONTAINER, JobBuildError, JobSettings, MAX_DESCRIPTION_LEN, PUBLISHER_CONTAINER,
     PUBLISHER_TERMINATION_GRACE_SECONDS, SUBSCRIPTION_FILE_MODE, driver_job, publisher_job,
 };
-use tcab_shared::labels;
+use tcab_shared::names;
 
 const TOKEN: &str = "tok-9f8e7d6c5b4a-secret";
 
@@ -256,7 +256,7 @@ fn labels_on_the_job_and_its_pod_template() {
         ),
         ("tcab.dev/job-id".to_string(), "run-7f3a".to_string()),
         ("tcab.dev/job-kind".to_string(), "run".to_string()),
-        ("tcab.dev/claim".to_string(), labels::claim_tag(TOKEN)),
+        ("tcab.dev/claim".to_string(), names::claim_tag(TOKEN)),
         ("tcab.dev/harness".to_string(), "claude-code".to_string()),
         ("tcab.dev/model".to_string(), "opus".to_string()),
         ("tcab.dev/case".to_string(), "fizzbuzz".to_string()),
@@ -272,7 +272,7 @@ fn labels_on_the_job_and_its_pod_template() {
         .unwrap();
     assert_eq!(template.labels.as_ref(), Some(&want));
     for value in want.values() {
-        assert!(labels::is_label_value(value), "{value}");
+        assert!(names::is_label_value(value), "{value}");
     }
 }
 
@@ -360,7 +360,7 @@ fn free_text_is_an_annotation_only_and_a_missing_case_is_left_out() {
         Some("jam-2026-spring")
     );
     for value in l.values() {
-        assert!(labels::is_label_value(value), "{value}");
+        assert!(names::is_label_value(value), "{value}");
     }
 
     // Empty values say nothing.
@@ -563,7 +563,7 @@ fn name_is_per_claim_valid_and_hides_the_token() {
     let name = job.metadata.name.clone().unwrap();
     assert_eq!(
         name,
-        labels::job_name(labels::Lane::Run, "run-7f3a", &labels::claim_tag(TOKEN))
+        names::job_name(tcab_shared::Lane::Run, "run-7f3a", &names::claim_tag(TOKEN))
     );
     assert!(name.starts_with("tcab-driver-run-7f3a-"), "{name}");
     assert!(is_dns1123_label(&name), "{name}");
@@ -632,10 +632,10 @@ fn publisher_job_has_the_publisher_contract() {
     let name = job.metadata.name.clone().unwrap();
     assert_eq!(
         name,
-        labels::job_name(
-            labels::Lane::Publish,
+        names::job_name(
+            tcab_shared::Lane::Publish,
             "pub-12",
-            &labels::claim_tag("pub-token-0123")
+            &names::claim_tag("pub-token-0123")
         )
     );
     assert!(name.starts_with("tcab-publisher-pub-12-") && is_dns1123_label(&name));
@@ -666,7 +666,7 @@ fn publisher_job_has_the_publisher_contract() {
         ("tcab.dev/job-kind".to_string(), "publish".to_string()),
         (
             "tcab.dev/claim".to_string(),
-            labels::claim_tag("pub-token-0123"),
+            names::claim_tag("pub-token-0123"),
         ),
         ("tcab.dev/release".to_string(), "v1.4.0".to_string()),
     ]);
@@ -681,8 +681,8 @@ fn publisher_job_has_the_publisher_contract() {
         .unwrap();
     assert_eq!(template.labels.as_ref(), Some(&want_labels));
     let annotations = BTreeMap::from([
-        (labels::SAFE_TO_EVICT.to_string(), "false".to_string()),
-        (labels::RELEASE.to_string(), "v1.4.0".to_string()),
+        (names::SAFE_TO_EVICT.to_string(), "false".to_string()),
+        (names::RELEASE.to_string(), "v1.4.0".to_string()),
     ]);
     assert_eq!(template.annotations.as_ref(), Some(&annotations));
     assert_eq!(job.metadata.annotations.as_ref(), Some(&annotations));
@@ -766,7 +766,7 @@ proptest! {
         let name = job.metadata.name.clone().unwrap();
         prop_assert!(is_dns1123_label(&name), "{}", name);
         for value in job.metadata.labels.as_ref().unwrap().values() {
-            prop_assert!(labels::is_label_value(value), "{}", value);
+            prop_assert!(names::is_label_value(value), "{}", value);
         }
         // Free text always reaches the annotations, whole (it is short here).
         let a = annotations_of(&job);

@@ -10,15 +10,15 @@
 //! lapse: the backend requeues the job.
 
 use crate::clock::Clock;
+use crate::keeper_client::KeeperClient;
 use crate::settle::{self, Confirmation, End, GiveUp, Known, SettleEdges, SettleLimits};
-use crate::vault::VaultClient;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::Api;
 use std::fmt;
 use std::time::{Duration, Instant};
 use tcab_shared::backend::{BackendClient, BackendError, ClaimedPublish, ClaimedRun};
 use tcab_shared::job_builder::{self, JobSettings};
-use tcab_shared::{Lane, Secret, labels};
+use tcab_shared::{Lane, Secret, names};
 
 /// What one admission (or a later settle of one) came to.
 #[derive(Debug)]
@@ -173,7 +173,7 @@ impl Creation {
                 .metadata
                 .name
                 .clone()
-                .unwrap_or_else(|| labels::job_name(lane, job_id, claim)),
+                .unwrap_or_else(|| names::job_name(lane, job_id, claim)),
             claimed_at,
             unclear: None,
             job,
@@ -225,7 +225,7 @@ pub struct AdmitDeps<'a> {
     /// The Jobs API of the admitter's namespace.
     pub jobs: &'a Api<Job>,
     /// The token vault.
-    pub vault: &'a VaultClient,
+    pub vault: &'a KeeperClient,
     /// What the Job builders read.
     pub settings: &'a JobSettings,
     /// The clock claim ages are measured on.
@@ -294,8 +294,8 @@ pub async fn admit(lane: Lane, deps: AdmitDeps<'_>) -> Admission {
         Err(error) => return LaneOutcome::ClaimFailed(error).into(),
     };
     let job_id = claimed.id().to_owned();
-    let claim = labels::claim_tag(claimed.token().expose());
-    let job_name = labels::job_name(lane, &job_id, &claim);
+    let claim = names::claim_tag(claimed.token().expose());
+    let job_name = names::job_name(lane, &job_id, &claim);
 
     // The token goes to the vault first, so a death seen right after the
     // create finds it. A failed Put does not stop the Job.

@@ -11,17 +11,17 @@
 use crate::admit::{self, Admission, AdmitDeps, CreateFailure, LaneOutcome};
 use crate::clock::Clock;
 use crate::gate::lane_gate;
+use crate::keeper_client::KeeperClient;
 use crate::lanes::LaneState;
 use crate::plan::{self, Decision, GateState, HoldReason, LaneInput, LaneSnapshot};
 use crate::run::AdmitterSettings;
-use crate::vault::VaultClient;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use std::fmt;
 use std::sync::Arc;
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::cluster::OwnedJobs;
+use tcab_shared::job_cache::OwnedJobs;
 use tcab_shared::kube_api::error_chain;
 use tcab_shared::tick::{Tick, TickOutcome};
 
@@ -34,7 +34,7 @@ pub struct Edges {
     /// The Jobs API of the admitter's namespace.
     pub jobs: Api<Job>,
     /// The token vault and admission gate.
-    pub vault: VaultClient,
+    pub vault: KeeperClient,
     /// The watch-backed view of the owned Jobs.
     pub cache: OwnedJobs,
     /// The clock back-offs and claim ages read.

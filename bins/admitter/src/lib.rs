@@ -16,7 +16,8 @@
 //! - [`admit`]: one admission (claim, vault `Put`, create and settle; `Forget`
 //!   the token when no Job will exist);
 //! - [`lane`]: one lane's loop and its report;
-//! - [`vault`]: the gRPC client of the token vault and the admission gate;
+//! - [`keeper_client`]: the gRPC client of the lease-keeper's token vault and
+//!   admission gate;
 //! - [`metrics`]: the lanes' metrics, recorded from each tick's report;
 //! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
 //!   tests) and `run(config, deps, shutdown)`;
@@ -34,13 +35,13 @@
 pub mod admit;
 pub mod clock;
 pub mod gate;
+pub mod keeper_client;
 pub mod lane;
 pub mod lanes;
 pub mod metrics;
 pub mod plan;
 pub mod run;
 pub mod settle;
-pub mod vault;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use lane::{AdmissionResult, LaneAdmitter, LaneReport};

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::{Duration, Instant};
 use tcab_shared::Lane;
-use tcab_shared::cluster::ViewState;
+use tcab_shared::job_cache::ViewState;
 
 /// What the admission gate says about one lane: may the admitter claim?
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,11 +3,11 @@
 
 use crate::admit::LaneOutcome;
 use crate::clock::Clock;
+use crate::keeper_client::{KeeperClient, KeeperClientSettings};
 use crate::lane::{AdmissionResult, Edges, LaneAdmitter, LaneReport};
 use crate::metrics::{AdmitterMetrics, MeteredLane, loop_name};
 use crate::plan::Plan;
 use crate::settle::SettleLimits;
-use crate::vault::{VaultClient, VaultSettings};
 use anyhow::Context as _;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::cluster::{OwnedJobs, WatchSettings};
 use tcab_shared::config::AdmitterConfig;
 use tcab_shared::job_builder::JobSettings;
+use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
 use tcab_shared::tick::{Shutdown, TickOutcome, run_loop_with_wake};
 
@@ -197,7 +197,7 @@ impl Admitter {
         settings: AdmitterSettings,
         backend: BackendClient,
         jobs: Api<Job>,
-        vault: VaultClient,
+        vault: KeeperClient,
         cache: OwnedJobs,
         clock: Arc<dyn Clock>,
     ) -> Self {
@@ -266,8 +266,9 @@ pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyh
     let mut exporter = Exporter::new(common());
     metrics.register(exporter.registry_mut());
     let _endpoint = serve_if(config.common.metrics_addr, exporter, health.clone()).await?;
-    let vault = VaultClient::connect_lazy(config.common.vault_addr, VaultSettings::default())
-        .context("building the vault client")?;
+    let vault =
+        KeeperClient::connect_lazy(config.common.vault_addr, KeeperClientSettings::default())
+            .context("building the vault client")?;
     let (cache, watch_task) = OwnedJobs::watch(
         deps.kube.clone(),
         &deps.namespace,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use support::*;
 use tcab_admitter::{Deps, SystemClock, run};
 use tcab_backend_sim::{SimOptions, spawn};
-use tcab_shared::labels;
+use tcab_shared::names;
 use tcab_shared::tick::Shutdown;
 
 const RUNS: usize = 200;
@@ -143,7 +143,7 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
     let mut ids: Vec<String> = list
         .items
         .iter()
-        .filter_map(|j| j.labels().get(labels::JOB_ID).cloned())
+        .filter_map(|j| j.labels().get(names::JOB_ID).cloned())
         .collect();
     let total = ids.len();
     ids.sort();

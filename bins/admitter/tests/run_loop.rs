@@ -11,7 +11,7 @@ use support::*;
 use tcab_admitter::{Deps, SystemClock, run};
 use tcab_shared::config::AdmitterConfig;
 use tcab_shared::tick::{Shutdown, ShutdownTrigger};
-use tcab_shared::{Lane, labels};
+use tcab_shared::{Lane, names};
 use tokio::task::JoinHandle;
 
 fn start(rig: &Rig, config: AdmitterConfig) -> (ShutdownTrigger, JoinHandle<anyhow::Result<()>>) {
@@ -76,7 +76,7 @@ async fn both_lanes_drain_and_never_exceed_their_caps() {
         .jobs(Lane::Run)
         .iter()
         .map(|j| {
-            j["metadata"]["labels"][labels::JOB_ID]
+            j["metadata"]["labels"][names::JOB_ID]
                 .as_str()
                 .unwrap()
                 .to_owned()
@@ -195,7 +195,7 @@ async fn shutdown_finishes_the_admission_in_progress() {
         .expect("task")
         .expect("run() is Ok");
     assert_eq!(rig.backend.claimed(Lane::Run), ["run-0"]);
-    let expected = labels::job_name(Lane::Run, "run-0", &labels::claim_tag(&token_for("run-0")));
+    let expected = names::job_name(Lane::Run, "run-0", &names::claim_tag(&token_for("run-0")));
     assert_eq!(rig.kube.live(Lane::Run), [expected]);
     assert_eq!(
         rig.backend.requests(Lane::Run),
@@ -222,7 +222,7 @@ async fn shutdown_during_a_slow_create_lets_it_finish() {
         .expect("task")
         .expect("run() is Ok");
     // run() returned only once the create was answered: the Job is there.
-    let expected = labels::job_name(Lane::Run, "run-0", &labels::claim_tag(&token_for("run-0")));
+    let expected = names::job_name(Lane::Run, "run-0", &names::claim_tag(&token_for("run-0")));
     assert_eq!(rig.kube.live(Lane::Run), [expected]);
     assert_eq!(rig.kube.create_requests(Lane::Run), 1);
     assert_eq!(

@@ -13,7 +13,7 @@ use std::time::Duration;
 use support::*;
 use tcab_admitter::{Deps, SystemClock, run};
 use tcab_shared::config::AdmitterConfig;
-use tcab_shared::labels;
+use tcab_shared::names;
 use tcab_shared::tick::{Shutdown, ShutdownTrigger};
 use tokio::task::JoinHandle;
 
@@ -181,7 +181,7 @@ async fn a_restarted_admitter_counts_the_jobs_already_there() {
     // Free one slot: the second admitter admits exactly one more run.
     let jobs: Api<Job> = Api::namespaced(sims.kube(), NS);
     let drivers = jobs
-        .list(&ListParams::default().labels(&labels::selector(labels::JOB_KIND, "run")))
+        .list(&ListParams::default().labels(&names::selector(names::JOB_KIND, "run")))
         .await
         .unwrap();
     assert_eq!(drivers.items.len(), 3);
@@ -232,7 +232,7 @@ async fn a_create_answered_500_three_times_is_settled_at_once_and_never_holds_th
     let items = jobs.list(&ListParams::default()).await.unwrap().items;
     let mut ids: Vec<String> = items
         .iter()
-        .filter_map(|j| j.labels().get(labels::JOB_ID).cloned())
+        .filter_map(|j| j.labels().get(names::JOB_ID).cloned())
         .collect();
     ids.sort();
     ids.dedup();

@@ -15,15 +15,15 @@ use tcab_admitter::admit::{CreateFailure, LaneOutcome, Settled};
 use tcab_admitter::plan::{Decision, HoldReason};
 use tcab_admitter::settle::Confirmation;
 use tcab_shared::tick::TickOutcome;
-use tcab_shared::{Lane, labels};
+use tcab_shared::{Lane, names};
 
 fn name_for(lane: Lane, id: &str) -> String {
-    labels::job_name(lane, id, &labels::claim_tag(&token_for(id)))
+    names::job_name(lane, id, &names::claim_tag(&token_for(id)))
 }
 
 /// The vault key of a claim of the mock backend: (job id, claim tag).
 fn key(id: &str) -> (String, String) {
-    (id.to_owned(), labels::claim_tag(&token_for(id)))
+    (id.to_owned(), names::claim_tag(&token_for(id)))
 }
 
 fn gate_closed_with(decision: &Decision, part: &str) {
@@ -65,7 +65,7 @@ async fn one_job_per_lane_per_tick_with_tokens_in_the_vault_first() {
     assert_eq!(puts.len(), 2);
     assert_eq!(puts[0].job_id, "pub-0");
     assert_eq!(puts[0].token, token_for("pub-0"));
-    assert_eq!(puts[0].claim, labels::claim_tag(&token_for("pub-0")));
+    assert_eq!(puts[0].claim, names::claim_tag(&token_for("pub-0")));
     assert_eq!(puts[1].job_id, "run-0");
 
     admitter.tick().await;
@@ -121,7 +121,7 @@ async fn a_seen_job_is_counted_once_and_a_finished_one_frees_its_slot() {
             serde_json::json!({})
         };
         serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "labels": {labels::JOB_KIND: "run"}}, "status": status
+            "metadata": {"name": name, "labels": {names::JOB_KIND: "run"}}, "status": status
         }))
         .unwrap()
     };
@@ -155,7 +155,7 @@ async fn a_publish_is_admitted_while_the_run_lane_is_full_and_its_queue_long() {
     let config = rig.config(&[("TCAB_DISPATCHER_MAX_INFLIGHT", "1")]);
     let (mut admitter, cache) = rig.admitter(&config);
     let busy: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "tcab-driver-old-1", "labels": {labels::JOB_KIND: "run"}}
+        "metadata": {"name": "tcab-driver-old-1", "labels": {names::JOB_KIND: "run"}}
     }))
     .unwrap();
     cache.apply(Event::Apply(busy));
@@ -178,7 +178,7 @@ async fn already_exists_is_a_lost_race_and_a_success() {
     let existing = rig.kube.seed(
         Lane::Run,
         "run-0",
-        &labels::claim_tag(&token_for("run-0")),
+        &names::claim_tag(&token_for("run-0")),
         MANAGED_BY,
     );
     let (mut admitter, _cache) = rig.admitter(&rig.config(&[]));
@@ -453,7 +453,7 @@ async fn the_gate_is_not_asked_while_no_lane_could_admit() {
     ]);
     let (mut admitter, cache) = rig.admitter(&config);
     let busy: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "tcab-driver-old-1", "labels": {labels::JOB_KIND: "run"}}
+        "metadata": {"name": "tcab-driver-old-1", "labels": {names::JOB_KIND: "run"}}
     }))
     .unwrap();
     cache.apply(Event::Apply(busy));
@@ -485,7 +485,7 @@ async fn a_view_not_listed_yet_holds_every_lane() {
     let config = rig.config(&[]);
     let mut admitter = rig.admitter_with(
         &config,
-        tcab_shared::cluster::OwnedJobs::new(),
+        tcab_shared::job_cache::OwnedJobs::new(),
         rig.gate.addr,
     );
     let report = admitter.tick().await;
@@ -522,7 +522,7 @@ async fn no_claim_while_the_admitters_own_view_is_not_current() {
     }
     // An event after the error does not make the view current.
     let seen: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "tcab-driver-other-1", "labels": {labels::JOB_KIND: "run"}}
+        "metadata": {"name": "tcab-driver-other-1", "labels": {names::JOB_KIND: "run"}}
     }))
     .unwrap();
     cache.apply(Event::Apply(seen));

@@ -611,9 +611,9 @@ pub fn start_failure(lane: Lane, pod: &Pod) -> Option<StartFailure> {
 /// A Job object carrying what [`death_cause`] reads of a Job (name, lane,
 /// failure conditions, failed count), rebuilt from its cached summary, so a
 /// death can be explained after the Job itself is gone.
-pub fn job_for_cause(summary: &tcab_shared::cluster::JobSummary) -> Job {
+pub fn job_for_cause(summary: &tcab_shared::job_cache::JobSummary) -> Job {
     use k8s_openapi::api::batch::v1::JobStatus;
-    let condition = |kind: &str, c: &tcab_shared::cluster::JobCondition| JobCondition {
+    let condition = |kind: &str, c: &tcab_shared::job_cache::JobCondition| JobCondition {
         type_: kind.to_owned(),
         status: "True".to_owned(),
         reason: Some(c.reason.clone()).filter(|r| !r.is_empty()),
@@ -634,7 +634,7 @@ pub fn job_for_cause(summary: &tcab_shared::cluster::JobSummary) -> Job {
     job.metadata.name = Some(summary.name.clone());
     job.metadata.labels = Some(
         [(
-            tcab_shared::labels::JOB_KIND.to_owned(),
+            tcab_shared::names::JOB_KIND.to_owned(),
             summary.lane.label_value().to_owned(),
         )]
         .into(),

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tcab_proto::vault::{LaneRenewal, RenewalStatus};
 use tcab_shared::Lane;
-use tcab_shared::cluster::{OwnedJobs, ViewState};
+use tcab_shared::job_cache::{OwnedJobs, ViewState};
 use tokio::time::Instant;
 
 /// What the gate knows of one lane's renewals.

@@ -10,10 +10,10 @@ use kube::api::{DeleteParams, ListParams, LogParams, PropagationPolicy};
 use kube::{Api, Client, ResourceExt};
 use std::time::Duration;
 use tcab_shared::Lane;
-use tcab_shared::cluster::JobSummary;
 use tcab_shared::job_builder::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
+use tcab_shared::job_cache::JobSummary;
 use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
-use tcab_shared::labels;
+use tcab_shared::names;
 
 /// Reads (and deletes) owned Jobs and their pods in one namespace.
 #[derive(Clone)]
@@ -46,7 +46,7 @@ impl Inspector {
 
     /// The newest pod of `job_name`, if it has one.
     pub async fn newest_pod(&self, job_name: &str) -> Result<Option<Pod>, CallError> {
-        let params = ListParams::default().labels(&labels::selector(labels::JOB_NAME, job_name));
+        let params = ListParams::default().labels(&names::selector(names::JOB_NAME, job_name));
         let pods = call(Verb::List, self.timeout, self.pods.list(&params)).await?;
         Ok(newest(pods.items))
     }
@@ -95,8 +95,8 @@ impl Inspector {
     pub async fn live_jobs_of(&self, job_id: &str) -> Result<Vec<String>, CallError> {
         let selector = format!(
             "{},{}",
-            labels::selector(labels::MANAGED_BY, &self.managed_by),
-            labels::selector(labels::JOB_ID, job_id)
+            names::selector(names::MANAGED_BY, &self.managed_by),
+            names::selector(names::JOB_ID, job_id)
         );
         let list = call(
             Verb::List,

@@ -175,7 +175,7 @@ mod tests {
     use crate::cause::{DeathCause, StartFailure, StartFailureKind};
     use kube::runtime::watcher::Event;
     use std::time::Duration;
-    use tcab_shared::cluster::OwnedJobs;
+    use tcab_shared::job_cache::OwnedJobs;
     use tcab_shared::metrics::{Common, Exporter};
 
     fn ids(names: &[&str]) -> Option<Vec<String>> {

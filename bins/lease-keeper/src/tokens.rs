@@ -8,7 +8,7 @@ use crate::plan::tokens::{DropReason, TokenVerdict, judge_token};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tcab_shared::cluster::JobSummary;
+use tcab_shared::job_cache::JobSummary;
 use tcab_shared::{Lane, Secret};
 use tokio::time::Instant;
 
@@ -171,11 +171,11 @@ impl TokenStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcab_shared::cluster::JobPhase;
+    use tcab_shared::job_cache::JobPhase;
 
     fn summary(id: &str, claim: &str, lane: Lane, phase: JobPhase) -> JobSummary {
         JobSummary {
-            name: tcab_shared::labels::job_name(lane, id, claim),
+            name: tcab_shared::names::job_name(lane, id, claim),
             lane,
             job_id: Some(id.into()),
             claim: Some(claim.into()),

@@ -10,10 +10,11 @@ use support::*;
 use tcab_backend_sim::{ManualClock, SimHandle, SimOptions, spawn};
 use tcab_lease_keeper::Keeper;
 use tcab_lease_keeper::tokens::{TokenKey, TokenStore};
+use tcab_shared::Lane;
 use tcab_shared::Secret;
 use tcab_shared::backend::{BackendClient, ClaimedRun};
-use tcab_shared::cluster::{OwnedJobs, WatchSettings};
-use tcab_shared::labels::{Lane, claim_tag, job_name};
+use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
+use tcab_shared::names::{claim_tag, job_name};
 
 struct World {
     sim: SimHandle,

@@ -8,7 +8,7 @@ use tcab_lease_keeper::cause::{
     death_cause, death_detail, job_for_cause, start_failure,
 };
 use tcab_shared::Lane;
-use tcab_shared::cluster::JobSummary;
+use tcab_shared::job_cache::JobSummary;
 
 fn fixture<T: serde::de::DeserializeOwned>(file: &str) -> T {
     let path = format!("{}/tests/fixtures/death/{file}", env!("CARGO_MANIFEST_DIR"));

@@ -11,9 +11,10 @@ use support::*;
 use tcab_lease_keeper::Keeper;
 use tcab_lease_keeper::gate::Gate;
 use tcab_lease_keeper::tokens::{TokenKey, TokenStore};
+use tcab_shared::Lane;
 use tcab_shared::backend::JobState;
-use tcab_shared::cluster::OwnedJobs;
-use tcab_shared::labels::{Lane, claim_tag, job_name};
+use tcab_shared::job_cache::OwnedJobs;
+use tcab_shared::names::{claim_tag, job_name};
 
 struct Rig {
     backend: MockBackend,

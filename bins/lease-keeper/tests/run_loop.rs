@@ -11,8 +11,9 @@ use tcab_proto::vault::{
     ClaimKey, Lane as PbLane, LastRenewalRequest, PutRequest,
     admission_gate_client::AdmissionGateClient, token_vault_client::TokenVaultClient,
 };
+use tcab_shared::Lane;
 use tcab_shared::backend::JobState;
-use tcab_shared::labels::{Lane, claim_tag, job_name};
+use tcab_shared::names::{claim_tag, job_name};
 use tcab_shared::tick::Shutdown;
 
 /// Polls `cond` until it holds, failing after a deadline.

@@ -24,7 +24,7 @@ use tcab_shared::Secret;
 use tcab_shared::backend::{BackendClient, ClaimedRun};
 use tcab_shared::config::{AdmitterConfig, BinaryConfig, Env};
 use tcab_shared::job_builder::{JobSettings, driver_job};
-use tcab_shared::labels::{self, claim_tag};
+use tcab_shared::names::{self, claim_tag};
 use tcab_shared::tick::{Shutdown, ShutdownTrigger};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -252,7 +252,7 @@ impl World {
 
     async fn pod_of(&self, job_name: &str) -> String {
         let pods: Api<Pod> = Api::namespaced(self.kube.clone(), NS);
-        let lp = ListParams::default().labels(&labels::selector(labels::JOB_NAME, job_name));
+        let lp = ListParams::default().labels(&names::selector(names::JOB_NAME, job_name));
         pods.list(&lp).await.unwrap().items[0].name_any()
     }
 }
@@ -328,7 +328,7 @@ async fn a_driver_whose_pod_vanished_while_the_keeper_was_down_is_lost_within_on
     assert!(w.cluster.admin().crash_node(&node).await.unwrap() >= 1);
     w.cluster.admin().delete_node(&node).await.unwrap();
     deadline("pod GC removes the pod", 20, async {
-        let lp = ListParams::default().labels(&labels::selector(labels::JOB_NAME, &job_name));
+        let lp = ListParams::default().labels(&names::selector(names::JOB_NAME, &job_name));
         while !pods.list(&lp).await.unwrap().items.is_empty() {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }

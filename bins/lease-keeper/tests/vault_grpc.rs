@@ -12,7 +12,7 @@ use tcab_proto::vault::{
     ClaimKey, ForgetRequest, Lane, LastRenewalRequest, PutRequest,
     admission_gate_client::AdmissionGateClient, token_vault_client::TokenVaultClient,
 };
-use tcab_shared::cluster::OwnedJobs;
+use tcab_shared::job_cache::OwnedJobs;
 use tcab_shared::tick::Shutdown;
 
 fn key(id: &str, claim: &str) -> Option<ClaimKey> {

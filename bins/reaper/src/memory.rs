@@ -18,8 +18,8 @@ use crate::plan::{IdVerdict, SweepSettings, job_key};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::Lane;
-use tcab_shared::cluster::JobSummary;
 use tcab_shared::failing::FailingSince;
+use tcab_shared::job_cache::JobSummary;
 use tokio::time::Instant;
 
 /// What a tick has to do.
@@ -151,7 +151,7 @@ impl ReapMemory {
 mod tests {
     use super::*;
     use crate::plan::{DeleteReason, KeepReason, judge_ids};
-    use tcab_shared::cluster::{JobCondition, JobPhase};
+    use tcab_shared::job_cache::{JobCondition, JobPhase};
 
     fn settings() -> SweepSettings {
         SweepSettings {

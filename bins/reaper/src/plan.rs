@@ -25,13 +25,13 @@ use std::fmt;
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::client::is_job_id;
-use tcab_shared::cluster::{JobPhase, JobSummary};
-use tcab_shared::labels;
+use tcab_shared::job_cache::{JobPhase, JobSummary};
+use tcab_shared::names;
 
 /// Labels the Job controller puts on the pods of a Job. A pod carrying one
 /// of them is a Job's own pod (such as the driver's), never a sandbox.
 const JOB_POD_LABELS: [&str; 4] = [
-    labels::JOB_NAME,
+    names::JOB_NAME,
     "batch.kubernetes.io/job-name",
     "controller-uid",
     "batch.kubernetes.io/controller-uid",
@@ -97,8 +97,8 @@ impl PodSummary {
                 .unwrap_or_else(|| default_namespace.to_owned()),
             name: pod.name_any(),
             uid: meta.uid.clone(),
-            managed_by: pod_labels.get(labels::MANAGED_BY).cloned(),
-            job_id: pod_labels.get(labels::JOB_ID).cloned(),
+            managed_by: pod_labels.get(names::MANAGED_BY).cloned(),
+            job_id: pod_labels.get(names::JOB_ID).cloned(),
             created_at: meta.creation_timestamp.as_ref().map(|t| t.0),
             terminating: meta.deletion_timestamp.is_some(),
             job_owned: owned_by_job || labelled_as_job_pod,
@@ -605,7 +605,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
-    use tcab_shared::cluster::JobCondition;
+    use tcab_shared::job_cache::JobCondition;
 
     const DRIVER: &str = "tcab-driver";
     const DISPATCHER: &str = "tcab-dispatcher";

@@ -25,11 +25,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::cluster::{JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::config::ReaperConfig;
+use tcab_shared::job_cache::{JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
-use tcab_shared::labels;
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
+use tcab_shared::names;
 use tcab_shared::tick::{Shutdown, Tick, TickOutcome, run_loop_with_wake};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -415,7 +415,7 @@ impl Reaper {
     /// One bounded LIST of the pods carrying the driver's managed-by value;
     /// `None` (logged, recorded) when it fails.
     async fn list_sandboxes(&self, errors: &mut Vec<ApiFailure>) -> Option<Vec<PodSummary>> {
-        let selector = labels::selector(labels::MANAGED_BY, &self.settings.driver_managed_by);
+        let selector = names::selector(names::MANAGED_BY, &self.settings.driver_managed_by);
         match call(
             Verb::List,
             self.kube_timeout,
@@ -523,8 +523,8 @@ impl Reaper {
     ) -> Result<(), SkipReason> {
         let selector = format!(
             "{},{}",
-            labels::selector(labels::MANAGED_BY, &self.settings.dispatcher_managed_by),
-            labels::selector(labels::JOB_ID, job_id)
+            names::selector(names::MANAGED_BY, &self.settings.dispatcher_managed_by),
+            names::selector(names::JOB_ID, job_id)
         );
         let read = call(
             Verb::List,

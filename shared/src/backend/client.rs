@@ -17,8 +17,8 @@ use super::types::{
     LeaseRenewal, LeaseRequest, LostOutcome, LostReport, PublishClaim, RunClaim, StatusAck,
     StatusReport,
 };
-use crate::labels::is_label_value;
 use crate::metrics::BackendStatus;
+use crate::names::is_label_value;
 use crate::secret::Secret;
 use futures::future::BoxFuture;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};

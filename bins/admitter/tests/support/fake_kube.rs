@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tcab_shared::{Lane, labels};
+use tcab_shared::{Lane, names};
 use tokio::sync::{mpsc, watch};
 
 pub const NAMESPACE: &str = "ns";
@@ -159,12 +159,12 @@ impl FakeKube {
 
     /// Puts a Job there as another admitter would have (labelled, live).
     pub fn seed(&self, lane: Lane, id: &str, claim: &str, managed_by: &str) -> String {
-        let name = labels::job_name(lane, id, claim);
+        let name = names::job_name(lane, id, claim);
         let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
             "name": name, "namespace": NAMESPACE, "uid": format!("uid-{name}"),
             "creationTimestamp": "2026-11-29T17:00:00Z",
-            "labels": {labels::MANAGED_BY: managed_by, labels::JOB_ID: id,
-                       labels::JOB_KIND: lane.label_value(), labels::CLAIM: claim}},
+            "labels": {names::MANAGED_BY: managed_by, names::JOB_ID: id,
+                       names::JOB_KIND: lane.label_value(), names::CLAIM: claim}},
             "spec": {"template": {"spec": {"containers": []}}}, "status": {}});
         self.inner.lock().unwrap().emit("ADDED", job);
         name

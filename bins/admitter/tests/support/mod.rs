@@ -10,11 +10,11 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tcab_admitter::vault::{VaultClient, VaultSettings};
+use tcab_admitter::keeper_client::{KeeperClient, KeeperClientSettings};
 use tcab_admitter::{Admitter, AdmitterSettings, ManualClock};
 use tcab_shared::backend::BackendClient;
-use tcab_shared::cluster::OwnedJobs;
 use tcab_shared::config::{AdmitterConfig, BinaryConfig, Env};
+use tcab_shared::job_cache::OwnedJobs;
 
 pub const MANAGED_BY: &str = "tcab-dispatcher";
 
@@ -83,7 +83,7 @@ impl Rig {
         cache: OwnedJobs,
         vault: SocketAddr,
     ) -> Admitter {
-        let vault_settings = VaultSettings {
+        let vault_settings = KeeperClientSettings {
             call_timeout: Duration::from_secs(2),
             put_attempts: 3,
             put_retry_delay: Duration::from_millis(1),
@@ -96,7 +96,7 @@ impl Rig {
             settings,
             backend_client(&self.backend.url),
             fake_kube::jobs_api(&self.kube),
-            VaultClient::connect_lazy(vault, vault_settings).unwrap(),
+            KeeperClient::connect_lazy(vault, vault_settings).unwrap(),
             cache,
             self.clock.clone(),
         )

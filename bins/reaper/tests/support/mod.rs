@@ -22,7 +22,7 @@ use tcab_reaper::plan::SweepSettings;
 use tcab_reaper::run::{Reaper, ReaperSetup};
 use tcab_shared::Secret;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::cluster::OwnedJobs;
+use tcab_shared::job_cache::OwnedJobs;
 
 /// The sandbox namespace the tests' reaper sweeps.
 pub const SANDBOXES: &str = "sandboxes";

@@ -17,7 +17,7 @@ use tonic::transport::{Channel, Endpoint};
 
 /// How the vault client retries and times out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VaultSettings {
+pub struct KeeperClientSettings {
     /// Deadline of one call (and of connecting).
     pub call_timeout: Duration,
     /// How many times a `Put` is tried in all.
@@ -26,9 +26,9 @@ pub struct VaultSettings {
     pub put_retry_delay: Duration,
 }
 
-impl Default for VaultSettings {
+impl Default for KeeperClientSettings {
     fn default() -> Self {
-        VaultSettings {
+        KeeperClientSettings {
             call_timeout: Duration::from_secs(2),
             put_attempts: 3,
             put_retry_delay: Duration::from_millis(100),
@@ -64,21 +64,24 @@ pub enum VaultError {
 
 /// Client of the token vault and the admission gate, over one lazy channel.
 #[derive(Clone, Debug)]
-pub struct VaultClient {
+pub struct KeeperClient {
     vault: TokenVaultClient<Channel>,
     gate: AdmissionGateClient<Channel>,
-    settings: VaultSettings,
+    settings: KeeperClientSettings,
 }
 
-impl VaultClient {
+impl KeeperClient {
     /// A client of `http://{addr}` that connects on first use.
-    pub fn connect_lazy(addr: SocketAddr, settings: VaultSettings) -> Result<Self, VaultError> {
+    pub fn connect_lazy(
+        addr: SocketAddr,
+        settings: KeeperClientSettings,
+    ) -> Result<Self, VaultError> {
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|source| VaultError::Address { addr, source })?
             .connect_timeout(settings.call_timeout)
             .timeout(settings.call_timeout);
         let channel = endpoint.connect_lazy();
-        Ok(VaultClient {
+        Ok(KeeperClient {
             vault: TokenVaultClient::new(channel.clone()),
             gate: AdmissionGateClient::new(channel),
             settings,

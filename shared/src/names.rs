@@ -1,9 +1,9 @@
-//! Names on the cluster: label keys, the claim tag, Job names and the lane
-//! classifier. See docs/operations.md for what each label means to an operator.
+//! Names on the cluster: label keys, the claim tag and Job names. See
+//! docs/operations.md for what each label means to an operator; the lanes
+//! themselves are in [`crate::lane`].
 
+use crate::lane::Lane;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
-use std::fmt;
 
 /// Selects every object this dispatcher owns: `app.kubernetes.io/managed-by`.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -42,55 +42,6 @@ pub const PUBLISHER_PREFIX: &str = "tcab-publisher-";
 pub const CLAIM_TAG_LEN: usize = 8;
 /// Longest object name or label value Kubernetes accepts here.
 pub const MAX_NAME_LEN: usize = 63;
-
-/// An admission lane. Each has its own backend queue, in-flight count and cap.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Lane {
-    /// Runs, executed by driver Jobs.
-    #[default]
-    Run,
-    /// Publishes, executed by publisher Jobs.
-    Publish,
-}
-
-impl Lane {
-    /// Both lanes, in a fixed order.
-    pub const ALL: [Lane; 2] = [Lane::Run, Lane::Publish];
-
-    /// The value of the `tcab.dev/job-kind` label.
-    pub fn label_value(self) -> &'static str {
-        match self {
-            Lane::Run => "run",
-            Lane::Publish => "publish",
-        }
-    }
-
-    /// The prefix of this lane's Job names.
-    pub fn name_prefix(self) -> &'static str {
-        match self {
-            Lane::Run => DRIVER_PREFIX,
-            Lane::Publish => PUBLISHER_PREFIX,
-        }
-    }
-
-    /// Classifies a Job by its `tcab.dev/job-kind` label, else by its name:
-    /// a Job without the label is a publish when its name starts with
-    /// `tcab-publisher-`, and a run otherwise.
-    pub fn classify(labels: &BTreeMap<String, String>, name: &str) -> Lane {
-        match labels.get(JOB_KIND).map(String::as_str) {
-            Some("run") => Lane::Run,
-            Some("publish") => Lane::Publish,
-            _ if name.starts_with(PUBLISHER_PREFIX) => Lane::Publish,
-            _ => Lane::Run,
-        }
-    }
-}
-
-impl fmt::Display for Lane {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label_value())
-    }
-}
 
 /// The claim tag of a per-job token: the first eight hex digits of its
 /// SHA-256. Stable for a token, different for each claim (each claim gets a
@@ -200,18 +151,6 @@ mod tests {
         );
         assert_ne!(na, nb);
         assert!(is_dns1123_label(&na), "{na}");
-    }
-
-    #[test]
-    fn lane_classification() {
-        let mut labels = BTreeMap::new();
-        assert_eq!(Lane::classify(&labels, "tcab-publisher-x-1"), Lane::Publish);
-        assert_eq!(Lane::classify(&labels, "tcab-driver-x-1"), Lane::Run);
-        assert_eq!(Lane::classify(&labels, "anything"), Lane::Run);
-        labels.insert(JOB_KIND.into(), "run".into());
-        assert_eq!(Lane::classify(&labels, "tcab-publisher-x-1"), Lane::Run);
-        labels.insert(JOB_KIND.into(), "publish".into());
-        assert_eq!(Lane::classify(&labels, "tcab-driver-x-1"), Lane::Publish);
     }
 
     #[test]

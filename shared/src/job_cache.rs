@@ -16,7 +16,8 @@
 //! arrived for that long.
 
 use crate::kube_api::Verb;
-use crate::labels::{self, Lane};
+use crate::lane::Lane;
+use crate::names;
 use crate::tick::Wake;
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -116,8 +117,8 @@ impl JobSummary {
         JobSummary {
             lane: Lane::classify(labels, &name),
             uid: job.metadata.uid.clone().unwrap_or_default(),
-            job_id: labels.get(labels::JOB_ID).cloned(),
-            claim: labels.get(labels::CLAIM).cloned(),
+            job_id: labels.get(names::JOB_ID).cloned(),
+            claim: labels.get(names::CLAIM).cloned(),
             phase,
             failed_pods: count(|s| s.failed),
             active_pods: count(|s| s.active),
@@ -263,7 +264,7 @@ impl OwnedJobs {
         // holds them all in memory at once.
         let timeout = u32::try_from(settings.timeout.as_secs().max(1)).unwrap_or(u32::MAX);
         let config = watcher::Config::default()
-            .labels(&labels::selector(labels::MANAGED_BY, managed_by))
+            .labels(&names::selector(names::MANAGED_BY, managed_by))
             .page_size(250)
             .timeout(timeout);
         let feed = cache.clone();
