@@ -7,11 +7,12 @@
 //! of an older claim is stale; its driver exits at its first refused report.
 //! With no token at all, the job is left to lost-driver detection.
 
+use super::Answer;
 use super::failures::DeathKind;
 use crate::tokens::{HeldClaim, TokenKey};
 use std::collections::{BTreeMap, BTreeSet};
 use tcab_shared::Lane;
-use tcab_shared::cluster::JobSummary;
+use tcab_shared::job_cache::JobSummary;
 
 /// A failed driver Job whose death is to be reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,17 +137,85 @@ pub fn plan_deaths(
     plan
 }
 
+/// What to do with a claim's death report after a backend answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeathSettle {
+    /// Send the report (the job is still live).
+    Report,
+    /// The report landed: the claim is settled.
+    Reported,
+    /// No report is needed: the job is already terminal.
+    AlreadyTerminal,
+    /// No report is needed: the backend does not know the job.
+    Unknown,
+    /// No report can land: the token was refused (the job was requeued and
+    /// a newer claim drives it).
+    Requeued,
+    /// The answer said nothing: try again on the next tick.
+    Retry,
+}
+
+impl DeathSettle {
+    /// Whether the claim's death needs nothing more (its token is dropped).
+    pub fn settled(self) -> bool {
+        !matches!(self, DeathSettle::Report | DeathSettle::Retry)
+    }
+}
+
+/// Before a death report: what the backend's read of the job (`GET
+/// /jobs/{id}`, its state when it answered) says. Only a live job is
+/// reported; a failed read is tried again rather than guessed at.
+pub fn settle_death_check(answer: Answer, live: Option<bool>) -> DeathSettle {
+    match (answer, live) {
+        (Answer::Ok, Some(true)) => DeathSettle::Report,
+        (Answer::Ok, _) => DeathSettle::AlreadyTerminal,
+        (Answer::NotFound, _) => DeathSettle::Unknown,
+        _ => DeathSettle::Retry,
+    }
+}
+
+/// After a death report: whether it landed, needs nothing more, or is tried
+/// again next tick.
+pub fn settle_death_report(answer: Answer) -> DeathSettle {
+    match answer {
+        Answer::Ok => DeathSettle::Reported,
+        Answer::Refused => DeathSettle::Requeued,
+        Answer::Conflict => DeathSettle::AlreadyTerminal,
+        Answer::NotFound => DeathSettle::Unknown,
+        Answer::Failed => DeathSettle::Retry,
+    }
+}
+
+/// Whether a run Job whose pod never starts must wait before it is deleted:
+/// its claim's death is still to be reported (not settled, token held).
+/// A publisher never waits: its loss is reported through the lost path.
+pub fn death_report_pending(
+    job: &JobSummary,
+    held: &[HeldClaim],
+    handled: &BTreeSet<TokenKey>,
+) -> bool {
+    let Some(key) = job
+        .job_id
+        .clone()
+        .zip(job.claim.clone())
+        .map(|(id, claim)| TokenKey::new(id, claim))
+    else {
+        return false;
+    };
+    job.lane == Lane::Run && !handled.contains(&key) && held.iter().any(|h| h.key == key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
 
-    use tcab_shared::cluster::JobPhase;
+    use tcab_shared::job_cache::JobPhase;
 
     fn job(id: &str, claim: &str, phase: JobPhase) -> JobSummary {
         JobSummary {
-            name: tcab_shared::labels::job_name(Lane::Run, id, claim),
+            name: tcab_shared::names::job_name(Lane::Run, id, claim),
             lane: Lane::Run,
             job_id: Some(id.into()),
             claim: Some(claim.into()),
@@ -199,7 +268,7 @@ mod tests {
             .collect();
         assert_eq!(reported, [("a", "c2"), ("c", "c1")]);
         let skip_of = |id: &str, claim: &str| {
-            let name = tcab_shared::labels::job_name(Lane::Run, id, claim);
+            let name = tcab_shared::names::job_name(Lane::Run, id, claim);
             plan.skipped
                 .iter()
                 .find(|(n, _)| *n == name)
@@ -300,5 +369,41 @@ mod tests {
             let again = plan_deaths(&jobs, &due(&jobs), &held, &after);
             prop_assert!(again.report.is_empty());
         }
+    }
+
+    #[test]
+    fn only_a_live_job_is_reported_and_only_a_clear_answer_settles_it() {
+        use DeathSettle::*;
+        assert_eq!(settle_death_check(Answer::Ok, Some(true)), Report);
+        assert_eq!(settle_death_check(Answer::Ok, Some(false)), AlreadyTerminal);
+        assert_eq!(settle_death_check(Answer::NotFound, None), Unknown);
+        for unclear in [Answer::Failed, Answer::Refused, Answer::Conflict] {
+            assert_eq!(settle_death_check(unclear, None), Retry, "{unclear:?}");
+        }
+        assert_eq!(settle_death_report(Answer::Ok), Reported);
+        assert_eq!(settle_death_report(Answer::Refused), Requeued);
+        assert_eq!(settle_death_report(Answer::Conflict), AlreadyTerminal);
+        assert_eq!(settle_death_report(Answer::NotFound), Unknown);
+        assert_eq!(settle_death_report(Answer::Failed), Retry);
+        assert!(Reported.settled() && Requeued.settled() && Unknown.settled());
+        assert!(!Retry.settled() && !Report.settled());
+    }
+
+    #[test]
+    fn a_never_started_run_waits_for_its_death_report_and_a_publisher_does_not() {
+        let mut run = job("a", "c1", JobPhase::Failed);
+        let key = TokenKey::new("a", "c1");
+        let claims = vec![held("a", "c1", 1)];
+        assert!(death_report_pending(&run, &claims, &BTreeSet::new()));
+        assert!(!death_report_pending(&run, &claims, &BTreeSet::from([key])));
+        assert!(
+            !death_report_pending(&run, &[], &BTreeSet::new()),
+            "no token: nothing to report"
+        );
+        run.claim = None;
+        assert!(!death_report_pending(&run, &claims, &BTreeSet::new()));
+        let mut publish = job("a", "c1", JobPhase::Failed);
+        publish.lane = Lane::Publish;
+        assert!(!death_report_pending(&publish, &claims, &BTreeSet::new()));
     }
 }

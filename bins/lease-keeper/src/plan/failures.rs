@@ -17,13 +17,13 @@
 //!   interval); [`start_verdict`] decides from that pod.
 //! - **Retry unreadable logs** a bounded number of times.
 
-use crate::cause::{StartFailure, StartFailureKind, start_failure};
+use crate::cause::{LogTail, StartFailure, StartFailureKind, start_failure};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::Lane;
-use tcab_shared::cluster::{JobPhase, JobSummary};
 use tcab_shared::failing::FailingSince;
+use tcab_shared::job_cache::{JobPhase, JobSummary};
 use tokio::time::Instant;
 
 /// The knobs of these decisions.
@@ -174,6 +174,19 @@ pub fn evidence_settled(evidence: EvidenceState, settings: &FailureSettings) -> 
     }
 }
 
+/// The evidence held after a log read (`attempts` made so far): complete
+/// when the log was read, when there was no pod to read it from, or when the
+/// pod (or its node) was gone, since no later read can do better; otherwise
+/// the log may be tried again.
+pub fn evidence_after_log(log: &LogTail, pod_read: bool, attempts: u32) -> EvidenceState {
+    match log {
+        LogTail::Unreadable(why) if pod_read && !why.contains("was gone") => {
+            EvidenceState::LogPending { attempts }
+        }
+        _ => EvidenceState::Complete,
+    }
+}
+
 /// What a pod read says about a Job that has not become ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartVerdict {
@@ -211,7 +224,7 @@ pub fn start_verdict(
 mod tests {
     use super::*;
     use serde_json::json;
-    use tcab_shared::cluster::JobCondition;
+    use tcab_shared::job_cache::JobCondition;
 
     const SETTINGS: FailureSettings = FailureSettings {
         start_grace: Duration::from_secs(300),
@@ -583,6 +596,25 @@ mod tests {
         assert_eq!(
             start_verdict(Lane::Run, None, Duration::from_secs(9999), &SETTINGS),
             StartVerdict::Fine
+        );
+    }
+
+    #[test]
+    fn a_log_is_tried_again_only_while_its_pod_may_still_give_it() {
+        let read = LogTail::Read("last lines".into());
+        let refused = LogTail::Unreadable("the API server answered 500".into());
+        let gone = LogTail::Unreadable(
+            "pod p or its node was gone before its log could be read (404)".into(),
+        );
+        assert_eq!(evidence_after_log(&read, true, 1), EvidenceState::Complete);
+        assert_eq!(
+            evidence_after_log(&refused, true, 2),
+            EvidenceState::LogPending { attempts: 2 }
+        );
+        assert_eq!(evidence_after_log(&gone, true, 1), EvidenceState::Complete);
+        assert_eq!(
+            evidence_after_log(&refused, false, 1),
+            EvidenceState::Complete
         );
     }
 }

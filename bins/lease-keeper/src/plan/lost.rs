@@ -8,13 +8,14 @@
 //! the view does not show at all is confirmed against the API before it is
 //! reported (see the lease-keeper's report loop).
 
+use super::Answer;
 use super::deaths::current_claims;
 use crate::tokens::HeldClaim;
 use jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 use tcab_shared::Lane;
 use tcab_shared::backend::{ActivePublishes, ActiveRuns, JobId, JobState, PublishState};
-use tcab_shared::cluster::{JobPhase, JobSummary};
+use tcab_shared::job_cache::{JobPhase, JobSummary};
 
 /// What the cluster shows for a lost job; the detail sent with the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,6 +267,29 @@ fn cause_of(jobs: &[&JobSummary], current_claim: Option<&str>) -> LostCause {
     }
 }
 
+/// What a lost report's answer settles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostSettle {
+    /// The report landed (the backend may still have ignored it: see its
+    /// outcome).
+    Reported,
+    /// Refused because the job is no longer driven (404 or 409): nothing
+    /// more to report.
+    NoLongerDriven,
+    /// Anything else: try again on the next tick.
+    Retry,
+}
+
+/// Reads a lost report's answer. A refused service token is a failure to
+/// try again, not a verdict on the job.
+pub fn settle_lost_report(answer: Answer) -> LostSettle {
+    match answer {
+        Answer::Ok => LostSettle::Reported,
+        Answer::NotFound | Answer::Conflict => LostSettle::NoLongerDriven,
+        Answer::Refused | Answer::Failed => LostSettle::Retry,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,7 +304,7 @@ mod tests {
 
     fn job(lane: Lane, id: &str, claim: &str, phase: JobPhase, created: &str) -> JobSummary {
         JobSummary {
-            name: tcab_shared::labels::job_name(lane, id, claim),
+            name: tcab_shared::names::job_name(lane, id, claim),
             lane,
             job_id: Some(id.into()),
             claim: Some(claim.into()),
@@ -341,7 +365,7 @@ mod tests {
             .iter()
             .map(|l| (l.job_id.as_str(), l.cause.clone()))
             .collect();
-        let name = |id: &str, c: &str| tcab_shared::labels::job_name(Lane::Run, id, c);
+        let name = |id: &str, c: &str| tcab_shared::names::job_name(Lane::Run, id, c);
         assert_eq!(
             lost,
             [
@@ -601,5 +625,21 @@ mod tests {
                 prop_assert!(e.lease_expires_at.is_none_or(|t| t <= active.now));
             }
         }
+    }
+
+    #[test]
+    fn a_lost_report_is_settled_only_by_a_clear_answer() {
+        assert_eq!(settle_lost_report(Answer::Ok), LostSettle::Reported);
+        assert_eq!(
+            settle_lost_report(Answer::NotFound),
+            LostSettle::NoLongerDriven
+        );
+        assert_eq!(
+            settle_lost_report(Answer::Conflict),
+            LostSettle::NoLongerDriven
+        );
+        // A refused service token says nothing about the job.
+        assert_eq!(settle_lost_report(Answer::Refused), LostSettle::Retry);
+        assert_eq!(settle_lost_report(Answer::Failed), LostSettle::Retry);
     }
 }

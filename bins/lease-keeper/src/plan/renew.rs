@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use tcab_shared::Lane;
 use tcab_shared::backend::JobId;
 use tcab_shared::backend::client::is_job_id;
-use tcab_shared::cluster::JobSummary;
+use tcab_shared::job_cache::JobSummary;
 
 /// Why a live Job's lease is not renewed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub fn plan_renewals(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcab_shared::cluster::JobPhase;
+    use tcab_shared::job_cache::JobPhase;
 
     fn job(name: &str, lane: Lane, id: Option<&str>, phase: JobPhase) -> JobSummary {
         JobSummary {

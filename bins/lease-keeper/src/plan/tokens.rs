@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 use tcab_shared::Lane;
-use tcab_shared::cluster::{JobPhase, JobSummary};
+use tcab_shared::job_cache::{JobPhase, JobSummary};
 use tokio::time::Instant;
 
 /// Why a token was dropped by [`TokenStore::prune`].

@@ -10,20 +10,26 @@ use super::renewals::JudgedDead;
 use crate::cause::{DeathCause, LogTail, StartFailure, death_cause, death_detail, job_for_cause};
 use crate::gate::Gate;
 use crate::inspect::Inspector;
-use crate::plan::deaths::plan_deaths;
-use crate::plan::failures::{
-    DeathKind, EvidenceState, FailureSettings, JobMemory, StartVerdict, evidence_settled,
-    plan_failures, start_verdict,
+use crate::plan::Answer;
+use crate::plan::deaths::{
+    DeathSettle, death_report_pending, plan_deaths, settle_death_check, settle_death_report,
 };
-use crate::plan::lost::{LostCause, LostJob, LostPlan, plan_lost_publishes, plan_lost_runs};
+use crate::plan::failures::{
+    DeathKind, EvidenceState, FailureSettings, JobMemory, StartVerdict, evidence_after_log,
+    evidence_settled, plan_failures, start_verdict,
+};
+use crate::plan::lost::{
+    LostCause, LostJob, LostPlan, LostSettle, plan_lost_publishes, plan_lost_runs,
+    settle_lost_report,
+};
 use crate::tokens::{TokenKey, TokenStore};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, JobId};
-use tcab_shared::cluster::{JobSummary, OwnedJobs};
 use tcab_shared::failing::FailingSince;
+use tcab_shared::job_cache::{JobSummary, OwnedJobs};
 use tcab_shared::kube_api::error_chain;
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
@@ -323,13 +329,7 @@ impl Reporter {
     }
 
     fn keep(&mut self, job: &JobSummary, pod: Option<Pod>, log: LogTail) {
-        let retry =
-            matches!(&log, LogTail::Unreadable(why) if pod.is_some() && !why.contains("was gone"));
-        let state = if retry {
-            EvidenceState::LogPending { attempts: 1 }
-        } else {
-            EvidenceState::Complete
-        };
+        let state = evidence_after_log(&log, pod.is_some(), 1);
         tracing::debug!(job = %job.name, has_pod = pod.is_some(), log_read = matches!(log, LogTail::Read(_)), "evidence captured");
         if let Some(mem) = self.memory.get_mut(&job.name) {
             mem.evidence = state;
@@ -355,11 +355,7 @@ impl Reporter {
         let log = self.inspector.log_tail(&pod, job.lane).await;
         evidence.log_attempts += 1;
         let attempts = evidence.log_attempts;
-        let state = match &log {
-            LogTail::Read(_) => EvidenceState::Complete,
-            LogTail::Unreadable(why) if why.contains("was gone") => EvidenceState::Complete,
-            LogTail::Unreadable(_) => EvidenceState::LogPending { attempts },
-        };
+        let state = evidence_after_log(&log, true, attempts);
         evidence.log = log;
         if let Some(mem) = self.memory.get_mut(&job.name) {
             mem.evidence = state;
@@ -480,47 +476,45 @@ impl Reporter {
             let Some(job) = snapshot.iter().find(|j| j.name == candidate.job_name) else {
                 continue;
             };
-            match self.backend.get_job(&key.job_id).await {
-                Ok(view) if !view.state.is_live() => {
-                    tracing::debug!(job_id = %key.job_id, state = view.state.as_str(), "dead driver's job already terminal");
-                    self.settle(&key);
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {
-                    tracing::debug!(job_id = %key.job_id, "dead driver's job unknown to the backend");
-                    self.settle(&key);
-                    continue;
-                }
-                Err(error) => {
+            let read = self.backend.get_job(&key.job_id).await;
+            let live = read.as_ref().ok().map(|view| view.state.is_live());
+            match (settle_death_check(Answer::of(&read), live), &read) {
+                (DeathSettle::Report, _) => {}
+                (DeathSettle::Retry, Err(error)) => {
                     tracing::warn!(job_id = %key.job_id, %error, "cannot read the dead driver's job; retrying next tick");
+                    continue;
+                }
+                (settled, read) => {
+                    let state = read.as_ref().map(|v| v.state.as_str()).unwrap_or("unknown");
+                    tracing::debug!(job_id = %key.job_id, state, verdict = ?settled, "dead driver's job needs no report");
+                    self.settle(&key);
                     continue;
                 }
             }
             let (cause, detail) = self.explain(job, candidate.kind, now).await;
-            match self
+            let answer = self
                 .backend
                 .report_death(&key.job_id, &token, &detail)
-                .await
-            {
-                Ok(ack) => {
+                .await;
+            match (settle_death_report(Answer::of(&answer)), &answer) {
+                (DeathSettle::Reported, Ok(ack)) => {
                     tracing::info!(job_id = %key.job_id, claim = %key.claim, job = %candidate.job_name, cause = %cause.summary(), state = ack.state.as_str(), "reported dead");
                     reported.push((key.job_id.clone(), cause.kind()));
                     self.note(&key.job_id, &cause.summary(), now);
-                    self.settle(&key);
                 }
-                Err(e) if e.is_unauthorized() => {
+                (DeathSettle::Requeued, _) => {
                     tracing::info!(job_id = %key.job_id, claim = %key.claim, "death not reported: the job was requeued (token refused); dropping it");
-                    self.settle(&key);
                 }
-                Err(e) if e.is_conflict() || e.is_not_found() => {
-                    tracing::debug!(job_id = %key.job_id, error = %e, "death not reported: the job is already terminal");
-                    self.settle(&key);
+                (settle, Err(error)) if settle.settled() => {
+                    tracing::debug!(job_id = %key.job_id, %error, "death not reported: the job is already terminal");
                 }
-                Err(error) => {
-                    tracing::warn!(job_id = %key.job_id, %error, "death report failed; retrying next tick");
+                (_, answer) => {
+                    let error = answer.as_ref().err().map(ToString::to_string);
+                    tracing::warn!(job_id = %key.job_id, error = error.as_deref().unwrap_or(""), "death report failed; retrying next tick");
+                    continue;
                 }
             }
+            self.settle(&key);
         }
         reported
     }
@@ -552,16 +546,7 @@ impl Reporter {
             let Some(job) = snapshot.iter().find(|j| j.name == name) else {
                 continue;
             };
-            let key = job
-                .job_id
-                .clone()
-                .zip(job.claim.clone())
-                .map(|(id, claim)| TokenKey::new(id, claim));
-            let pending_report = job.lane == Lane::Run
-                && key.as_ref().is_some_and(|k| {
-                    !self.handled_deaths.contains(k) && held.iter().any(|h| &h.key == k)
-                });
-            if pending_report {
+            if death_report_pending(job, &held, &self.handled_deaths) {
                 continue;
             }
             match self.inspector.delete_job(&name).await {
@@ -667,19 +652,20 @@ impl Reporter {
                 Lane::Run => &mut self.reported_runs,
                 Lane::Publish => &mut self.reported_publishes,
             };
-            match result {
-                Ok(outcome) => {
+            match (settle_lost_report(Answer::of(&result)), result) {
+                (LostSettle::Reported, Ok(outcome)) => {
                     let summary = detail.lines().next().unwrap_or_default();
                     tracing::info!(%lane, job_id = %lost.job_id, ignored = outcome.ignored, state = %outcome.state, retry_id = ?outcome.retry_id, detail = %summary, "reported lost");
                     memory.insert(lost.job_id.clone());
                     reported.push(lost.job_id);
                 }
-                Err(e) if e.is_not_found() || e.is_conflict() => {
+                (LostSettle::NoLongerDriven, Err(e)) => {
                     tracing::debug!(%lane, job_id = %lost.job_id, error = %e, "lost report refused; the job is no longer driven");
                     memory.insert(lost.job_id);
                 }
-                Err(error) => {
-                    tracing::warn!(%lane, job_id = %lost.job_id, %error, "lost report failed; retrying next tick");
+                (_, answer) => {
+                    let error = answer.err().map(|e| e.to_string());
+                    tracing::warn!(%lane, job_id = %lost.job_id, error = error.as_deref().unwrap_or(""), "lost report failed; retrying next tick");
                 }
             }
         }
