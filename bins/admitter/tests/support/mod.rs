@@ -10,11 +10,12 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tcab_admitter::AdmitterConfig;
 use tcab_admitter::vault::{VaultClient, VaultSettings};
 use tcab_admitter::{Admitter, AdmitterSettings, ManualClock};
 use tcab_shared::backend::BackendClient;
 use tcab_shared::cluster::OwnedJobs;
-use tcab_shared::config::{AdmitterConfig, BinaryConfig, Env};
+use tcab_shared::config::{BinaryConfig, Env};
 
 pub const MANAGED_BY: &str = "tcab-dispatcher";
 

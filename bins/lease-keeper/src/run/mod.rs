@@ -6,6 +6,7 @@
 pub mod renewals;
 pub mod reports;
 
+use crate::config::LeaseKeeperConfig;
 use crate::gate::Gate;
 use crate::grpc;
 use crate::inspect::Inspector;
@@ -19,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::cluster::{OwnedJobs, WatchSettings};
-use tcab_shared::config::LeaseKeeperConfig;
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
 use tcab_shared::tick::{Shutdown, run_loop, run_loop_with_wake};
 use tokio::net::TcpListener;
