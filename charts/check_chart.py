@@ -269,6 +269,7 @@ EVERY_VALUE_ENV = {
         "TCAB_BACKEND_URL": "http://tcab-backend.tcab.svc:8080",
         "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS": "15",
         "TCAB_PUBLISHER_IMAGE": PUBLISHER_IMAGE,
+        "TCAB_DISPATCHER_LEASE_SECONDS": "180",
     },
     "admitter": {
         METRICS_ADDR: "[::]:9190",
@@ -298,7 +299,6 @@ EVERY_VALUE_ENV = {
     },
     "lease-keeper": {
         METRICS_ADDR: "[::]:9191",
-        "TCAB_DISPATCHER_LEASE_SECONDS": "180",
         "TCAB_DISPATCHER_LOG_TAIL_LINES": "80",
         "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK": "false",
     },
