@@ -1284,6 +1284,40 @@ def main() -> int:
         documented_defaults,
     )
 
+    def schema_bounds() -> str:
+        declared = declared_settings()
+        readme = README.read_text(encoding="utf-8")
+        problems = []
+        compared = 0
+        # The README values table maps each value to the variable it renders.
+        for path, var in re.findall(r"^\| `([A-Za-z][A-Za-z0-9_.]*)` \| `([A-Z][A-Z0-9_]+)`", readme, flags=re.M):
+            v = declared.variables.get(var)
+            if v is None or v["type"] not in ("integer", "number", "boolean"):
+                continue  # strings: the schema's patterns are the chart's own, stricter or looser
+            node: dict[str, Any] | None = chart.schema or {}
+            for part in path.split("."):
+                node = ((node or {}).get("properties") or {}).get(part)
+            if node is None:
+                problems.append(f"{path}: not in values.schema.json")
+                continue
+            compared += 1
+            types = node.get("type")
+            types = set(types) if isinstance(types, list) else {types}
+            if v["type"] not in types:
+                problems.append(f"{path}: schema type {sorted(t for t in types if t)}, {var} is {v['type']}")
+            minimum = v.get("minimum")
+            want = {}
+            if minimum:
+                want = {"exclusiveMinimum" if minimum["exclusive"] else "minimum": minimum["value"]}
+            got = {k: node[k] for k in ("minimum", "exclusiveMinimum") if k in node}
+            if got != want:
+                problems.append(f"{path}: schema bounds {got}, {var} accepts {want or 'any'}")
+        assert not problems, "; ".join(problems)
+        assert compared, "no numeric or boolean value found in the README table"
+        return f"{compared} values"
+
+    run.check("schema: numeric and boolean values have their variable's declared type and minimum", schema_bounds)
+
     def documented() -> str:
         text = VALUES.read_text(encoding="utf-8")
         missing_comment = uncommented_keys(text)
