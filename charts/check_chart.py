@@ -6,9 +6,11 @@ PyPI package helm-python-sdk), validates every rendered manifest with
 kubernetes-validate in strict mode (the PodMonitor, a custom resource that
 package has no schema for, gets a structural check instead), asserts the
 structure the dispatcher relies on, checks the Grafana dashboard against
-docs/metrics.md, compares the dispatcher Role with a golden file the e2e tests
-load into the simulated cluster's RBAC mode, and checks the root Dockerfile
-(charts/check_image.py).
+docs/metrics.md, checks each container's environment and the chart's documented
+defaults against the binaries' declared variables (charts/settings.json, rendered
+from shared/src/config/vars.rs), compares the dispatcher Role with a golden file
+the e2e tests load into the simulated cluster's RBAC mode, and checks the root
+Dockerfile (charts/check_image.py).
 
 Usage (from anywhere; paths are relative to this file):
 
@@ -59,8 +61,9 @@ VALUE_GROUPS = {
 REPO = HERE.parent
 DASHBOARD = CHART / "dashboards" / "tcab-dispatcher.json"
 METRICS_DOC = REPO / "docs" / "metrics.md"
-# Where the binaries declare the environment variables they read.
-CONFIG_SOURCES = [REPO / "shared" / "src" / "config.rs", REPO / "shared" / "src" / "telemetry.rs"]
+# Every environment variable the binaries read, as their declarations describe it
+# (written by shared/tests/settings_docs.rs, which fails when it is stale).
+SETTINGS_JSON = HERE / "settings.json"
 
 RELEASE = "tcab-dispatcher"
 NAMESPACE = "tcab"
@@ -269,6 +272,7 @@ EVERY_VALUE_ENV = {
         "TCAB_BACKEND_URL": "http://tcab-backend.tcab.svc:8080",
         "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS": "15",
         "TCAB_PUBLISHER_IMAGE": PUBLISHER_IMAGE,
+        "TCAB_DISPATCHER_LEASE_SECONDS": "180",
     },
     "admitter": {
         METRICS_ADDR: "[::]:9190",
@@ -298,7 +302,6 @@ EVERY_VALUE_ENV = {
     },
     "lease-keeper": {
         METRICS_ADDR: "[::]:9191",
-        "TCAB_DISPATCHER_LEASE_SECONDS": "180",
         "TCAB_DISPATCHER_LOG_TAIL_LINES": "80",
         "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK": "false",
     },
@@ -584,36 +587,82 @@ def dashboard_exprs(board: dict[str, Any]) -> list[str]:
     return exprs
 
 
-# Letters the config source's variable table uses for the binaries that read a variable.
-READ_BY = {"A": "admitter", "L": "lease-keeper", "R": "reaper"}
+@dataclass
+class Declared:
+    """The binaries' variables, from charts/settings.json, by container."""
+
+    variables: dict[str, dict[str, Any]]
+    per_container: dict[str, set[str]]
+    passthrough_prefixes: tuple[str, ...]
+    passthrough_containers: set[str]
+
+    def readers(self, name: str) -> list[str]:
+        """The containers whose binary reads a variable, in container order."""
+        return [c for c in CONTAINERS if name in self.per_container[c]]
 
 
-def declared_env_names() -> tuple[set[str], dict[str, set[str]], list[str]]:
-    """The environment variable names the config sources declare.
-
-    Returns every string literal naming a variable (TCAB_*, POD_NAMESPACE,
-    RUST_LOG), the names each container's binary reads where the config's
-    variable table says so (`var("NAME", &[A, L], ..)`), and the files read.
-    """
-    names: set[str] = set()
+def declared_settings() -> Declared:
+    """Loads charts/settings.json and checks it names exactly the chart's binaries."""
+    data = json.loads(SETTINGS_JSON.read_text(encoding="utf-8"))
+    container_of = {binary: cname for cname, binary in CONTAINERS.items()}
+    assert sorted(data["binaries"]) == sorted(container_of), f"{SETTINGS_JSON.name} names binaries {data['binaries']}"
+    variables = {v["name"]: v for v in data["variables"]}
+    assert len(variables) == len(data["variables"]), f"{SETTINGS_JSON.name} names a variable twice"
     per_container: dict[str, set[str]] = {c: set() for c in CONTAINERS}
-    read: list[str] = []
-    literal = re.compile(r'"((?:TCAB_|POD_NAMESPACE|RUST_LOG)[A-Z0-9_]*)"')
-    table_row = re.compile(r'var\(\s*"([A-Z0-9_]+)"\s*,\s*&\[([A-Z,\s]*)\]')
-    for source in CONFIG_SOURCES:
-        if not source.exists():
-            continue
-        read.append(str(source.relative_to(REPO)))
-        text = source.read_text(encoding="utf-8")
-        names.update(literal.findall(text))
-        for name, letters in table_row.findall(text):
-            for letter in re.findall(r"[A-Z]", letters):
-                if letter in READ_BY:
-                    per_container[READ_BY[letter]].add(name)
-    if "RUST_LOG" in names:  # read by the shared telemetry of every binary
-        for declared in per_container.values():
-            declared.add("RUST_LOG")
-    return names, per_container, read
+    for v in data["variables"]:
+        for binary in v["read_by"]:
+            per_container[container_of[binary]].add(v["name"])
+    passthrough = data["passthrough"]
+    return Declared(
+        variables,
+        per_container,
+        tuple(passthrough["prefixes"]),
+        {container_of[b] for b in passthrough["read_by"]},
+    )
+
+
+def value_fits(value: str, declared: dict[str, Any]) -> str | None:
+    """Why an env value does not fit a variable's declared type and minimum, or None."""
+    kind = declared["type"]
+    if kind == "boolean":
+        ok = value.lower() in {"true", "false", "1", "0", "yes", "no", "on", "off"}
+        return None if ok else "not a boolean"
+    if kind not in ("integer", "number"):
+        return None
+    if kind == "integer" and not re.fullmatch(r"-?[0-9]+", value):
+        return "not a whole number (the binary reads digits only)"
+    try:
+        number = float(value)
+    except ValueError:
+        return "not a number"
+    if number != number or number in (float("inf"), float("-inf")):
+        return "not a finite number"
+    minimum = declared.get("minimum")
+    if minimum:
+        low, exclusive = minimum["value"], minimum["exclusive"]
+        if number < low or (exclusive and number == low):
+            return f"below the minimum ({'>' if exclusive else '>='} {low})"
+    return None
+
+
+# Variables whose value differs by container on purpose.
+PER_CONTAINER = {METRICS_ADDR}  # each container listens on its own port
+
+# Where the chart leaves a reader of a variable without it on purpose:
+# (container, variable) -> when (a predicate on the scenario's values) and why.
+LEFT_OUT: dict[tuple[str, str], tuple[Callable[[dict[str, Any]], bool], str]] = {
+    **{
+        ("reaper", name): (
+            lambda values: str((values.get("dispatcher") or {}).get("orphanSweep")).lower() == "false",
+            "the reaper calls the backend only for the orphan sweep, which is off",
+        )
+        for name in ("TCAB_BACKEND_URL", "TCAB_BACKEND_SERVICE_TOKEN", "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS")
+    },
+    ("admitter", "TCAB_K8S_NAMESPACE"): (
+        lambda values: not (values.get("sandbox") or {}).get("namespace"),
+        "unset, the drivers' sandbox namespace is their own, the release namespace the reaper is given",
+    ),
+}
 
 
 def value_paths(values: dict[str, Any], prefix: str = "") -> set[str]:
@@ -1126,27 +1175,148 @@ def main() -> int:
     run.check("subscription + driver secrets + memory limit + passthrough reach the admitter", subscription)
 
     def env_declared() -> str:
-        declared, per_container, read = declared_env_names()
-        if not any(n.startswith("TCAB_") for n in declared):
-            raise Skip(f"no TCAB_* string literals in {', '.join(read) or 'shared/src/config.rs'} yet")
-        # Per binary when the config's variable table says who reads what, else the union.
-        by_binary = all(len(v) > 1 for v in per_container.values())
+        declared = declared_settings()
         problems = []
         for name in SCENARIOS:
             r = need(name)
             passthrough = set(SCENARIOS[name].get("driver", {}).get("passthroughEnv", {}))
             for cname in CONTAINERS:
-                allowed = per_container[cname] if by_binary else declared
-                if cname == "admitter":  # the admitter passes these through to driver pods
+                allowed = declared.per_container[cname]
+                if cname in declared.passthrough_containers:  # passed through to driver pods
+                    bad = sorted(k for k in passthrough if not k.startswith(declared.passthrough_prefixes))
+                    assert not bad, f"[{name}] passthrough keys {bad} lack the prefixes {declared.passthrough_prefixes}"
                     allowed = allowed | passthrough
                 undeclared = set(r.env(cname)) - allowed
                 if undeclared:
                     problems.append(f"[{name}] {cname}: {sorted(undeclared)}")
-        assert not problems, "not declared in the config source: " + "; ".join(problems)
-        scope = "per binary" if by_binary else "any binary"
-        return f"{len(declared)} names declared in {', '.join(read)}, checked {scope}"
+        assert not problems, f"not read by the container's binary ({SETTINGS_JSON.name}): " + "; ".join(problems)
+        return f"{len(declared.variables)} variables in {SETTINGS_JSON.relative_to(REPO)}, checked per binary"
 
-    run.check("env: every variable name is one the config source declares", env_declared)
+    run.check("env: every variable a container gets is one its binary reads (charts/settings.json)", env_declared)
+
+    def env_values_fit() -> str:
+        declared = declared_settings()
+        problems = []
+        checked = 0
+        for name in SCENARIOS:
+            for cname in CONTAINERS:
+                for var, entry in need(name).env(cname).items():
+                    if "value" not in entry or var not in declared.variables:
+                        continue
+                    checked += 1
+                    why = value_fits(str(entry["value"]), declared.variables[var])
+                    if why:
+                        problems.append(f"[{name}] {cname}: {var}={entry['value']!r}: {why}")
+        assert not problems, "; ".join(problems)
+        return f"{checked} values"
+
+    run.check("env: every rendered value fits its variable's declared type and minimum", env_values_fit)
+
+    def env_every_reader() -> str:
+        declared = declared_settings()
+        problems = []
+        for name, values in SCENARIOS.items():
+            r = need(name)
+            envs = {cname: r.env(cname) for cname in CONTAINERS}
+            for var, v in declared.variables.items():
+                readers = declared.readers(var)
+                having = [c for c in readers if var in envs[c]]
+                if not having and not v["required"]:
+                    continue  # left to the binaries' default
+                for cname in readers:
+                    if var in envs[cname]:
+                        continue
+                    left_out = LEFT_OUT.get((cname, var))
+                    if left_out and left_out[0](values):
+                        continue
+                    problems.append(f"[{name}] {var} is set for {having or 'no container'} but not {cname}")
+                given = {json.dumps(envs[c][var], sort_keys=True) for c in having}
+                if len(given) > 1 and var not in PER_CONTAINER:
+                    problems.append(f"[{name}] {var} differs between {having}: {sorted(given)}")
+        assert not problems, "; ".join(problems)
+        return None
+
+    run.check(
+        "env: a variable set for one binary that reads it is set, to the same value, for every binary that reads it",
+        env_every_reader,
+    )
+
+    def documented_defaults() -> str:
+        declared = declared_settings()
+        problems = []
+        compared = 0
+        # values.yaml comments: "(VARIABLE; binary default X)"
+        comments = " ".join(
+            line.strip().lstrip("#").strip() for line in VALUES.read_text(encoding="utf-8").splitlines() if line.strip().startswith("#")
+        )
+        # "derived" (from another value) stands for no declared default.
+        for var, default in re.findall(r"\(([A-Z][A-Z0-9_]+); binary default ([^,;)\s]+)", comments):
+            compared += 1
+            want = (declared.variables.get(var) or {}).get("default") or "derived"
+            if default != want:
+                problems.append(f"values.yaml: {var} binary default {default}, declared {want}")
+        # README values table: "| `value` | `VARIABLE` (readers) | ... binary: X |"
+        readme = README.read_text(encoding="utf-8")
+        row = re.compile(r"^\| `[^`]+` \| `([A-Z][A-Z0-9_]+)`([^|]*)\|([^|]*)\|", flags=re.M)
+        for var, readers_cell, default_cell in row.findall(readme):
+            v = declared.variables.get(var)
+            if v is None:
+                problems.append(f"README: {var} is not a variable the binaries read")
+                continue
+            named = set(re.findall(r"\b(admitter|lease-keeper|reaper|all)\b", readers_cell))
+            if named:
+                compared += 1
+                named = set(CONTAINERS) if "all" in named else named
+                want = set(declared.readers(var))
+                if named != want:
+                    problems.append(f"README: {var} read by {sorted(named)}, declared {sorted(want)}")
+            binary_default = re.search(r"binary: `?([^`)\s|]+)`?", default_cell)
+            if binary_default:
+                compared += 1
+                if binary_default.group(1) != (v["default"] or "derived"):
+                    problems.append(f"README: {var} binary default {binary_default.group(1)}, declared {v['default']}")
+        assert not problems, "; ".join(problems)
+        assert compared, "found no documented default to compare"
+        return f"{compared} statements compared"
+
+    run.check(
+        "docs: readers and binary defaults in values.yaml and the README are the declared ones (charts/settings.json)",
+        documented_defaults,
+    )
+
+    def schema_bounds() -> str:
+        declared = declared_settings()
+        readme = README.read_text(encoding="utf-8")
+        problems = []
+        compared = 0
+        # The README values table maps each value to the variable it renders.
+        for path, var in re.findall(r"^\| `([A-Za-z][A-Za-z0-9_.]*)` \| `([A-Z][A-Z0-9_]+)`", readme, flags=re.M):
+            v = declared.variables.get(var)
+            if v is None or v["type"] not in ("integer", "number", "boolean"):
+                continue  # strings: the schema's patterns are the chart's own, stricter or looser
+            node: dict[str, Any] | None = chart.schema or {}
+            for part in path.split("."):
+                node = ((node or {}).get("properties") or {}).get(part)
+            if node is None:
+                problems.append(f"{path}: not in values.schema.json")
+                continue
+            compared += 1
+            types = node.get("type")
+            types = set(types) if isinstance(types, list) else {types}
+            if v["type"] not in types:
+                problems.append(f"{path}: schema type {sorted(t for t in types if t)}, {var} is {v['type']}")
+            minimum = v.get("minimum")
+            want = {}
+            if minimum:
+                want = {"exclusiveMinimum" if minimum["exclusive"] else "minimum": minimum["value"]}
+            got = {k: node[k] for k in ("minimum", "exclusiveMinimum") if k in node}
+            if got != want:
+                problems.append(f"{path}: schema bounds {got}, {var} accepts {want or 'any'}")
+        assert not problems, "; ".join(problems)
+        assert compared, "no numeric or boolean value found in the README table"
+        return f"{compared} values"
+
+    run.check("schema: numeric and boolean values have their variable's declared type and minimum", schema_bounds)
 
     def documented() -> str:
         text = VALUES.read_text(encoding="utf-8")

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 
 /// Everything about a Job that comes from the admitter's configuration
-/// rather than from the claim. Built by `config::AdmitterConfig`.
+/// rather than from the claim. Built by the admitter's configuration (`tcab_admitter::AdmitterConfig`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSettings {
     /// Value of the `app.kubernetes.io/managed-by` label on every Job and pod.

@@ -1,18 +1,21 @@
 //! Logging: tracing to stderr, text or JSON, filtered by `RUST_LOG` (default `info`).
 
-use crate::config::{Binary, BuildInfo, LogFormat};
+use crate::config::{Binary, BuildInfo, LogFormat, vars};
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber and logs the first line: the binary, its
 /// version and git revision. Call once, first thing in `main`. A malformed
 /// `RUST_LOG` falls back to `info` and says so, after that first line.
 pub fn init(format: LogFormat, binary: Binary, build: &BuildInfo) {
-    let (filter, bad) = match std::env::var("RUST_LOG") {
+    let (filter, bad) = match std::env::var(vars::RUST_LOG.name) {
         Ok(spec) if !spec.trim().is_empty() => match EnvFilter::try_new(&spec) {
             Ok(filter) => (filter, None),
-            Err(error) => (EnvFilter::new("info"), Some(error.to_string())),
+            Err(error) => (
+                EnvFilter::new(vars::DEFAULT_LOG_FILTER),
+                Some(error.to_string()),
+            ),
         },
-        _ => (EnvFilter::new("info"), None),
+        _ => (EnvFilter::new(vars::DEFAULT_LOG_FILTER), None),
     };
     // Colour only for a person at a terminal, never into a log file or pipe.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());

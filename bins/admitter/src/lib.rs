@@ -21,7 +21,8 @@
 //! - [`metrics`]: the lanes' metrics, recorded from each tick's report;
 //! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
 //!   tests) and `run(config, deps, shutdown)`;
-//! - [`clock`]: the injected clock.
+//! - [`clock`]: the injected clock;
+//! - [`config`]: the admitter's configuration, read from the environment.
 //!
 //! What the admitter holds to:
 //! - no claim while its own Job view is not current (listed and no watch
@@ -34,6 +35,7 @@
 
 pub mod admit;
 pub mod clock;
+pub mod config;
 pub mod gate;
 pub mod keeper_client;
 pub mod lane;
@@ -44,5 +46,6 @@ pub mod run;
 pub mod settle;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::AdmitterConfig;
 pub use lane::{AdmissionResult, LaneAdmitter, LaneReport};
 pub use run::{Admitter, AdmitterSettings, Deps, TickReport, run};

@@ -2,8 +2,8 @@
 
 use anyhow::Context as _;
 use std::sync::Arc;
-use tcab_admitter::{Deps, SystemClock, run};
-use tcab_shared::config::{self, AdmitterConfig, Binary, BuildInfo};
+use tcab_admitter::{AdmitterConfig, Deps, SystemClock, run};
+use tcab_shared::config::{self, Binary, BuildInfo};
 use tcab_shared::{telemetry, tick::Shutdown};
 
 const ABOUT: &str = "Claims queued runs and publishes from the backend and creates their Jobs.";

@@ -318,7 +318,8 @@ mod tests {
         let metrics = AdmitterMetrics::new();
         let mut exporter = Exporter::new(&Common::new());
         metrics.register(exporter.registry_mut());
-        use tcab_shared::config::{AdmitterConfig, BinaryConfig};
+        use crate::config::AdmitterConfig;
+        use tcab_shared::config::BinaryConfig;
         let vars = [
             ("TCAB_BACKEND_URL", "http://backend:8080"),
             ("TCAB_BACKEND_SERVICE_TOKEN", "t"),

@@ -3,6 +3,7 @@
 
 use crate::admit::LaneOutcome;
 use crate::clock::Clock;
+use crate::config::AdmitterConfig;
 use crate::keeper_client::{KeeperClient, KeeperClientSettings};
 use crate::lane::{AdmissionResult, Edges, LaneAdmitter, LaneReport};
 use crate::metrics::{AdmitterMetrics, MeteredLane, loop_name};
@@ -16,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::config::AdmitterConfig;
 use tcab_shared::job_builder::JobSettings;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};

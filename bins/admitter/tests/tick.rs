@@ -545,7 +545,7 @@ async fn no_claim_while_the_admitters_own_view_is_not_current() {
 }
 
 /// Runs only, with a cap of one.
-fn one_run_slot(rig: &Rig, extra: &[(&str, &str)]) -> tcab_shared::config::AdmitterConfig {
+fn one_run_slot(rig: &Rig, extra: &[(&str, &str)]) -> tcab_admitter::AdmitterConfig {
     let mut vars = vec![
         ("TCAB_DISPATCHER_MAX_INFLIGHT", "1"),
         ("TCAB_PUBLISHER_IMAGE", ""),

@@ -10,9 +10,11 @@
 //! - [`inspect`]: the cluster reads (and the delete of a Job that never starts);
 //! - [`gate`]: the per-lane renewal state the admitter asks;
 //! - [`metrics`]: renewals, reports and renewal ages, recorded at the loops' edges;
-//! - [`tokens`] and [`grpc`]: the per-job token store and its gRPC face.
+//! - [`tokens`] and [`grpc`]: the per-job token store and its gRPC face;
+//! - [`config`]: the lease-keeper's configuration, read from the environment.
 
 pub mod cause;
+pub mod config;
 pub mod gate;
 pub mod grpc;
 pub mod inspect;
@@ -21,4 +23,5 @@ pub mod plan;
 pub mod run;
 pub mod tokens;
 
+pub use config::LeaseKeeperConfig;
 pub use run::{Deps, Keeper, TickReport, run};

@@ -2,8 +2,8 @@
 //! publishers, and serves the token vault. Configuration: environment only.
 
 use anyhow::Context as _;
-use tcab_lease_keeper::{Deps, grpc, run};
-use tcab_shared::config::{self, Binary, BuildInfo, LeaseKeeperConfig};
+use tcab_lease_keeper::{Deps, LeaseKeeperConfig, grpc, run};
+use tcab_shared::config::{self, Binary, BuildInfo};
 use tcab_shared::tick::Shutdown;
 
 const ABOUT: &str = "Renews claim leases, reports dead and lost drivers and publishers, and serves the token vault.";

@@ -32,7 +32,7 @@ impl Rig {
 
     async fn with(
         publishing: bool,
-        tune: impl FnOnce(&mut tcab_shared::config::LeaseKeeperConfig),
+        tune: impl FnOnce(&mut tcab_lease_keeper::LeaseKeeperConfig),
     ) -> Rig {
         let backend = MockBackend::start().await;
         let kube = FakeKube::start().await;

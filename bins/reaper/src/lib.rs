@@ -20,7 +20,10 @@
 //! on any doubt it keeps them and plans again on a later tick. Every
 //! Kubernetes call is bounded; a tick in progress at SIGTERM is finished.
 
+pub mod config;
 pub mod memory;
 pub mod metrics;
 pub mod plan;
 pub mod run;
+
+pub use config::ReaperConfig;

@@ -1,9 +1,10 @@
 //! tcab-reaper: deletes the sandbox pods dead drivers left behind.
 
 use anyhow::Context;
+use tcab_reaper::ReaperConfig;
 use tcab_reaper::run::{Deps, run};
 use tcab_shared::backend::client_from_config;
-use tcab_shared::config::{self, Binary, BuildInfo, ReaperConfig};
+use tcab_shared::config::{self, Binary, BuildInfo};
 use tcab_shared::tick::Shutdown;
 
 const ABOUT: &str = "Deletes the sandbox pods of driver Jobs that failed, and orphaned sandboxes.";

@@ -10,6 +10,7 @@
 //! once more before each delete; any transition in between stops the
 //! remaining deletes of the tick.
 
+use crate::config::ReaperConfig;
 use crate::memory::{Attempt, Due, ReapMemory};
 use crate::metrics::{REAP_LOOP, ReaperMetrics};
 use crate::plan::{
@@ -25,7 +26,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::config::ReaperConfig;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};

@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tcab_reaper::ReaperConfig;
 use tcab_reaper::run::{Deps, RunError, TickReport, run};
-use tcab_shared::config::{CommonConfig, LogFormat, ReaperConfig};
+use tcab_shared::config::{CommonConfig, LogFormat};
 use tcab_shared::tick::Shutdown;
 use tokio::sync::oneshot;
 

@@ -198,9 +198,11 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- $opt = append $opt (list "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS" $v.backend.timeoutSeconds) -}}
 {{- end -}}
 {{- if $backendAndVault -}}
+{{- /* both check their timing against the lease: the admitter its gate age, the lease-keeper its watch timeout */ -}}
 {{- $opt = concat $opt (list
   (list "TCAB_DISPATCHER_VAULT_ADDR" $d.vaultAddr)
-  (list "TCAB_PUBLISHER_IMAGE" $v.publisher.image)) -}}
+  (list "TCAB_PUBLISHER_IMAGE" $v.publisher.image)
+  (list "TCAB_DISPATCHER_LEASE_SECONDS" $d.leaseSeconds)) -}}
 {{- end -}}
 {{- if eq $container "admitter" -}}
 {{- $dr := $v.driver -}}
@@ -229,7 +231,6 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- end -}}
 {{- if eq $container "lease-keeper" -}}
 {{- $opt = concat $opt (list
-  (list "TCAB_DISPATCHER_LEASE_SECONDS" $d.leaseSeconds)
   (list "TCAB_DISPATCHER_LOG_TAIL_LINES" $d.logTailLines)
   (list "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK" $d.vaultAllowNonLoopback)) -}}
 {{- end -}}

@@ -10,10 +10,11 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tcab_admitter::AdmitterConfig;
 use tcab_admitter::keeper_client::{KeeperClient, KeeperClientSettings};
 use tcab_admitter::{Admitter, AdmitterSettings, ManualClock};
 use tcab_shared::backend::BackendClient;
-use tcab_shared::config::{AdmitterConfig, BinaryConfig, Env};
+use tcab_shared::config::{BinaryConfig, Env};
 use tcab_shared::job_cache::OwnedJobs;
 
 pub const MANAGED_BY: &str = "tcab-dispatcher";

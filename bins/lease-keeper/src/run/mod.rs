@@ -6,6 +6,7 @@
 pub mod renewals;
 pub mod reports;
 
+use crate::config::LeaseKeeperConfig;
 use crate::gate::Gate;
 use crate::grpc;
 use crate::inspect::Inspector;
@@ -18,7 +19,6 @@ use reports::{Reporter, ReporterParts};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::config::LeaseKeeperConfig;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
 use tcab_shared::tick::{Shutdown, run_loop, run_loop_with_wake};

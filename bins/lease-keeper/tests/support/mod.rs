@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tcab_lease_keeper::LeaseKeeperConfig;
 use tcab_shared::Secret;
 use tcab_shared::backend::client::RetryPolicy;
 use tcab_shared::backend::{BackendClient, JobState};
-use tcab_shared::config::{BackendConfig, CommonConfig, LeaseKeeperConfig, LogFormat};
+use tcab_shared::config::{BackendConfig, CommonConfig, LogFormat};
 
 pub const SERVICE_TOKEN: &str = "svc-token";
 pub const NS: &str = "ns";

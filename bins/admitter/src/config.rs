@@ -1,0 +1,95 @@
+//! `tcab-admitter`'s configuration: the caps of its two lanes, the gate, and
+//! everything the Job builders take from the environment. The variables are
+//! declared in `tcab_shared::config::vars`; this reads the ones the admitter
+//! uses and checks them against each other.
+
+use std::time::Duration;
+use tcab_shared::config::{
+    BackendConfig, Binary, BinaryConfig, CommonConfig, ConfigError, Env, at_most_half_lease,
+    distinct_managed_by, vars,
+};
+use tcab_shared::job_builder::JobSettings;
+
+/// `tcab-admitter`'s configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmitterConfig {
+    pub common: CommonConfig,
+    pub backend: BackendConfig,
+    /// `TCAB_DISPATCHER_MAX_INFLIGHT`.
+    pub max_inflight: u32,
+    /// `TCAB_DISPATCHER_MAX_PUBLISH_INFLIGHT`.
+    pub max_publish_inflight: u32,
+    /// Everything the Job builders take from configuration.
+    pub jobs: JobSettings,
+    /// `TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS` (at most half the lease).
+    pub gate_max_age: Duration,
+    /// `TCAB_DISPATCHER_LEASE_SECONDS`.
+    pub lease_length: Duration,
+}
+
+impl BinaryConfig for AdmitterConfig {
+    const BINARY: Binary = Binary::Admitter;
+
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let backend = BackendConfig::from_env(env)?;
+        let common = CommonConfig::from_env(env)?;
+        let jobs = job_settings(env, &common, &backend)?;
+        // Checked here, passed to the drivers through the passthrough.
+        vars::K8S_NAMESPACE.read(env)?;
+        distinct_managed_by(&jobs.managed_by, &jobs.driver_managed_by)?;
+        let lease_length = vars::LEASE_SECONDS.get(env)?;
+        let gate_max_age = vars::GATE_MAX_AGE_SECONDS.get(env)?;
+        at_most_half_lease(vars::GATE_MAX_AGE_SECONDS.name, gate_max_age, lease_length)?;
+        Ok(AdmitterConfig {
+            max_inflight: vars::MAX_INFLIGHT.get(env)?,
+            max_publish_inflight: vars::MAX_PUBLISH_INFLIGHT.get(env)?,
+            gate_max_age,
+            lease_length,
+            jobs,
+            common,
+            backend,
+        })
+    }
+}
+
+/// The Job builders' settings. The artifacts and repos URLs default to
+/// paths under the backend URL.
+fn job_settings(
+    env: &Env,
+    common: &CommonConfig,
+    backend: &BackendConfig,
+) -> Result<JobSettings, ConfigError> {
+    let driver_image = vars::DRIVER_IMAGE.get(env)?;
+    let publisher_image = vars::PUBLISHER_IMAGE.read(env)?;
+    let driver_secrets = vars::DRIVER_SECRETS.read(env)?.unwrap_or_default();
+    let subscription_dir = vars::DRIVER_SUBSCRIPTION_DIR.get(env)?;
+    Ok(JobSettings {
+        managed_by: common.managed_by.clone(),
+        artifacts_url: vars::DRIVER_ARTIFACTS_URL
+            .read(env)?
+            .unwrap_or_else(|| format!("{}/artifacts", backend.url)),
+        repos_url: vars::DRIVER_REPOS_URL
+            .read(env)?
+            .unwrap_or_else(|| format!("{}/repos", backend.url)),
+        backend_url: backend.url.clone(),
+        driver_image,
+        publisher_image,
+        finish_deadline_seconds: vars::DRIVER_FINISH_DEADLINE_SECONDS.get(env)?,
+        report_deadline_seconds: vars::DRIVER_REPORT_DEADLINE_SECONDS.get(env)?,
+        driver_managed_by: vars::DRIVER_MANAGED_BY.get(env)?,
+        termination_grace_seconds: vars::DRIVER_TERMINATION_GRACE_SECONDS.get(env)?,
+        cpu_request: vars::DRIVER_CPU_REQUEST.get(env)?,
+        memory_request: vars::DRIVER_MEMORY_REQUEST.get(env)?,
+        cpu_limit: vars::DRIVER_CPU_LIMIT.read(env)?,
+        memory_limit: vars::DRIVER_MEMORY_LIMIT.read(env)?,
+        ttl_seconds_after_finished: vars::JOB_TTL_SECONDS.get(env)?,
+        driver_active_deadline_seconds: vars::DRIVER_ACTIVE_DEADLINE_SECONDS.get(env)?,
+        publisher_active_deadline_seconds: vars::PUBLISHER_ACTIVE_DEADLINE_SECONDS.get(env)?,
+        driver_secrets,
+        subscription_secret: vars::DRIVER_SUBSCRIPTION_SECRET.read(env)?,
+        subscription_dir,
+        fs_group: vars::DRIVER_FS_GROUP.get(env)?,
+        driver_service_account: vars::DRIVER_SERVICE_ACCOUNT.read(env)?,
+        passthrough_env: env.passthrough().to_vec(),
+    })
+}

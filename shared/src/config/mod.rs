@@ -1,0 +1,113 @@
+//! Configuration: environment variables only, one typed struct per binary.
+//!
+//! Each variable is declared once, in [`vars`]: name, kind (type, parser,
+//! minimum), typed default, the binaries that read it, and its meaning. From
+//! those declarations come the readers ([`Setting::get`]), each binary's
+//! `--help` ([`help_text`]), the README's table ([`markdown_table`]) and the
+//! JSON description the chart check reads ([`settings_json`]).
+//!
+//! The files, by concern:
+//! - [`kinds`]: the kinds of value and their parsers;
+//! - `setting.rs`: the declaration type, reading one variable, and the
+//!   check that documented defaults are the parsed ones;
+//! - [`vars`]: every declaration;
+//! - `env.rs`: the environment the readers read;
+//! - `common.rs`: the settings several binaries share ([`CommonConfig`],
+//!   [`BackendConfig`]) and cross-checks between variables;
+//! - `docs.rs`: `--help`, the README table, the JSON description;
+//! - `startup.rs`: `--help`/`--version`/run, and exit 2 on a bad variable.
+//!
+//! Each binary's own configuration struct lives in its crate
+//! (`bins/*/src/config.rs`) and implements [`BinaryConfig`]. A missing or
+//! malformed variable is a [`ConfigError`] that names the variable and what
+//! was expected; [`load`] prints it on one stderr line and exits with code 2
+//! before the binary does anything.
+
+mod common;
+mod docs;
+mod env;
+pub mod kinds;
+mod setting;
+mod startup;
+pub mod vars;
+
+pub use common::{BackendConfig, CommonConfig, LogFormat, at_most_half_lease, distinct_managed_by};
+pub use docs::{help_text, markdown_table, settings_json};
+pub use env::Env;
+pub use setting::{Declared, DefaultsCheck, Fallback, Setting};
+pub use startup::{BinaryConfig, Startup, load, startup};
+pub use vars::{PASSTHROUGH_PREFIXES, SETTINGS};
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// Which binary reads a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binary {
+    /// `tcab-admitter`
+    Admitter,
+    /// `tcab-lease-keeper`
+    LeaseKeeper,
+    /// `tcab-reaper`
+    Reaper,
+}
+
+impl Binary {
+    /// The binary's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Binary::Admitter => "tcab-admitter",
+            Binary::LeaseKeeper => "tcab-lease-keeper",
+            Binary::Reaper => "tcab-reaper",
+        }
+    }
+
+    /// The name without the `tcab-` prefix (the README's "read by" column).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Binary::Admitter => "admitter",
+            Binary::LeaseKeeper => "lease-keeper",
+            Binary::Reaper => "reaper",
+        }
+    }
+}
+
+/// What a binary was built from. Each binary crate's build script bakes the
+/// git revision in (bins/revision.rs), so a new commit recompiles only the
+/// three binary crates; `main` passes the values here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildInfo {
+    /// The workspace version (`CARGO_PKG_VERSION`).
+    pub version: &'static str,
+    /// The git commit id the binary was built from, the `TCAB_GIT_REVISION`
+    /// it was built with, or `unknown`.
+    pub revision: &'static str,
+}
+
+impl fmt::Display for BuildInfo {
+    /// `0.1.0 (revision 4eefe8c...)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (revision {})", self.version, self.revision)
+    }
+}
+
+/// A variable that is missing or malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A required variable is unset or empty.
+    #[error("{var}: required, expected {expected}")]
+    Missing {
+        var: &'static str,
+        expected: Cow<'static, str>,
+    },
+    /// A variable's value does not parse.
+    #[error("{var}: expected {expected}, got {got:?}")]
+    Invalid {
+        var: &'static str,
+        expected: Cow<'static, str>,
+        got: String,
+    },
+    /// The environment itself could not be read (a value that is not UTF-8).
+    #[error("environment: {0}")]
+    Environment(String),
+}
