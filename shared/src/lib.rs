@@ -9,7 +9,6 @@
 pub mod backend;
 pub mod config;
 pub mod failing;
-pub mod job_builder;
 pub mod job_cache;
 pub mod kube_api;
 pub mod lane;

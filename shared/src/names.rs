@@ -33,6 +33,11 @@ pub const JOB_NAME: &str = "job-name";
 /// Tells the cluster autoscaler not to scale a node down under the pod.
 pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 
+/// Name of the driver Job's one container (death causes look it up by name).
+pub const DRIVER_CONTAINER: &str = "driver";
+/// Name of the publisher Job's one container.
+pub const PUBLISHER_CONTAINER: &str = "publisher";
+
 /// Prefix of every driver Job's name.
 pub const DRIVER_PREFIX: &str = "tcab-driver-";
 /// Prefix of every publisher Job's name; also the fallback lane rule.

@@ -26,10 +26,10 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcab_admitter::AdmitterConfig;
+use tcab_admitter::job_builder;
 use tcab_admitter::{Deps, SystemClock, run};
 use tcab_shared::backend::BackendClient;
 use tcab_shared::config::{BinaryConfig, Env};
-use tcab_shared::job_builder;
 use tcab_shared::tick::Shutdown;
 
 const TOKEN: &str = "bench-token";

@@ -10,6 +10,7 @@
 //! lapse: the backend requeues the job.
 
 use crate::clock::Clock;
+use crate::job_builder::{self, JobSettings};
 use crate::keeper_client::KeeperClient;
 use crate::settle::{self, Confirmation, End, GiveUp, Known, SettleEdges, SettleLimits};
 use k8s_openapi::api::batch::v1::Job;
@@ -17,7 +18,6 @@ use kube::api::Api;
 use std::fmt;
 use std::time::{Duration, Instant};
 use tcab_shared::backend::{BackendClient, BackendError, ClaimedPublish, ClaimedRun};
-use tcab_shared::job_builder::{self, JobSettings};
 use tcab_shared::{Lane, Secret, names};
 
 /// What one admission (or a later settle of one) came to.

@@ -3,12 +3,12 @@
 //! declared in `tcab_shared::config::vars`; this reads the ones the admitter
 //! uses and checks them against each other.
 
+use crate::job_builder::JobSettings;
 use std::time::Duration;
 use tcab_shared::config::{
     BackendConfig, Binary, BinaryConfig, CommonConfig, ConfigError, Env, at_most_half_lease,
     distinct_managed_by, vars,
 };
-use tcab_shared::job_builder::JobSettings;
 
 /// `tcab-admitter`'s configuration.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,6 +7,7 @@
 //! would admit, and carry out one admission. The modules:
 //!
 //! - [`plan`]: a lane's decision (admit, or hold with its reason), pure;
+//! - [`job_builder`]: the driver and publisher Jobs built from a claim, pure;
 //! - [`gate`]: the lease-keeper's renewal status read into a lane's gate, pure;
 //! - [`settle`]: settling a create whose answer did not tell (pure next step,
 //!   and the bounded calls that carry it out);
@@ -37,6 +38,7 @@ pub mod admit;
 pub mod clock;
 pub mod config;
 pub mod gate;
+pub mod job_builder;
 pub mod keeper_client;
 pub mod lane;
 pub mod lanes;

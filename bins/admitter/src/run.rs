@@ -4,6 +4,7 @@
 use crate::admit::LaneOutcome;
 use crate::clock::Clock;
 use crate::config::AdmitterConfig;
+use crate::job_builder::JobSettings;
 use crate::keeper_client::{KeeperClient, KeeperClientSettings};
 use crate::lane::{AdmissionResult, Edges, LaneAdmitter, LaneReport};
 use crate::metrics::{AdmitterMetrics, MeteredLane, loop_name};
@@ -17,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::job_builder::JobSettings;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
 use tcab_shared::tick::{Shutdown, TickOutcome, run_loop_with_wake};

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use std::fmt;
 use std::time::Duration;
 use tcab_shared::Lane;
-use tcab_shared::job_builder::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
+use tcab_shared::names::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
 
 /// Longest text of a Kubernetes reason or message kept in a summary.
 pub const MAX_MESSAGE_CHARS: usize = 512;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::{SERVICE_TOKEN, config};
 use tcab_admitter::AdmitterConfig;
+use tcab_admitter::job_builder::{JobSettings, driver_job};
 use tcab_backend_sim::{ManualClock, SimHandle, SimOptions, spawn};
 use tcab_lease_keeper::grpc as vault;
 use tcab_lease_keeper::{Deps, run};
@@ -24,7 +25,6 @@ use tcab_proto::vault::{
 use tcab_shared::Secret;
 use tcab_shared::backend::{BackendClient, ClaimedRun};
 use tcab_shared::config::{BinaryConfig, Env};
-use tcab_shared::job_builder::{JobSettings, driver_job};
 use tcab_shared::names::{self, claim_tag};
 use tcab_shared::tick::{Shutdown, ShutdownTrigger};
 use tokio::sync::watch;

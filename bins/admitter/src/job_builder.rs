@@ -1,9 +1,6 @@
 //! Job builders: pure functions from (settings, claimed job) to the batch/v1
 //! Job the admitter creates. docs/job-contract.md lists what the pods receive.
 
-use crate::backend::types::{ClaimedPublish, ClaimedRun};
-use crate::lane::Lane;
-use crate::names;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
@@ -13,6 +10,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
+use tcab_shared::Lane;
+use tcab_shared::backend::types::{ClaimedPublish, ClaimedRun};
+use tcab_shared::names;
 
 /// Everything about a Job that comes from the admitter's configuration
 /// rather than from the claim. Built by the admitter's configuration (`tcab_admitter::AdmitterConfig`).
@@ -67,10 +67,7 @@ pub struct JobSettings {
     pub passthrough_env: Vec<(String, String)>,
 }
 
-/// Name of the driver Job's one container (death causes look it up by name).
-pub const DRIVER_CONTAINER: &str = "driver";
-/// Name of the publisher Job's one container.
-pub const PUBLISHER_CONTAINER: &str = "publisher";
+use tcab_shared::names::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
 /// Name of the pod volume that projects the subscription Secret.
 pub const SUBSCRIPTION_VOLUME: &str = "subscription";
 /// File mode of the projected subscription files: read-only for the owner

@@ -8,12 +8,12 @@ use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use serde_json::json;
 use std::collections::BTreeMap;
-use tcab_shared::backend::types::{ClaimedPublish, ClaimedRun};
-use tcab_shared::job_builder::{
-    DRIVER_CONTAINER, JobBuildError, JobSettings, MAX_DESCRIPTION_LEN, PUBLISHER_CONTAINER,
-    PUBLISHER_TERMINATION_GRACE_SECONDS, SUBSCRIPTION_FILE_MODE, driver_job, publisher_job,
+use tcab_admitter::job_builder::{
+    JobBuildError, JobSettings, MAX_DESCRIPTION_LEN, PUBLISHER_TERMINATION_GRACE_SECONDS,
+    SUBSCRIPTION_FILE_MODE, driver_job, publisher_job,
 };
-use tcab_shared::names;
+use tcab_shared::backend::types::{ClaimedPublish, ClaimedRun};
+use tcab_shared::names::{self, DRIVER_CONTAINER, PUBLISHER_CONTAINER};
 
 const TOKEN: &str = "tok-9f8e7d6c5b4a-secret";
 
