@@ -104,87 +104,104 @@ pub struct LostPlan {
     pub skipped: Vec<(JobId, LostSkip)>,
 }
 
-/// One entry of an active list, lane-neutral: its id, whether its state
-/// makes it eligible (else why not), and its lease.
-struct Entry<'a> {
-    id: &'a str,
+/// One lane's active list (`GET /jobs/active` or `GET /publish-jobs/active`),
+/// lane-neutral: each entry's id, whether its state makes it eligible (else
+/// why not), and its lease, with the backend's `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveList {
+    /// The lane the list is of.
+    pub lane: Lane,
+    /// The backend's clock when it answered.
+    pub now: Timestamp,
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    id: JobId,
     /// The state's position, a tie-break among duplicate ids.
     rank: u8,
     eligible: Result<(), LostSkip>,
     lease: Option<Timestamp>,
 }
 
-/// Plans lost driver reports from `GET /jobs/active`.
-pub fn plan_lost_runs(
-    active: &ActiveRuns,
-    jobs: &[JobSummary],
-    held: &[HeldClaim],
-    reported: &BTreeSet<JobId>,
-    judged_dead: &BTreeSet<String>,
-) -> LostPlan {
-    let entries = active.jobs.iter().map(|r| Entry {
-        id: &r.id,
-        rank: r.state as u8,
-        eligible: if r.state.is_past_dispatched() {
-            Ok(())
-        } else {
-            Err(LostSkip::NotPastDispatched(r.state))
-        },
-        lease: r.lease_expires_at,
-    });
-    plan(
-        Lane::Run,
-        entries.collect(),
-        active.now,
+impl ActiveList {
+    /// Whether the backend lists `id` as driven.
+    pub fn contains(&self, id: &str) -> bool {
+        self.entries.iter().any(|e| e.id == id)
+    }
+}
+
+impl From<&ActiveRuns> for ActiveList {
+    /// A run is eligible once past dispatched (its driver reports from then).
+    fn from(active: &ActiveRuns) -> Self {
+        let entries = active.jobs.iter().map(|r| Entry {
+            id: r.id.clone(),
+            rank: r.state as u8,
+            eligible: if r.state.is_past_dispatched() {
+                Ok(())
+            } else {
+                Err(LostSkip::NotPastDispatched(r.state))
+            },
+            lease: r.lease_expires_at,
+        });
+        ActiveList {
+            lane: Lane::Run,
+            now: active.now,
+            entries: entries.collect(),
+        }
+    }
+}
+
+impl From<&ActivePublishes> for ActiveList {
+    /// A publish is eligible while dispatched.
+    fn from(active: &ActivePublishes) -> Self {
+        let entries = active.publish_jobs.iter().map(|p| Entry {
+            id: p.id.clone(),
+            rank: p.state as u8,
+            eligible: if p.state == PublishState::Dispatched {
+                Ok(())
+            } else {
+                Err(LostSkip::NotDispatched(p.state))
+            },
+            lease: p.lease_expires_at,
+        });
+        ActiveList {
+            lane: Lane::Publish,
+            now: active.now,
+            entries: entries.collect(),
+        }
+    }
+}
+
+/// What the lease-keeper knows beside a lane's active list.
+#[derive(Debug, Clone, Copy)]
+pub struct Known<'a> {
+    /// The cached Jobs (every lane; the plan reads its own).
+    pub jobs: &'a [JobSummary],
+    /// The claims the vault holds.
+    pub held: &'a [HeldClaim],
+    /// The lane's jobs already reported lost.
+    pub reported: &'a BTreeSet<JobId>,
+    /// Jobs judged dead (their Jobs no longer count as live).
+    pub judged_dead: &'a BTreeSet<String>,
+}
+
+/// Plans one lane's lost reports from its active list and what is known.
+pub fn plan_lost(active: &ActiveList, known: &Known<'_>) -> LostPlan {
+    let Known {
         jobs,
         held,
         reported,
         judged_dead,
-    )
-}
-
-/// Plans lost publisher reports from `GET /publish-jobs/active`.
-pub fn plan_lost_publishes(
-    active: &ActivePublishes,
-    jobs: &[JobSummary],
-    held: &[HeldClaim],
-    reported: &BTreeSet<JobId>,
-    judged_dead: &BTreeSet<String>,
-) -> LostPlan {
-    let entries = active.publish_jobs.iter().map(|p| Entry {
-        id: &p.id,
-        rank: p.state as u8,
-        eligible: if p.state == PublishState::Dispatched {
-            Ok(())
-        } else {
-            Err(LostSkip::NotDispatched(p.state))
-        },
-        lease: p.lease_expires_at,
-    });
-    plan(
-        Lane::Publish,
-        entries.collect(),
-        active.now,
-        jobs,
-        held,
-        reported,
-        judged_dead,
-    )
-}
-
-fn plan(
-    lane: Lane,
-    mut entries: Vec<Entry<'_>>,
-    now: Timestamp,
-    jobs: &[JobSummary],
-    held: &[HeldClaim],
-    reported: &BTreeSet<JobId>,
-    judged_dead: &BTreeSet<String>,
-) -> LostPlan {
+    } = *known;
+    let lane = active.lane;
+    let now = active.now;
+    let mut entries: Vec<&Entry> = active.entries.iter().collect();
     // Sort so a reordered list gives the same plan; of duplicate ids the
     // one with the latest lease counts (the most protective reading).
     entries.sort_by(|a, b| {
-        a.id.cmp(b.id)
+        a.id.cmp(&b.id)
             .then(b.lease.cmp(&a.lease))
             .then(a.rank.cmp(&b.rank))
     });
@@ -199,13 +216,13 @@ fn plan(
     let mut out = LostPlan::default();
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     for e in entries {
-        let id = e.id;
+        let id = e.id.as_str();
         if !seen.insert(id) {
             out.skipped.push((id.to_owned(), LostSkip::Duplicate));
             continue;
         }
         let own_jobs = by_id.get(id).map(Vec::as_slice).unwrap_or_default();
-        let verdict = e.eligible.and_then(|()| {
+        let verdict = e.eligible.clone().and_then(|()| {
             if reported.contains(id) {
                 return Err(LostSkip::AlreadyReported);
             }
@@ -297,6 +314,40 @@ mod tests {
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
     use tcab_shared::backend::{ActivePublish, ActiveRun};
+
+    /// The plan of the run lane, over the backend's own answer.
+    fn plan_lost_runs(
+        active: &ActiveRuns,
+        jobs: &[JobSummary],
+        held: &[HeldClaim],
+        reported: &BTreeSet<JobId>,
+        judged_dead: &BTreeSet<String>,
+    ) -> LostPlan {
+        let known = Known {
+            jobs,
+            held,
+            reported,
+            judged_dead,
+        };
+        plan_lost(&ActiveList::from(active), &known)
+    }
+
+    /// The plan of the publish lane, over the backend's own answer.
+    fn plan_lost_publishes(
+        active: &ActivePublishes,
+        jobs: &[JobSummary],
+        held: &[HeldClaim],
+        reported: &BTreeSet<JobId>,
+        judged_dead: &BTreeSet<String>,
+    ) -> LostPlan {
+        let known = Known {
+            jobs,
+            held,
+            reported,
+            judged_dead,
+        };
+        plan_lost(&ActiveList::from(active), &known)
+    }
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()

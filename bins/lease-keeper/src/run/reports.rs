@@ -19,8 +19,7 @@ use crate::plan::failures::{
     evidence_settled, plan_failures, start_verdict,
 };
 use crate::plan::lost::{
-    LostCause, LostJob, LostPlan, LostSettle, plan_lost_publishes, plan_lost_runs,
-    settle_lost_report,
+    ActiveList, Known, LostCause, LostJob, LostPlan, LostSettle, plan_lost, settle_lost_report,
 };
 use crate::tokens::{TokenKey, TokenStore};
 use k8s_openapi::api::core::v1::Pod;
@@ -578,50 +577,53 @@ impl Reporter {
         deleted
     }
 
+    /// The jobs of `lane` reported lost, kept while the backend lists them.
+    fn reported_mut(&mut self, lane: Lane) -> &mut BTreeSet<JobId> {
+        match lane {
+            Lane::Run => &mut self.reported_runs,
+            Lane::Publish => &mut self.reported_publishes,
+        }
+    }
+
     /// Judges lost jobs of one lane; `None` when it was not judged.
     async fn lost(&mut self, lane: Lane) -> Option<Vec<JobId>> {
         if !self.gate.lane(lane).healthy() {
             tracing::debug!(%lane, "the lane's renewals are not healthy; lost jobs not judged");
             return None;
         }
-        let plan = match lane {
-            Lane::Run => {
-                let active = match self.backend.active_runs().await {
-                    Ok(active) => active,
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot read the active runs; lost drivers not judged this tick");
-                        return None;
-                    }
-                };
-                self.reported_runs
-                    .retain(|id| active.jobs.iter().any(|j| &j.id == id));
-                plan_lost_runs(
-                    &active,
-                    &self.jobs.snapshot(),
-                    &self.store.held(),
-                    &self.reported_runs,
-                    &self.judged_dead(),
-                )
-            }
-            Lane::Publish => {
-                let active = match self.backend.active_publishes().await {
-                    Ok(active) => active,
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot read the active publishes; lost publishers not judged this tick");
-                        return None;
-                    }
-                };
-                self.reported_publishes
-                    .retain(|id| active.publish_jobs.iter().any(|j| &j.id == id));
-                plan_lost_publishes(
-                    &active,
-                    &self.jobs.snapshot(),
-                    &self.store.held(),
-                    &self.reported_publishes,
-                    &self.judged_dead(),
-                )
+        let active = match lane {
+            Lane::Run => self
+                .backend
+                .active_runs()
+                .await
+                .map(|a| ActiveList::from(&a)),
+            Lane::Publish => self
+                .backend
+                .active_publishes()
+                .await
+                .map(|a| ActiveList::from(&a)),
+        };
+        let active = match active {
+            Ok(active) => active,
+            Err(error) => {
+                tracing::warn!(%lane, %error, "cannot read the lane's active list; its lost jobs are not judged this tick");
+                return None;
             }
         };
+        // A job the backend no longer lists needs no memory of its report.
+        self.reported_mut(lane).retain(|id| active.contains(id));
+        let judged_dead = self.judged_dead();
+        let snapshot = self.jobs.snapshot();
+        let held = self.store.held();
+        let plan = plan_lost(
+            &active,
+            &Known {
+                jobs: &snapshot,
+                held: &held,
+                reported: self.reported_mut(lane),
+                judged_dead: &judged_dead,
+            },
+        );
         // The renewal and the view may both have moved on while the active
         // list was read: judge only if they are still healthy.
         if !self.jobs.is_current() || !self.gate.lane(lane).healthy() {
@@ -648,10 +650,7 @@ impl Reporter {
                         .await
                 }
             };
-            let memory = match lane {
-                Lane::Run => &mut self.reported_runs,
-                Lane::Publish => &mut self.reported_publishes,
-            };
+            let memory = self.reported_mut(lane);
             match (settle_lost_report(Answer::of(&result)), result) {
                 (LostSettle::Reported, Ok(outcome)) => {
                     let summary = detail.lines().next().unwrap_or_default();
