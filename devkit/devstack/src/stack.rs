@@ -148,7 +148,7 @@ fn free_port() -> anyhow::Result<u16> {
 fn kubeconfig_token(path: &Path) -> anyhow::Result<String> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).context("kubeconfig is not YAML")?;
+    let doc: serde_json::Value = serde_saphyr::from_str(&text).context("kubeconfig is not YAML")?;
     doc["users"][0]["user"]["token"]
         .as_str()
         .map(str::to_owned)

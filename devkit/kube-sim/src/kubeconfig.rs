@@ -24,7 +24,7 @@ mod tests {
     #[test]
     fn is_yaml_with_the_fields() {
         let text = super::render("http://127.0.0.1:1", "ns", "tok");
-        let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let v: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
         assert_eq!(
             v["clusters"][0]["cluster"]["server"].as_str(),
             Some("http://127.0.0.1:1")
