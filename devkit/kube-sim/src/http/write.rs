@@ -159,7 +159,6 @@ pub(super) fn patch(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
 
     #[test]
