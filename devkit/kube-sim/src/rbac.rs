@@ -95,7 +95,7 @@ pub enum RbacError {
     },
     /// A document is not valid YAML for a Role.
     #[error("parsing the Role manifest")]
-    Parse(#[source] serde_saphyr::Error),
+    Parse(#[source] Box<serde_saphyr::Error>),
     /// No `kind: Role` document in the manifest.
     #[error("the manifest holds no Role")]
     NoRole,
@@ -114,7 +114,8 @@ impl Rbac {
         let mut rules = Vec::new();
         let mut found = false;
         // Empty and null documents are skipped.
-        let docs: Vec<RoleDoc> = serde_saphyr::from_multiple(yaml).map_err(RbacError::Parse)?;
+        let docs: Vec<RoleDoc> =
+            serde_saphyr::from_multiple(yaml).map_err(|e| RbacError::Parse(Box::new(e)))?;
         for role in docs {
             let scope = match (role.kind.as_str(), role.metadata.namespace) {
                 ("ClusterRole", _) => RuleScope::Cluster,
