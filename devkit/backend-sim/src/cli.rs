@@ -1,164 +1,108 @@
-//! Command-line flags of the `tcab-backend-sim` binary.
+//! Command-line flags of the `tcab-backend-sim` binary, declared with clap.
 
-use crate::SimOptions;
+use crate::{DEFAULT_LEASE, DEFAULT_PUBLISH_BACKSTOP, SimOptions};
+use clap::Parser;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-/// The usage text (`--help`).
-pub const USAGE: &str = "\
-usage: tcab-backend-sim --listen ADDR --db PATH --service-token TOKEN
-                        [--lease-seconds N] [--publish-backstop-seconds N]
-                        [--enable-test-clock]
-
-  --listen ADDR                  address to listen on, e.g. 127.0.0.1:0 (0 picks a free port)
-  --db PATH                      SQLite file holding the state (created when absent)
-  --service-token TOKEN          the token service calls must present
-  --lease-seconds N              lease set by a claim or renewal (default 120)
-  --publish-backstop-seconds N   a publish dispatched this long with no result fails (default 3600)
-  --enable-test-clock            serve POST /admin/clock/advance {\"seconds\": N} and
-                                 POST /admin/faults (stalls and errors; docs/backend-contract.md)
-  -h, --help                     print this help
-  -V, --version                  print the version
-
-The first line on stdout is `listening on http://ADDR`. RUST_LOG sets the log filter (stderr).";
-
-/// What the command line asks for.
-#[derive(Debug)]
-pub enum Command {
-    /// Serve with these options.
-    Run(Box<SimOptions>),
-    /// Print the usage.
-    Help,
-    /// Print the version.
-    Version,
+/// The command line. A flag given twice is an error. No `Debug`: it holds
+/// the service token ([`SimOptions`]'s `Debug` redacts it).
+#[derive(Clone, Parser)]
+#[command(
+    name = "tcab-backend-sim",
+    version,
+    about = "The reference backend: the HTTP contract of docs/backend-contract.md, state in SQLite",
+    after_help = "The first line on stdout is `listening on http://ADDR`. RUST_LOG sets the log filter (stderr)."
+)]
+pub struct Args {
+    /// Address to listen on, e.g. 127.0.0.1:0 (0 picks a free port)
+    #[arg(long, value_name = "ADDR", value_parser = listen)]
+    pub listen: SocketAddr,
+    /// SQLite file holding the state (created when absent)
+    #[arg(long, value_name = "PATH", value_parser = db)]
+    pub db: PathBuf,
+    /// The token service calls must present
+    #[arg(long, value_name = "TOKEN", value_parser = service_token)]
+    pub service_token: String,
+    /// Lease set by a claim or renewal, in seconds
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LEASE.as_secs(), value_parser = seconds)]
+    pub lease_seconds: u64,
+    /// A publish dispatched this many seconds with no result fails
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_PUBLISH_BACKSTOP.as_secs(),
+        value_parser = seconds,
+    )]
+    pub publish_backstop_seconds: u64,
+    /// Serve POST /admin/clock/advance {"seconds": N} and POST /admin/faults
+    /// (stalls and errors; docs/backend-contract.md)
+    #[arg(long)]
+    pub enable_test_clock: bool,
 }
 
-/// A command line that cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum CliError {
-    #[error("missing required flag {0}")]
-    Missing(&'static str),
-    #[error("flag {0} needs a value")]
-    NoValue(String),
-    #[error("flag {0} given twice")]
-    Repeated(String),
-    #[error("invalid value for {flag}: {reason}")]
-    Invalid { flag: String, reason: String },
-    #[error("unknown argument {0:?}")]
-    Unknown(String),
+fn listen(v: &str) -> Result<SocketAddr, String> {
+    v.parse()
+        .map_err(|_| "is not an address like 127.0.0.1:8080".to_string())
 }
 
-fn seconds(flag: &str, value: &str) -> Result<Duration, CliError> {
-    value
-        .parse::<u64>()
+fn db(v: &str) -> Result<PathBuf, String> {
+    if v.is_empty() {
+        return Err("empty path".into());
+    }
+    Ok(PathBuf::from(v))
+}
+
+fn service_token(v: &str) -> Result<String, String> {
+    if v.trim().is_empty() {
+        return Err("the token must not be empty".into());
+    }
+    Ok(v.to_string())
+}
+
+fn seconds(v: &str) -> Result<u64, String> {
+    v.parse::<u64>()
         .ok()
         .filter(|n| (1..=1_000_000_000).contains(n))
-        .map(Duration::from_secs)
-        .ok_or_else(|| CliError::Invalid {
-            flag: flag.into(),
-            reason: format!("{value:?} is not a whole number of seconds between 1 and 1e9"),
-        })
+        .ok_or_else(|| "is not a whole number of seconds between 1 and 1e9".to_string())
 }
 
-/// Parses the arguments (without the program name). Flags take their value
-/// as the next argument or after `=`.
-pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, CliError> {
-    let mut listen: Option<SocketAddr> = None;
-    let mut db: Option<String> = None;
-    let mut token: Option<String> = None;
-    let mut lease: Option<Duration> = None;
-    let mut backstop: Option<Duration> = None;
-    let mut test_clock = false;
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "-V" | "--version" => return Ok(Command::Version),
-            "--enable-test-clock" => {
-                if inline.is_some() {
-                    return Err(CliError::Invalid {
-                        flag,
-                        reason: "takes no value".into(),
-                    });
-                }
-                test_clock = true;
-                continue;
-            }
-            "--listen"
-            | "--db"
-            | "--service-token"
-            | "--lease-seconds"
-            | "--publish-backstop-seconds" => {}
-            _ => return Err(CliError::Unknown(arg)),
-        }
-        let value = match inline {
-            Some(v) => v,
-            None => args.next().ok_or_else(|| CliError::NoValue(flag.clone()))?,
-        };
-        let repeated = match flag.as_str() {
-            "--listen" => listen
-                .replace(value.parse().map_err(|_| CliError::Invalid {
-                    flag: flag.clone(),
-                    reason: format!("{value:?} is not an address like 127.0.0.1:8080"),
-                })?)
-                .is_some(),
-            "--db" => {
-                if value.is_empty() {
-                    return Err(CliError::Invalid {
-                        flag,
-                        reason: "empty path".into(),
-                    });
-                }
-                db.replace(value).is_some()
-            }
-            "--service-token" => {
-                if value.trim().is_empty() {
-                    return Err(CliError::Invalid {
-                        flag,
-                        reason: "the token must not be empty".into(),
-                    });
-                }
-                token.replace(value).is_some()
-            }
-            "--lease-seconds" => lease.replace(seconds(&flag, &value)?).is_some(),
-            _ => backstop.replace(seconds(&flag, &value)?).is_some(),
-        };
-        if repeated {
-            return Err(CliError::Repeated(flag));
-        }
+impl Args {
+    /// The backend's options.
+    pub fn into_options(self) -> SimOptions {
+        let mut opts = SimOptions::new(self.db, self.service_token);
+        opts.listen = self.listen;
+        opts.lease_length = Duration::from_secs(self.lease_seconds);
+        opts.publish_backstop = Duration::from_secs(self.publish_backstop_seconds);
+        opts.enable_test_clock = self.enable_test_clock;
+        opts
     }
-    let mut opts = SimOptions::new(
-        db.ok_or(CliError::Missing("--db"))?,
-        token.ok_or(CliError::Missing("--service-token"))?,
-    );
-    opts.listen = listen.ok_or(CliError::Missing("--listen"))?;
-    opts.lease_length = lease.unwrap_or(crate::DEFAULT_LEASE);
-    opts.publish_backstop = backstop.unwrap_or(crate::DEFAULT_PUBLISH_BACKSTOP);
-    opts.enable_test_clock = test_clock;
-    Ok(Command::Run(Box::new(opts)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
+    fn parse(s: &str) -> Result<SimOptions, clap::Error> {
+        Args::try_parse_from(std::iter::once("tcab-backend-sim").chain(s.split_whitespace()))
+            .map(Args::into_options)
+    }
+
+    #[test]
+    fn clap_accepts_the_declaration() {
+        Args::command().debug_assert();
     }
 
     #[test]
     fn full_command_line() {
-        let Command::Run(o) = parse(args(
+        let o = parse(
             "--listen 127.0.0.1:0 --db /tmp/x.db --service-token=s3cret --lease-seconds 30 \
              --publish-backstop-seconds=60 --enable-test-clock",
-        ))
-        .unwrap() else {
-            panic!("expected run")
-        };
+        )
+        .unwrap();
         assert_eq!(o.listen.port(), 0);
         assert_eq!(o.db.as_deref(), Some(std::path::Path::new("/tmp/x.db")));
         assert_eq!(o.service_token, "s3cret");
@@ -170,39 +114,31 @@ mod tests {
 
     #[test]
     fn defaults_and_errors() {
-        let Command::Run(o) = parse(args("--listen 127.0.0.1:9 --db d --service-token t")).unwrap()
-        else {
-            panic!("expected run")
-        };
+        let o = parse("--listen 127.0.0.1:9 --db d --service-token t").unwrap();
         assert_eq!(o.lease_length, crate::DEFAULT_LEASE);
+        assert_eq!(o.publish_backstop, crate::DEFAULT_PUBLISH_BACKSTOP);
         assert!(!o.enable_test_clock);
-        assert_eq!(
-            parse(args("--db d --service-token t")).unwrap_err(),
-            CliError::Missing("--listen")
-        );
-        assert_eq!(
-            parse(args("--listen")).unwrap_err(),
-            CliError::NoValue("--listen".into())
-        );
-        assert!(matches!(
-            parse(args("--listen nope --db d --service-token t")).unwrap_err(),
-            CliError::Invalid { .. }
-        ));
-        assert!(matches!(
-            parse(args(
-                "--listen 127.0.0.1:0 --db d --service-token t --lease-seconds 0"
-            ))
-            .unwrap_err(),
-            CliError::Invalid { .. }
-        ));
-        assert_eq!(
-            parse(args("--frobnicate")).unwrap_err(),
-            CliError::Unknown("--frobnicate".into())
-        );
-        assert_eq!(
-            parse(args("--db a --db b")).unwrap_err(),
-            CliError::Repeated("--db".into())
-        );
-        assert!(matches!(parse(args("--help")).unwrap(), Command::Help));
+        let err = |s: &str| parse(s).err().unwrap_or_else(|| panic!("{s} parses"));
+        let e = err("--db d --service-token t");
+        assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+        assert!(e.to_string().contains("--listen"), "{e}");
+        assert_eq!(err("--listen").kind(), ErrorKind::InvalidValue);
+        for line in [
+            "--listen nope --db d --service-token t",
+            "--listen 127.0.0.1:0 --db d --service-token t --lease-seconds 0",
+            "--listen 127.0.0.1:0 --db d --service-token t --publish-backstop-seconds x",
+            "--listen 127.0.0.1:0 --db= --service-token t",
+            "--listen 127.0.0.1:0 --db d --service-token=",
+        ] {
+            assert_eq!(err(line).kind(), ErrorKind::ValueValidation, "{line}");
+        }
+        let e = err("--listen 127.0.0.1:0 --db d --service-token t --enable-test-clock=yes");
+        assert_eq!(e.kind(), ErrorKind::TooManyValues, "{e}");
+        let e = err("--frobnicate");
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
+        assert!(e.to_string().contains("--frobnicate"), "{e}");
+        assert_eq!(err("--db a --db b").kind(), ErrorKind::ArgumentConflict);
+        assert_eq!(err("--help").kind(), ErrorKind::DisplayHelp);
+        assert_eq!(err("-V").kind(), ErrorKind::DisplayVersion);
     }
 }

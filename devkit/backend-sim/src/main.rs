@@ -1,24 +1,12 @@
 //! `tcab-backend-sim`: the reference backend as a process. See `--help`.
 
+use clap::Parser;
 use std::process::ExitCode;
-use tcab_backend_sim::cli::{self, Command};
+use tcab_backend_sim::cli::Args;
 
 fn main() -> ExitCode {
-    let opts = match cli::parse(std::env::args().skip(1)) {
-        Ok(Command::Run(opts)) => *opts,
-        Ok(Command::Help) => {
-            println!("{}", cli::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Ok(Command::Version) => {
-            println!("tcab-backend-sim {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("tcab-backend-sim: {e}\n(run with --help for usage)");
-            return ExitCode::from(2);
-        }
-    };
+    // Bad flags: clap's message and exit status 2; --help and --version: exit 0.
+    let opts = Args::parse().into_options();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(

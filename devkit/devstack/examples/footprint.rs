@@ -7,6 +7,7 @@
 //! container's resident memory, and the API and backend calls made over a
 //! number of ticks at steady state.
 
+use clap::Parser;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use tcab_devstack::{Container, Stack, StackOptions, wait_for};
@@ -25,12 +26,19 @@ fn rss_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// Resident memory of the three containers with JOBS owned Jobs, and their
+/// API and backend calls at steady state.
+#[derive(Parser)]
+#[command(name = "footprint")]
+struct Args {
+    /// Owned Jobs that never get a pod
+    #[arg(default_value_t = 10_000)]
+    jobs: usize,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let jobs: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(10_000);
+    let Args { jobs } = Args::parse();
     let dir = tempfile::tempdir()?;
     let mut options = StackOptions::new(dir.path());
     options.poll_seconds = 1.0;

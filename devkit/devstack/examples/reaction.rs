@@ -7,6 +7,7 @@
 //! backend, and driver OOM-killed -> its sandbox gone. The architecture's
 //! target for each is well under one poll interval.
 
+use clap::Parser;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tcab_devstack::{Stack, StackOptions, wait_for};
@@ -49,12 +50,19 @@ fn summary(name: &str, samples: &[Duration]) {
     );
 }
 
+/// Reaction times on the dev stack: freed slot, pod death, sandbox reap.
+/// REACTION_DIR keeps the run directory (default: a temporary one).
+#[derive(Parser)]
+#[command(name = "reaction")]
+struct Args {
+    /// Rounds to measure
+    #[arg(default_value_t = 5)]
+    rounds: usize,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(5);
+    let Args { rounds } = Args::parse();
     let dir = tempfile::tempdir()?;
     let run_dir = std::env::var("REACTION_DIR")
         .map(std::path::PathBuf::from)

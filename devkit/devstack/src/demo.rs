@@ -1,65 +1,35 @@
 //! The `tcab-devstack` command: its arguments, its run directory, the demo
 //! workload it enqueues and the status it prints. `main.rs` only wires these.
 
+use clap::Parser;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// `--help`.
-pub const HELP: &str = "tcab-devstack: the dispatcher, the simulated cluster and the reference backend on this machine
-
-Usage: tcab-devstack [--dir PATH] [--runs N] [--publishes N] [--exit-when-drained]
-
-  --dir PATH            where logs, kubeconfigs and the backend's database go (default .devstack);
-                        a directory this command made before is cleared, any other non-empty one is refused
-  --runs N              demo runs to enqueue at start (default 12)
-  --publishes N         demo publishes to enqueue at start (default 3)
-  --exit-when-drained   stop once every demo job is terminal (exit 1 if any did not end as scripted)
-";
 
 /// Marks a directory as the dev stack's own, so `--dir` never clears anything else.
 pub const MARKER: &str = ".tcab-devstack";
 
-/// The command's arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The command's arguments. A flag given twice keeps its last value.
+#[derive(Debug, Clone, PartialEq, Eq, Parser)]
+#[command(
+    name = "tcab-devstack",
+    version,
+    about = "The dispatcher, the simulated cluster and the reference backend on this machine",
+    args_override_self = true
+)]
 pub struct Args {
+    /// Where logs, kubeconfigs and the backend's database go; a directory this
+    /// command made before is cleared, any other non-empty one is refused
+    #[arg(long, value_name = "PATH", default_value = ".devstack")]
     pub dir: PathBuf,
+    /// Demo runs to enqueue at start
+    #[arg(long, value_name = "N", default_value_t = 12)]
     pub runs: usize,
+    /// Demo publishes to enqueue at start
+    #[arg(long, value_name = "N", default_value_t = 3)]
     pub publishes: usize,
+    /// Stop once every demo job is terminal (exit 1 if any did not end as scripted)
+    #[arg(long)]
     pub exit_when_drained: bool,
-}
-
-/// What the arguments ask for.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Command {
-    Run(Args),
-    Help,
-}
-
-/// Parses the arguments (without the program name).
-pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
-    let mut out = Args {
-        dir: PathBuf::from(".devstack"),
-        runs: 12,
-        publishes: 3,
-        exit_when_drained: false,
-    };
-    let mut it = args.into_iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        let number = |name: &str, v: String| {
-            v.parse::<usize>()
-                .map_err(|_| format!("{name}: expected a whole number, got {v:?}"))
-        };
-        match arg.as_str() {
-            "--dir" => out.dir = PathBuf::from(value("--dir")?),
-            "--runs" => out.runs = number("--runs", value("--runs")?)?,
-            "--publishes" => out.publishes = number("--publishes", value("--publishes")?)?,
-            "--exit-when-drained" => out.exit_when_drained = true,
-            "--help" | "-h" => return Ok(Command::Help),
-            other => return Err(format!("unexpected argument {other:?} (see --help)")),
-        }
-    }
-    Ok(Command::Run(out))
 }
 
 /// Prepares the run directory: creates it, or clears it when an earlier run of
@@ -155,30 +125,38 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn args(list: &[&str]) -> Result<Command, String> {
-        parse_args(list.iter().map(|s| s.to_string()))
+    fn args(list: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("tcab-devstack").chain(list.iter().copied()))
     }
 
     #[test]
     fn arguments() {
-        let Ok(Command::Run(a)) = args(&["--runs", "3", "--dir", "x", "--exit-when-drained"])
-        else {
-            panic!("parses")
-        };
+        use clap::CommandFactory;
+        use clap::error::ErrorKind;
+        Args::command().debug_assert();
+        let a = args(&["--runs", "3", "--dir", "x", "--exit-when-drained"]).unwrap();
         assert_eq!((a.runs, a.publishes, a.exit_when_drained), (3, 3, true));
         assert_eq!(a.dir, PathBuf::from("x"));
-        assert_eq!(args(&["--help"]), Ok(Command::Help));
-        assert!(args(&["--runs"]).unwrap_err().contains("needs a value"));
-        assert!(
-            args(&["--runs", "many"])
-                .unwrap_err()
-                .contains("expected a whole number")
+        let d = args(&[]).unwrap();
+        assert_eq!(
+            (d.dir, d.runs, d.publishes, d.exit_when_drained),
+            (PathBuf::from(".devstack"), 12, 3, false)
         );
-        assert!(
-            args(&["--bogus"])
-                .unwrap_err()
-                .contains("unexpected argument")
+        assert_eq!(args(&["--runs", "1", "--runs", "2"]).unwrap().runs, 2);
+        assert_eq!(
+            args(&["--help"]).unwrap_err().kind(),
+            ErrorKind::DisplayHelp
         );
+        let e = args(&["--runs"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+        assert!(e.to_string().contains("a value is required"), "{e}");
+        let e = args(&["--runs", "many"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("'many'"), "{e}");
+        let e = args(&["--bogus"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
+        assert!(e.to_string().contains("--bogus"), "{e}");
+        assert_eq!(e.exit_code(), 2);
     }
 
     #[test]

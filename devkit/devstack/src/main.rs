@@ -1,19 +1,14 @@
-//! `cargo run -p tcab-devstack`: the whole system on this machine.
+//! `cargo run -p tcab-devstack`: the whole system on this machine. See `--help`.
 
+use clap::Parser;
 use std::time::Duration;
-use tcab_devstack::demo::{self, Command};
+use tcab_devstack::demo::{self, Args};
 use tcab_devstack::{Stack, StackOptions};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = match demo::parse_args(std::env::args().skip(1)) {
-        Ok(Command::Run(args)) => args,
-        Ok(Command::Help) => {
-            print!("{}", demo::HELP);
-            return Ok(());
-        }
-        Err(e) => exit_2(&e),
-    };
+    // Bad flags: clap's message and exit status 2; --help and --version: exit 0.
+    let args = Args::parse();
     let dir = demo::prepare_dir(&args.dir).unwrap_or_else(|e| exit_2(&e));
     println!("starting the dev stack in {} ...", dir.display());
     let mut stack = Stack::start(StackOptions::new(&dir)).await?;

@@ -7,9 +7,12 @@ use crate::console::{Backend, Cluster};
 use crate::process::{Proc, Spec, tail};
 use crate::scrape::{DispatcherView, Scrape};
 use anyhow::{Context, bail};
+use kube::config::Kubeconfig;
+use secrecy::ExposeSecret;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tcab_kube_sim::kubeconfig;
 
 /// The dispatcher's three containers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -148,18 +151,22 @@ fn free_port() -> anyhow::Result<u16> {
 fn kubeconfig_token(path: &Path) -> anyhow::Result<String> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).context("kubeconfig is not YAML")?;
-    doc["users"][0]["user"]["token"]
-        .as_str()
-        .map(str::to_owned)
+    let config = Kubeconfig::from_yaml(&text).context("kubeconfig is not YAML")?;
+    config
+        .auth_infos
+        .first()
+        .and_then(|u| u.auth_info.as_ref()?.token.as_ref())
+        .map(|t| t.expose_secret().to_owned())
         .context("kubeconfig has no users[0].user.token")
 }
 
 fn write_kubeconfig(path: &Path, server: &str, token: &str, namespace: &str) -> anyhow::Result<()> {
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {server}\nusers:\n- name: dispatcher\n  user:\n    token: {token}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: dispatcher\n    namespace: {namespace}\ncurrent-context: sim\n"
-    );
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    let names = kubeconfig::Names {
+        cluster: "sim",
+        user: "dispatcher",
+    };
+    let config = kubeconfig::build(names, server, namespace, token);
+    kubeconfig::write_config(path, &config).with_context(|| format!("writing {}", path.display()))
 }
 
 impl Stack {

@@ -2,6 +2,7 @@
 //!
 //! `cargo run --release -p tcab-kube-sim --example bench [-- N [CONTROLLER_N]]`
 
+use clap::Parser;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -24,12 +25,22 @@ fn job(i: usize) -> Value {
     })
 }
 
+/// Times creating and listing Jobs through the HTTP API, then Jobs run
+/// through the Job controller and kubelet.
+#[derive(Parser)]
+#[command(name = "bench")]
+struct Args {
+    /// Jobs to create and list
+    #[arg(default_value_t = 10_000)]
+    n: usize,
+    /// Jobs to run through the Job controller and kubelet
+    #[arg(default_value_t = 250)]
+    controller_n: usize,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(10_000);
+    let Args { n, controller_n } = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let sim = spawn(SimOptions {
         namespace: "bench".into(),
@@ -106,10 +117,6 @@ async fn main() -> anyhow::Result<()> {
     println!("listed {n} Jobs in {pages} pages of 500 in {paged:.2?}");
     println!("total create + list: {:.2?}", create + list_all);
     drop(sim);
-    let controller_n = std::env::args()
-        .nth(2)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(250);
     controller_phase(&client, controller_n).await
 }
 

@@ -95,7 +95,7 @@ pub enum RbacError {
     },
     /// A document is not valid YAML for a Role.
     #[error("parsing the Role manifest")]
-    Parse(#[source] serde_yaml::Error),
+    Parse(#[source] Box<serde_saphyr::Error>),
     /// No `kind: Role` document in the manifest.
     #[error("the manifest holds no Role")]
     NoRole,
@@ -113,12 +113,10 @@ impl Rbac {
     pub fn parse(yaml: &str, token: &str) -> Result<Self, RbacError> {
         let mut rules = Vec::new();
         let mut found = false;
-        for doc in serde_yaml::Deserializer::from_str(yaml) {
-            let v = serde_yaml::Value::deserialize(doc).map_err(RbacError::Parse)?;
-            if v.is_null() {
-                continue;
-            }
-            let role: RoleDoc = serde_yaml::from_value(v).map_err(RbacError::Parse)?;
+        // Empty and null documents are skipped.
+        let docs: Vec<RoleDoc> =
+            serde_saphyr::from_multiple(yaml).map_err(|e| RbacError::Parse(Box::new(e)))?;
+        for role in docs {
             let scope = match (role.kind.as_str(), role.metadata.namespace) {
                 ("ClusterRole", _) => RuleScope::Cluster,
                 ("Role", Some(ns)) if !ns.is_empty() => RuleScope::Namespace(ns),

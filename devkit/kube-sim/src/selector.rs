@@ -1,28 +1,17 @@
 //! Label and field selectors, parsed the way the API server parses them.
+//!
+//! A label selector is held and matched as kube-rs's typed
+//! [`Selector`] of [`Expression`]s; kube-rs has no parser for the query
+//! string form, so parsing (and its 400 errors) stays here. Field selectors
+//! have no kube-rs counterpart and are entirely ours.
 
+use kube::core::{Expression, Selector, SelectorExt};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// One requirement of a label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Requirement {
-    /// `key=value` or `key==value`.
-    Equals(String, String),
-    /// `key!=value` (also true when the key is absent).
-    NotEquals(String, String),
-    /// `key in (a,b)`.
-    In(String, Vec<String>),
-    /// `key notin (a,b)` (also true when the key is absent).
-    NotIn(String, Vec<String>),
-    /// `key`.
-    Exists(String),
-    /// `!key`.
-    DoesNotExist(String),
-}
-
-/// A parsed label selector: all requirements must hold. Empty matches all.
+/// A parsed label selector: all expressions must hold. Empty matches all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LabelSelector(pub Vec<Requirement>);
+pub struct LabelSelector(pub Selector);
 
 /// Why a selector did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,30 +58,30 @@ fn split_top(s: &str) -> Result<Vec<&str>, SelectorError> {
     Ok(parts)
 }
 
-fn parse_set(rest: &str, whole: &str) -> Result<Vec<String>, SelectorError> {
+fn parse_set(rest: &str, whole: &str) -> Result<BTreeSet<String>, SelectorError> {
     let rest = rest.trim();
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or_else(|| SelectorError(format!("{whole:?}: expected '(' values ')'")))?;
-    let mut values = Vec::new();
+    let mut values = BTreeSet::new();
     for v in inner.split(',') {
         let v = v.trim();
         if !valid_value(v) {
             return Err(SelectorError(format!("{whole:?}: invalid value {v:?}")));
         }
-        values.push(v.to_string());
+        values.insert(v.to_string());
     }
     Ok(values)
 }
 
-fn parse_requirement(part: &str) -> Result<Requirement, SelectorError> {
+fn parse_requirement(part: &str) -> Result<Expression, SelectorError> {
     let p = part.trim();
     let err = |why: &str| SelectorError(format!("{p:?}: {why}"));
     if let Some(k) = p.strip_prefix('!') {
         let k = k.trim();
         return if valid_key(k) {
-            Ok(Requirement::DoesNotExist(k.into()))
+            Ok(Expression::DoesNotExist(k.into()))
         } else {
             Err(err("invalid key"))
         };
@@ -107,9 +96,9 @@ fn parse_requirement(part: &str) -> Result<Requirement, SelectorError> {
                 return Err(err("invalid value"));
             }
             return Ok(if neg {
-                Requirement::NotEquals(k.into(), v.into())
+                Expression::NotEqual(k.into(), v.into())
             } else {
-                Requirement::Equals(k.into(), v.into())
+                Expression::Equal(k.into(), v.into())
             });
         }
     }
@@ -123,7 +112,7 @@ fn parse_requirement(part: &str) -> Result<Requirement, SelectorError> {
             return Err(err("expected an operator"));
         }
         return if valid_key(key) {
-            Ok(Requirement::Exists(key.into()))
+            Ok(Expression::Exists(key.into()))
         } else {
             Err(err("invalid key"))
         };
@@ -132,10 +121,10 @@ fn parse_requirement(part: &str) -> Result<Requirement, SelectorError> {
         return Err(err("invalid key"));
     }
     if let Some(r) = rest.strip_prefix("notin") {
-        return Ok(Requirement::NotIn(key.into(), parse_set(r, p)?));
+        return Ok(Expression::NotIn(key.into(), parse_set(r, p)?));
     }
     if let Some(r) = rest.strip_prefix("in") {
-        return Ok(Requirement::In(key.into(), parse_set(r, p)?));
+        return Ok(Expression::In(key.into(), parse_set(r, p)?));
     }
     Err(err("unknown operator"))
 }
@@ -149,39 +138,27 @@ impl LabelSelector {
         split_top(s)?
             .into_iter()
             .map(parse_requirement)
-            .collect::<Result<_, _>>()
+            .collect::<Result<Selector, _>>()
             .map(LabelSelector)
     }
 
     /// Builds an equality selector from a `matchLabels` map.
     pub fn from_map(labels: &BTreeMap<String, String>) -> Self {
-        LabelSelector(
-            labels
-                .iter()
-                .map(|(k, v)| Requirement::Equals(k.clone(), v.clone()))
-                .collect(),
-        )
-    }
-
-    /// Whether the labels satisfy every requirement.
-    pub fn matches_with(&self, get: impl Fn(&str) -> Option<String>) -> bool {
-        self.0.iter().all(|r| match r {
-            Requirement::Equals(k, v) => get(k).as_deref() == Some(v),
-            Requirement::NotEquals(k, v) => get(k).as_deref() != Some(v),
-            Requirement::In(k, vs) => get(k).is_some_and(|x| vs.contains(&x)),
-            Requirement::NotIn(k, vs) => get(k).is_none_or(|x| !vs.contains(&x)),
-            Requirement::Exists(k) => get(k).is_some(),
-            Requirement::DoesNotExist(k) => get(k).is_none(),
-        })
+        LabelSelector(labels.clone().into_iter().collect())
     }
 
     /// Whether an object (its `metadata.labels`) satisfies the selector.
     pub fn matches(&self, obj: &Value) -> bool {
-        if self.0.is_empty() {
+        if self.0.selects_all() {
             return true;
         }
-        let labels = &obj["metadata"]["labels"];
-        self.matches_with(|k| labels.get(k).and_then(Value::as_str).map(str::to_string))
+        let labels: BTreeMap<String, String> = obj["metadata"]["labels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect();
+        self.0.matches(&labels)
     }
 }
 
@@ -328,6 +305,21 @@ mod tests {
         for s in no {
             assert!(!LabelSelector::parse(s).unwrap().matches(&o), "{s}");
         }
+    }
+
+    #[test]
+    fn parsed_selectors_are_kube_rs_selectors() {
+        let s = LabelSelector::parse("a in (y, x), b!=c,!d, e==f").unwrap();
+        assert_eq!(s.0.to_string(), "a in (x,y),b!=c,!d,e=f");
+        let labels = BTreeMap::from([("app".to_string(), "x".to_string())]);
+        let typed: Selector = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+            match_labels: Some(labels.clone()),
+            match_expressions: None,
+        }
+        .try_into()
+        .unwrap();
+        assert_eq!(LabelSelector::from_map(&labels).0, typed);
+        assert!(LabelSelector::from_map(&labels).matches(&obj(&[("app", "x")])));
     }
 
     #[test]

@@ -116,25 +116,9 @@ pub(super) fn apply_changes(cur: &mut Value, new: &Value, status_only: bool) {
     }
 }
 
-/// RFC 7386 JSON merge patch.
-pub(super) fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            let t = ensure_object(target);
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
-
-/// Applies a JSON merge patch or a strategic merge patch; returns the
-/// object and the warnings (unknown fields dropped).
+/// Applies a JSON merge patch (RFC 7386, by `json_patch::merge`) or a
+/// strategic merge patch ([`smp`]); returns the object and the warnings
+/// (unknown fields dropped).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn patch(
     sim: &Sim,
@@ -159,7 +143,7 @@ pub(super) fn patch(
         if strategic {
             smp::apply(&mut next, &p);
         } else {
-            merge_patch(&mut next, &p);
+            json_patch::merge(&mut next, &p);
         }
         warnings = fields::check_patched(kind, &p, &mut next, opts.field_validation)?;
         let before = cur.clone();
@@ -175,13 +159,17 @@ pub(super) fn patch(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
 
     #[test]
     fn merge_patch_rfc7386() {
         let mut t = json!({"a": 1, "b": {"c": 2, "d": 3}});
-        merge_patch(&mut t, &json!({"a": null, "b": {"c": 5}, "e": [1]}));
+        json_patch::merge(&mut t, &json!({"a": null, "b": {"c": 5}, "e": [1]}));
         assert_eq!(t, json!({"b": {"c": 5, "d": 3}, "e": [1]}));
+        // A patch object over a non-object replaces it; nulls inside a new
+        // member are dropped rather than stored.
+        let mut t = json!({"a": [1]});
+        json_patch::merge(&mut t, &json!({"a": {"x": null, "y": 1}}));
+        assert_eq!(t, json!({"a": {"y": 1}}));
     }
 }

@@ -32,7 +32,7 @@ fn binary_prints_its_url_and_writes_a_kubeconfig() {
         .unwrap();
     assert!(port > 0);
     let text = std::fs::read_to_string(&kc).unwrap();
-    let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let v: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
     assert_eq!(v["clusters"][0]["cluster"]["server"].as_str(), Some(url));
     assert_eq!(
         v["contexts"][0]["context"]["namespace"].as_str(),

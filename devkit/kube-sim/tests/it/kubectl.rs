@@ -108,7 +108,7 @@ async fn kubectl_works_against_the_sim() {
     let yaml_out = tokio::task::spawn_blocking(move || r(&["get", "job", "kc-pub", "-o", "yaml"]))
         .await
         .unwrap();
-    let y: serde_yaml::Value = serde_yaml::from_str(&yaml_out).unwrap();
+    let y: serde_json::Value = serde_saphyr::from_str(&yaml_out).unwrap();
     assert_eq!(y["metadata"]["labels"]["lane"].as_str(), Some("publish"));
     let r = run.clone();
     let pods_table =
@@ -393,7 +393,7 @@ async fn kubectl_server_dry_run_and_field_validation() {
     ]))
     .await;
     assert!(success, "{err}");
-    let y: serde_yaml::Value = serde_yaml::from_str(&out).unwrap();
+    let y: serde_json::Value = serde_saphyr::from_str(&out).unwrap();
     assert!(
         y["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()),
         "{out}"
