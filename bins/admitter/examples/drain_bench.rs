@@ -29,7 +29,7 @@ use tcab_admitter::{Deps, SystemClock, run};
 use tcab_shared::backend::BackendClient;
 use tcab_shared::config::{AdmitterConfig, BinaryConfig, Env};
 use tcab_shared::job_builder;
-use tcab_shared::tick::Shutdown;
+use tcab_shared::runtime::CancellationToken;
 
 const TOKEN: &str = "bench-token";
 const NS: &str = "bench";
@@ -128,7 +128,8 @@ async fn admitter(jobs: usize, vault: std::net::SocketAddr) -> anyhow::Result<Du
         backend: BackendClient::new(&world.backend.url(), TOKEN.into(), Duration::from_secs(10))?,
         clock: Arc::new(SystemClock),
     };
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let start = Instant::now();
     let task = tokio::spawn(run(config, deps, shutdown));
     while live_runs(&world) < jobs as i64 {
@@ -139,7 +140,7 @@ async fn admitter(jobs: usize, vault: std::net::SocketAddr) -> anyhow::Result<Du
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
     let took = start.elapsed();
-    trigger.trigger();
+    trigger.cancel();
     task.await??;
     world.backend.shutdown().await;
     Ok(took)
