@@ -202,3 +202,176 @@ impl Drop for Supervisor {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tick::TickOutcome;
+    use kube::runtime::watcher::Event;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn listed() -> OwnedJobs {
+        let view = OwnedJobs::new();
+        view.apply(Event::Init);
+        view.apply(Event::InitDone);
+        view
+    }
+
+    /// A watch task that never ends on its own.
+    fn endless() -> JoinHandle<()> {
+        tokio::spawn(std::future::pending())
+    }
+
+    /// A tick that takes `took` (or panics, when `took` is zero) and counts
+    /// the ticks it finished.
+    struct Slow {
+        took: Duration,
+        done: Arc<AtomicU32>,
+    }
+
+    impl Tick for Slow {
+        async fn tick(&mut self) -> TickOutcome {
+            assert!(!self.took.is_zero(), "a loop panics");
+            tokio::time::sleep(self.took).await;
+            self.done.fetch_add(1, Ordering::SeqCst);
+            TickOutcome::Idle
+        }
+    }
+
+    fn slow(secs: u64) -> (Slow, Arc<AtomicU32>) {
+        let done = Arc::new(AtomicU32::new(0));
+        let tick = Slow {
+            took: Duration::from_secs(secs),
+            done: done.clone(),
+        };
+        (tick, done)
+    }
+
+    fn health() -> Health {
+        Health::new(Duration::from_secs(60))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_before_the_first_list_starts_no_loop() {
+        let shutdown = CancellationToken::new();
+        let jobs = OwnedJobs::new();
+        let supervisor = Supervisor::new(&shutdown, &health(), &jobs, endless());
+        shutdown.cancel();
+        let ticks = supervisor
+            .run(|_| panic!("a loop started before the first list"))
+            .await
+            .expect("a clean stop");
+        assert_eq!(ticks, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_lets_the_tick_in_flight_finish() {
+        let shutdown = CancellationToken::new();
+        let health = health();
+        let supervisor = Supervisor::new(&shutdown, &health, &listed(), endless());
+        let (tick, done) = slow(10);
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stop.cancel();
+        });
+        let start = tokio::time::Instant::now();
+        let ticks = supervisor
+            .run(|loops| loops.add("test_finish", Duration::from_secs(1), Wake::never(), tick))
+            .await
+            .expect("a clean stop");
+        assert_eq!((ticks, done.load(Ordering::SeqCst)), (1, 1));
+        assert_eq!(start.elapsed(), Duration::from_secs(10), "not cut short");
+        assert!(health.ready().is_ok(), "the loop ticked once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_ends_stops_the_loops_after_their_tick_with_an_error() {
+        let shutdown = CancellationToken::new();
+        let watch = tokio::spawn(tokio::time::sleep(Duration::from_secs(5)));
+        let supervisor = Supervisor::new(&shutdown, &health(), &listed(), watch);
+        let (tick, done) = slow(10);
+        let error = supervisor
+            .run(|loops| loops.add("test_watch", Duration::from_secs(1), Wake::never(), tick))
+            .await
+            .expect_err("the watch died");
+        assert_eq!(done.load(Ordering::SeqCst), 1, "the tick finished");
+        assert!(
+            format!("{error:#}").contains("the watch of owned Jobs stopped"),
+            "{error:#}"
+        );
+        assert!(
+            !shutdown.is_cancelled(),
+            "the caller's token is the caller's"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_service_is_a_death_only_when_it_ends_before_it_is_told() {
+        // Ends on its own, before shutdown: the loops stop, with its error.
+        let shutdown = CancellationToken::new();
+        let mut supervisor = Supervisor::new(&shutdown, &health(), &listed(), endless());
+        supervisor.serve("the test service", |_| async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Err(anyhow::anyhow!("its socket broke"))
+        });
+        let (tick, _) = slow(1);
+        let error = supervisor
+            .run(|loops| loops.add("test_service", Duration::from_secs(1), Wake::never(), tick))
+            .await
+            .expect_err("the service died");
+        let error = format!("{error:#}");
+        assert!(
+            error.contains("the test service failed") && error.contains("its socket broke"),
+            "{error}"
+        );
+
+        // Ends when told to stop, on shutdown: a clean stop, after it closed.
+        let shutdown = CancellationToken::new();
+        let mut supervisor = Supervisor::new(&shutdown, &health(), &listed(), endless());
+        let closed = Arc::new(AtomicU32::new(0));
+        let seen = closed.clone();
+        supervisor.serve("the test service", move |stop| async move {
+            stop.cancelled().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            seen.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        let (tick, _) = slow(1);
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            stop.cancel();
+        });
+        supervisor
+            .run(|loops| loops.add("test_service", Duration::from_secs(1), Wake::never(), tick))
+            .await
+            .expect("a clean stop");
+        assert_eq!(closed.load(Ordering::SeqCst), 1, "the service closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_that_panics_stops_the_others_after_their_tick() {
+        let shutdown = CancellationToken::new();
+        let supervisor = Supervisor::new(&shutdown, &health(), &listed(), endless());
+        let (steady, done) = slow(10);
+        let (panicking, _) = slow(0);
+        let error = supervisor
+            .run(|loops| {
+                loops.add("test_steady", Duration::from_secs(1), Wake::never(), steady);
+                loops.add(
+                    "test_panics",
+                    Duration::from_secs(1),
+                    Wake::never(),
+                    panicking,
+                );
+            })
+            .await
+            .expect_err("a loop panicked");
+        assert_eq!(done.load(Ordering::SeqCst), 1, "the other tick finished");
+        assert!(
+            format!("{error:#}").contains("a loop panicked"),
+            "{error:#}"
+        );
+    }
+}
