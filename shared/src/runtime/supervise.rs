@@ -133,7 +133,9 @@ impl Supervisor {
             }
             loop {
                 tokio::select! {
-                    joined = running.join_next() => match joined {
+                    // Without a loop (none added), it still runs until stopped.
+                    () = self.stop.cancelled(), if running.is_empty() => break,
+                    joined = running.join_next(), if !running.is_empty() => match joined {
                         None => break,
                         Some(Ok(n)) => ticks += n,
                         Some(Err(error)) => {
@@ -262,6 +264,20 @@ mod tests {
             .await
             .expect("a clean stop");
         assert_eq!(ticks, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_loop_it_still_runs_until_shutdown() {
+        let shutdown = CancellationToken::new();
+        let supervisor = Supervisor::new(&shutdown, &health(), &listed(), endless());
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            stop.cancel();
+        });
+        let start = tokio::time::Instant::now();
+        let ticks = supervisor.run(|_| {}).await.expect("a clean stop");
+        assert_eq!((ticks, start.elapsed()), (0, Duration::from_secs(5)));
     }
 
     #[tokio::test(start_paused = true)]
