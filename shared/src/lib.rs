@@ -1,7 +1,8 @@
 //! The library the three dispatcher binaries share: configuration, cluster
 //! names and labels, the backend client, the Job builders, death causes,
-//! the watch-backed view of owned Jobs, telemetry, metrics and health, and
-//! the tick loop.
+//! the watch-backed view of owned Jobs, telemetry, metrics and health, the
+//! tick loop, and the skeleton every binary runs on ([`runtime`]: bootstrap,
+//! shutdown, the supervisor of its loops).
 //!
 //! Decisions live in the binaries' crates as pure functions; this crate holds
 //! the vocabulary and the I/O edges they all use.
@@ -14,6 +15,7 @@ pub mod kube_api;
 pub mod lane;
 pub mod metrics;
 pub mod names;
+pub mod runtime;
 pub mod secret;
 pub mod telemetry;
 pub mod tick;

@@ -726,10 +726,14 @@ mod tests {
     async fn a_timed_loop_beats_and_is_timed() {
         let health = Health::new(Duration::from_secs(10));
         health.start_loops(&["test_timed_loop"]);
-        let mut loop_ = timed("test_timed_loop", &health, || async {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            TickOutcome::Busy
-        });
+        struct Slow;
+        impl Tick for Slow {
+            async fn tick(&mut self) -> TickOutcome {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                TickOutcome::Busy
+            }
+        }
+        let mut loop_ = timed("test_timed_loop", &health, Slow);
         assert_eq!(loop_.tick().await, TickOutcome::Busy);
         health.watch_view(listed());
         assert!(health.ready().is_ok(), "the first tick is done");

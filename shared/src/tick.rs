@@ -1,8 +1,11 @@
-//! The tick loop every binary runs, and the shutdown handle that stops it.
+//! The one unit of work of every loop ([`Tick`]) and the loop that runs it
+//! until shutdown ([`run_loop`]); the supervisor in [`crate::runtime`] runs
+//! each binary's loops with it.
 
 use std::future::Future;
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// What one tick did, which decides whether the loop sleeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,71 +14,6 @@ pub enum TickOutcome {
     Busy,
     /// Nothing to do: sleep the poll interval.
     Idle,
-}
-
-/// A cloneable view of "shutdown was requested".
-#[derive(Clone, Debug)]
-pub struct Shutdown(watch::Receiver<bool>);
-
-/// Requests shutdown of every [`Shutdown`] cloned from its pair.
-#[derive(Debug)]
-pub struct ShutdownTrigger(watch::Sender<bool>);
-
-impl ShutdownTrigger {
-    /// Requests shutdown.
-    pub fn trigger(&self) {
-        self.0.send_replace(true);
-    }
-}
-
-impl Shutdown {
-    /// A trigger and its shutdown view.
-    pub fn channel() -> (ShutdownTrigger, Shutdown) {
-        let (tx, rx) = watch::channel(false);
-        (ShutdownTrigger(tx), Shutdown(rx))
-    }
-
-    /// A shutdown that fires on SIGTERM or SIGINT (Ctrl-C).
-    pub fn on_signals() -> std::io::Result<Shutdown> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (trigger, shutdown) = Shutdown::channel();
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM received; finishing the current tick"),
-                _ = int.recv() => tracing::info!("SIGINT received; finishing the current tick"),
-            }
-            trigger.trigger();
-        });
-        Ok(shutdown)
-    }
-
-    /// A shutdown that never fires (for tests that stop by other means).
-    pub fn never() -> Shutdown {
-        let (tx, rx) = watch::channel(false);
-        std::mem::forget(tx);
-        Shutdown(rx)
-    }
-
-    /// Whether shutdown was requested.
-    pub fn is_triggered(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Resolves once shutdown is requested (or its trigger is dropped).
-    pub async fn wait(&self) {
-        let mut rx = self.0.clone();
-        let _ = rx.wait_for(|stop| *stop).await;
-    }
-
-    /// Sleeps for `duration`, returning early (false) if shutdown comes first.
-    pub async fn sleep(&self, duration: Duration) -> bool {
-        tokio::select! {
-            _ = tokio::time::sleep(duration) => true,
-            _ = self.wait() => false,
-        }
-    }
 }
 
 /// Ends an idle sleep early when something happened that a loop should
@@ -119,41 +57,28 @@ impl Wake {
     }
 }
 
-/// One loop's unit of work. A loop runs `tick` again at once after a `Busy`
-/// tick and after the poll interval (or a wake-up) after an `Idle` one.
+/// One loop's unit of work, the only one: every loop of every binary is a
+/// value implementing it (state lives in the value, not in a closure). A
+/// loop runs `tick` again at once after a `Busy` tick and after the poll
+/// interval (or a wake-up) after an `Idle` one.
 pub trait Tick {
     /// Runs one tick.
     fn tick(&mut self) -> impl Future<Output = TickOutcome> + Send;
 }
 
-/// Any closure returning a tick future is a [`Tick`].
-impl<F, Fut> Tick for F
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = TickOutcome> + Send,
-{
-    fn tick(&mut self) -> impl Future<Output = TickOutcome> + Send {
-        self()
-    }
-}
-
-/// Runs `tick` until shutdown. A tick in progress always finishes; a `Busy`
-/// tick loops straight back and an `Idle` one sleeps `poll` (interrupted by
-/// shutdown). Returns how many ticks ran.
-pub async fn run_loop<T: Tick>(poll: Duration, shutdown: Shutdown, tick: T) -> u64 {
-    run_loop_with_wake(poll, shutdown, Wake::never(), tick).await
-}
-
-/// As [`run_loop`], but an idle sleep also ends early when `wake` fires: a
-/// Job that finished during or after a tick starts the next tick at once.
-pub async fn run_loop_with_wake<T: Tick>(
+/// Runs `tick` until `shutdown`. A tick in progress always finishes; a
+/// `Busy` tick loops straight back and an `Idle` one sleeps `poll`, ended
+/// early by `wake` (a Job that finished during or after a tick starts the
+/// next tick at once; [`Wake::never`] for none) or by shutdown. Returns how
+/// many ticks ran.
+pub async fn run_loop<T: Tick>(
     poll: Duration,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
     mut wake: Wake,
     mut tick: T,
 ) -> u64 {
     let mut ticks = 0;
-    while !shutdown.is_triggered() {
+    while !shutdown.is_cancelled() {
         // Events from here on (including during the tick) wake the next sleep.
         wake.mark_seen();
         let outcome = tick.tick().await;
@@ -162,7 +87,7 @@ pub async fn run_loop_with_wake<T: Tick>(
             let go_on = tokio::select! {
                 _ = tokio::time::sleep(poll) => true,
                 _ = wake.wait() => true,
-                _ = shutdown.wait() => false,
+                _ = shutdown.cancelled() => false,
             };
             if !go_on {
                 break;
@@ -177,21 +102,40 @@ pub async fn run_loop_with_wake<T: Tick>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Counts its ticks where the test can read them; Busy for the first
+    /// `busy` ticks, Idle after.
+    struct Counting {
+        count: Arc<AtomicU32>,
+        busy: u32,
+    }
+
+    impl Tick for Counting {
+        async fn tick(&mut self) -> TickOutcome {
+            let n = self.count.fetch_add(1, Ordering::SeqCst);
+            if n < self.busy {
+                TickOutcome::Busy
+            } else {
+                TickOutcome::Idle
+            }
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_wake_ends_an_idle_sleep_early() {
-        let (trigger, shutdown) = Shutdown::channel();
+        let shutdown = CancellationToken::new();
         let (bump, rx) = watch::channel(0u64);
         let count = Arc::new(AtomicU32::new(0));
-        let c = count.clone();
         let start = tokio::time::Instant::now();
-        let handle = tokio::spawn(run_loop_with_wake(
+        let handle = tokio::spawn(run_loop(
             Duration::from_secs(60),
-            shutdown,
+            shutdown.clone(),
             Wake::new(rx),
-            move || {
-                c.fetch_add(1, Ordering::SeqCst);
-                async { TickOutcome::Idle }
+            Counting {
+                count: count.clone(),
+                busy: 0,
             },
         ));
         while count.load(Ordering::SeqCst) < 1 {
@@ -202,28 +146,24 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(start.elapsed(), Duration::ZERO, "woken, not slept out");
-        trigger.trigger();
+        shutdown.cancel();
         assert_eq!(handle.await.expect("loop task"), 2);
     }
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU32, Ordering};
 
     #[tokio::test(start_paused = true)]
     async fn busy_loops_straight_back_idle_sleeps() {
-        let (trigger, shutdown) = Shutdown::channel();
+        let shutdown = CancellationToken::new();
         let count = Arc::new(AtomicU32::new(0));
-        let c = count.clone();
         let start = tokio::time::Instant::now();
-        let handle = tokio::spawn(run_loop(Duration::from_secs(5), shutdown, move || {
-            let n = c.fetch_add(1, Ordering::SeqCst);
-            async move {
-                if n < 3 {
-                    TickOutcome::Busy
-                } else {
-                    TickOutcome::Idle
-                }
-            }
-        }));
+        let handle = tokio::spawn(run_loop(
+            Duration::from_secs(5),
+            shutdown.clone(),
+            Wake::never(),
+            Counting {
+                count: count.clone(),
+                busy: 3,
+            },
+        ));
         // Three busy ticks and the first idle one happen without time passing.
         while count.load(Ordering::SeqCst) < 4 {
             tokio::task::yield_now().await;
@@ -233,7 +173,7 @@ mod tests {
         while count.load(Ordering::SeqCst) < 5 {
             tokio::task::yield_now().await;
         }
-        trigger.trigger();
+        shutdown.cancel();
         let ticks = handle.await.expect("loop task");
         assert_eq!(
             ticks, 5,

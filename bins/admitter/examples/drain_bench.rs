@@ -30,7 +30,7 @@ use tcab_admitter::job_builder;
 use tcab_admitter::{Deps, SystemClock, run};
 use tcab_shared::backend::BackendClient;
 use tcab_shared::config::{BinaryConfig, Env};
-use tcab_shared::tick::Shutdown;
+use tcab_shared::runtime::CancellationToken;
 
 const TOKEN: &str = "bench-token";
 const NS: &str = "bench";
@@ -129,7 +129,8 @@ async fn admitter(jobs: usize, vault: std::net::SocketAddr) -> anyhow::Result<Du
         backend: BackendClient::new(&world.backend.url(), TOKEN.into(), Duration::from_secs(10))?,
         clock: Arc::new(SystemClock),
     };
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let start = Instant::now();
     let task = tokio::spawn(run(config, deps, shutdown));
     while live_runs(&world) < jobs as i64 {
@@ -140,7 +141,7 @@ async fn admitter(jobs: usize, vault: std::net::SocketAddr) -> anyhow::Result<Du
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
     let took = start.elapsed();
-    trigger.trigger();
+    trigger.cancel();
     task.await??;
     world.backend.shutdown().await;
     Ok(took)

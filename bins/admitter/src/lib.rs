@@ -21,7 +21,8 @@
 //!   admission gate;
 //! - [`metrics`]: the lanes' metrics, recorded from each tick's report;
 //! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
-//!   tests) and `run(config, deps, shutdown)`;
+//!   tests) and `run(config, deps, shutdown)`, which runs each lane's loop
+//!   under the shared supervisor (`tcab_shared::runtime`);
 //! - [`clock`]: the injected clock;
 //! - [`config`]: the admitter's configuration, read from the environment.
 //!

@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use std::sync::Arc;
 use tcab_admitter::{AdmitterConfig, Deps, SystemClock, run};
 use tcab_shared::config::{self, Binary, BuildInfo};
-use tcab_shared::{telemetry, tick::Shutdown};
+use tcab_shared::{backend, runtime};
 
 const ABOUT: &str = "Claims queued runs and publishes from the backend and creates their Jobs.";
 
@@ -19,27 +19,13 @@ const BUILD: BuildInfo = BuildInfo {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let config: AdmitterConfig = config::load(ABOUT, &BUILD);
-    telemetry::init(config.common.log_format, Binary::Admitter, &BUILD);
-    tcab_shared::metrics::common().set_build_info(Binary::Admitter, &BUILD);
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let kube = tcab_shared::kube_api::client().await?;
-    let namespace = config
-        .common
-        .namespace
-        .clone()
-        .unwrap_or_else(|| kube.default_namespace().to_owned());
-    let backend = tcab_shared::backend::client_from_config(&config.backend)
-        .context("building the backend client")?;
-    let shutdown = Shutdown::on_signals().context("installing signal handlers")?;
-    run(
-        config,
-        Deps {
-            kube,
-            namespace,
-            backend,
-            clock: Arc::new(SystemClock),
-        },
-        shutdown,
-    )
-    .await
+    let started = runtime::bootstrap(Binary::Admitter, &BUILD, &config.common).await?;
+    let deps = Deps {
+        kube: started.kube,
+        namespace: started.namespace,
+        backend: backend::client_from_config(&config.backend)
+            .context("cannot build the backend client")?,
+        clock: Arc::new(SystemClock),
+    };
+    run(config, deps, started.shutdown).await
 }

@@ -19,8 +19,9 @@ use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
-use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
-use tcab_shared::tick::{Shutdown, TickOutcome, run_loop_with_wake};
+use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
+use tcab_shared::runtime::{CancellationToken, Supervisor};
+use tcab_shared::tick::TickOutcome;
 
 /// Calls (creates and reads) one settle of a create may make: enough for
 /// three unclear creates, each read back, and a fourth create.
@@ -245,14 +246,19 @@ impl Admitter {
 }
 
 /// Runs the admitter until `shutdown`: watches the owned Jobs, waits for the
-/// first full list, then runs each enabled lane's loop on its own task.
+/// first full list, then runs each enabled lane's loop on its own task
+/// (under the shared [`Supervisor`]).
 ///
 /// On shutdown each lane finishes the admission in flight (claim, vault
 /// `Put`, create, settle) and stops; `run` returns once both have. It
 /// returns an error when the Job watch dies (after the lanes stopped the
 /// same way), so the process exits and is restarted, or when a lane's task
 /// panicked.
-pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(
+    config: AdmitterConfig,
+    deps: Deps,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let settings = AdmitterSettings::from_config(&config);
     // The endpoints first: a metrics address that cannot be bound stops the
     // start, and the probes answer while the Jobs are listed.
@@ -269,7 +275,7 @@ pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyh
     let vault =
         KeeperClient::connect_lazy(config.common.vault_addr, KeeperClientSettings::default())
             .context("building the vault client")?;
-    let (cache, watch_task) = OwnedJobs::watch(
+    let (cache, watch) = OwnedJobs::watch(
         deps.kube.clone(),
         &deps.namespace,
         &config.common.managed_by,
@@ -278,8 +284,7 @@ pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyh
             ..WatchSettings::default()
         },
     );
-    let watch_abort = watch_task.abort_handle();
-    health.watch_view(cache.clone());
+    let supervisor = Supervisor::new(&shutdown, &health, &cache, watch);
     let jobs: Api<Job> = Api::namespaced(deps.kube.clone(), &deps.namespace);
     tracing::info!(
         namespace = %deps.namespace,
@@ -289,79 +294,29 @@ pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyh
         "admitter starting"
     );
 
-    // The lanes stop on the caller's shutdown, when the watch dies, or when
-    // the other lane's task panicked.
-    let (stop, stop_view) = Shutdown::channel();
-    let stop = Arc::new(stop);
-    let outer = shutdown.clone();
-    let watch_died = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let died = watch_died.clone();
-    let supervisor_stop = stop.clone();
-    let supervisor = tokio::spawn(async move {
-        tokio::select! {
-            _ = outer.wait() => {}
-            result = watch_task => {
-                died.store(true, std::sync::atomic::Ordering::SeqCst);
-                tracing::error!(?result, "the Job watch ended; stopping");
-            }
-        }
-        supervisor_stop.trigger();
-    });
-
-    tokio::select! {
-        _ = cache.wait_current() => {}
-        _ = stop_view.wait() => {}
-    }
-
     let poll = settings.poll_interval;
-    let admitter = Admitter::new(
-        settings,
-        deps.backend,
-        jobs,
-        vault,
-        cache.clone(),
-        deps.clock,
-    );
-    let mut lanes = tokio::task::JoinSet::new();
-    let enabled: Vec<LaneAdmitter> = admitter
-        .into_lanes()
-        .into_iter()
-        .filter(|lane| {
-            if !lane.enabled() {
-                tracing::info!(lane = %lane.lane(), "lane disabled (no publisher image); not admitting");
+    supervisor
+        .run(|loops| {
+            let admitter = Admitter::new(
+                settings,
+                deps.backend,
+                jobs,
+                vault,
+                cache.clone(),
+                deps.clock,
+            );
+            for lane in admitter.into_lanes() {
+                if !lane.enabled() {
+                    tracing::info!(lane = %lane.lane(), "lane disabled (no publisher image); not admitting");
+                    continue;
+                }
+                // A Job that finishes frees room: its lane ticks at once, not at the next poll.
+                let wake = cache.finishes();
+                let name = loop_name(lane.lane());
+                loops.add(name, poll, wake, MeteredLane::new(lane, metrics.clone()));
             }
-            lane.enabled()
         })
-        .collect();
-    let names: Vec<&'static str> = enabled.iter().map(|l| loop_name(l.lane())).collect();
-    health.start_loops(&names);
-    for lane in enabled {
-        // A Job that finishes frees room: its lane ticks at once, not at the next poll.
-        let wake = cache.finishes();
-        let shutdown = stop_view.clone();
-        let name = loop_name(lane.lane());
-        let lane = timed(name, &health, MeteredLane::new(lane, metrics.clone()));
-        lanes.spawn(run_loop_with_wake(poll, shutdown, wake, lane));
-    }
-    let mut panicked = false;
-    while let Some(result) = lanes.join_next().await {
-        if let Err(error) = result {
-            // A lane's loop ends on its own only by a panic: stop the other
-            // lane the same orderly way, and fail.
-            tracing::error!(%error, "a lane's loop ended abnormally; stopping");
-            panicked = true;
-            stop.trigger();
-        }
-    }
-    supervisor.abort();
-    watch_abort.abort();
-
-    if watch_died.load(std::sync::atomic::Ordering::SeqCst) {
-        anyhow::bail!("the Job watch ended");
-    }
-    if panicked {
-        anyhow::bail!("a lane's loop panicked");
-    }
+        .await?;
     tracing::info!("admitter stopped");
     Ok(())
 }

@@ -15,7 +15,7 @@ use support::*;
 use tcab_admitter::{Deps, SystemClock, run};
 use tcab_backend_sim::{SimOptions, spawn};
 use tcab_shared::names;
-use tcab_shared::tick::Shutdown;
+use tcab_shared::runtime::CancellationToken;
 
 const RUNS: usize = 200;
 const PUBLISHES: usize = 50;
@@ -103,7 +103,8 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
         backend: backend_client(&url),
         clock: Arc::new(SystemClock),
     };
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let admitter = tokio::spawn(run(config, deps, shutdown));
 
     // Drained: nothing queued, and every job finished by its fake driver or publisher.
@@ -121,7 +122,7 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    trigger.trigger();
+    trigger.cancel();
     within("admitter stops", admitter).await.unwrap().unwrap();
 
     let counters = cluster.admin().counters().await.unwrap();

@@ -10,23 +10,24 @@ use support::fake_kube::CreateFault;
 use support::*;
 use tcab_admitter::AdmitterConfig;
 use tcab_admitter::{Deps, SystemClock, run};
-use tcab_shared::tick::{Shutdown, ShutdownTrigger};
+use tcab_shared::runtime::CancellationToken;
 use tcab_shared::{Lane, names};
 use tokio::task::JoinHandle;
 
-fn start(rig: &Rig, config: AdmitterConfig) -> (ShutdownTrigger, JoinHandle<anyhow::Result<()>>) {
+fn start(rig: &Rig, config: AdmitterConfig) -> (CancellationToken, JoinHandle<anyhow::Result<()>>) {
     let deps = Deps {
         kube: rig.kube.client(),
         namespace: fake_kube::NAMESPACE.into(),
         backend: backend_client(&rig.backend.url),
         clock: Arc::new(SystemClock),
     };
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     (trigger, tokio::spawn(run(config, deps, shutdown)))
 }
 
-async fn stop(trigger: ShutdownTrigger, handle: JoinHandle<anyhow::Result<()>>) {
-    trigger.trigger();
+async fn stop(trigger: CancellationToken, handle: JoinHandle<anyhow::Result<()>>) {
+    trigger.cancel();
     within("run() returns after shutdown", handle)
         .await
         .expect("task")
@@ -187,7 +188,7 @@ async fn shutdown_finishes_the_admission_in_progress() {
         rig.backend.requests(Lane::Run) == 1
     })
     .await;
-    trigger.trigger();
+    trigger.cancel();
     // The claim is answered only after shutdown was requested; its Job is still created.
     rig.backend.release_runs();
     within("run() returns", handle)
@@ -216,7 +217,7 @@ async fn shutdown_during_a_slow_create_lets_it_finish() {
         rig.kube.create_requests(Lane::Run) == 1
     })
     .await;
-    trigger.trigger();
+    trigger.cancel();
     within("run() returns", handle)
         .await
         .expect("task")

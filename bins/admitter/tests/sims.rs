@@ -14,7 +14,7 @@ use support::*;
 use tcab_admitter::AdmitterConfig;
 use tcab_admitter::{Deps, SystemClock, run};
 use tcab_shared::names;
-use tcab_shared::tick::{Shutdown, ShutdownTrigger};
+use tcab_shared::runtime::CancellationToken;
 use tokio::task::JoinHandle;
 
 const NS: &str = "tcab";
@@ -65,14 +65,15 @@ impl Sims {
     fn start_admitter(
         &self,
         config: AdmitterConfig,
-    ) -> (ShutdownTrigger, JoinHandle<anyhow::Result<()>>) {
+    ) -> (CancellationToken, JoinHandle<anyhow::Result<()>>) {
         let deps = Deps {
             kube: self.kube(),
             namespace: NS.into(),
             backend: backend_client(&self.backend.url()),
             clock: Arc::new(SystemClock),
         };
-        let (trigger, shutdown) = Shutdown::channel();
+        let shutdown = CancellationToken::new();
+        let trigger = shutdown.clone();
         (trigger, tokio::spawn(run(config, deps, shutdown)))
     }
 
@@ -145,8 +146,8 @@ impl Sims {
     }
 }
 
-async fn stop(trigger: ShutdownTrigger, handle: JoinHandle<anyhow::Result<()>>) {
-    trigger.trigger();
+async fn stop(trigger: CancellationToken, handle: JoinHandle<anyhow::Result<()>>) {
+    trigger.cancel();
     within("run() returns", handle).await.unwrap().unwrap();
 }
 

@@ -10,7 +10,7 @@ use tcab_proto::vault::{
     admission_gate_server::{AdmissionGate, AdmissionGateServer},
     token_vault_server::{TokenVault, TokenVaultServer},
 };
-use tcab_shared::tick::Shutdown;
+use tcab_shared::runtime::CancellationToken;
 use tcab_shared::{Lane, Secret};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -68,7 +68,7 @@ pub async fn serve(
     listener: TcpListener,
     store: TokenStore,
     gate: Gate,
-    shutdown: Shutdown,
+    shutdown: CancellationToken,
 ) -> Result<(), VaultError> {
     let service = VaultService { store, gate };
     let (reporter, health) = tcab_proto::tonic_health::server::health_reporter();
@@ -83,7 +83,7 @@ pub async fn serve(
         .add_service(health)
         .add_service(TokenVaultServer::new(service.clone()))
         .add_service(AdmissionGateServer::new(service))
-        .serve_with_incoming_shutdown(incoming, async move { shutdown.wait().await })
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await
         .map_err(VaultError::Serve)
 }

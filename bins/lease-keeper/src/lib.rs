@@ -6,7 +6,9 @@
 //! - [`plan`]: every decision, pure ([`plan::renew`], [`plan::failures`],
 //!   [`plan::deaths`], [`plan::lost`], [`plan::tokens`]);
 //! - [`cause`]: reading why a Job died from its pod and its conditions;
-//! - [`run`]: the renewal and report loops and their supervisor;
+//! - [`run`]: the renewal and report loops, and `run(config, deps, shutdown)`,
+//!   which serves the vault and runs both loops under the shared supervisor
+//!   (`tcab_shared::runtime`);
 //! - [`inspect`]: the cluster reads (and the delete of a Job that never starts);
 //! - [`gate`]: the per-lane renewal state the admitter asks;
 //! - [`metrics`]: renewals, reports and renewal ages, recorded at the loops' edges;

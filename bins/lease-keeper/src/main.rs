@@ -4,7 +4,7 @@
 use anyhow::Context as _;
 use tcab_lease_keeper::{Deps, LeaseKeeperConfig, grpc, run};
 use tcab_shared::config::{self, Binary, BuildInfo};
-use tcab_shared::tick::Shutdown;
+use tcab_shared::{backend, runtime};
 
 const ABOUT: &str = "Renews claim leases, reports dead and lost drivers and publishers, and serves the token vault.";
 
@@ -19,22 +19,14 @@ const BUILD: BuildInfo = BuildInfo {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let config: LeaseKeeperConfig = config::load(ABOUT, &BUILD);
-    tcab_shared::telemetry::init(config.common.log_format, Binary::LeaseKeeper, &BUILD);
-    tcab_shared::metrics::common().set_build_info(Binary::LeaseKeeper, &BUILD);
-    let backend = tcab_shared::backend::client_from_config(&config.backend)
-        .context("cannot build the backend client")?;
-    let kube = tcab_shared::kube_api::client().await?;
-    let vault_listener =
-        grpc::bind(config.common.vault_addr, config.vault_allow_non_loopback).await?;
-    let shutdown = Shutdown::on_signals().context("cannot install signal handlers")?;
-    run(
-        config,
-        Deps {
-            backend,
-            kube,
-            vault_listener,
-        },
-        shutdown,
-    )
-    .await
+    let started = runtime::bootstrap(Binary::LeaseKeeper, &BUILD, &config.common).await?;
+    let deps = Deps {
+        kube: started.kube,
+        namespace: started.namespace,
+        backend: backend::client_from_config(&config.backend)
+            .context("cannot build the backend client")?,
+        vault_listener: grpc::bind(config.common.vault_addr, config.vault_allow_non_loopback)
+            .await?,
+    };
+    run(config, deps, started.shutdown).await
 }

@@ -14,7 +14,7 @@ use tcab_proto::vault::{
 use tcab_shared::Lane;
 use tcab_shared::backend::JobState;
 use tcab_shared::names::{claim_tag, job_name};
-use tcab_shared::tick::Shutdown;
+use tcab_shared::runtime::CancellationToken;
 
 /// Polls `cond` until it holds, failing after a deadline.
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
@@ -56,10 +56,12 @@ async fn waits_for_the_first_list_then_reports_a_death_with_the_vaulted_token() 
         .await
         .unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let deps = Deps {
-        backend: backend.client(),
         kube: kube.client(),
+        namespace: NS.into(),
+        backend: backend.client(),
         vault_listener: listener,
     };
     let task = tokio::spawn(run(
@@ -136,7 +138,7 @@ async fn waits_for_the_first_list_then_reports_a_death_with_the_vaulted_token() 
         );
     }
 
-    trigger.trigger();
+    trigger.cancel();
     let ended = tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .unwrap()
@@ -150,14 +152,15 @@ async fn a_non_loopback_vault_listener_is_refused() {
     let kube = FakeKube::start().await;
     let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
     let deps = Deps {
-        backend: backend.client(),
         kube: kube.client(),
+        namespace: NS.into(),
+        backend: backend.client(),
         vault_listener: listener,
     };
     let err = run(
         config(false, Duration::from_millis(50)),
         deps,
-        Shutdown::never(),
+        CancellationToken::new(),
     )
     .await
     .unwrap_err();
@@ -182,10 +185,12 @@ async fn shutdown_lets_a_death_report_in_flight_finish() {
         .await
         .unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let deps = Deps {
-        backend: backend.client(),
         kube: kube.client(),
+        namespace: NS.into(),
+        backend: backend.client(),
         vault_listener: listener,
     };
     let task = tokio::spawn(run(
@@ -209,7 +214,7 @@ async fn shutdown_lets_a_death_report_in_flight_finish() {
     })
     .await;
     assert_eq!(backend.lock().status_answered, 0, "still in flight");
-    trigger.trigger();
+    trigger.cancel();
     let ended = tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .unwrap()

@@ -26,7 +26,7 @@ use tcab_shared::Secret;
 use tcab_shared::backend::{BackendClient, ClaimedRun};
 use tcab_shared::config::{BinaryConfig, Env};
 use tcab_shared::names::{self, claim_tag};
-use tcab_shared::tick::{Shutdown, ShutdownTrigger};
+use tcab_shared::runtime::CancellationToken;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -46,7 +46,7 @@ struct RunningKeeper {
     url: String,
     /// How many `POST /jobs/leases` calls it has made (one per round).
     renewals: watch::Receiver<usize>,
-    trigger: ShutdownTrigger,
+    trigger: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
 
@@ -171,6 +171,7 @@ impl World {
         cfg.common.namespace = Some(NS.into());
         cfg.log_tail_lines = 5;
         let deps = Deps {
+            namespace: NS.into(),
             backend: BackendClient::new(
                 &backend_url,
                 Secret::new(SERVICE_TOKEN),
@@ -180,7 +181,8 @@ impl World {
             kube: self.kube.clone(),
             vault_listener: listener,
         };
-        let (trigger, shutdown) = Shutdown::channel();
+        let shutdown = CancellationToken::new();
+        let trigger = shutdown.clone();
         let task = tokio::spawn(run(cfg, deps, shutdown));
         RunningKeeper {
             url,
@@ -272,7 +274,7 @@ impl RunningKeeper {
     }
 
     async fn stop(self) {
-        self.trigger.trigger();
+        self.trigger.cancel();
         deadline("keeper stops", 10, self.task)
             .await
             .unwrap()

@@ -13,7 +13,7 @@ use tcab_proto::vault::{
     admission_gate_client::AdmissionGateClient, token_vault_client::TokenVaultClient,
 };
 use tcab_shared::job_cache::OwnedJobs;
-use tcab_shared::tick::Shutdown;
+use tcab_shared::runtime::CancellationToken;
 
 fn key(id: &str, claim: &str) -> Option<ClaimKey> {
     Some(ClaimKey {
@@ -31,7 +31,8 @@ async fn put_forget_gate_and_health_over_grpc() {
     let store = TokenStore::new();
     let view = OwnedJobs::new();
     let gate = Gate::new(true, view.clone());
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let server = tokio::spawn(vault::serve(
         listener,
         store.clone(),
@@ -149,7 +150,7 @@ async fn put_forget_gate_and_health_over_grpc() {
         );
     }
 
-    trigger.trigger();
+    trigger.cancel();
     let ended = tokio::time::timeout(Duration::from_secs(10), server)
         .await
         .unwrap()

@@ -19,6 +19,12 @@
 //! fresh, bounded read of the owned Jobs carrying that id that none is live;
 //! on any doubt it keeps them and plans again on a later tick. Every
 //! Kubernetes call is bounded; a tick in progress at SIGTERM is finished.
+//!
+//! - [`plan`]: the reap plan and the confirmation, pure;
+//! - [`memory`]: what is due (a reap awaited, the sweep's cadence);
+//! - [`run`]: the tick's I/O, and `run(config, deps, shutdown)`, which runs
+//!   the loop under the shared supervisor (`tcab_shared::runtime`);
+//! - [`metrics`]: the reaper's metrics, recorded from each tick's report.
 
 pub mod config;
 pub mod memory;

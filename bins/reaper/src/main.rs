@@ -1,11 +1,10 @@
 //! tcab-reaper: deletes the sandbox pods dead drivers left behind.
 
-use anyhow::Context;
+use anyhow::Context as _;
 use tcab_reaper::ReaperConfig;
 use tcab_reaper::run::{Deps, run};
-use tcab_shared::backend::client_from_config;
 use tcab_shared::config::{self, Binary, BuildInfo};
-use tcab_shared::tick::Shutdown;
+use tcab_shared::{backend, runtime};
 
 const ABOUT: &str = "Deletes the sandbox pods of driver Jobs that failed, and orphaned sandboxes.";
 
@@ -20,16 +19,12 @@ const BUILD: BuildInfo = BuildInfo {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let config: ReaperConfig = config::load(ABOUT, &BUILD);
-    tcab_shared::telemetry::init(config.common.log_format, Binary::Reaper, &BUILD);
-    tcab_shared::metrics::common().set_build_info(Binary::Reaper, &BUILD);
-    let client = tcab_shared::kube_api::client().await?;
+    let started = runtime::bootstrap(Binary::Reaper, &BUILD, &config.common).await?;
     // The backend is asked only by the orphan sweep (what it still drives).
-    let backend = config
-        .backend
-        .as_ref()
-        .map(client_from_config)
+    let backend = config.backend.as_ref().map(backend::client_from_config);
+    let backend = backend
         .transpose()
         .context("cannot build the backend client")?;
-    let shutdown = Shutdown::on_signals().context("cannot listen for signals")?;
-    run(config, Deps::new(client, backend), shutdown).await
+    let deps = Deps::new(started.kube, started.namespace, backend);
+    run(config, deps, started.shutdown).await
 }

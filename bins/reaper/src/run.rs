@@ -28,9 +28,10 @@ use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
-use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
+use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::names;
-use tcab_shared::tick::{Shutdown, Tick, TickOutcome, run_loop_with_wake};
+use tcab_shared::runtime::{CancellationToken, Supervisor};
+use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -44,37 +45,35 @@ pub type TickObserver = Arc<dyn Fn(&TickReport) + Send + Sync>;
 #[derive(Clone)]
 pub struct Deps {
     /// The Kubernetes client.
-    pub client: Client,
-    /// The clock the orphan sweep measures ages with.
-    pub clock: Clock,
+    pub kube: Client,
+    /// The namespace of the owned Jobs (the sandboxes' too, unless
+    /// `TCAB_DISPATCHER_SANDBOX_NAMESPACE` says otherwise).
+    pub namespace: String,
     /// The backend, which the orphan sweep asks what it still drives;
     /// required while the sweep is on.
     pub backend: Option<BackendClient>,
+    /// The clock the orphan sweep measures ages with.
+    pub clock: Clock,
     /// Called with each tick's report.
     pub on_tick: Option<TickObserver>,
 }
 
 impl Deps {
-    /// A client and a backend client, with the system clock.
-    pub fn new(client: Client, backend: Option<BackendClient>) -> Self {
+    /// A client, the Jobs' namespace and a backend client, with the system clock.
+    pub fn new(kube: Client, namespace: String, backend: Option<BackendClient>) -> Self {
         Deps {
-            client,
-            clock: Arc::new(Timestamp::now),
+            kube,
+            namespace,
             backend,
+            clock: Arc::new(Timestamp::now),
             on_tick: None,
         }
     }
 }
 
-/// Why the reaper stopped other than by shutdown.
+/// Why the reaper refuses to start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// The owned-Job watch task ended; without it the view goes stale.
-    #[error("the watch of owned Jobs in namespace {namespace} stopped")]
-    WatchEnded {
-        /// The namespace watched.
-        namespace: String,
-    },
     /// The orphan sweep is on but no backend client was given.
     #[error("the orphan sweep is on but no backend client was given (it asks GET /jobs/active)")]
     NoBackend,
@@ -214,7 +213,7 @@ impl TickReport {
 /// Everything a [`Reaper`] is built from.
 pub struct ReaperSetup {
     /// The Kubernetes client.
-    pub client: Client,
+    pub kube: Client,
     /// The namespace of the owned Jobs (the confirming reads).
     pub job_namespace: String,
     /// The namespace of the sandbox pods.
@@ -271,8 +270,8 @@ impl Reaper {
     /// before the first tick (a tick on a view that is not does nothing).
     pub fn new(setup: ReaperSetup) -> Self {
         Reaper {
-            pods: Api::namespaced(setup.client.clone(), &setup.sandbox_namespace),
-            job_api: Api::namespaced(setup.client, &setup.job_namespace),
+            pods: Api::namespaced(setup.kube.clone(), &setup.sandbox_namespace),
+            job_api: Api::namespaced(setup.kube, &setup.job_namespace),
             sandbox_namespace: setup.sandbox_namespace,
             jobs: setup.jobs,
             settings: setup.settings,
@@ -656,15 +655,17 @@ impl Tick for Ticks {
 
 /// Runs the reaper until `shutdown`: watches the owned Jobs in the
 /// dispatcher's namespace, waits for their first full list, then ticks
-/// every poll interval (and at once when a Job finishes). A tick under way
-/// when shutdown comes is finished, never cut between its LIST and its
-/// deletes. Returns an error only when the Job watch itself stops.
-pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow::Result<()> {
-    let own_namespace = config
-        .common
-        .namespace
-        .clone()
-        .unwrap_or_else(|| deps.client.default_namespace().to_owned());
+/// every poll interval (and at once when a Job finishes), under the shared
+/// [`Supervisor`]. A tick under way when shutdown comes is finished, never
+/// cut between its LIST and its deletes. Returns an error only when the Job
+/// watch itself stops (after the tick in flight finished) or the loop
+/// panicked.
+pub async fn run(
+    config: ReaperConfig,
+    deps: Deps,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let own_namespace = deps.namespace;
     let sandbox_namespace = config
         .sandbox_namespace
         .clone()
@@ -694,8 +695,8 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
         "reaper starting"
     );
 
-    let (jobs, mut watch_task) = OwnedJobs::watch(
-        deps.client.clone(),
+    let (jobs, watch) = OwnedJobs::watch(
+        deps.kube.clone(),
         &own_namespace,
         &config.common.managed_by,
         WatchSettings {
@@ -703,47 +704,29 @@ pub async fn run(config: ReaperConfig, deps: Deps, shutdown: Shutdown) -> anyhow
             ..WatchSettings::default()
         },
     );
-    health.watch_view(jobs.clone());
-    let watch_ended = || RunError::WatchEnded {
-        namespace: own_namespace.clone(),
-    };
-
-    tokio::select! {
-        _ = jobs.wait_current() => {}
-        _ = shutdown.wait() => {
-            watch_task.abort();
-            return Ok(());
-        }
-        _ = &mut watch_task => return Err(watch_ended().into()),
-    }
-    tracing::info!(jobs = jobs.len(), "owned Jobs listed; reaping");
-
-    // A driver Job that fails leaves a sandbox to reap now, not at the next poll.
-    let wake = jobs.finishes();
-    let ticks = Ticks {
-        reaper: Reaper::new(ReaperSetup {
-            client: deps.client,
-            job_namespace: own_namespace.clone(),
-            sandbox_namespace,
-            jobs,
-            settings,
-            clock: deps.clock,
-            backend: deps.backend,
-            kube_timeout: config.common.kube_timeout,
-        }),
-        metrics,
-        on_tick: deps.on_tick,
-    };
-    health.start_loops(&[REAP_LOOP]);
-    let ticks = timed(REAP_LOOP, &health, ticks);
-    // The loop finishes the tick in progress before it returns on shutdown.
-    let ticks = run_loop_with_wake(config.common.poll_interval, shutdown, wake, ticks);
-    tokio::select! {
-        ticks = ticks => {
-            watch_task.abort();
-            tracing::info!(ticks, "reaper stopped");
-            Ok(())
-        }
-        _ = &mut watch_task => Err(watch_ended().into()),
-    }
+    let supervisor = Supervisor::new(&shutdown, &health, &jobs, watch);
+    let ticks = supervisor
+        .run(|loops| {
+            tracing::info!(jobs = jobs.len(), "owned Jobs listed; reaping");
+            // A driver Job that fails leaves a sandbox to reap now, not at the next poll.
+            let wake = jobs.finishes();
+            let ticks = Ticks {
+                reaper: Reaper::new(ReaperSetup {
+                    kube: deps.kube,
+                    job_namespace: own_namespace,
+                    sandbox_namespace,
+                    jobs: jobs.clone(),
+                    settings,
+                    clock: deps.clock,
+                    backend: deps.backend,
+                    kube_timeout: config.common.kube_timeout,
+                }),
+                metrics,
+                on_tick: deps.on_tick,
+            };
+            loops.add(REAP_LOOP, config.common.poll_interval, wake, ticks);
+        })
+        .await?;
+    tracing::info!(ticks, "reaper stopped");
+    Ok(())
 }

@@ -26,7 +26,7 @@ use tcab_reaper::plan::{KeepReason, ReapKind};
 use tcab_reaper::run::{Deps, SweepOutcome, TickReport, run};
 use tcab_shared::backend::types::ClaimedRun;
 use tcab_shared::config::BinaryConfig;
-use tcab_shared::tick::{Shutdown, ShutdownTrigger};
+use tcab_shared::runtime::CancellationToken;
 use tokio::task::JoinHandle;
 use tracing::instrument::WithSubscriber;
 
@@ -195,7 +195,7 @@ fn requests(c: &Counters, key: &str) -> u64 {
 /// A running reaper and the reports of its ticks.
 struct Running {
     reports: Arc<Mutex<Vec<TickReport>>>,
-    trigger: ShutdownTrigger,
+    trigger: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
 
@@ -208,9 +208,11 @@ impl Running {
     ) -> Self {
         let reports = Arc::new(Mutex::new(Vec::new()));
         let sink = reports.clone();
-        let (trigger, shutdown) = Shutdown::channel();
+        let shutdown = CancellationToken::new();
+        let trigger = shutdown.clone();
         let deps = Deps {
-            client: kube,
+            kube,
+            namespace: NS.into(),
             clock: sim_clock(cluster),
             backend: Some(backend.client()),
             on_tick: Some(Arc::new(move |r: &TickReport| {
@@ -256,7 +258,7 @@ impl Running {
     }
 
     async fn stop(self) {
-        self.trigger.trigger();
+        self.trigger.cancel();
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
             .expect("reaper stops")
@@ -625,9 +627,11 @@ async fn forbidden_sandbox_namespace_is_logged_retried_and_not_fatal() {
         .with_ansi(false)
         .finish();
     let backend = quiet_backend().await;
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let deps = Deps {
-        client: client(&cluster, "reaper-token"),
+        kube: client(&cluster, "reaper-token"),
+        namespace: NS.into(),
         clock: sim_clock(&cluster),
         backend: Some(backend.client()),
         on_tick: None,
@@ -655,7 +659,7 @@ async fn forbidden_sandbox_namespace_is_logged_retried_and_not_fatal() {
     let sandboxes: Api<Pod> = Api::namespaced(admin.clone(), SANDBOXES);
     assert!(!deleted(&sandboxes, &sandbox.name_any()).await);
 
-    trigger.trigger();
+    trigger.cancel();
     tokio::time::timeout(Duration::from_secs(10), reaper)
         .await
         .expect("reaper stops")

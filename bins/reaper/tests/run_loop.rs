@@ -12,7 +12,7 @@ use std::time::Duration;
 use tcab_reaper::ReaperConfig;
 use tcab_reaper::run::{Deps, RunError, TickReport, run};
 use tcab_shared::config::{CommonConfig, LogFormat};
-use tcab_shared::tick::Shutdown;
+use tcab_shared::runtime::CancellationToken;
 use tokio::sync::oneshot;
 
 fn config() -> ReaperConfig {
@@ -163,7 +163,7 @@ fn serve(
 }
 
 fn deps(client: Client, reports: Arc<Mutex<Vec<TickReport>>>) -> Deps {
-    let mut deps = Deps::new(client, None);
+    let mut deps = Deps::new(client, "dispatcher".into(), None);
     deps.on_tick = Some(Arc::new(move |r: &TickReport| {
         reports.lock().expect("reports").push(r.clone());
     }));
@@ -184,7 +184,8 @@ async fn reaps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
         },
     );
     let reports = Arc::new(Mutex::new(Vec::new()));
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let client = Client::new(service, "default");
     let task = tokio::spawn(run(config(), deps(client, reports.clone()), shutdown));
 
@@ -219,7 +220,7 @@ async fn reaps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
         assert_eq!((seen.pod_lists, seen.reads), (1, 1));
     }
 
-    trigger.trigger();
+    trigger.cancel();
     let result = tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .expect("run stops on shutdown")
@@ -241,13 +242,14 @@ async fn shutdown_during_a_tick_lets_it_finish_its_deletes() {
         },
     );
     let reports = Arc::new(Mutex::new(Vec::new()));
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let client = Client::new(service, "default");
     let task = tokio::spawn(run(config(), deps(client, reports.clone()), shutdown));
 
     // SIGTERM arrives while the tick's LIST is in flight.
     until("the pod LIST", || seen.lock().expect("log").pod_list_held).await;
-    trigger.trigger();
+    trigger.cancel();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!task.is_finished(), "the tick was cut short");
     release_pods.send(()).expect("mock alive");
@@ -281,10 +283,11 @@ async fn shutdown_before_the_first_list_stops_cleanly() {
             held.push(send);
         }
     });
-    let (trigger, shutdown) = Shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let task = tokio::spawn(run(
         config(),
-        Deps::new(Client::new(service, "default"), None),
+        Deps::new(Client::new(service, "default"), "dispatcher".into(), None),
         shutdown,
     ));
     // Shut down while the first Job list is unanswered.
@@ -292,7 +295,7 @@ async fn shutdown_before_the_first_list_stops_cleanly() {
         *asked.lock().expect("count") >= 1
     })
     .await;
-    trigger.trigger();
+    trigger.cancel();
     let result = tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .expect("run stops on shutdown")
@@ -309,8 +312,8 @@ async fn the_sweep_without_a_backend_client_is_refused_at_start() {
     };
     let error = run(
         sweeping,
-        Deps::new(Client::new(service, "default"), None),
-        Shutdown::never(),
+        Deps::new(Client::new(service, "default"), "dispatcher".into(), None),
+        CancellationToken::new(),
     )
     .await
     .expect_err("refused");

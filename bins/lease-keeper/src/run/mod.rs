@@ -1,7 +1,8 @@
-//! The lease-keeper's loops and their supervisor: [`run`] serves the vault,
-//! watches the owned Jobs and runs two loops side by side: renewals
-//! ([`renewals`]) every poll interval, and reports ([`reports`]) at every
-//! Job change and at least every poll interval.
+//! The lease-keeper's loops: [`run`] serves the vault, watches the owned
+//! Jobs and runs two loops side by side under the shared supervisor
+//! (`tcab_shared::runtime::Supervisor`): renewals ([`renewals`]) every poll
+//! interval, and reports ([`reports`]) at every Job change and at least
+//! every poll interval.
 
 pub mod renewals;
 pub mod reports;
@@ -13,15 +14,15 @@ use crate::inspect::Inspector;
 use crate::metrics::{KeeperMetrics, MeteredRenewer, MeteredReporter, RENEW_LOOP, REPORT_LOOP};
 use crate::plan::failures::FailureSettings;
 use crate::tokens::TokenStore;
-use anyhow::Context as _;
 use renewals::{JudgedDead, Renewer};
 use reports::{Reporter, ReporterParts};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
-use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
-use tcab_shared::tick::{Shutdown, run_loop, run_loop_with_wake};
+use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
+use tcab_shared::runtime::{CancellationToken, Supervisor};
+use tcab_shared::tick::Wake;
 use tokio::net::TcpListener;
 
 /// How often a Job past the start grace has its pod read again.
@@ -31,10 +32,12 @@ pub const LOG_ATTEMPTS: u32 = 3;
 
 /// What `run` is given from outside, so tests can substitute each.
 pub struct Deps {
-    /// The backend client (service token inside).
-    pub backend: BackendClient,
     /// The Kubernetes client.
     pub kube: kube::Client,
+    /// The namespace the Jobs live in.
+    pub namespace: String,
+    /// The backend client (service token inside).
+    pub backend: BackendClient,
     /// The vault's listener, already bound (see [`grpc::bind`]).
     pub vault_listener: TcpListener,
 }
@@ -147,13 +150,20 @@ impl Keeper {
 }
 
 /// Runs the lease-keeper until `shutdown`: serves the vault, watches the
-/// owned Jobs and runs the renewal and report loops. On shutdown each loop
-/// finishes the tick in flight (a death report is never cut short). A dead
-/// watch or vault server ends it with an error.
-pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> anyhow::Result<()> {
+/// owned Jobs and, once they are listed, runs the renewal and report loops
+/// (under the shared [`Supervisor`]). On shutdown each loop finishes the
+/// tick in flight (a death report is never cut short) and the vault is
+/// given a moment to close. A dead watch or vault server stops the loops
+/// the same way and ends it with an error.
+pub async fn run(
+    config: LeaseKeeperConfig,
+    deps: Deps,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let Deps {
-        backend,
         kube,
+        namespace,
+        backend,
         vault_listener,
     } = deps;
     let vault_addr = vault_listener
@@ -171,14 +181,8 @@ pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> a
     ));
     let mut exporter = Exporter::new(common());
     metrics.register(exporter.registry_mut());
-    let endpoint_health = health.clone();
-    let namespace = config
-        .common
-        .namespace
-        .clone()
-        .unwrap_or_else(|| kube.default_namespace().to_owned());
 
-    let (jobs, mut watch_task) = OwnedJobs::watch(
+    let (jobs, watch) = OwnedJobs::watch(
         kube.clone(),
         &namespace,
         &config.common.managed_by,
@@ -187,6 +191,7 @@ pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> a
             ..WatchSettings::default()
         },
     );
+    let mut supervisor = Supervisor::new(&shutdown, &health, &jobs, watch);
     let keeper = Keeper::new(
         &config,
         backend,
@@ -195,78 +200,35 @@ pub async fn run(config: LeaseKeeperConfig, deps: Deps, shutdown: Shutdown) -> a
         jobs.clone(),
         TokenStore::new(),
     );
-    health.watch_view(jobs.clone());
     let (ages, gate) = (metrics.clone(), keeper.gate.clone());
     exporter.on_scrape(move || ages.refresh_ages(&gate, tokio::time::Instant::now()));
-    let _endpoint = match serve_if(config.common.metrics_addr, exporter, endpoint_health).await {
-        Ok(endpoint) => endpoint,
-        Err(error) => {
-            watch_task.abort();
-            return Err(error.into());
-        }
-    };
-    let mut vault_task = tokio::spawn(grpc::serve(
-        vault_listener,
-        keeper.store.clone(),
-        keeper.gate.clone(),
-        shutdown.clone(),
-    ));
+    let _endpoint = serve_if(config.common.metrics_addr, exporter, health.clone()).await?;
+    let (store, gate) = (keeper.store.clone(), keeper.gate.clone());
+    supervisor.serve("the token vault server", |stop| async move {
+        Ok(grpc::serve(vault_listener, store, gate, stop).await?)
+    });
     tracing::info!(%vault_addr, %namespace, publishing = config.publishing, "lease-keeper started; serving the token vault");
 
     let poll = config.common.poll_interval;
     let Keeper {
         renewer, reporter, ..
     } = keeper;
-    let loops = async {
-        // Nothing is renewed or judged before the first list: an unlisted
-        // view knows no Job. After that, renewals go on from the last known
-        // view even while it is not current (judging does not).
-        tokio::select! {
-            () = jobs.wait_current() => {}
-            () = shutdown.wait() => return,
-        }
-        tracing::info!(
-            jobs = jobs.len(),
-            "Job view current; renewing and reporting"
-        );
-        health.start_loops(&[RENEW_LOOP, REPORT_LOOP]);
-        let renewer = MeteredRenewer::new(renewer, metrics.clone(), config.publishing);
-        let renewals = run_loop(poll, shutdown.clone(), timed(RENEW_LOOP, &health, renewer));
-        // A Job's first sign of failure is evidence to read now, not at the next poll.
-        let reporter = timed(
-            REPORT_LOOP,
-            &health,
-            MeteredReporter::new(reporter, metrics.clone()),
-        );
-        let reports = run_loop_with_wake(poll, shutdown.clone(), jobs.changes(), reporter);
-        tokio::join!(renewals, reports);
-    };
-
-    tokio::pin!(loops);
-    let result = tokio::select! {
-        () = &mut loops => Ok(()),
-        ended = &mut watch_task => match ended {
-            Err(error) => Err(anyhow::Error::new(error).context("the Job watch task panicked")),
-            Ok(()) => Err(anyhow::anyhow!("the Job watch task ended")),
-        },
-        ended = &mut vault_task => {
-            match ended.context("the token vault task panicked")? {
-                // The vault stops on shutdown too: the loops still finish their ticks.
-                Ok(()) if shutdown.is_triggered() => {
-                    loops.await;
-                    tracing::info!("lease-keeper stopped");
-                    return Ok(());
-                }
-                Ok(()) => Err(anyhow::anyhow!("the token vault server stopped")),
-                Err(error) => Err(anyhow::Error::new(error).context("the token vault server failed")),
-            }
-        }
-    };
-    watch_task.abort();
-    if result.is_ok() {
-        // Shutdown: the loops finished their ticks; let the vault close.
-        let _ = tokio::time::timeout(Duration::from_secs(5), vault_task).await;
-        tracing::info!("lease-keeper stopped");
-    }
-    result
+    // Nothing is renewed or judged before the first list: an unlisted view
+    // knows no Job. After that, renewals go on from the last known view
+    // even while it is not current (judging does not).
+    supervisor
+        .run(|loops| {
+            tracing::info!(
+                jobs = jobs.len(),
+                "Job view current; renewing and reporting"
+            );
+            let renewer = MeteredRenewer::new(renewer, metrics.clone(), config.publishing);
+            loops.add(RENEW_LOOP, poll, Wake::never(), renewer);
+            // A Job's first sign of failure is evidence to read now, not at the next poll.
+            let reporter = MeteredReporter::new(reporter, metrics.clone());
+            loops.add(REPORT_LOOP, poll, jobs.changes(), reporter);
+        })
+        .await?;
+    tracing::info!("lease-keeper stopped");
+    Ok(())
 }

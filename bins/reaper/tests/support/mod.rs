@@ -257,7 +257,7 @@ pub fn reaper_with(
     backend: Option<BackendClient>,
 ) -> Reaper {
     Reaper::new(ReaperSetup {
-        client,
+        kube: client,
         job_namespace: DISPATCHER_NS.into(),
         sandbox_namespace: SANDBOXES.into(),
         jobs,

@@ -1,0 +1,80 @@
+//! The skeleton the three binaries share, so each `main` is a few lines and
+//! each `run(config, deps, shutdown)` differs only in what it runs:
+//!
+//! - [`bootstrap`]: in a fixed order, telemetry (and the build-info
+//!   metric), the TLS provider, the Kubernetes client, the namespace and the
+//!   shutdown token ([`shutdown::on_signals`]); the configuration is loaded
+//!   just before, by `main`;
+//! - [`shutdown`]: one [`CancellationToken`] per process, cancelled by
+//!   SIGTERM or SIGINT; the tick in flight always finishes;
+//! - [`supervise`]: first list, then loop; stop when a needed task dies or
+//!   on shutdown ([`Supervisor`]). The loops are [`crate::tick::Tick`]s.
+
+pub mod shutdown;
+pub mod supervise;
+
+pub use supervise::{Loops, Supervisor};
+pub use tokio_util::sync::CancellationToken;
+
+use crate::config::{Binary, BuildInfo, CommonConfig};
+use crate::{kube_api, metrics, telemetry};
+use anyhow::Context as _;
+
+/// What every binary starts from, whatever else its `Deps` hold.
+#[derive(Clone)]
+pub struct Started {
+    /// The Kubernetes client (every call bounded, see [`kube_api::client`]).
+    pub kube: kube::Client,
+    /// The namespace of the owned Jobs: `POD_NAMESPACE`, else the client's default.
+    pub namespace: String,
+    /// Cancelled on SIGTERM or SIGINT.
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Started")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts a binary whose configuration is loaded: telemetry first (its
+/// first line names the binary, version and revision, before anything can
+/// fail), the build-info metric, the TLS provider, the Kubernetes client,
+/// the namespace, then the signal handlers.
+pub async fn bootstrap(
+    binary: Binary,
+    build: &BuildInfo,
+    common: &CommonConfig,
+) -> anyhow::Result<Started> {
+    telemetry::init(common.log_format, binary, build);
+    metrics::common().set_build_info(binary, build);
+    install_tls_provider();
+    let kube = kube_api::client().await?;
+    let namespace = namespace(common, &kube);
+    let shutdown = shutdown::on_signals().context("cannot install the signal handlers")?;
+    Ok(Started {
+        kube,
+        namespace,
+        shutdown,
+    })
+}
+
+/// Installs rustls' ring provider as the process default, once (every TLS
+/// client of the process, kube and the backend's, uses it).
+pub fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means a provider is installed already, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// The namespace of the owned Jobs: `POD_NAMESPACE`, else the client's default.
+fn namespace(common: &CommonConfig, kube: &kube::Client) -> String {
+    common
+        .namespace
+        .clone()
+        .unwrap_or_else(|| kube.default_namespace().to_owned())
+}
