@@ -8,6 +8,7 @@
 
 pub mod backend;
 pub mod config;
+pub mod error;
 pub mod failing;
 pub mod job_builder;
 pub mod job_cache;
@@ -19,5 +20,6 @@ pub mod secret;
 pub mod telemetry;
 pub mod tick;
 
+pub use error::error_chain;
 pub use lane::Lane;
 pub use secret::Secret;

@@ -18,7 +18,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 use tcab_shared::backend::{BackendClient, BackendError, ClaimedPublish, ClaimedRun};
 use tcab_shared::job_builder::{self, JobSettings};
-use tcab_shared::{Lane, Secret, names};
+use tcab_shared::{Lane, Secret, error_chain, names};
 
 /// What one admission (or a later settle of one) came to.
 #[derive(Debug)]
@@ -305,7 +305,7 @@ pub async fn admit(lane: Lane, deps: AdmitDeps<'_>) -> Admission {
         .await
     {
         tracing::warn!(
-            %lane, job_id = %job_id, %error,
+            %lane, job_id = %job_id, error = %error_chain(&error),
             "could not hand the per-job token to the vault; a death of this Job is left to lost-job detection"
         );
     }
@@ -432,7 +432,7 @@ async fn conclude(
 async fn forget(deps: AdmitDeps<'_>, lane: Lane, job_id: &str, claim: &str) {
     if let Err(error) = deps.vault.forget(job_id, claim).await {
         tracing::warn!(
-            %lane, job_id, claim, %error,
+            %lane, job_id, claim, error = %error_chain(&error),
             "could not forget the per-job token of a claim with no Job; the lease-keeper drops it after a lease"
         );
     }

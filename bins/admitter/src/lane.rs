@@ -21,8 +21,8 @@ use std::fmt;
 use std::sync::Arc;
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
+use tcab_shared::error_chain;
 use tcab_shared::job_cache::OwnedJobs;
-use tcab_shared::kube_api::error_chain;
 use tcab_shared::tick::{Tick, TickOutcome};
 
 /// The I/O edges and settings both lanes share (read only).
@@ -402,7 +402,7 @@ impl LaneAdmitter {
             }
             LaneOutcome::ClaimFailed(error) => {
                 state.record_claim_failure(now, retry);
-                tracing::error!(%lane, %error, retry_in_ms = retry.as_millis() as u64, "claim failed");
+                tracing::error!(%lane, error = %error_chain(error), retry_in_ms = retry.as_millis() as u64, "claim failed");
             }
             LaneOutcome::CreateFailed {
                 job_id,

@@ -21,7 +21,8 @@ use crate::clock::Clock;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
 use std::time::{Duration, Instant};
-use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
+use tcab_shared::error_chain;
+use tcab_shared::kube_api::{CallError, Verb, call};
 
 /// The two calls a settle makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

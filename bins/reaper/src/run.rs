@@ -26,8 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::config::ReaperConfig;
+use tcab_shared::error_chain;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, ViewState, WatchSettings};
-use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
+use tcab_shared::kube_api::{CallError, Verb, call};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
 use tcab_shared::names;
 use tcab_shared::tick::{Shutdown, Tick, TickOutcome, run_loop_with_wake};
@@ -503,11 +504,11 @@ impl Reaper {
             Ok(active) => Ok(active.jobs.into_iter().map(|run| run.id).collect()),
             Err(error) => {
                 tracing::warn!(
-                    %error,
+                    error = %error_chain(&error),
                     next_sweep_in_seconds = self.settings.orphan_sweep_interval.as_secs(),
                     "cannot read the jobs the backend drives; no orphan is swept this round"
                 );
-                Err(error.to_string())
+                Err(error_chain(&error))
             }
         }
     }

@@ -28,9 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, JobId};
+use tcab_shared::error_chain;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs};
-use tcab_shared::kube_api::error_chain;
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
 
@@ -481,7 +481,7 @@ impl Reporter {
             match (settle_death_check(Answer::of(&read), live), &read) {
                 (DeathSettle::Report, _) => {}
                 (DeathSettle::Retry, Err(error)) => {
-                    tracing::warn!(job_id = %key.job_id, %error, "cannot read the dead driver's job; retrying next tick");
+                    tracing::warn!(job_id = %key.job_id, error = %error_chain(error), "cannot read the dead driver's job; retrying next tick");
                     continue;
                 }
                 (settled, read) => {
@@ -509,7 +509,7 @@ impl Reporter {
                     tracing::debug!(job_id = %key.job_id, %error, "death not reported: the job is already terminal");
                 }
                 (_, answer) => {
-                    let error = answer.as_ref().err().map(ToString::to_string);
+                    let error = answer.as_ref().err().map(|e| error_chain(e));
                     tracing::warn!(job_id = %key.job_id, error = error.as_deref().unwrap_or(""), "death report failed; retrying next tick");
                     continue;
                 }
@@ -589,7 +589,7 @@ impl Reporter {
                 let active = match self.backend.active_runs().await {
                     Ok(active) => active,
                     Err(error) => {
-                        tracing::warn!(%error, "cannot read the active runs; lost drivers not judged this tick");
+                        tracing::warn!(error = %error_chain(&error), "cannot read the active runs; lost drivers not judged this tick");
                         return None;
                     }
                 };
@@ -607,7 +607,7 @@ impl Reporter {
                 let active = match self.backend.active_publishes().await {
                     Ok(active) => active,
                     Err(error) => {
-                        tracing::warn!(%error, "cannot read the active publishes; lost publishers not judged this tick");
+                        tracing::warn!(error = %error_chain(&error), "cannot read the active publishes; lost publishers not judged this tick");
                         return None;
                     }
                 };
@@ -664,7 +664,7 @@ impl Reporter {
                     memory.insert(lost.job_id);
                 }
                 (_, answer) => {
-                    let error = answer.err().map(|e| e.to_string());
+                    let error = answer.err().map(|e| error_chain(&e));
                     tracing::warn!(%lane, job_id = %lost.job_id, error = error.as_deref().unwrap_or(""), "lost report failed; retrying next tick");
                 }
             }
