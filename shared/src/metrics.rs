@@ -22,7 +22,7 @@
 //! `/readyz` passes once every loop of the container has finished a tick
 //! and while the container's Job view is current.
 
-use crate::backend::LOOP_RETRY;
+use crate::backend::{BackendErrorKind, LOOP_RETRY};
 use crate::config::{Binary, BuildInfo};
 use crate::job_cache::{OwnedJobs, ViewState};
 use crate::kube_api::Verb;
@@ -73,19 +73,18 @@ where
 pub enum BackendStatus {
     /// The backend answered with this HTTP status code.
     Code(u16),
-    /// No answer within the timeout.
-    Timeout,
-    /// No answer: the connection failed or broke.
-    Transport,
+    /// No answer came: the kind of the failure (a timeout, or a connection
+    /// that failed or broke).
+    NoAnswer(BackendErrorKind),
 }
 
 impl BackendStatus {
-    /// The label value: `200`, `503`, `timeout`, `transport`.
+    /// The label value: `200`, `503`, or the failure's kind when no answer
+    /// came (`timeout`, `transport`).
     pub fn label(self) -> Cow<'static, str> {
         match self {
             BackendStatus::Code(code) => Cow::Owned(code.to_string()),
-            BackendStatus::Timeout => Cow::Borrowed("timeout"),
-            BackendStatus::Transport => Cow::Borrowed("transport"),
+            BackendStatus::NoAnswer(kind) => Cow::Borrowed(kind.as_str()),
         }
     }
 }
@@ -594,7 +593,11 @@ mod tests {
             BackendStatus::Code(200),
             Duration::from_millis(7),
         );
-        common.backend_attempt("claim_run", BackendStatus::Timeout, Duration::from_secs(10));
+        common.backend_attempt(
+            "claim_run",
+            BackendStatus::NoAnswer(BackendErrorKind::Timeout),
+            Duration::from_secs(10),
+        );
         let text = exporter.encode();
         for line in [
             "# TYPE tcab_dispatcher_build_info gauge",

@@ -11,7 +11,7 @@
 //! The client is cheap to clone (one shared connection pool). Its `Debug`
 //! shows the base URL only; no token ever reaches a log or an error.
 
-use super::error::{BackendError, Call};
+use super::error::{BackendError, BackendErrorKind, Call};
 use super::types::{
     ActivePublishes, ActiveRuns, ClaimedPublish, ClaimedRun, FailureKind, JobId, JobState, JobView,
     LeaseRenewal, LeaseRequest, LostOutcome, LostReport, PublishClaim, RunClaim, StatusAck,
@@ -132,19 +132,17 @@ impl BackendClient {
     ) -> Result<Self, BackendError> {
         let base = normalize_base_url(base_url)?;
         if service_token.is_empty() {
-            return Err(BackendError::Config {
-                reason: "the service token is empty".into(),
-            });
+            return Err(BackendError::config("the service token is empty".into()));
         }
         if HeaderValue::from_str(&bearer(&service_token)).is_err() {
-            return Err(BackendError::Config {
-                reason: "the service token is not a valid HTTP header value".into(),
-            });
+            return Err(BackendError::config(
+                "the service token is not a valid HTTP header value".into(),
+            ));
         }
         if timeout.is_zero() {
-            return Err(BackendError::Config {
-                reason: "the timeout must be longer than zero".into(),
-            });
+            return Err(BackendError::config(
+                "the timeout must be longer than zero".into(),
+            ));
         }
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
@@ -153,9 +151,7 @@ impl BackendClient {
             .connect_timeout(timeout.min(MAX_CONNECT_TIMEOUT))
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| BackendError::Config {
-                reason: format!("cannot build the HTTP client: {e}"),
-            })?;
+            .map_err(|e| BackendError::config(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 http,
@@ -267,27 +263,27 @@ impl BackendClient {
         // renewal taken for a success when it was not lets a lease lapse
         // under a live Job.
         if answer.status != StatusCode::OK {
-            return Err(BackendError::Malformed {
+            return Err(BackendError::malformed(
                 call,
-                job_id: None,
-                status: answer.status.as_u16(),
-                what: format!(
+                None,
+                answer.status.as_u16(),
+                format!(
                     "expected 200 with the renewed leases, got {}",
                     answer.status
                 ),
-            });
+            ));
         }
         let renewal: LeaseRenewal = self.parse(call, None, &answer)?;
         for (i, lease) in renewal.leases.iter().enumerate() {
             let field = format!("leases[{i}].id");
             self.check_id(call, None, &answer, &field, &lease.id)?;
             if !ids.contains(&lease.id) {
-                return Err(BackendError::Malformed {
+                return Err(BackendError::malformed(
                     call,
-                    job_id: None,
-                    status: answer.status.as_u16(),
-                    what: format!("{field}: {:?} was not asked for", lease.id),
-                });
+                    None,
+                    answer.status.as_u16(),
+                    format!("{field}: {:?} was not asked for", lease.id),
+                ));
             }
         }
         Ok(renewal)
@@ -457,11 +453,8 @@ impl BackendClient {
         let url = format!("{}{}", inner.base, req.path);
         let token = req.job_token.unwrap_or(&inner.service_token);
         let job_id = req.job_id.map(str::to_owned);
-        let mut auth =
-            HeaderValue::from_str(&bearer(token)).map_err(|_| BackendError::InvalidToken {
-                call: req.call,
-                job_id: job_id.clone(),
-            })?;
+        let mut auth = HeaderValue::from_str(&bearer(token))
+            .map_err(|_| BackendError::invalid_token(req.call, job_id.clone()))?;
         auth.set_sensitive(true);
 
         let mut attempts: u32 = 0;
@@ -483,10 +476,7 @@ impl BackendClient {
             let attempt = Attempt::new(req.call, started);
             let response = match builder.send().await {
                 Ok(response) => response,
-                Err(e) => {
-                    attempt.failed(&e);
-                    return Err(self.transport_error(req.call, &job_id, e));
-                }
+                Err(e) => return Err(attempt.failed(self.transport_error(req.call, &job_id, e))),
             };
             let status = response.status();
             if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE
@@ -502,13 +492,13 @@ impl BackendClient {
                         attempts,
                         "backend unavailable, giving up"
                     );
-                    return Err(BackendError::Unavailable {
-                        call: req.call,
+                    return Err(BackendError::unavailable(
+                        req.call,
                         job_id,
-                        status: status.as_u16(),
+                        status.as_u16(),
                         attempts,
-                        retry_after: advertised,
-                    });
+                        advertised,
+                    ));
                 }
                 let wait = advertised
                     .unwrap_or(inner.retry.default_wait)
@@ -524,20 +514,24 @@ impl BackendClient {
                 inner.sleeper.sleep(wait).await;
                 continue;
             }
-            let body = read_body(response).await;
-            match &body {
-                Ok(_) | Err(BodyError::TooLong) => attempt.answered(status),
-                Err(BodyError::Http(e)) => attempt.failed(e),
-            }
-            let body = body.map_err(|e| match e {
-                BodyError::Http(e) => self.transport_error(req.call, &job_id, e),
-                BodyError::TooLong => BackendError::Malformed {
-                    call: req.call,
-                    job_id: job_id.clone(),
-                    status: status.as_u16(),
-                    what: format!("answer body longer than {MAX_BODY_BYTES} bytes"),
-                },
-            })?;
+            let body = match read_body(response).await {
+                Ok(body) => {
+                    attempt.answered(status);
+                    body
+                }
+                Err(BodyError::TooLong) => {
+                    attempt.answered(status);
+                    return Err(BackendError::malformed(
+                        req.call,
+                        job_id.clone(),
+                        status.as_u16(),
+                        format!("answer body longer than {MAX_BODY_BYTES} bytes"),
+                    ));
+                }
+                Err(BodyError::Http(e)) => {
+                    return Err(attempt.failed(self.transport_error(req.call, &job_id, e)));
+                }
+            };
             tracing::debug!(
                 call = req.call,
                 job_id = req.job_id,
@@ -559,17 +553,9 @@ impl BackendClient {
         e: reqwest::Error,
     ) -> BackendError {
         if e.is_timeout() {
-            BackendError::Timeout {
-                call,
-                job_id: job_id.clone(),
-                timeout: self.inner.timeout,
-            }
+            BackendError::timed_out(call, job_id.clone(), self.inner.timeout)
         } else {
-            BackendError::Transport {
-                call,
-                job_id: job_id.clone(),
-                source: e,
-            }
+            BackendError::transport(call, job_id.clone(), e)
         }
     }
 
@@ -587,45 +573,42 @@ impl BackendClient {
         let (code, message) = (scrub(code), scrub(message));
         let status_u16 = status.as_u16();
         match status_u16 {
-            401 | 403 => BackendError::Unauthorized {
+            401 | 403 => BackendError::answered(
+                BackendErrorKind::Unauthorized,
                 call,
                 job_id,
-                status: status_u16,
+                status_u16,
                 code,
                 message,
-            },
-            404 => BackendError::NotFound {
+            ),
+            404 => {
+                BackendError::answered(BackendErrorKind::NotFound, call, job_id, 404, code, message)
+            }
+            409 => {
+                BackendError::answered(BackendErrorKind::Conflict, call, job_id, 409, code, message)
+            }
+            400..=499 => BackendError::answered(
+                BackendErrorKind::Rejected,
                 call,
                 job_id,
+                status_u16,
                 code,
                 message,
-            },
-            409 => BackendError::Conflict {
+            ),
+            500..=599 => BackendError::answered(
+                BackendErrorKind::Server,
                 call,
                 job_id,
+                status_u16,
                 code,
                 message,
-            },
-            400..=499 => BackendError::Rejected {
+            ),
+            _ => BackendError::malformed(
                 call,
                 job_id,
-                status: status_u16,
-                code,
-                message,
-            },
-            500..=599 => BackendError::Server {
-                call,
-                job_id,
-                status: status_u16,
-                code,
-                message,
-            },
-            _ => BackendError::Malformed {
-                call,
-                job_id,
-                status: status_u16,
-                what: format!("unexpected status {status_u16}"),
-            },
+                status_u16,
+                format!("unexpected status {status_u16}"),
+            ),
         }
     }
 
@@ -646,11 +629,13 @@ impl BackendClient {
         answer: &Answer,
         job_token: Option<&Secret>,
     ) -> Result<T, BackendError> {
-        let malformed = |what: String| BackendError::Malformed {
-            call,
-            job_id: job_id.map(str::to_owned),
-            status: answer.status.as_u16(),
-            what,
+        let malformed = |what: String| {
+            BackendError::malformed(
+                call,
+                job_id.map(str::to_owned),
+                answer.status.as_u16(),
+                what,
+            )
         };
         if answer.body.iter().all(u8::is_ascii_whitespace) {
             return Err(malformed("empty body, expected JSON".into()));
@@ -676,15 +661,15 @@ impl BackendClient {
         if is_job_id(id) {
             return Ok(());
         }
-        Err(BackendError::Malformed {
+        Err(BackendError::malformed(
             call,
-            job_id: job_id.map(str::to_owned),
-            status: answer.status.as_u16(),
-            what: format!(
+            job_id.map(str::to_owned),
+            answer.status.as_u16(),
+            format!(
                 "{field}: {:?} is not a valid job id (a label value of 1-63 characters of [A-Za-z0-9._-])",
                 self.scrub(id, None)
             ),
-        })
+        ))
     }
 
     fn check_same_job(
@@ -699,12 +684,12 @@ impl BackendClient {
             return Ok(());
         }
         self.check_id(call, Some(asked), answer, field, answered)?;
-        Err(BackendError::Malformed {
+        Err(BackendError::malformed(
             call,
-            job_id: Some(asked.to_owned()),
-            status: answer.status.as_u16(),
-            what: format!("{field}: the answer is about job {answered:?}, not the job asked about"),
-        })
+            Some(asked.to_owned()),
+            answer.status.as_u16(),
+            format!("{field}: the answer is about job {answered:?}, not the job asked about"),
+        ))
     }
 
     fn check_token(
@@ -718,12 +703,12 @@ impl BackendClient {
         if !token.is_empty() && HeaderValue::from_str(&bearer(token)).is_ok() {
             return Ok(());
         }
-        Err(BackendError::Malformed {
+        Err(BackendError::malformed(
             call,
-            job_id: job_id.map(str::to_owned),
-            status: answer.status.as_u16(),
-            what: format!("{field}: empty or not usable in an HTTP header"),
-        })
+            job_id.map(str::to_owned),
+            answer.status.as_u16(),
+            format!("{field}: empty or not usable in an HTTP header"),
+        ))
     }
 
     /// Replaces every token the client knows with a placeholder and bounds
@@ -784,13 +769,10 @@ impl Attempt {
         self.record(BackendStatus::Code(status.as_u16()));
     }
 
-    /// No answer: a timeout or a broken connection.
-    fn failed(&self, error: &reqwest::Error) {
-        self.record(if error.is_timeout() {
-            BackendStatus::Timeout
-        } else {
-            BackendStatus::Transport
-        });
+    /// No answer: `error` (a timeout or a broken connection) says why.
+    fn failed(&self, error: BackendError) -> BackendError {
+        self.record(BackendStatus::NoAnswer(error.kind()));
+        error
     }
 }
 
@@ -808,10 +790,7 @@ fn valid_input_id(call: Call, id: &str) -> Result<(), BackendError> {
     if is_job_id(id) {
         Ok(())
     } else {
-        Err(BackendError::InvalidJobId {
-            call,
-            job_id: bound_message(id),
-        })
+        Err(BackendError::invalid_job_id(call, bound_message(id)))
     }
 }
 
@@ -823,8 +802,8 @@ fn normalize_base_url(raw: &str) -> Result<String, BackendError> {
     } else {
         format!("{raw:?}")
     };
-    let url = reqwest::Url::parse(raw.trim()).map_err(|e| BackendError::Config {
-        reason: format!("base URL {shown} is not an absolute URL: {e}"),
+    let url = reqwest::Url::parse(raw.trim()).map_err(|e| {
+        BackendError::config(format!("base URL {shown} is not an absolute URL: {e}"))
     })?;
     let problem = if !matches!(url.scheme(), "http" | "https") {
         Some("its scheme is not http or https")
@@ -838,9 +817,7 @@ fn normalize_base_url(raw: &str) -> Result<String, BackendError> {
         None
     };
     if let Some(problem) = problem {
-        return Err(BackendError::Config {
-            reason: format!("base URL {shown}: {problem}"),
-        });
+        return Err(BackendError::config(format!("base URL {shown}: {problem}")));
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }
@@ -997,7 +974,7 @@ mod tests {
             "",
         ] {
             let err = normalize_base_url(bad).unwrap_err();
-            assert!(matches!(err, BackendError::Config { .. }), "{bad}: {err}");
+            assert!(err.kind() == BackendErrorKind::Config, "{bad}: {err}");
             assert!(!err.to_string().contains("pw"), "{err}");
         }
     }
