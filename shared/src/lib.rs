@@ -16,6 +16,7 @@ pub mod kube_api;
 pub mod lane;
 pub mod metrics;
 pub mod names;
+pub mod retry;
 pub mod secret;
 pub mod telemetry;
 pub mod tick;

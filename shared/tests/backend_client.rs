@@ -14,8 +14,9 @@ use std::error::Error as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tcab_shared::Secret;
-use tcab_shared::backend::client::{RetryPolicy, Sleeper};
+use tcab_shared::backend::client::RetryPolicy;
 use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobState, PublishState};
+use tcab_shared::retry::Sleeper;
 
 const CLAIM_RUN: &str = include_str!("../../docs/contract/claim-run.json");
 const CLAIM_PUBLISH: &str = include_str!("../../docs/contract/claim-publish.json");

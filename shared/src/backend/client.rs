@@ -19,8 +19,8 @@ use super::types::{
 };
 use crate::metrics::BackendStatus;
 use crate::names::is_label_value;
+use crate::retry::{Backoff, Retries, Sleeper, TokioSleeper};
 use crate::secret::Secret;
-use futures::future::BoxFuture;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -51,6 +51,16 @@ pub struct RetryPolicy {
     pub default_wait: Duration,
 }
 
+impl RetryPolicy {
+    /// The retries of one call under this policy.
+    fn retries(&self) -> Retries {
+        Retries::new(
+            Backoff::constant(self.default_wait, self.max_wait),
+            self.max_retries,
+        )
+    }
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
@@ -58,23 +68,6 @@ impl Default for RetryPolicy {
             max_wait: Duration::from_secs(30),
             default_wait: Duration::from_secs(1),
         }
-    }
-}
-
-/// Waits between attempts. Production uses [`TokioSleeper`]; tests pass one
-/// that records the waits and returns at once.
-pub trait Sleeper: Send + Sync + 'static {
-    /// A future that completes after `wait`.
-    fn sleep(&self, wait: Duration) -> BoxFuture<'static, ()>;
-}
-
-/// Sleeps on the tokio timer.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokioSleeper;
-
-impl Sleeper for TokioSleeper {
-    fn sleep(&self, wait: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(wait))
     }
 }
 
@@ -457,9 +450,8 @@ impl BackendClient {
             .map_err(|_| BackendError::invalid_token(req.call, job_id.clone()))?;
         auth.set_sensitive(true);
 
-        let mut attempts: u32 = 0;
+        let mut retries = inner.retry.retries();
         loop {
-            attempts += 1;
             let mut builder = inner
                 .http
                 .request(req.method.clone(), &url)
@@ -484,7 +476,8 @@ impl BackendClient {
                 let advertised = retry_after(response.headers(), jiff::Timestamp::now());
                 drop(response);
                 attempt.answered(status);
-                if attempts > inner.retry.max_retries {
+                let Some(wait) = retries.failed(advertised) else {
+                    let attempts = retries.failures();
                     tracing::warn!(
                         call = req.call,
                         job_id = req.job_id,
@@ -499,15 +492,12 @@ impl BackendClient {
                         attempts,
                         advertised,
                     ));
-                }
-                let wait = advertised
-                    .unwrap_or(inner.retry.default_wait)
-                    .min(inner.retry.max_wait);
+                };
                 tracing::info!(
                     call = req.call,
                     job_id = req.job_id,
                     status = status.as_u16(),
-                    attempt = attempts,
+                    attempt = retries.failures(),
                     wait_ms = wait.as_millis() as u64,
                     "backend unavailable, retrying after Retry-After"
                 );
@@ -536,7 +526,7 @@ impl BackendClient {
                 call = req.call,
                 job_id = req.job_id,
                 status = status.as_u16(),
-                attempts,
+                attempts = retries.failures() + 1,
                 "backend answered"
             );
             if status.is_success() {
