@@ -7,6 +7,7 @@
 //! the vocabulary and the I/O edges they all use.
 
 pub mod backend;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod failing;
@@ -21,6 +22,7 @@ pub mod secret;
 pub mod telemetry;
 pub mod tick;
 
+pub use clock::WallClock;
 pub use error::error_chain;
 pub use lane::Lane;
 pub use secret::Secret;

@@ -16,7 +16,6 @@ use crate::plan::{
     self, DeleteReason, Driven, KeepReason, PodDelete, PodSummary, ReapKind, ReapPlan, Snapshot,
     SweepSettings,
 };
-use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Preconditions};
@@ -26,17 +25,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::config::ReaperConfig;
-use tcab_shared::error_chain;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::kube_api::{CallError, Verb, call};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if, timed};
 use tcab_shared::names;
 use tcab_shared::tick::{Shutdown, Tick, TickOutcome, run_loop_with_wake};
+use tcab_shared::{WallClock, error_chain};
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// The time source pod ages are measured with; tests pass a fixed or stepped clock.
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// Sees the report of every tick (tests).
 pub type TickObserver = Arc<dyn Fn(&TickReport) + Send + Sync>;
@@ -47,7 +43,7 @@ pub struct Deps {
     /// The Kubernetes client.
     pub client: Client,
     /// The clock the orphan sweep measures ages with.
-    pub clock: Clock,
+    pub clock: WallClock,
     /// The backend, which the orphan sweep asks what it still drives;
     /// required while the sweep is on.
     pub backend: Option<BackendClient>,
@@ -60,7 +56,7 @@ impl Deps {
     pub fn new(client: Client, backend: Option<BackendClient>) -> Self {
         Deps {
             client,
-            clock: Arc::new(Timestamp::now),
+            clock: WallClock::system(),
             backend,
             on_tick: None,
         }
@@ -225,7 +221,7 @@ pub struct ReaperSetup {
     /// The settings.
     pub settings: SweepSettings,
     /// The clock pod ages are measured with.
-    pub clock: Clock,
+    pub clock: WallClock,
     /// The backend, for the orphan sweep.
     pub backend: Option<BackendClient>,
     /// The bound of every Kubernetes call.
@@ -239,7 +235,7 @@ pub struct Reaper {
     sandbox_namespace: String,
     jobs: OwnedJobs,
     settings: SweepSettings,
-    clock: Clock,
+    clock: WallClock,
     backend: Option<BackendClient>,
     kube_timeout: Duration,
     memory: ReapMemory,
@@ -381,7 +377,7 @@ impl Reaper {
             &Snapshot {
                 jobs: &jobs,
                 pods: &pods,
-                now: (self.clock)(),
+                now: self.clock.now(),
                 dead: &dead,
                 driven,
             },

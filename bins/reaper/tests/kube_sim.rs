@@ -8,7 +8,6 @@
 
 mod support;
 
-use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, LogParams, PostParams};
@@ -21,6 +20,7 @@ use support::{Active, Logs, MockBackend, SERVICE_TOKEN};
 use tcab_kube_sim::{ApiFault, ApiFaultMode, Counters, Rbac, SimHandle, SimOptions, spawn};
 use tcab_reaper::plan::{KeepReason, ReapKind};
 use tcab_reaper::run::{Deps, SweepOutcome, TickReport, run};
+use tcab_shared::WallClock;
 use tcab_shared::backend::types::ClaimedRun;
 use tcab_shared::config::{AdmitterConfig, BinaryConfig, ReaperConfig};
 use tcab_shared::job_builder::driver_job;
@@ -181,9 +181,9 @@ async fn deleted(pods: &Api<Pod>, name: &str) -> bool {
     }
 }
 
-fn sim_clock(sim: &SimHandle) -> Arc<dyn Fn() -> Timestamp + Send + Sync> {
+fn sim_clock(sim: &SimHandle) -> WallClock {
     let sim = sim.sim().clone();
-    Arc::new(move || sim.clock.now())
+    WallClock::from_fn(move || sim.clock.now())
 }
 
 fn requests(c: &Counters, key: &str) -> u64 {

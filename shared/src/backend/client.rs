@@ -17,6 +17,7 @@ use super::types::{
     LeaseRenewal, LeaseRequest, LostOutcome, LostReport, PublishClaim, RunClaim, StatusAck,
     StatusReport,
 };
+use crate::clock::WallClock;
 use crate::metrics::BackendStatus;
 use crate::names::is_label_value;
 use crate::retry::{Backoff, Retries, Sleeper, TokioSleeper};
@@ -86,6 +87,8 @@ struct Inner {
     timeout: Duration,
     retry: RetryPolicy,
     sleeper: Arc<dyn Sleeper>,
+    /// What an HTTP-date `Retry-After` is judged against.
+    clock: WallClock,
 }
 
 impl fmt::Debug for BackendClient {
@@ -153,6 +156,7 @@ impl BackendClient {
                 timeout,
                 retry: RetryPolicy::default(),
                 sleeper: Arc::new(TokioSleeper),
+                clock: WallClock::system(),
             }),
         })
     }
@@ -473,7 +477,7 @@ impl BackendClient {
             let status = response.status();
             if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE
             {
-                let advertised = retry_after(response.headers(), jiff::Timestamp::now());
+                let advertised = retry_after(response.headers(), inner.clock.now());
                 drop(response);
                 attempt.answered(status);
                 let Some(wait) = retries.failed(advertised) else {
