@@ -449,7 +449,7 @@ pub fn timed<T: Tick>(name: &'static str, health: &Health, tick: T) -> Timed<T> 
 
 impl<T: Tick + Send> Tick for Timed<T> {
     async fn tick(&mut self) -> TickOutcome {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let outcome = self.tick.tick().await;
         common().observe_tick(self.name, started.elapsed());
         self.health.ticked(self.name);
@@ -805,8 +805,8 @@ mod tests {
 
     /// Whether connecting to `addr` is refused within a few seconds.
     async fn wait_refused(addr: SocketAddr) -> bool {
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while std::time::Instant::now() < deadline {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline {
             if tokio::net::TcpStream::connect(addr).await.is_err() {
                 return true;
             }

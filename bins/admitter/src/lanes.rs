@@ -11,8 +11,9 @@
 use crate::admit::Creation;
 use crate::plan::HoldReason;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tcab_shared::retry::Backoff;
+use tokio::time::Instant;
 
 /// Longest back-off after consecutive Job creation failures.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);

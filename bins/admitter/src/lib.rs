@@ -20,8 +20,10 @@
 //!   admission gate;
 //! - [`metrics`]: the lanes' metrics, recorded from each tick's report;
 //! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
-//!   tests) and `run(config, deps, shutdown)`;
-//! - [`clock`]: the injected clock.
+//!   tests) and `run(config, deps, shutdown)`.
+//!
+//! Back-offs, rests and claim ages are measured on tokio's monotonic
+//! [`tokio::time::Instant`]; tests hold it still or move it with paused time.
 //!
 //! What the admitter holds to:
 //! - no claim while its own Job view is not current (listed and no watch
@@ -33,7 +35,6 @@
 //! - on shutdown each lane finishes the admission in flight.
 
 pub mod admit;
-pub mod clock;
 pub mod gate;
 pub mod keeper_client;
 pub mod lane;
@@ -43,6 +44,5 @@ pub mod plan;
 pub mod run;
 pub mod settle;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use lane::{AdmissionResult, LaneAdmitter, LaneReport};
 pub use run::{Admitter, AdmitterSettings, Deps, TickReport, run};

@@ -1,8 +1,7 @@
 //! tcab-admitter: claims queued runs and publishes and creates their Jobs.
 
 use anyhow::Context as _;
-use std::sync::Arc;
-use tcab_admitter::{Deps, SystemClock, run};
+use tcab_admitter::{Deps, run};
 use tcab_shared::config::{self, AdmitterConfig, Binary, BuildInfo};
 use tcab_shared::{telemetry, tick::Shutdown};
 
@@ -37,7 +36,6 @@ async fn main() -> anyhow::Result<()> {
             kube,
             namespace,
             backend,
-            clock: Arc::new(SystemClock),
         },
         shutdown,
     )

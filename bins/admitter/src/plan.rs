@@ -11,9 +11,9 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::time::Instant;
 use tcab_shared::Lane;
 use tcab_shared::job_cache::ViewState;
+use tokio::time::Instant;
 
 /// What the admission gate says about one lane: may the admitter claim?
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 //! [`run`], which runs both loops until shutdown.
 
 use crate::admit::LaneOutcome;
-use crate::clock::Clock;
 use crate::keeper_client::{KeeperClient, KeeperClientSettings};
 use crate::lane::{AdmissionResult, Edges, LaneAdmitter, LaneReport};
 use crate::metrics::{AdmitterMetrics, MeteredLane, loop_name};
@@ -111,8 +110,6 @@ pub struct Deps {
     pub namespace: String,
     /// The backend client.
     pub backend: BackendClient,
-    /// The clock back-offs and claim ages read.
-    pub clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for Deps {
@@ -199,7 +196,6 @@ impl Admitter {
         jobs: Api<Job>,
         vault: KeeperClient,
         cache: OwnedJobs,
-        clock: Arc<dyn Clock>,
     ) -> Self {
         let edges = Arc::new(Edges {
             settings,
@@ -207,7 +203,6 @@ impl Admitter {
             jobs,
             vault,
             cache,
-            clock,
         });
         Admitter {
             run: LaneAdmitter::new(Lane::Run, edges.clone()),
@@ -314,14 +309,7 @@ pub async fn run(config: AdmitterConfig, deps: Deps, shutdown: Shutdown) -> anyh
     }
 
     let poll = settings.poll_interval;
-    let admitter = Admitter::new(
-        settings,
-        deps.backend,
-        jobs,
-        vault,
-        cache.clone(),
-        deps.clock,
-    );
+    let admitter = Admitter::new(settings, deps.backend, jobs, vault, cache.clone());
     let mut lanes = tokio::task::JoinSet::new();
     let enabled: Vec<LaneAdmitter> = admitter
         .into_lanes()

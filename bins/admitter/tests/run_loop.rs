@@ -3,12 +3,11 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 use support::backend::token_for;
 use support::fake_kube::CreateFault;
 use support::*;
-use tcab_admitter::{Deps, SystemClock, run};
+use tcab_admitter::{Deps, run};
 use tcab_shared::config::AdmitterConfig;
 use tcab_shared::tick::{Shutdown, ShutdownTrigger};
 use tcab_shared::{Lane, names};
@@ -19,7 +18,6 @@ fn start(rig: &Rig, config: AdmitterConfig) -> (ShutdownTrigger, JoinHandle<anyh
         kube: rig.kube.client(),
         namespace: fake_kube::NAMESPACE.into(),
         backend: backend_client(&rig.backend.url),
-        clock: Arc::new(SystemClock),
     };
     let (trigger, shutdown) = Shutdown::channel();
     (trigger, tokio::spawn(run(config, deps, shutdown)))

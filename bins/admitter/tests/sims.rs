@@ -8,10 +8,9 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 use support::*;
-use tcab_admitter::{Deps, SystemClock, run};
+use tcab_admitter::{Deps, run};
 use tcab_shared::config::AdmitterConfig;
 use tcab_shared::names;
 use tcab_shared::tick::{Shutdown, ShutdownTrigger};
@@ -70,7 +69,6 @@ impl Sims {
             kube: self.kube(),
             namespace: NS.into(),
             backend: backend_client(&self.backend.url()),
-            clock: Arc::new(SystemClock),
         };
         let (trigger, shutdown) = Shutdown::channel();
         (trigger, tokio::spawn(run(config, deps, shutdown)))

@@ -468,7 +468,7 @@ impl BackendClient {
                 None if req.method == Method::POST => builder.body(Vec::new()),
                 None => builder,
             };
-            let started = std::time::Instant::now();
+            let started = tokio::time::Instant::now();
             let attempt = Attempt::new(req.call, started);
             let response = match builder.send().await {
                 Ok(response) => response,
@@ -743,11 +743,11 @@ pub fn metric_call(call: Call) -> &'static str {
 /// once it has its answer (or none).
 struct Attempt {
     call: &'static str,
-    started: std::time::Instant,
+    started: tokio::time::Instant,
 }
 
 impl Attempt {
-    fn new(call: Call, started: std::time::Instant) -> Self {
+    fn new(call: Call, started: tokio::time::Instant) -> Self {
         Attempt {
             call: metric_call(call),
             started,
