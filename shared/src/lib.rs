@@ -1,7 +1,8 @@
 //! The library the three dispatcher binaries share: configuration, cluster
 //! names and labels, the backend client, the Job builders, death causes,
 //! the watch-backed view of owned Jobs, telemetry, metrics and health, and
-//! the tick loop.
+//! the tick loop; and one way each to tell wall time ([`clock`]), to retry
+//! ([`retry`]) and to write an error on one line ([`error`]).
 //!
 //! Decisions live in the binaries' crates as pure functions; this crate holds
 //! the vocabulary and the I/O edges they all use.
