@@ -6,8 +6,9 @@
 //!
 //! Its users: the backend client's retry of 429/503 (a constant wait, or the
 //! backend's `Retry-After`, capped), the admitter's vault `Put` (a doubling
-//! pause, a few attempts) and the admitter's lane back-off after failed
-//! creates (doubling from 1 s up to a minute, across ticks).
+//! pause, a few attempts), the admitter's lane back-off after failed
+//! creates (doubling from 1 s up to a minute, across ticks) and the Job
+//! watch's wait before it lists again after an error.
 
 use futures::future::BoxFuture;
 use std::time::Duration;
