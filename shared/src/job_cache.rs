@@ -18,6 +18,7 @@
 use crate::kube_api::Verb;
 use crate::lane::Lane;
 use crate::names;
+use crate::retry::Backoff;
 use crate::tick::Wake;
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -269,14 +270,15 @@ impl OwnedJobs {
             .timeout(timeout);
         let feed = cache.clone();
         let task = tokio::spawn(async move {
-            let mut backoff = settings.min_backoff;
+            let backoff = Backoff::doubling(settings.min_backoff, settings.max_backoff);
+            let mut failures: u32 = 0;
             loop {
                 let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
                 let error = loop {
                     match stream.next().await {
                         Some(Ok(event)) => {
                             if matches!(event, Event::InitDone) {
-                                backoff = settings.min_backoff;
+                                failures = 0;
                             }
                             feed.apply(event);
                         }
@@ -291,8 +293,8 @@ impl OwnedJobs {
                     }
                 };
                 feed.mark_failed(&error);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(settings.max_backoff);
+                failures = failures.saturating_add(1);
+                tokio::time::sleep(backoff.after(failures)).await;
             }
         });
         (cache, task)

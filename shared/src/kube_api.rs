@@ -147,21 +147,6 @@ where
     }
 }
 
-/// An error and its sources on one line (`a: b: c`).
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.ends_with(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
-    }
-    line
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,23 +2,30 @@
 //! names and labels, the backend client, the Job builders, death causes,
 //! the watch-backed view of owned Jobs, telemetry, metrics and health, the
 //! tick loop, and the skeleton every binary runs on ([`runtime`]: bootstrap,
-//! shutdown, the supervisor of its loops).
+//! shutdown, the supervisor of its loops); and one way each to tell wall
+//! time ([`clock`]), to retry ([`retry`]) and to write an error on one line
+//! ([`error`]).
 //!
 //! Decisions live in the binaries' crates as pure functions; this crate holds
 //! the vocabulary and the I/O edges they all use.
 
 pub mod backend;
+pub mod clock;
 pub mod config;
+pub mod error;
 pub mod failing;
 pub mod job_cache;
 pub mod kube_api;
 pub mod lane;
 pub mod metrics;
 pub mod names;
+pub mod retry;
 pub mod runtime;
 pub mod secret;
 pub mod telemetry;
 pub mod tick;
 
+pub use clock::WallClock;
+pub use error::error_chain;
 pub use lane::Lane;
 pub use secret::Secret;

@@ -22,7 +22,7 @@
 //! `/readyz` passes once every loop of the container has finished a tick
 //! and while the container's Job view is current.
 
-use crate::backend::LOOP_RETRY;
+use crate::backend::{BackendErrorKind, LOOP_RETRY};
 use crate::config::{Binary, BuildInfo};
 use crate::job_cache::{OwnedJobs, ViewState};
 use crate::kube_api::Verb;
@@ -73,19 +73,18 @@ where
 pub enum BackendStatus {
     /// The backend answered with this HTTP status code.
     Code(u16),
-    /// No answer within the timeout.
-    Timeout,
-    /// No answer: the connection failed or broke.
-    Transport,
+    /// No answer came: the kind of the failure (a timeout, or a connection
+    /// that failed or broke).
+    NoAnswer(BackendErrorKind),
 }
 
 impl BackendStatus {
-    /// The label value: `200`, `503`, `timeout`, `transport`.
+    /// The label value: `200`, `503`, or the failure's kind when no answer
+    /// came (`timeout`, `transport`).
     pub fn label(self) -> Cow<'static, str> {
         match self {
             BackendStatus::Code(code) => Cow::Owned(code.to_string()),
-            BackendStatus::Timeout => Cow::Borrowed("timeout"),
-            BackendStatus::Transport => Cow::Borrowed("transport"),
+            BackendStatus::NoAnswer(kind) => Cow::Borrowed(kind.as_str()),
         }
     }
 }
@@ -450,7 +449,7 @@ pub fn timed<T: Tick>(name: &'static str, health: &Health, tick: T) -> Timed<T> 
 
 impl<T: Tick + Send> Tick for Timed<T> {
     async fn tick(&mut self) -> TickOutcome {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let outcome = self.tick.tick().await;
         common().observe_tick(self.name, started.elapsed());
         self.health.ticked(self.name);
@@ -594,7 +593,11 @@ mod tests {
             BackendStatus::Code(200),
             Duration::from_millis(7),
         );
-        common.backend_attempt("claim_run", BackendStatus::Timeout, Duration::from_secs(10));
+        common.backend_attempt(
+            "claim_run",
+            BackendStatus::NoAnswer(BackendErrorKind::Timeout),
+            Duration::from_secs(10),
+        );
         let text = exporter.encode();
         for line in [
             "# TYPE tcab_dispatcher_build_info gauge",
@@ -806,8 +809,8 @@ mod tests {
 
     /// Whether connecting to `addr` is refused within a few seconds.
     async fn wait_refused(addr: SocketAddr) -> bool {
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while std::time::Instant::now() < deadline {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline {
             if tokio::net::TcpStream::connect(addr).await.is_err() {
                 return true;
             }

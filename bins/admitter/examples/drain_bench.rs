@@ -23,11 +23,10 @@ mod gate;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcab_admitter::AdmitterConfig;
 use tcab_admitter::job_builder;
-use tcab_admitter::{Deps, SystemClock, run};
+use tcab_admitter::{Deps, run};
 use tcab_shared::backend::BackendClient;
 use tcab_shared::config::{BinaryConfig, Env};
 use tcab_shared::runtime::CancellationToken;
@@ -127,7 +126,6 @@ async fn admitter(jobs: usize, vault: std::net::SocketAddr) -> anyhow::Result<Du
         kube: world.kube.clone(),
         namespace: NS.into(),
         backend: BackendClient::new(&world.backend.url(), TOKEN.into(), Duration::from_secs(10))?,
-        clock: Arc::new(SystemClock),
     };
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();

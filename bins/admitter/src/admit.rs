@@ -9,16 +9,16 @@
 //! token is forgotten in the vault (best effort) and the claim is left to
 //! lapse: the backend requeues the job.
 
-use crate::clock::Clock;
 use crate::job_builder::{self, JobSettings};
 use crate::keeper_client::KeeperClient;
 use crate::settle::{self, Confirmation, End, GiveUp, Known, SettleEdges, SettleLimits};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::Api;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tcab_shared::backend::{BackendClient, BackendError, ClaimedPublish, ClaimedRun};
-use tcab_shared::{Lane, Secret, names};
+use tcab_shared::{Lane, Secret, error_chain, names};
+use tokio::time::Instant;
 
 /// What one admission (or a later settle of one) came to.
 #[derive(Debug)]
@@ -228,8 +228,6 @@ pub struct AdmitDeps<'a> {
     pub vault: &'a KeeperClient,
     /// What the Job builders read.
     pub settings: &'a JobSettings,
-    /// The clock claim ages are measured on.
-    pub clock: &'a dyn Clock,
     /// Bound of each Kubernetes call.
     pub kube_timeout: Duration,
     /// Bounds of a settle.
@@ -251,7 +249,6 @@ impl AdmitDeps<'_> {
         SettleEdges {
             jobs: self.jobs,
             kube_timeout: self.kube_timeout,
-            clock: self.clock,
             limits: self.limits,
         }
     }
@@ -279,7 +276,7 @@ impl From<LaneOutcome> for Admission {
 pub async fn admit(lane: Lane, deps: AdmitDeps<'_>) -> Admission {
     // Measured before the claim is sent: the lease cannot start earlier, so
     // the claim's age is never under-estimated.
-    let claimed_at = deps.clock.now();
+    let claimed_at = Instant::now();
     let claimed = match lane {
         Lane::Run => deps.backend.claim_run().await.map(|c| c.map(Claimed::Run)),
         Lane::Publish => deps
@@ -305,7 +302,7 @@ pub async fn admit(lane: Lane, deps: AdmitDeps<'_>) -> Admission {
         .await
     {
         tracing::warn!(
-            %lane, job_id = %job_id, %error,
+            %lane, job_id = %job_id, error = %error_chain(&error),
             "could not hand the per-job token to the vault; a death of this Job is left to lost-job detection"
         );
     }
@@ -432,7 +429,7 @@ async fn conclude(
 async fn forget(deps: AdmitDeps<'_>, lane: Lane, job_id: &str, claim: &str) {
     if let Err(error) = deps.vault.forget(job_id, claim).await {
         tracing::warn!(
-            %lane, job_id, claim, %error,
+            %lane, job_id, claim, error = %error_chain(&error),
             "could not forget the per-job token of a claim with no Job; the lease-keeper drops it after a lease"
         );
     }

@@ -12,6 +12,7 @@ use tcab_proto::vault::token_vault_client::TokenVaultClient;
 use tcab_proto::vault::{
     self as pb, ClaimKey, ForgetRequest, LastRenewalRequest, PutRequest, RenewalStatus,
 };
+use tcab_shared::retry::{Backoff, Retries};
 use tcab_shared::{Lane, Secret};
 use tonic::transport::{Channel, Endpoint};
 
@@ -24,6 +25,17 @@ pub struct KeeperClientSettings {
     pub put_attempts: u32,
     /// Pause before the first retry of a `Put`; doubled for each further one.
     pub put_retry_delay: Duration,
+}
+
+impl KeeperClientSettings {
+    /// The retries of one `Put`: `put_attempts` in all (at least one), the
+    /// pause doubling from `put_retry_delay`.
+    fn put_retries(&self) -> Retries {
+        Retries::new(
+            Backoff::doubling(self.put_retry_delay, Duration::MAX),
+            self.put_attempts.max(1) - 1,
+        )
+    }
 }
 
 impl Default for KeeperClientSettings {
@@ -108,28 +120,23 @@ impl KeeperClient {
                 Lane::Publish => pb::Lane::Publish,
             } as i32,
         };
-        let attempts = self.settings.put_attempts.max(1);
-        let mut pause = self.settings.put_retry_delay;
-        let mut attempt = 0;
+        let mut retries = self.settings.put_retries();
         loop {
-            attempt += 1;
             let mut client = self.vault.clone();
-            match client.put(request.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(status) if attempt >= attempts => {
-                    return Err(VaultError::Call {
-                        call: "Put",
-                        attempts,
-                        code: status.code(),
-                        message: status.message().to_owned(),
-                    });
-                }
-                Err(status) => {
-                    tracing::debug!(job_id, attempt, code = ?status.code(), "vault Put failed; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = pause.saturating_mul(2);
-                }
-            }
+            let Err(status) = client.put(request.clone()).await else {
+                return Ok(());
+            };
+            let Some(pause) = retries.failed(None) else {
+                return Err(VaultError::Call {
+                    call: "Put",
+                    attempts: retries.failures(),
+                    code: status.code(),
+                    message: status.message().to_owned(),
+                });
+            };
+            let attempt = retries.failures();
+            tracing::debug!(job_id, attempt, code = ?status.code(), "vault Put failed; retrying");
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -167,5 +174,30 @@ impl KeeperClient {
                 code: status.code(),
                 message: status.message().to_owned(),
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_put_is_tried_three_times_with_a_doubling_pause() {
+        let mut retries = KeeperClientSettings::default().put_retries();
+        let pauses: Vec<Duration> = std::iter::from_fn(|| retries.failed(None)).collect();
+        assert_eq!(
+            pauses,
+            [Duration::from_millis(100), Duration::from_millis(200)]
+        );
+        assert_eq!(retries.failures(), 3, "three attempts in all");
+        let once = KeeperClientSettings {
+            put_attempts: 0,
+            ..KeeperClientSettings::default()
+        };
+        assert_eq!(
+            once.put_retries().failed(None),
+            None,
+            "one attempt at least"
+        );
     }
 }

@@ -9,7 +9,6 @@
 //! lane never delays the other.
 
 use crate::admit::{self, Admission, AdmitDeps, CreateFailure, LaneOutcome};
-use crate::clock::Clock;
 use crate::gate::lane_gate;
 use crate::keeper_client::KeeperClient;
 use crate::lanes::LaneState;
@@ -21,9 +20,10 @@ use std::fmt;
 use std::sync::Arc;
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
+use tcab_shared::error_chain;
 use tcab_shared::job_cache::OwnedJobs;
-use tcab_shared::kube_api::error_chain;
 use tcab_shared::tick::{Tick, TickOutcome};
+use tokio::time::Instant;
 
 /// The I/O edges and settings both lanes share (read only).
 pub struct Edges {
@@ -37,8 +37,6 @@ pub struct Edges {
     pub vault: KeeperClient,
     /// The watch-backed view of the owned Jobs.
     pub cache: OwnedJobs,
-    /// The clock back-offs and claim ages read.
-    pub clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for Edges {
@@ -205,7 +203,6 @@ impl LaneAdmitter {
             jobs: &edges.jobs,
             vault: &edges.vault,
             settings: &edges.settings.jobs,
-            clock: &*edges.clock,
             kube_timeout: edges.settings.kube_timeout,
             limits: edges.settings.settle_limits(),
         }
@@ -259,7 +256,7 @@ impl LaneAdmitter {
     /// unsettled by an earlier tick.
     async fn settle_leftovers(&mut self) -> Vec<LaneOutcome> {
         let lane = self.lane;
-        let now = self.edges.clock.now();
+        let now = Instant::now();
         let cache = &self.edges.cache;
         let seen = self.state.forget_seen(
             |name| cache.contains(name),
@@ -296,7 +293,7 @@ impl LaneAdmitter {
     /// the lane would admit).
     fn snapshot(&self) -> LaneSnapshot {
         let edges = &*self.edges;
-        let now = edges.clock.now();
+        let now = Instant::now();
         // The unseen names were checked against the cache before this count
         // (`forget_seen`): a Job the watch shows in between counts twice for
         // a tick, which can only hold an admission.
@@ -356,7 +353,7 @@ impl LaneAdmitter {
                 tracing::debug!(%lane, in_flight, cap, "lane full");
             }
             Some(HoldReason::BackingOff { until }) => {
-                let wait = until.saturating_duration_since(self.edges.clock.now());
+                let wait = until.saturating_duration_since(Instant::now());
                 tracing::debug!(%lane, wait_ms = wait.as_millis() as u64, "lane backing off");
             }
             Some(reason) => tracing::debug!(%lane, %reason, "lane held"),
@@ -367,7 +364,7 @@ impl LaneAdmitter {
     /// its outcome once.
     fn record(&mut self, admission: Admission, again: bool) -> LaneOutcome {
         let lane = self.lane;
-        let now = self.edges.clock.now();
+        let now = Instant::now();
         let retry = self.edges.settings.poll_interval;
         let Admission { outcome, unsettled } = admission;
         let state = &mut self.state;
@@ -402,7 +399,7 @@ impl LaneAdmitter {
             }
             LaneOutcome::ClaimFailed(error) => {
                 state.record_claim_failure(now, retry);
-                tracing::error!(%lane, %error, retry_in_ms = retry.as_millis() as u64, "claim failed");
+                tracing::error!(%lane, error = %error_chain(error), retry_in_ms = retry.as_millis() as u64, "claim failed");
             }
             LaneOutcome::CreateFailed {
                 job_id,

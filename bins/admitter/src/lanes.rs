@@ -11,10 +11,16 @@
 use crate::admit::Creation;
 use crate::plan::HoldReason;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tcab_shared::retry::Backoff;
+use tokio::time::Instant;
 
 /// Longest back-off after consecutive Job creation failures.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The back-off after consecutive Job creation failures: one second,
+/// doubled per further failure, at most [`MAX_BACKOFF`].
+pub const CREATE_BACKOFF: Backoff = Backoff::doubling(Duration::from_secs(1), MAX_BACKOFF);
 
 /// The memory of one lane.
 #[derive(Debug, Clone, Default)]
@@ -151,7 +157,7 @@ impl LaneState {
     /// exponentially, up to [`MAX_BACKOFF`]. Returns the delay chosen.
     pub fn record_create_failure(&mut self, now: Instant) -> Duration {
         self.failures = self.failures.saturating_add(1);
-        let delay = crate::plan::backoff_delay(self.failures, MAX_BACKOFF);
+        let delay = CREATE_BACKOFF.after(self.failures);
         self.backoff_until = Some(now + delay);
         delay
     }

@@ -23,8 +23,10 @@
 //! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
 //!   tests) and `run(config, deps, shutdown)`, which runs each lane's loop
 //!   under the shared supervisor (`tcab_shared::runtime`);
-//! - [`clock`]: the injected clock;
 //! - [`config`]: the admitter's configuration, read from the environment.
+//!
+//! Back-offs, rests and claim ages are measured on tokio's monotonic
+//! [`tokio::time::Instant`]; tests hold it still or move it with paused time.
 //!
 //! What the admitter holds to:
 //! - no claim while its own Job view is not current (listed and no watch
@@ -36,7 +38,6 @@
 //! - on shutdown each lane finishes the admission in flight.
 
 pub mod admit;
-pub mod clock;
 pub mod config;
 pub mod gate;
 pub mod job_builder;
@@ -48,7 +49,6 @@ pub mod plan;
 pub mod run;
 pub mod settle;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::AdmitterConfig;
 pub use lane::{AdmissionResult, LaneAdmitter, LaneReport};
 pub use run::{Admitter, AdmitterSettings, Deps, TickReport, run};

@@ -1,8 +1,7 @@
 //! tcab-admitter: claims queued runs and publishes and creates their Jobs.
 
 use anyhow::Context as _;
-use std::sync::Arc;
-use tcab_admitter::{AdmitterConfig, Deps, SystemClock, run};
+use tcab_admitter::{AdmitterConfig, Deps, run};
 use tcab_shared::config::{self, Binary, BuildInfo};
 use tcab_shared::{backend, runtime};
 
@@ -25,7 +24,6 @@ async fn main() -> anyhow::Result<()> {
         namespace: started.namespace,
         backend: backend::client_from_config(&config.backend)
             .context("cannot build the backend client")?,
-        clock: Arc::new(SystemClock),
     };
     run(config, deps, started.shutdown).await
 }

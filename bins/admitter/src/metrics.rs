@@ -266,7 +266,7 @@ mod tests {
             (
                 report(
                     hold(HoldReason::Resting {
-                        until: std::time::Instant::now(),
+                        until: tokio::time::Instant::now(),
                     }),
                     None,
                 ),

@@ -11,9 +11,9 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::time::{Duration, Instant};
 use tcab_shared::Lane;
 use tcab_shared::job_cache::ViewState;
+use tokio::time::Instant;
 
 /// What the admission gate says about one lane: may the admitter claim?
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,21 +214,12 @@ pub fn decide(snapshot: &LaneSnapshot) -> Decision {
     Decision::Admit { in_flight: n }
 }
 
-/// How long a lane waits after `failures` consecutive failures: one second
-/// doubled per further failure, at most `max`.
-pub fn backoff_delay(failures: u32, max: Duration) -> Duration {
-    if failures == 0 {
-        return Duration::ZERO;
-    }
-    let doublings = (failures - 1).min(16);
-    Duration::from_secs(1u64 << doublings).min(max)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
+    use std::time::Duration;
 
     fn input(cap: u32) -> LaneInput {
         LaneInput {
@@ -321,14 +312,6 @@ mod tests {
         );
         s.input.gate = GateState::Open;
         assert!(decide(&s).admits());
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_the_max() {
-        let max = Duration::from_secs(60);
-        let delays: Vec<u64> = (0..9).map(|n| backoff_delay(n, max).as_secs()).collect();
-        assert_eq!(delays, [0, 1, 2, 4, 8, 16, 32, 60, 60]);
-        assert_eq!(backoff_delay(u32::MAX, max), max);
     }
 
     fn base_instant() -> Instant {

@@ -2,7 +2,6 @@
 //! [`run`], which runs both loops until shutdown.
 
 use crate::admit::LaneOutcome;
-use crate::clock::Clock;
 use crate::config::AdmitterConfig;
 use crate::job_builder::JobSettings;
 use crate::keeper_client::{KeeperClient, KeeperClientSettings};
@@ -112,8 +111,6 @@ pub struct Deps {
     pub namespace: String,
     /// The backend client.
     pub backend: BackendClient,
-    /// The clock back-offs and claim ages read.
-    pub clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for Deps {
@@ -200,7 +197,6 @@ impl Admitter {
         jobs: Api<Job>,
         vault: KeeperClient,
         cache: OwnedJobs,
-        clock: Arc<dyn Clock>,
     ) -> Self {
         let edges = Arc::new(Edges {
             settings,
@@ -208,7 +204,6 @@ impl Admitter {
             jobs,
             vault,
             cache,
-            clock,
         });
         Admitter {
             run: LaneAdmitter::new(Lane::Run, edges.clone()),
@@ -297,14 +292,7 @@ pub async fn run(
     let poll = settings.poll_interval;
     supervisor
         .run(|loops| {
-            let admitter = Admitter::new(
-                settings,
-                deps.backend,
-                jobs,
-                vault,
-                cache.clone(),
-                deps.clock,
-            );
+            let admitter = Admitter::new(settings, deps.backend, jobs, vault, cache.clone());
             for lane in admitter.into_lanes() {
                 if !lane.enabled() {
                     tracing::info!(lane = %lane.lane(), "lane disabled (no publisher image); not admitting");

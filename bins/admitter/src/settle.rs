@@ -17,11 +17,12 @@
 //! [`next_step`] is the decision, a pure function of what is known, the calls
 //! made and the claim's age; [`settle`] carries it out against the Jobs API.
 
-use crate::clock::Clock;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
-use std::time::{Duration, Instant};
-use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
+use std::time::Duration;
+use tcab_shared::error_chain;
+use tcab_shared::kube_api::{CallError, Verb, call};
+use tokio::time::Instant;
 
 /// The two calls a settle makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,8 +224,6 @@ pub struct SettleEdges<'a> {
     pub jobs: &'a Api<Job>,
     /// Bound of each call.
     pub kube_timeout: Duration,
-    /// The clock claim ages are measured on.
-    pub clock: &'a dyn Clock,
     /// The settle's bounds.
     pub limits: SettleLimits,
 }
@@ -252,7 +251,7 @@ pub async fn settle(
     let mut creates = 0u32;
     let mut first_unclear: Option<String> = None;
     loop {
-        let claim_age = edges.clock.now().saturating_duration_since(claimed_at);
+        let claim_age = claimed_at.elapsed();
         let done = |end: End, calls: u32, first_unclear: Option<String>| Settlement {
             end,
             calls,
@@ -277,7 +276,7 @@ pub async fn settle(
                         .min(MAX_PAUSE);
                     tokio::time::sleep(pause).await;
                     // The pause aged the claim: decide again before creating.
-                    let claim_age = edges.clock.now().saturating_duration_since(claimed_at);
+                    let claim_age = claimed_at.elapsed();
                     if next_step(&known, calls, claim_age, &edges.limits) != Step::Create {
                         continue;
                     }

@@ -9,10 +9,9 @@ mod support;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use serde_json::json;
-use std::sync::Arc;
 use std::time::Duration;
 use support::*;
-use tcab_admitter::{Deps, SystemClock, run};
+use tcab_admitter::{Deps, run};
 use tcab_backend_sim::{SimOptions, spawn};
 use tcab_shared::names;
 use tcab_shared::runtime::CancellationToken;
@@ -101,7 +100,6 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
         kube,
         namespace: NS.into(),
         backend: backend_client(&url),
-        clock: Arc::new(SystemClock),
     };
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();

@@ -3,13 +3,12 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 use support::backend::token_for;
 use support::fake_kube::CreateFault;
 use support::*;
 use tcab_admitter::AdmitterConfig;
-use tcab_admitter::{Deps, SystemClock, run};
+use tcab_admitter::{Deps, run};
 use tcab_shared::runtime::CancellationToken;
 use tcab_shared::{Lane, names};
 use tokio::task::JoinHandle;
@@ -19,7 +18,6 @@ fn start(rig: &Rig, config: AdmitterConfig) -> (CancellationToken, JoinHandle<an
         kube: rig.kube.client(),
         namespace: fake_kube::NAMESPACE.into(),
         backend: backend_client(&rig.backend.url),
-        clock: Arc::new(SystemClock),
     };
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();

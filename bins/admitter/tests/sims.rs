@@ -8,11 +8,10 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 use tcab_admitter::AdmitterConfig;
-use tcab_admitter::{Deps, SystemClock, run};
+use tcab_admitter::{Deps, run};
 use tcab_shared::names;
 use tcab_shared::runtime::CancellationToken;
 use tokio::task::JoinHandle;
@@ -70,7 +69,6 @@ impl Sims {
             kube: self.kube(),
             namespace: NS.into(),
             backend: backend_client(&self.backend.url()),
-            clock: Arc::new(SystemClock),
         };
         let shutdown = CancellationToken::new();
         let trigger = shutdown.clone();

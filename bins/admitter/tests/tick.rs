@@ -1,6 +1,7 @@
 //! Tick-level tests: an admitter driven one tick at a time (both lanes side
 //! by side) against the mock backend, the fake lease-keeper and the fake
-//! Jobs API, with a held clock.
+//! Jobs API, on paused tokio time (it moves only when a test advances it, or
+//! when every task waits on a timer).
 
 mod support;
 
@@ -35,7 +36,7 @@ fn gate_closed_with(decision: &Decision, part: &str) {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn one_job_per_lane_per_tick_with_tokens_in_the_vault_first() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
@@ -75,7 +76,7 @@ async fn one_job_per_lane_per_tick_with_tokens_in_the_vault_first() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn jobs_created_but_not_yet_seen_count_against_the_cap() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 5);
@@ -106,7 +107,7 @@ async fn jobs_created_but_not_yet_seen_count_against_the_cap() {
     assert_eq!(rig.kube.max_live(Lane::Run), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_seen_job_is_counted_once_and_a_finished_one_frees_its_slot() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 5);
@@ -147,7 +148,7 @@ async fn a_seen_job_is_counted_once_and_a_finished_one_frees_its_slot() {
     assert_eq!(rig.backend.claimed(Lane::Run), ["run-0", "run-1", "run-2"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_publish_is_admitted_while_the_run_lane_is_full_and_its_queue_long() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 100);
@@ -171,7 +172,7 @@ async fn a_publish_is_admitted_while_the_run_lane_is_full_and_its_queue_long() {
     assert_eq!(rig.backend.requests(Lane::Run), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn already_exists_is_a_lost_race_and_a_success() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 2);
@@ -201,7 +202,7 @@ async fn already_exists_is_a_lost_race_and_a_success() {
     assert_eq!(rig.backend.claimed(Lane::Run), ["run-0", "run-1"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn creation_failures_back_off_their_lane_only_and_success_resets() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 10);
@@ -260,11 +261,11 @@ async fn creation_failures_back_off_their_lane_only_and_success_resets() {
     assert_eq!(rig.kube.creates(Lane::Publish), 4);
 
     // 1 s later it tries again, fails again, and now waits 2 s.
-    rig.clock.advance(Duration::from_secs(1));
+    tokio::time::advance(Duration::from_secs(1)).await;
     admitter.tick().await;
     assert_eq!(rig.backend.requests(Lane::Run), 2);
     assert_eq!(admitter.lane_state(Lane::Run).failures(), 2);
-    rig.clock.advance(Duration::from_secs(1));
+    tokio::time::advance(Duration::from_secs(1)).await;
     let report = admitter.tick().await;
     assert!(matches!(
         report.plan.run,
@@ -274,7 +275,7 @@ async fn creation_failures_back_off_their_lane_only_and_success_resets() {
 
     // The cluster accepts again: the next attempt succeeds and resets the back-off.
     rig.kube.refuse(Lane::Run, None);
-    rig.clock.advance(Duration::from_secs(1));
+    tokio::time::advance(Duration::from_secs(1)).await;
     let report = admitter.tick().await;
     assert!(matches!(&report.run, Some(LaneOutcome::Admitted { job_id, .. }) if job_id == "run-2"));
     assert_eq!(admitter.lane_state(Lane::Run).failures(), 0);
@@ -282,7 +283,7 @@ async fn creation_failures_back_off_their_lane_only_and_success_resets() {
     assert_eq!(rig.backend.requests(Lane::Run), 4);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_claim_answered_5xx_holds_only_its_lane_until_the_next_poll() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
@@ -310,12 +311,12 @@ async fn a_claim_answered_5xx_holds_only_its_lane_until_the_next_poll() {
     );
     // After a poll interval it claims again and succeeds.
     rig.backend.fail_claims(Lane::Run, None);
-    rig.clock.advance(Duration::from_millis(50));
+    tokio::time::advance(Duration::from_millis(50)).await;
     let report = admitter.tick().await;
     assert!(matches!(&report.run, Some(LaneOutcome::Admitted { job_id, .. }) if job_id == "run-0"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_unreachable_lease_keeper_means_no_claim() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
@@ -340,7 +341,7 @@ async fn an_unreachable_lease_keeper_means_no_claim() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_latest_failed_renewal_call_closes_its_lane_however_recent_the_last_success() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
@@ -362,7 +363,7 @@ async fn the_latest_failed_renewal_call_closes_its_lane_however_recent_the_last_
     assert_eq!(rig.backend.requests(Lane::Run), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_lease_keepers_view_not_current_closes_both_lanes() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
@@ -386,7 +387,7 @@ async fn the_lease_keepers_view_not_current_closes_both_lanes() {
     assert!(report.plan.run.admits() && report.plan.publish.admits());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stale_last_successful_renewal_closes_its_lane() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
@@ -417,7 +418,7 @@ async fn a_stale_last_successful_renewal_closes_its_lane() {
     assert_eq!(rig.backend.requests(Lane::Publish), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_gate_is_asked_before_every_claim_so_a_failed_renewal_stops_the_next_one() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 10);
@@ -443,7 +444,7 @@ async fn the_gate_is_asked_before_every_claim_so_a_failed_renewal_stops_the_next
     assert_eq!(rig.gate.gate_calls(), 3);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_gate_is_not_asked_while_no_lane_could_admit() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
@@ -466,7 +467,7 @@ async fn the_gate_is_not_asked_while_no_lane_could_admit() {
     assert_eq!(rig.backend.requests(Lane::Run), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_put_is_retried_a_bounded_number_of_times_and_the_job_still_created() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 1);
@@ -478,7 +479,7 @@ async fn a_failed_put_is_retried_a_bounded_number_of_times_and_the_job_still_cre
     assert_eq!(rig.kube.creates(Lane::Run), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_view_not_listed_yet_holds_every_lane() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 1);
@@ -501,7 +502,7 @@ async fn a_view_not_listed_yet_holds_every_lane() {
     assert_eq!(rig.backend.requests(Lane::Run), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn no_claim_while_the_admitters_own_view_is_not_current() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
@@ -554,7 +555,7 @@ fn one_run_slot(rig: &Rig, extra: &[(&str, &str)]) -> tcab_admitter::AdmitterCon
     rig.config(&vars)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_create_that_times_out_is_settled_by_a_read() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 2);
@@ -596,7 +597,7 @@ async fn a_create_that_times_out_is_settled_by_a_read() {
     ));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_create_answered_5xx_every_time_is_given_up_once_a_read_shows_no_job() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 5);
@@ -626,7 +627,7 @@ async fn a_create_answered_5xx_every_time_is_given_up_once_a_read_shows_no_job()
 
     // No slot is held: past the back-off, the lane claims and creates again.
     rig.kube.refuse(Lane::Run, None);
-    rig.clock.advance(Duration::from_secs(1));
+    tokio::time::advance(Duration::from_secs(1)).await;
     let report = admitter.tick().await;
     assert_eq!(report.plan.run, Decision::Admit { in_flight: 0 });
     assert!(
@@ -634,7 +635,7 @@ async fn a_create_answered_5xx_every_time_is_given_up_once_a_read_shows_no_job()
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_unclear_create_whose_reads_fail_too_holds_its_slot_until_a_read_tells() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 5);
@@ -665,7 +666,7 @@ async fn an_unclear_create_whose_reads_fail_too_holds_its_slot_until_a_read_tell
     );
 
     // Still unknown on the next tick: the slot stays held, no second claim.
-    rig.clock.advance(Duration::from_secs(1));
+    tokio::time::advance(Duration::from_secs(1)).await;
     let report = admitter.tick().await;
     assert!(matches!(
         report.resettled.as_slice(),
@@ -709,7 +710,7 @@ async fn an_unclear_create_whose_reads_fail_too_holds_its_slot_until_a_read_tell
     assert!(!report.plan.run.admits(), "the lane is full with the Job");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_claim_answered_after_half_the_lease_is_never_created() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 1);
@@ -725,7 +726,7 @@ async fn a_claim_answered_after_half_the_lease_is_never_created() {
     // The backend answers the claim only after 11 s (on the admitter's clock).
     let (report, ()) = tokio::join!(admitter.tick(), async {
         eventually("the claim sent", || rig.backend.requests(Lane::Run) == 1).await;
-        rig.clock.advance(Duration::from_secs(11));
+        tokio::time::advance(Duration::from_secs(11)).await;
         rig.backend.release_runs();
     });
     match &report.run {
@@ -744,7 +745,7 @@ async fn a_claim_answered_after_half_the_lease_is_never_created() {
     assert!(admitter.lane_state(Lane::Run).unsettled().is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_unclear_create_is_not_sent_again_once_the_claim_is_past_half_the_lease() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 1);
@@ -771,7 +772,7 @@ async fn an_unclear_create_is_not_sent_again_once_the_claim_is_past_half_the_lea
             rig.kube.create_requests(Lane::Run) == 1
         })
         .await;
-        rig.clock.advance(Duration::from_secs(11));
+        tokio::time::advance(Duration::from_secs(11)).await;
         rig.kube.release_creates();
     });
     assert!(
@@ -791,7 +792,7 @@ async fn an_unclear_create_is_not_sent_again_once_the_claim_is_past_half_the_lea
     assert_eq!(rig.gate.forgets(), [key("run-0")]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_create_refused_with_4xx_does_not_hold_a_slot() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 5);
@@ -806,7 +807,7 @@ async fn a_create_refused_with_4xx_does_not_hold_a_slot() {
     assert_eq!(rig.gate.forgets(), [key("run-0")]);
     assert_eq!(rig.kube.reads(), 0, "a refusal needs no read");
     rig.kube.refuse(Lane::Run, None);
-    rig.clock.advance(Duration::from_secs(5));
+    tokio::time::advance(Duration::from_secs(5)).await;
     let report = admitter.tick().await;
     assert!(
         matches!(report.run, Some(LaneOutcome::Admitted { .. })),

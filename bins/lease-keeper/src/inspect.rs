@@ -10,8 +10,9 @@ use kube::api::{DeleteParams, ListParams, LogParams, PropagationPolicy};
 use kube::{Api, Client, ResourceExt};
 use std::time::Duration;
 use tcab_shared::Lane;
+use tcab_shared::error_chain;
 use tcab_shared::job_cache::JobSummary;
-use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
+use tcab_shared::kube_api::{CallError, Verb, call};
 use tcab_shared::names;
 use tcab_shared::names::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
 

@@ -89,14 +89,14 @@ impl Rig {
         what: &str,
         mut done: impl FnMut(&tcab_lease_keeper::TickReport) -> bool,
     ) -> tcab_lease_keeper::TickReport {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let report = self.keeper.tick().await;
             if done(&report) {
                 return report;
             }
             assert!(
-                std::time::Instant::now() < deadline,
+                tokio::time::Instant::now() < deadline,
                 "timed out waiting for {what}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -656,7 +656,7 @@ async fn a_job_that_cannot_finish_failing_is_judged_dead() {
     pod["spec"]["nodeName"] = json!("node-b");
     pod["metadata"]["deletionTimestamp"] = json!("2026-11-29T17:05:00Z");
     rig.kube.put_pod(pod, "working on step 4");
-    let first_sign = std::time::Instant::now();
+    let first_sign = tokio::time::Instant::now();
     rig.job(job);
     let report = rig.keeper.tick().await;
     assert_eq!(report.reports.captured, std::slice::from_ref(&name));
@@ -703,7 +703,7 @@ async fn a_job_that_cannot_finish_failing_is_judged_dead() {
 async fn a_pod_that_never_starts_is_failed_fast() {
     let grace = Duration::from_millis(400);
     let mut rig = Rig::with(false, |c| c.start_grace = grace).await;
-    let seen = std::time::Instant::now();
+    let seen = tokio::time::Instant::now();
     let name = rig.claimed_run(
         "badimage",
         JobState::Dispatched,

@@ -17,7 +17,6 @@ use crate::plan::{
     self, DeleteReason, Driven, KeepReason, PodDelete, PodSummary, ReapKind, ReapPlan, Snapshot,
     SweepSettings,
 };
-use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Preconditions};
@@ -27,16 +26,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, ViewState, WatchSettings};
-use tcab_shared::kube_api::{CallError, Verb, call, error_chain};
+use tcab_shared::kube_api::{CallError, Verb, call};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::names;
 use tcab_shared::runtime::{CancellationToken, Supervisor};
 use tcab_shared::tick::{Tick, TickOutcome};
+use tcab_shared::{WallClock, error_chain};
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// The time source pod ages are measured with; tests pass a fixed or stepped clock.
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// Sees the report of every tick (tests).
 pub type TickObserver = Arc<dyn Fn(&TickReport) + Send + Sync>;
@@ -53,7 +50,7 @@ pub struct Deps {
     /// required while the sweep is on.
     pub backend: Option<BackendClient>,
     /// The clock the orphan sweep measures ages with.
-    pub clock: Clock,
+    pub clock: WallClock,
     /// Called with each tick's report.
     pub on_tick: Option<TickObserver>,
 }
@@ -65,7 +62,7 @@ impl Deps {
             kube,
             namespace,
             backend,
-            clock: Arc::new(Timestamp::now),
+            clock: WallClock::system(),
             on_tick: None,
         }
     }
@@ -223,7 +220,7 @@ pub struct ReaperSetup {
     /// The settings.
     pub settings: SweepSettings,
     /// The clock pod ages are measured with.
-    pub clock: Clock,
+    pub clock: WallClock,
     /// The backend, for the orphan sweep.
     pub backend: Option<BackendClient>,
     /// The bound of every Kubernetes call.
@@ -237,7 +234,7 @@ pub struct Reaper {
     sandbox_namespace: String,
     jobs: OwnedJobs,
     settings: SweepSettings,
-    clock: Clock,
+    clock: WallClock,
     backend: Option<BackendClient>,
     kube_timeout: Duration,
     memory: ReapMemory,
@@ -379,7 +376,7 @@ impl Reaper {
             &Snapshot {
                 jobs: &jobs,
                 pods: &pods,
-                now: (self.clock)(),
+                now: self.clock.now(),
                 dead: &dead,
                 driven,
             },
@@ -502,11 +499,11 @@ impl Reaper {
             Ok(active) => Ok(active.jobs.into_iter().map(|run| run.id).collect()),
             Err(error) => {
                 tracing::warn!(
-                    %error,
+                    error = %error_chain(&error),
                     next_sweep_in_seconds = self.settings.orphan_sweep_interval.as_secs(),
                     "cannot read the jobs the backend drives; no orphan is swept this round"
                 );
-                Err(error.to_string())
+                Err(error_chain(&error))
             }
         }
     }

@@ -8,7 +8,6 @@
 
 mod support;
 
-use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, LogParams, PostParams};
@@ -24,6 +23,7 @@ use tcab_kube_sim::{ApiFault, ApiFaultMode, Counters, Rbac, SimHandle, SimOption
 use tcab_reaper::ReaperConfig;
 use tcab_reaper::plan::{KeepReason, ReapKind};
 use tcab_reaper::run::{Deps, SweepOutcome, TickReport, run};
+use tcab_shared::WallClock;
 use tcab_shared::backend::types::ClaimedRun;
 use tcab_shared::config::BinaryConfig;
 use tcab_shared::runtime::CancellationToken;
@@ -183,9 +183,9 @@ async fn deleted(pods: &Api<Pod>, name: &str) -> bool {
     }
 }
 
-fn sim_clock(sim: &SimHandle) -> Arc<dyn Fn() -> Timestamp + Send + Sync> {
+fn sim_clock(sim: &SimHandle) -> WallClock {
     let sim = sim.sim().clone();
-    Arc::new(move || sim.clock.now())
+    WallClock::from_fn(move || sim.clock.now())
 }
 
 fn requests(c: &Counters, key: &str) -> u64 {

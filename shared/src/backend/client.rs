@@ -11,16 +11,17 @@
 //! The client is cheap to clone (one shared connection pool). Its `Debug`
 //! shows the base URL only; no token ever reaches a log or an error.
 
-use super::error::{BackendError, Call};
+use super::error::{BackendError, BackendErrorKind, Call};
 use super::types::{
     ActivePublishes, ActiveRuns, ClaimedPublish, ClaimedRun, FailureKind, JobId, JobState, JobView,
     LeaseRenewal, LeaseRequest, LostOutcome, LostReport, PublishClaim, RunClaim, StatusAck,
     StatusReport,
 };
+use crate::clock::WallClock;
 use crate::metrics::BackendStatus;
 use crate::names::is_label_value;
+use crate::retry::{Backoff, Retries, Sleeper, TokioSleeper};
 use crate::secret::Secret;
-use futures::future::BoxFuture;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -51,6 +52,16 @@ pub struct RetryPolicy {
     pub default_wait: Duration,
 }
 
+impl RetryPolicy {
+    /// The retries of one call under this policy.
+    fn retries(&self) -> Retries {
+        Retries::new(
+            Backoff::constant(self.default_wait, self.max_wait),
+            self.max_retries,
+        )
+    }
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
@@ -58,23 +69,6 @@ impl Default for RetryPolicy {
             max_wait: Duration::from_secs(30),
             default_wait: Duration::from_secs(1),
         }
-    }
-}
-
-/// Waits between attempts. Production uses [`TokioSleeper`]; tests pass one
-/// that records the waits and returns at once.
-pub trait Sleeper: Send + Sync + 'static {
-    /// A future that completes after `wait`.
-    fn sleep(&self, wait: Duration) -> BoxFuture<'static, ()>;
-}
-
-/// Sleeps on the tokio timer.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokioSleeper;
-
-impl Sleeper for TokioSleeper {
-    fn sleep(&self, wait: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(wait))
     }
 }
 
@@ -93,6 +87,8 @@ struct Inner {
     timeout: Duration,
     retry: RetryPolicy,
     sleeper: Arc<dyn Sleeper>,
+    /// What an HTTP-date `Retry-After` is judged against.
+    clock: WallClock,
 }
 
 impl fmt::Debug for BackendClient {
@@ -132,19 +128,17 @@ impl BackendClient {
     ) -> Result<Self, BackendError> {
         let base = normalize_base_url(base_url)?;
         if service_token.is_empty() {
-            return Err(BackendError::Config {
-                reason: "the service token is empty".into(),
-            });
+            return Err(BackendError::config("the service token is empty".into()));
         }
         if HeaderValue::from_str(&bearer(&service_token)).is_err() {
-            return Err(BackendError::Config {
-                reason: "the service token is not a valid HTTP header value".into(),
-            });
+            return Err(BackendError::config(
+                "the service token is not a valid HTTP header value".into(),
+            ));
         }
         if timeout.is_zero() {
-            return Err(BackendError::Config {
-                reason: "the timeout must be longer than zero".into(),
-            });
+            return Err(BackendError::config(
+                "the timeout must be longer than zero".into(),
+            ));
         }
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
@@ -153,9 +147,7 @@ impl BackendClient {
             .connect_timeout(timeout.min(MAX_CONNECT_TIMEOUT))
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| BackendError::Config {
-                reason: format!("cannot build the HTTP client: {e}"),
-            })?;
+            .map_err(|e| BackendError::config(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 http,
@@ -164,6 +156,7 @@ impl BackendClient {
                 timeout,
                 retry: RetryPolicy::default(),
                 sleeper: Arc::new(TokioSleeper),
+                clock: WallClock::system(),
             }),
         })
     }
@@ -267,27 +260,27 @@ impl BackendClient {
         // renewal taken for a success when it was not lets a lease lapse
         // under a live Job.
         if answer.status != StatusCode::OK {
-            return Err(BackendError::Malformed {
+            return Err(BackendError::malformed(
                 call,
-                job_id: None,
-                status: answer.status.as_u16(),
-                what: format!(
+                None,
+                answer.status.as_u16(),
+                format!(
                     "expected 200 with the renewed leases, got {}",
                     answer.status
                 ),
-            });
+            ));
         }
         let renewal: LeaseRenewal = self.parse(call, None, &answer)?;
         for (i, lease) in renewal.leases.iter().enumerate() {
             let field = format!("leases[{i}].id");
             self.check_id(call, None, &answer, &field, &lease.id)?;
             if !ids.contains(&lease.id) {
-                return Err(BackendError::Malformed {
+                return Err(BackendError::malformed(
                     call,
-                    job_id: None,
-                    status: answer.status.as_u16(),
-                    what: format!("{field}: {:?} was not asked for", lease.id),
-                });
+                    None,
+                    answer.status.as_u16(),
+                    format!("{field}: {:?} was not asked for", lease.id),
+                ));
             }
         }
         Ok(renewal)
@@ -457,16 +450,12 @@ impl BackendClient {
         let url = format!("{}{}", inner.base, req.path);
         let token = req.job_token.unwrap_or(&inner.service_token);
         let job_id = req.job_id.map(str::to_owned);
-        let mut auth =
-            HeaderValue::from_str(&bearer(token)).map_err(|_| BackendError::InvalidToken {
-                call: req.call,
-                job_id: job_id.clone(),
-            })?;
+        let mut auth = HeaderValue::from_str(&bearer(token))
+            .map_err(|_| BackendError::invalid_token(req.call, job_id.clone()))?;
         auth.set_sensitive(true);
 
-        let mut attempts: u32 = 0;
+        let mut retries = inner.retry.retries();
         loop {
-            attempts += 1;
             let mut builder = inner
                 .http
                 .request(req.method.clone(), &url)
@@ -479,22 +468,20 @@ impl BackendClient {
                 None if req.method == Method::POST => builder.body(Vec::new()),
                 None => builder,
             };
-            let started = std::time::Instant::now();
+            let started = tokio::time::Instant::now();
             let attempt = Attempt::new(req.call, started);
             let response = match builder.send().await {
                 Ok(response) => response,
-                Err(e) => {
-                    attempt.failed(&e);
-                    return Err(self.transport_error(req.call, &job_id, e));
-                }
+                Err(e) => return Err(attempt.failed(self.transport_error(req.call, &job_id, e))),
             };
             let status = response.status();
             if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE
             {
-                let advertised = retry_after(response.headers(), jiff::Timestamp::now());
+                let advertised = retry_after(response.headers(), inner.clock.now());
                 drop(response);
                 attempt.answered(status);
-                if attempts > inner.retry.max_retries {
+                let Some(wait) = retries.failed(advertised) else {
+                    let attempts = retries.failures();
                     tracing::warn!(
                         call = req.call,
                         job_id = req.job_id,
@@ -502,47 +489,48 @@ impl BackendClient {
                         attempts,
                         "backend unavailable, giving up"
                     );
-                    return Err(BackendError::Unavailable {
-                        call: req.call,
+                    return Err(BackendError::unavailable(
+                        req.call,
                         job_id,
-                        status: status.as_u16(),
+                        status.as_u16(),
                         attempts,
-                        retry_after: advertised,
-                    });
-                }
-                let wait = advertised
-                    .unwrap_or(inner.retry.default_wait)
-                    .min(inner.retry.max_wait);
+                        advertised,
+                    ));
+                };
                 tracing::info!(
                     call = req.call,
                     job_id = req.job_id,
                     status = status.as_u16(),
-                    attempt = attempts,
+                    attempt = retries.failures(),
                     wait_ms = wait.as_millis() as u64,
                     "backend unavailable, retrying after Retry-After"
                 );
                 inner.sleeper.sleep(wait).await;
                 continue;
             }
-            let body = read_body(response).await;
-            match &body {
-                Ok(_) | Err(BodyError::TooLong) => attempt.answered(status),
-                Err(BodyError::Http(e)) => attempt.failed(e),
-            }
-            let body = body.map_err(|e| match e {
-                BodyError::Http(e) => self.transport_error(req.call, &job_id, e),
-                BodyError::TooLong => BackendError::Malformed {
-                    call: req.call,
-                    job_id: job_id.clone(),
-                    status: status.as_u16(),
-                    what: format!("answer body longer than {MAX_BODY_BYTES} bytes"),
-                },
-            })?;
+            let body = match read_body(response).await {
+                Ok(body) => {
+                    attempt.answered(status);
+                    body
+                }
+                Err(BodyError::TooLong) => {
+                    attempt.answered(status);
+                    return Err(BackendError::malformed(
+                        req.call,
+                        job_id.clone(),
+                        status.as_u16(),
+                        format!("answer body longer than {MAX_BODY_BYTES} bytes"),
+                    ));
+                }
+                Err(BodyError::Http(e)) => {
+                    return Err(attempt.failed(self.transport_error(req.call, &job_id, e)));
+                }
+            };
             tracing::debug!(
                 call = req.call,
                 job_id = req.job_id,
                 status = status.as_u16(),
-                attempts,
+                attempts = retries.failures() + 1,
                 "backend answered"
             );
             if status.is_success() {
@@ -559,17 +547,9 @@ impl BackendClient {
         e: reqwest::Error,
     ) -> BackendError {
         if e.is_timeout() {
-            BackendError::Timeout {
-                call,
-                job_id: job_id.clone(),
-                timeout: self.inner.timeout,
-            }
+            BackendError::timed_out(call, job_id.clone(), self.inner.timeout)
         } else {
-            BackendError::Transport {
-                call,
-                job_id: job_id.clone(),
-                source: e,
-            }
+            BackendError::transport(call, job_id.clone(), e)
         }
     }
 
@@ -587,45 +567,42 @@ impl BackendClient {
         let (code, message) = (scrub(code), scrub(message));
         let status_u16 = status.as_u16();
         match status_u16 {
-            401 | 403 => BackendError::Unauthorized {
+            401 | 403 => BackendError::answered(
+                BackendErrorKind::Unauthorized,
                 call,
                 job_id,
-                status: status_u16,
+                status_u16,
                 code,
                 message,
-            },
-            404 => BackendError::NotFound {
+            ),
+            404 => {
+                BackendError::answered(BackendErrorKind::NotFound, call, job_id, 404, code, message)
+            }
+            409 => {
+                BackendError::answered(BackendErrorKind::Conflict, call, job_id, 409, code, message)
+            }
+            400..=499 => BackendError::answered(
+                BackendErrorKind::Rejected,
                 call,
                 job_id,
+                status_u16,
                 code,
                 message,
-            },
-            409 => BackendError::Conflict {
+            ),
+            500..=599 => BackendError::answered(
+                BackendErrorKind::Server,
                 call,
                 job_id,
+                status_u16,
                 code,
                 message,
-            },
-            400..=499 => BackendError::Rejected {
+            ),
+            _ => BackendError::malformed(
                 call,
                 job_id,
-                status: status_u16,
-                code,
-                message,
-            },
-            500..=599 => BackendError::Server {
-                call,
-                job_id,
-                status: status_u16,
-                code,
-                message,
-            },
-            _ => BackendError::Malformed {
-                call,
-                job_id,
-                status: status_u16,
-                what: format!("unexpected status {status_u16}"),
-            },
+                status_u16,
+                format!("unexpected status {status_u16}"),
+            ),
         }
     }
 
@@ -646,11 +623,13 @@ impl BackendClient {
         answer: &Answer,
         job_token: Option<&Secret>,
     ) -> Result<T, BackendError> {
-        let malformed = |what: String| BackendError::Malformed {
-            call,
-            job_id: job_id.map(str::to_owned),
-            status: answer.status.as_u16(),
-            what,
+        let malformed = |what: String| {
+            BackendError::malformed(
+                call,
+                job_id.map(str::to_owned),
+                answer.status.as_u16(),
+                what,
+            )
         };
         if answer.body.iter().all(u8::is_ascii_whitespace) {
             return Err(malformed("empty body, expected JSON".into()));
@@ -676,15 +655,15 @@ impl BackendClient {
         if is_job_id(id) {
             return Ok(());
         }
-        Err(BackendError::Malformed {
+        Err(BackendError::malformed(
             call,
-            job_id: job_id.map(str::to_owned),
-            status: answer.status.as_u16(),
-            what: format!(
+            job_id.map(str::to_owned),
+            answer.status.as_u16(),
+            format!(
                 "{field}: {:?} is not a valid job id (a label value of 1-63 characters of [A-Za-z0-9._-])",
                 self.scrub(id, None)
             ),
-        })
+        ))
     }
 
     fn check_same_job(
@@ -699,12 +678,12 @@ impl BackendClient {
             return Ok(());
         }
         self.check_id(call, Some(asked), answer, field, answered)?;
-        Err(BackendError::Malformed {
+        Err(BackendError::malformed(
             call,
-            job_id: Some(asked.to_owned()),
-            status: answer.status.as_u16(),
-            what: format!("{field}: the answer is about job {answered:?}, not the job asked about"),
-        })
+            Some(asked.to_owned()),
+            answer.status.as_u16(),
+            format!("{field}: the answer is about job {answered:?}, not the job asked about"),
+        ))
     }
 
     fn check_token(
@@ -718,12 +697,12 @@ impl BackendClient {
         if !token.is_empty() && HeaderValue::from_str(&bearer(token)).is_ok() {
             return Ok(());
         }
-        Err(BackendError::Malformed {
+        Err(BackendError::malformed(
             call,
-            job_id: job_id.map(str::to_owned),
-            status: answer.status.as_u16(),
-            what: format!("{field}: empty or not usable in an HTTP header"),
-        })
+            job_id.map(str::to_owned),
+            answer.status.as_u16(),
+            format!("{field}: empty or not usable in an HTTP header"),
+        ))
     }
 
     /// Replaces every token the client knows with a placeholder and bounds
@@ -764,11 +743,11 @@ pub fn metric_call(call: Call) -> &'static str {
 /// once it has its answer (or none).
 struct Attempt {
     call: &'static str,
-    started: std::time::Instant,
+    started: tokio::time::Instant,
 }
 
 impl Attempt {
-    fn new(call: Call, started: std::time::Instant) -> Self {
+    fn new(call: Call, started: tokio::time::Instant) -> Self {
         Attempt {
             call: metric_call(call),
             started,
@@ -784,13 +763,10 @@ impl Attempt {
         self.record(BackendStatus::Code(status.as_u16()));
     }
 
-    /// No answer: a timeout or a broken connection.
-    fn failed(&self, error: &reqwest::Error) {
-        self.record(if error.is_timeout() {
-            BackendStatus::Timeout
-        } else {
-            BackendStatus::Transport
-        });
+    /// No answer: `error` (a timeout or a broken connection) says why.
+    fn failed(&self, error: BackendError) -> BackendError {
+        self.record(BackendStatus::NoAnswer(error.kind()));
+        error
     }
 }
 
@@ -808,10 +784,7 @@ fn valid_input_id(call: Call, id: &str) -> Result<(), BackendError> {
     if is_job_id(id) {
         Ok(())
     } else {
-        Err(BackendError::InvalidJobId {
-            call,
-            job_id: bound_message(id),
-        })
+        Err(BackendError::invalid_job_id(call, bound_message(id)))
     }
 }
 
@@ -823,8 +796,8 @@ fn normalize_base_url(raw: &str) -> Result<String, BackendError> {
     } else {
         format!("{raw:?}")
     };
-    let url = reqwest::Url::parse(raw.trim()).map_err(|e| BackendError::Config {
-        reason: format!("base URL {shown} is not an absolute URL: {e}"),
+    let url = reqwest::Url::parse(raw.trim()).map_err(|e| {
+        BackendError::config(format!("base URL {shown} is not an absolute URL: {e}"))
     })?;
     let problem = if !matches!(url.scheme(), "http" | "https") {
         Some("its scheme is not http or https")
@@ -838,9 +811,7 @@ fn normalize_base_url(raw: &str) -> Result<String, BackendError> {
         None
     };
     if let Some(problem) = problem {
-        return Err(BackendError::Config {
-            reason: format!("base URL {shown}: {problem}"),
-        });
+        return Err(BackendError::config(format!("base URL {shown}: {problem}")));
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }
@@ -997,7 +968,7 @@ mod tests {
             "",
         ] {
             let err = normalize_base_url(bad).unwrap_err();
-            assert!(matches!(err, BackendError::Config { .. }), "{bad}: {err}");
+            assert!(err.kind() == BackendErrorKind::Config, "{bad}: {err}");
             assert!(!err.to_string().contains("pw"), "{err}");
         }
     }

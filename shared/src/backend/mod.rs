@@ -6,7 +6,7 @@ pub mod error;
 pub mod types;
 
 pub use client::{BackendClient, RetryPolicy};
-pub use error::BackendError;
+pub use error::{BackendError, BackendErrorKind};
 pub use types::*;
 
 use crate::config::BackendConfig;

@@ -8,11 +8,10 @@ pub mod gate;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 use tcab_admitter::AdmitterConfig;
 use tcab_admitter::keeper_client::{KeeperClient, KeeperClientSettings};
-use tcab_admitter::{Admitter, AdmitterSettings, ManualClock};
+use tcab_admitter::{Admitter, AdmitterSettings};
 use tcab_shared::backend::BackendClient;
 use tcab_shared::config::{BinaryConfig, Env};
 use tcab_shared::job_cache::OwnedJobs;
@@ -58,7 +57,6 @@ pub struct Rig {
     pub backend: backend::MockBackend,
     pub gate: gate::FakeGate,
     pub kube: fake_kube::FakeKube,
-    pub clock: Arc<ManualClock>,
 }
 
 impl Rig {
@@ -67,7 +65,6 @@ impl Rig {
             backend: backend::MockBackend::start().await,
             gate: gate::FakeGate::start().await,
             kube: fake_kube::FakeKube::start().await,
-            clock: Arc::new(ManualClock::new()),
         }
     }
 
@@ -99,7 +96,6 @@ impl Rig {
             fake_kube::jobs_api(&self.kube),
             KeeperClient::connect_lazy(vault, vault_settings).unwrap(),
             cache,
-            self.clock.clone(),
         )
     }
 

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, JobId};
+use tcab_shared::error_chain;
 use tcab_shared::job_cache::OwnedJobs;
-use tcab_shared::kube_api::error_chain;
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
 

@@ -27,9 +27,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, JobId};
+use tcab_shared::error_chain;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs};
-use tcab_shared::kube_api::error_chain;
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
 
@@ -480,7 +480,7 @@ impl Reporter {
             match (settle_death_check(Answer::of(&read), live), &read) {
                 (DeathSettle::Report, _) => {}
                 (DeathSettle::Retry, Err(error)) => {
-                    tracing::warn!(job_id = %key.job_id, %error, "cannot read the dead driver's job; retrying next tick");
+                    tracing::warn!(job_id = %key.job_id, error = %error_chain(error), "cannot read the dead driver's job; retrying next tick");
                     continue;
                 }
                 (settled, read) => {
@@ -508,7 +508,7 @@ impl Reporter {
                     tracing::debug!(job_id = %key.job_id, %error, "death not reported: the job is already terminal");
                 }
                 (_, answer) => {
-                    let error = answer.as_ref().err().map(ToString::to_string);
+                    let error = answer.as_ref().err().map(|e| error_chain(e));
                     tracing::warn!(job_id = %key.job_id, error = error.as_deref().unwrap_or(""), "death report failed; retrying next tick");
                     continue;
                 }
@@ -606,7 +606,7 @@ impl Reporter {
         let active = match active {
             Ok(active) => active,
             Err(error) => {
-                tracing::warn!(%lane, %error, "cannot read the lane's active list; its lost jobs are not judged this tick");
+                tracing::warn!(%lane, error = %error_chain(&error), "cannot read the lane's active list; its lost jobs are not judged this tick");
                 return None;
             }
         };
@@ -663,7 +663,7 @@ impl Reporter {
                     memory.insert(lost.job_id);
                 }
                 (_, answer) => {
-                    let error = answer.err().map(|e| e.to_string());
+                    let error = answer.err().map(|e| error_chain(&e));
                     tracing::warn!(%lane, job_id = %lost.job_id, error = error.as_deref().unwrap_or(""), "lost report failed; retrying next tick");
                 }
             }

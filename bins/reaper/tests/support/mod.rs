@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tcab_reaper::plan::SweepSettings;
 use tcab_reaper::run::{Reaper, ReaperSetup};
-use tcab_shared::Secret;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::OwnedJobs;
+use tcab_shared::{Secret, WallClock};
 
 /// The sandbox namespace the tests' reaper sweeps.
 pub const SANDBOXES: &str = "sandboxes";
@@ -262,7 +262,7 @@ pub fn reaper_with(
         sandbox_namespace: SANDBOXES.into(),
         jobs,
         settings,
-        clock: Arc::new(now),
+        clock: WallClock::from_fn(now),
         backend,
         kube_timeout: KUBE_TIMEOUT,
     })

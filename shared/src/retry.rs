@@ -1,0 +1,175 @@
+//! One way to retry: [`Backoff`] is the schedule of waits (a first wait,
+//! grown by a factor per further failure, capped), and [`Retries`] counts
+//! the failed attempts of one operation against a bound and tells the wait
+//! before the next attempt, or that none is left. [`Sleeper`] is how a
+//! retry loop waits, so a test can record the waits instead of sleeping.
+//!
+//! Its users: the backend client's retry of 429/503 (a constant wait, or the
+//! backend's `Retry-After`, capped), the admitter's vault `Put` (a doubling
+//! pause, a few attempts), the admitter's lane back-off after failed
+//! creates (doubling from 1 s up to a minute, across ticks) and the Job
+//! watch's wait before it lists again after an error.
+
+use futures::future::BoxFuture;
+use std::time::Duration;
+
+/// The waits between attempts: `first` after the first failure, multiplied
+/// by `factor` for each further one, never more than `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The wait after one failure.
+    pub first: Duration,
+    /// How much each further failure multiplies the wait (1: constant).
+    pub factor: u32,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// The same `wait` after every failure, capped at `max`.
+    pub const fn constant(wait: Duration, max: Duration) -> Self {
+        Backoff {
+            first: wait,
+            factor: 1,
+            max,
+        }
+    }
+
+    /// `first`, doubled per further failure, at most `max`.
+    pub const fn doubling(first: Duration, max: Duration) -> Self {
+        Backoff {
+            first,
+            factor: 2,
+            max,
+        }
+    }
+
+    /// The wait after `failures` consecutive failures (none after none).
+    pub fn after(&self, failures: u32) -> Duration {
+        if failures == 0 {
+            return Duration::ZERO;
+        }
+        let mut wait = self.first;
+        if self.factor > 1 {
+            for _ in 1..failures {
+                if wait >= self.max {
+                    break;
+                }
+                wait = wait.saturating_mul(self.factor);
+            }
+        }
+        wait.min(self.max)
+    }
+}
+
+/// The failed attempts of one operation, against a bound of retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retries {
+    backoff: Backoff,
+    max_retries: u32,
+    failures: u32,
+}
+
+impl Retries {
+    /// At most `max_retries` attempts after the first, waiting as `backoff` says.
+    pub fn new(backoff: Backoff, max_retries: u32) -> Self {
+        Retries {
+            backoff,
+            max_retries,
+            failures: 0,
+        }
+    }
+
+    /// An attempt failed: the wait before the next one, or `None` when no
+    /// retry is left. `advertised` (a server's `Retry-After`) replaces the
+    /// schedule's wait, within the same cap.
+    pub fn failed(&mut self, advertised: Option<Duration>) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        if self.failures > self.max_retries {
+            return None;
+        }
+        let wait = advertised.unwrap_or_else(|| self.backoff.after(self.failures));
+        Some(wait.min(self.backoff.max))
+    }
+
+    /// The attempts that failed so far (after a last failure, all made).
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+}
+
+/// Waits between attempts. Production uses [`TokioSleeper`]; tests pass one
+/// that records the waits and returns at once.
+pub trait Sleeper: Send + Sync + 'static {
+    /// A future that completes after `wait`.
+    fn sleep(&self, wait: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// Sleeps on the tokio timer (so paused test time moves it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioSleeper;
+
+impl Sleeper for TokioSleeper {
+    fn sleep(&self, wait: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(wait))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn a_doubling_backoff_doubles_up_to_the_max() {
+        let max = secs(60);
+        let b = Backoff::doubling(secs(1), max);
+        let delays: Vec<u64> = (0..9).map(|n| b.after(n).as_secs()).collect();
+        assert_eq!(delays, [0, 1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(b.after(u32::MAX), max);
+        // Uncapped, it saturates instead of overflowing.
+        let wide = Backoff::doubling(Duration::from_millis(100), Duration::MAX);
+        assert_eq!(wide.after(3), Duration::from_millis(400));
+        assert_eq!(wide.after(u32::MAX), Duration::MAX);
+    }
+
+    #[test]
+    fn a_constant_backoff_waits_the_same_within_its_cap() {
+        let b = Backoff::constant(Duration::from_millis(250), secs(30));
+        assert_eq!(b.after(1), Duration::from_millis(250));
+        assert_eq!(b.after(u32::MAX), Duration::from_millis(250));
+        assert_eq!(Backoff::constant(secs(9), secs(5)).after(1), secs(5));
+    }
+
+    #[test]
+    fn retries_are_bounded_and_an_advertised_wait_is_capped() {
+        let mut r = Retries::new(Backoff::constant(secs(1), secs(30)), 2);
+        assert_eq!(r.failed(Some(secs(120))), Some(secs(30)));
+        assert_eq!(r.failed(None), Some(secs(1)));
+        assert_eq!(r.failed(Some(secs(2))), None, "two retries made");
+        assert_eq!(r.failures(), 3);
+
+        let mut once = Retries::new(
+            Backoff::doubling(Duration::from_millis(100), Duration::MAX),
+            2,
+        );
+        let waits: Vec<_> = std::iter::from_fn(|| once.failed(None)).collect();
+        assert_eq!(
+            waits,
+            [Duration::from_millis(100), Duration::from_millis(200)]
+        );
+
+        let mut none = Retries::new(Backoff::constant(secs(1), secs(1)), 0);
+        assert_eq!(none.failed(None), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_tokio_sleeper_waits_on_tokio_time() {
+        let start = tokio::time::Instant::now();
+        TokioSleeper.sleep(secs(3)).await;
+        assert_eq!(start.elapsed(), secs(3));
+    }
+}
