@@ -1,0 +1,14 @@
+//! The workspace's test kit, used only as a dev-dependency: waiting on an
+//! observable condition with a deadline ([`wait`]), running a built binary
+//! and reading what it did ([`cli`]), building an environment ([`env`]),
+//! serving a mock HTTP API on a free loopback port ([`http`]), the JSON
+//! fixtures ([`fixtures`]) and a log sink ([`logs`]).
+//!
+//! It depends on no tcab crate, so tcab-shared can use it too.
+
+pub mod cli;
+pub mod env;
+pub mod fixtures;
+pub mod http;
+pub mod logs;
+pub mod wait;
