@@ -1,9 +1,22 @@
-//! The lease-keeper's configuration read from an environment holding only
-//! the required variables: every field equals the documented default of the
-//! variable it comes from, and no variable the lease-keeper reads is left out.
+//! The lease-keeper's configuration: its own variables and their errors,
+//! and, read from an environment holding only the required variables, every
+//! field equal to the documented default of the variable it comes from, with
+//! no variable the lease-keeper reads left out.
 
+use std::time::Duration;
 use tcab_lease_keeper::LeaseKeeperConfig;
 use tcab_shared::config::{Binary, BinaryConfig, DefaultsCheck, vars};
+use tcab_testkit::env::{overlay, vars as owned};
+
+const MINIMAL: &[(&str, &str)] = &[
+    ("TCAB_BACKEND_URL", "http://backend.tcab:8080/"),
+    ("TCAB_BACKEND_SERVICE_TOKEN", "svc-token-s3cr3t"),
+    ("TCAB_DRIVER_IMAGE", "registry.example/driver:abc123"),
+];
+
+fn with(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    overlay(MINIMAL, extra)
+}
 
 #[test]
 fn every_documented_default_is_the_parsed_default() {
@@ -39,4 +52,79 @@ fn every_documented_default_is_the_parsed_default() {
         .value(&vars::LOG_TAIL_LINES, &c.log_tail_lines)
         .value(&vars::VAULT_ALLOW_NON_LOOPBACK, &c.vault_allow_non_loopback)
         .finish();
+}
+
+#[test]
+fn lease_keeper_and_reaper_read_their_own_variables() {
+    let lk = LeaseKeeperConfig::from_vars(with(&[
+        ("TCAB_PUBLISHER_IMAGE", "p:1"),
+        ("TCAB_DISPATCHER_LOG_TAIL_LINES", "20"),
+    ]))
+    .expect("valid");
+    assert!(lk.publishing);
+    assert_eq!(lk.log_tail_lines, 20);
+    assert_eq!(lk.lease_length, Duration::from_secs(120));
+    assert_eq!(lk.start_grace, Duration::from_secs(300));
+    assert_eq!(lk.unschedulable_grace, Duration::from_secs(1800));
+    assert_eq!(lk.terminating_margin, Duration::from_secs(60));
+    assert_eq!(lk.common.kube_timeout, Duration::from_secs(15));
+    assert_eq!(lk.common.watch_timeout, Duration::from_secs(60));
+    assert!(!lk.vault_allow_non_loopback);
+    let lk = LeaseKeeperConfig::from_vars(owned(&MINIMAL[..2])).expect("no driver image needed");
+    assert!(!lk.publishing);
+    let e = LeaseKeeperConfig::from_vars(with(&[(
+        "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK",
+        "maybe",
+    )]))
+    .expect_err("bad bool")
+    .to_string();
+    assert!(
+        e.starts_with("TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK: expected true or false"),
+        "{e}"
+    );
+}
+
+/// Timeouts that a lease must outlast are checked against it at start.
+#[test]
+fn what_must_fit_in_the_lease_is_checked_against_it() {
+    let e = LeaseKeeperConfig::from_vars(with(&[("TCAB_DISPATCHER_LEASE_SECONDS", "100")]))
+        .expect_err("watch timeout 60 > 100 / 2")
+        .to_string();
+    assert!(
+        e.starts_with("TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS: expected at most half"),
+        "{e}"
+    );
+    let e = LeaseKeeperConfig::from_vars(with(&[("TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS", "1.5")]))
+        .expect_err("whole seconds")
+        .to_string();
+    assert!(
+        e.starts_with("TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS: expected a whole number"),
+        "{e}"
+    );
+}
+
+/// Everything that used to fail later with exit 1 is a configuration error
+/// (the admitter's URL with a query: its own tests).
+#[test]
+fn a_url_with_a_query_and_a_non_loopback_vault_are_configuration_errors() {
+    let e = LeaseKeeperConfig::from_vars(with(&[("TCAB_DISPATCHER_VAULT_ADDR", "0.0.0.0:50051")]))
+        .expect_err("non-loopback vault")
+        .to_string();
+    assert!(
+        e.starts_with("TCAB_DISPATCHER_VAULT_ADDR: expected a loopback address"),
+        "{e}"
+    );
+    LeaseKeeperConfig::from_vars(with(&[
+        ("TCAB_DISPATCHER_VAULT_ADDR", "0.0.0.0:50051"),
+        ("TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK", "true"),
+    ]))
+    .expect("allowed explicitly");
+}
+
+#[test]
+fn every_binary_reads_the_metrics_address() {
+    let metrics = [("TCAB_DISPATCHER_METRICS_ADDR", " 0.0.0.0:9091 ")];
+    let want = Some("0.0.0.0:9091".parse().expect("an address"));
+    let l = LeaseKeeperConfig::from_vars(with(&metrics)).expect("valid");
+    assert_eq!(l.common.metrics_addr, want);
 }
