@@ -4,14 +4,14 @@
 //!
 //! To regenerate both after changing a declaration:
 //!
-//!     UPDATE_GENERATED=1 cargo test -p tcab-shared --test settings_docs
+//!     UPDATE_GENERATED=1 cargo test -p tcab-shared --test it settings_docs
 
 use std::path::{Path, PathBuf};
 use tcab_shared::config::{markdown_table, settings_json};
 
 const START: &str = "<!-- settings-table:start (generated from shared/src/config/vars.rs) -->\n";
 const END: &str = "<!-- settings-table:end -->\n";
-const REGENERATE: &str = "UPDATE_GENERATED=1 cargo test -p tcab-shared --test settings_docs";
+const REGENERATE: &str = "UPDATE_GENERATED=1 cargo test -p tcab-shared --test it settings_docs";
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
