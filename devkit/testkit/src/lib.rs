@@ -1,4 +1,5 @@
-//! The workspace's test kit, used only as a dev-dependency: waiting on an
+//! The workspace's test kit, used only as a dev-dependency: the one mock
+//! backend every binary's tests talk to ([`backend`]), waiting on an
 //! observable condition with a deadline ([`wait`]), running a built binary
 //! and reading what it did ([`cli`]), building an environment ([`env`]),
 //! serving a mock HTTP API on a free loopback port ([`http`]), the JSON
@@ -6,6 +7,7 @@
 //!
 //! It depends on no tcab crate, so tcab-shared can use it too.
 
+pub mod backend;
 pub mod cli;
 pub mod env;
 pub mod fixtures;

@@ -192,7 +192,7 @@ async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
         "{}",
         s.lost_reports[0].1
     );
-    assert_eq!(s.rows["alive"].state, JobState::Running);
+    assert_eq!(job_state(&s.rows["alive"].state), JobState::Running);
     assert!(
         s.rows["alive"].lease.unwrap() > s.now.unwrap(),
         "the live driver's lease was renewed first"
@@ -272,7 +272,7 @@ async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
         "{d}"
     );
     for id in ["oom", "evicted", "deleted"] {
-        assert_eq!(s.rows[id].state, JobState::Failed);
+        assert_eq!(job_state(&s.rows[id].state), JobState::Failed);
     }
     drop(s);
     assert!(rig.store.is_empty(), "settled deaths drop their tokens");
@@ -326,7 +326,7 @@ async fn a_late_driver_report_after_a_lost_report_does_not_confuse_the_keeper() 
     );
 
     // The driver's terminal report lands late and supersedes the lost outcome.
-    rig.backend.lock().rows.get_mut("late").unwrap().state = JobState::Succeeded;
+    rig.backend.lock().rows.get_mut("late").unwrap().state = JobState::Succeeded.as_str().into();
     // And a stale failed Job of the same id shows up (say, a relist).
     rig.job(job_json(
         &name,
@@ -342,7 +342,7 @@ async fn a_late_driver_report_after_a_lost_report_does_not_confuse_the_keeper() 
     }
     let s = rig.backend.lock();
     assert_eq!(s.lost_reports.len(), 1);
-    assert_eq!(s.rows["late"].state, JobState::Succeeded);
+    assert_eq!(job_state(&s.rows["late"].state), JobState::Succeeded);
     assert!(
         s.status_reports.is_empty(),
         "a terminal job gets no death report"

@@ -5,10 +5,9 @@
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use jiff::{SignedDuration, Timestamp};
+use axum::routing::get;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -19,68 +18,31 @@ use tcab_shared::backend::client::RetryPolicy;
 use tcab_shared::backend::{BackendClient, JobState};
 use tcab_shared::config::{BackendConfig, CommonConfig, LogFormat};
 
-pub const SERVICE_TOKEN: &str = "svc-token";
+pub use tcab_testkit::backend::SERVICE_TOKEN;
 pub const NS: &str = "ns";
-pub const LEASE: SignedDuration = SignedDuration::from_secs(120);
 
 // ---------------------------------------------------------------- backend
 
-#[derive(Debug, Clone)]
-pub struct Row {
-    pub state: JobState,
-    pub lease: Option<Timestamp>,
-    pub token: String,
-    pub publish: bool,
-}
-
-#[derive(Debug, Default)]
-pub struct BackendState {
-    pub down: bool,
-    pub now: Option<Timestamp>,
-    pub rows: BTreeMap<String, Row>,
-    pub run_renewals: Vec<Vec<String>>,
-    pub publish_renewals: Vec<Vec<String>>,
-    /// (id, token presented, body)
-    pub status_reports: Vec<(String, String, Value)>,
-    pub lost_reports: Vec<(String, String)>,
-    pub publish_lost_reports: Vec<(String, String)>,
-    pub active_reads: usize,
-    /// Answer run renewals with 204 (not the contract's 200 body).
-    pub run_renewal_no_content: bool,
-    /// Answer publish renewals with 204.
-    pub publish_renewal_no_content: bool,
-    /// How long a status report takes to be answered.
-    pub status_delay: Duration,
-    /// Status reports received (before any delay).
-    pub status_received: usize,
-    /// Status reports answered (a report whose caller went away is not).
-    pub status_answered: usize,
-}
-
+/// The kit's mock backend, with the lease-keeper's typed helpers; the rest
+/// (its state, clock and routes) is the kit's.
 #[derive(Clone)]
-pub struct MockBackend {
-    pub url: String,
-    pub state: Arc<Mutex<BackendState>>,
+pub struct MockBackend(pub tcab_testkit::backend::MockBackend);
+
+impl std::ops::Deref for MockBackend {
+    type Target = tcab_testkit::backend::MockBackend;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+/// A state as the mock holds it (its wire spelling), typed.
+pub fn job_state(wire: &str) -> JobState {
+    serde_json::from_value(Value::from(wire)).expect("a job state")
 }
 
 impl MockBackend {
     pub async fn start() -> Self {
-        let state = Arc::new(Mutex::new(BackendState {
-            now: Some("2026-11-29T17:00:00Z".parse().unwrap()),
-            ..Default::default()
-        }));
-        let app = Router::new()
-            .route("/jobs/leases", post(renew_runs))
-            .route("/publish-jobs/leases", post(renew_publishes))
-            .route("/jobs/active", get(active_runs))
-            .route("/publish-jobs/active", get(active_publishes))
-            .route("/jobs/{id}", get(get_job))
-            .route("/jobs/{id}/status", post(status))
-            .route("/jobs/{id}/lost", post(lost))
-            .route("/publish-jobs/{id}/lost", post(publish_lost))
-            .with_state(state.clone());
-        let url = tcab_testkit::http::serve_url(app).await;
-        MockBackend { url, state }
+        MockBackend(tcab_testkit::backend::MockBackend::start().await)
     }
 
     pub fn client(&self) -> BackendClient {
@@ -97,243 +59,18 @@ impl MockBackend {
         })
     }
 
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, BackendState> {
-        self.state.lock().unwrap()
-    }
-
-    pub fn now(&self) -> Timestamp {
-        self.lock().now.unwrap()
-    }
-
-    pub fn advance(&self, secs: i64) {
-        let mut s = self.lock();
-        s.now = Some(s.now.unwrap() + SignedDuration::from_secs(secs));
-    }
-
     /// A run claimed now, in `state`, with the claim's lease.
     pub fn add_run(&self, id: &str, state: JobState, token: &str) {
-        let now = self.now();
-        self.lock().rows.insert(
-            id.into(),
-            Row {
-                state,
-                lease: Some(now + LEASE),
-                token: token.into(),
-                publish: false,
-            },
-        );
+        self.0.add_run_row(id, state.as_str(), token);
     }
 
     pub fn add_publish(&self, id: &str, token: &str) {
-        let now = self.now();
-        self.lock().rows.insert(
-            id.into(),
-            Row {
-                state: JobState::Dispatched,
-                lease: Some(now + LEASE),
-                token: token.into(),
-                publish: true,
-            },
-        );
+        self.0.add_publish_row(id, token);
     }
 
     pub fn state_of(&self, id: &str) -> JobState {
-        self.lock().rows[id].state
+        job_state(&self.0.row_state(id))
     }
-
-    pub fn set_down(&self, down: bool) {
-        self.lock().down = down;
-    }
-}
-
-type Shared = State<Arc<Mutex<BackendState>>>;
-
-fn bearer(headers: &HeaderMap) -> String {
-    tcab_testkit::http::bearer(headers).to_owned()
-}
-
-fn error(status: StatusCode, code: &str) -> Response {
-    tcab_testkit::http::error(status, code, code)
-}
-
-/// Down or unauthorised service calls.
-fn gate(s: &BackendState, headers: &HeaderMap) -> Option<Response> {
-    if s.down {
-        return Some(error(StatusCode::SERVICE_UNAVAILABLE, "unavailable"));
-    }
-    (bearer(headers) != SERVICE_TOKEN).then(|| error(StatusCode::UNAUTHORIZED, "unauthorized"))
-}
-
-fn renew(s: &mut BackendState, ids: &[String], publish: bool) -> Value {
-    let now = s.now.unwrap();
-    let mut leases = Vec::new();
-    for id in ids {
-        if let Some(row) = s.rows.get_mut(id)
-            && row.publish == publish
-            && row.state.is_driven()
-        {
-            row.lease = Some(now + LEASE);
-            leases.push(json!({"id": id, "lease_expires_at": row.lease}));
-        }
-    }
-    json!({"now": now, "leases": leases})
-}
-
-async fn renew_runs(State(st): Shared, headers: HeaderMap, body: axum::Json<Value>) -> Response {
-    let mut s = st.lock().unwrap();
-    if let Some(r) = gate(&s, &headers) {
-        return r;
-    }
-    let ids: Vec<String> = serde_json::from_value(body["job_ids"].clone()).unwrap();
-    s.run_renewals.push(ids.clone());
-    if s.run_renewal_no_content {
-        return StatusCode::NO_CONTENT.into_response();
-    }
-    axum::Json(renew(&mut s, &ids, false)).into_response()
-}
-
-async fn renew_publishes(
-    State(st): Shared,
-    headers: HeaderMap,
-    body: axum::Json<Value>,
-) -> Response {
-    let mut s = st.lock().unwrap();
-    if let Some(r) = gate(&s, &headers) {
-        return r;
-    }
-    let ids: Vec<String> = serde_json::from_value(body["job_ids"].clone()).unwrap();
-    s.publish_renewals.push(ids.clone());
-    if s.publish_renewal_no_content {
-        return StatusCode::NO_CONTENT.into_response();
-    }
-    axum::Json(renew(&mut s, &ids, true)).into_response()
-}
-
-async fn active_runs(State(st): Shared, headers: HeaderMap) -> Response {
-    let mut s = st.lock().unwrap();
-    if let Some(r) = gate(&s, &headers) {
-        return r;
-    }
-    s.active_reads += 1;
-    let jobs: Vec<Value> = s
-        .rows
-        .iter()
-        .filter(|(_, r)| !r.publish && r.state.is_driven())
-        .map(|(id, r)| json!({"id": id, "state": r.state, "lease_expires_at": r.lease}))
-        .collect();
-    axum::Json(json!({"now": s.now, "jobs": jobs})).into_response()
-}
-
-async fn active_publishes(State(st): Shared, headers: HeaderMap) -> Response {
-    let s = st.lock().unwrap();
-    if let Some(r) = gate(&s, &headers) {
-        return r;
-    }
-    let jobs: Vec<Value> = s
-        .rows
-        .iter()
-        .filter(|(_, r)| r.publish && r.state == JobState::Dispatched)
-        .map(|(id, r)| json!({"id": id, "state": "dispatched", "lease_expires_at": r.lease}))
-        .collect();
-    axum::Json(json!({"now": s.now, "publish_jobs": jobs})).into_response()
-}
-
-async fn get_job(State(st): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let s = st.lock().unwrap();
-    if let Some(r) = gate(&s, &headers) {
-        return r;
-    }
-    match s.rows.get(&id) {
-        Some(r) => axum::Json(
-            json!({"id": id, "state": r.state, "attempt": 1, "lease_expires_at": r.lease}),
-        )
-        .into_response(),
-        None => error(StatusCode::NOT_FOUND, "not_found"),
-    }
-}
-
-/// A status report with the per-job token: the driver's or a death report.
-/// A terminal report after a lost report supersedes it.
-async fn status(
-    State(st): Shared,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: axum::Json<Value>,
-) -> Response {
-    let delay = {
-        let mut s = st.lock().unwrap();
-        s.status_received += 1;
-        s.status_delay
-    };
-    if !delay.is_zero() {
-        // Dropped here (never answered) if the caller gives up.
-        tokio::time::sleep(delay).await;
-    }
-    let mut s = st.lock().unwrap();
-    if s.down {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
-    }
-    s.status_answered += 1;
-    let token = bearer(&headers);
-    s.status_reports
-        .push((id.clone(), token.clone(), body.0.clone()));
-    let Some(row) = s.rows.get_mut(&id) else {
-        return error(StatusCode::NOT_FOUND, "not_found");
-    };
-    if row.token != token {
-        return error(StatusCode::UNAUTHORIZED, "unauthorized");
-    }
-    let new: JobState = serde_json::from_value(body["state"].clone()).unwrap();
-    let late_after_lost = row.state == JobState::Failed;
-    if !row.state.is_live() && !late_after_lost {
-        return error(StatusCode::CONFLICT, "conflict");
-    }
-    row.state = new;
-    axum::Json(json!({"id": id, "state": new})).into_response()
-}
-
-async fn lost(
-    State(st): Shared,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: axum::Json<Value>,
-) -> Response {
-    let mut s = st.lock().unwrap();
-    if let Some(r) = gate(&s, &headers) {
-        return r;
-    }
-    let detail = body["detail"].as_str().unwrap_or_default().to_owned();
-    s.lost_reports.push((id.clone(), detail));
-    let Some(row) = s.rows.get_mut(&id) else {
-        return error(StatusCode::NOT_FOUND, "not_found");
-    };
-    if !row.state.is_driven() {
-        return axum::Json(json!({"id": id, "ignored": true, "state": row.state})).into_response();
-    }
-    row.state = JobState::Failed;
-    axum::Json(
-        json!({"id": id, "ignored": false, "state": "failed", "retry_id": format!("{id}-retry")}),
-    )
-    .into_response()
-}
-
-async fn publish_lost(
-    State(st): Shared,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: axum::Json<Value>,
-) -> Response {
-    let mut s = st.lock().unwrap();
-    if let Some(r) = gate(&s, &headers) {
-        return r;
-    }
-    let detail = body["detail"].as_str().unwrap_or_default().to_owned();
-    s.publish_lost_reports.push((id.clone(), detail));
-    let Some(row) = s.rows.get_mut(&id) else {
-        return error(StatusCode::NOT_FOUND, "not_found");
-    };
-    row.state = JobState::Failed;
-    axum::Json(json!({"id": id, "ignored": false, "state": "failed"})).into_response()
 }
 
 // ---------------------------------------------------------------- kube

@@ -4,11 +4,6 @@
 //! log sink for tracing output.
 #![allow(dead_code)]
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response as AxumResponse};
-use axum::routing::get;
 use http::{Method, Request, Response};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -23,6 +18,7 @@ use tcab_reaper::run::{Reaper, ReaperSetup};
 use tcab_shared::Secret;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::OwnedJobs;
+use tcab_testkit::backend::Row;
 
 /// The sandbox namespace the tests' reaper sweeps.
 pub const SANDBOXES: &str = "sandboxes";
@@ -32,7 +28,7 @@ pub const DISPATCHER_NS: &str = "dispatcher";
 pub const LIST_URI: &str =
     "/api/v1/namespaces/sandboxes/pods?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dtcab-driver";
 /// The service token the mock backend expects.
-pub const SERVICE_TOKEN: &str = "reaper-test-service-token";
+pub use tcab_testkit::backend::SERVICE_TOKEN;
 
 /// The confirming read of the owned Jobs carrying job id `id`.
 pub fn jobs_uri(id: &str) -> String {
@@ -282,78 +278,62 @@ pub enum Active {
     Fails(u16),
 }
 
-#[derive(Debug)]
-struct BackendState {
-    active: Active,
-    calls: usize,
-}
-
-/// A backend on 127.0.0.1 that answers `GET /jobs/active` only.
+/// The kit's mock backend, answering the reaper's `GET /jobs/active` from
+/// an [`Active`], on the reaper tests' fixed clock.
 #[derive(Clone)]
-pub struct MockBackend {
-    state: Arc<Mutex<BackendState>>,
-    url: String,
-}
+pub struct MockBackend(tcab_testkit::backend::MockBackend);
 
 impl MockBackend {
     /// Starts one answering `active`.
     pub async fn start(active: Active) -> MockBackend {
-        let state = Arc::new(Mutex::new(BackendState { active, calls: 0 }));
-        let app = Router::new()
-            .route("/jobs/active", get(active_runs))
-            .with_state(state.clone());
-        let url = tcab_testkit::http::serve_url(app).await;
-        MockBackend { state, url }
+        let backend = MockBackend(tcab_testkit::backend::MockBackend::start().await);
+        backend.0.lock().now = Some(now());
+        backend.set(active);
+        backend
     }
 
     /// Its base URL.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.0.url
     }
 
     /// Changes what `GET /jobs/active` answers from now on.
     pub fn set(&self, active: Active) {
-        self.state.lock().expect("state").active = active;
+        let mut state = self.0.lock();
+        state.rows.clear();
+        state.active_fails = None;
+        match active {
+            Active::Driven(ids) => {
+                let lease = Some("2030-01-01T00:00:00Z".parse().expect("ts"));
+                for id in ids {
+                    state.rows.insert(
+                        id.clone(),
+                        Row {
+                            state: "running".into(),
+                            lease,
+                            token: tcab_testkit::backend::token_for(&id),
+                            publish: false,
+                        },
+                    );
+                }
+            }
+            Active::Fails(code) => state.active_fails = Some(code),
+        }
     }
 
     /// How many times `GET /jobs/active` was called.
     pub fn calls(&self) -> usize {
-        self.state.lock().expect("state").calls
+        self.0.lock().active_reads
     }
 
     /// A client of it, as the reaper builds one.
     pub fn client(&self) -> BackendClient {
         BackendClient::new(
-            &self.url,
+            &self.0.url,
             Secret::new(SERVICE_TOKEN.to_owned()),
             Duration::from_secs(5),
         )
         .expect("backend client")
-    }
-}
-
-async fn active_runs(
-    State(state): State<Arc<Mutex<BackendState>>>,
-    headers: HeaderMap,
-) -> AxumResponse {
-    if tcab_testkit::http::bearer(&headers) != SERVICE_TOKEN {
-        return (StatusCode::UNAUTHORIZED, "bad token").into_response();
-    }
-    let mut state = state.lock().expect("state");
-    state.calls += 1;
-    match &state.active {
-        Active::Driven(ids) => {
-            let jobs: Vec<Value> = ids
-                .iter()
-                .map(|id| json!({"id": id, "state": "running", "lease_expires_at": "2030-01-01T00:00:00Z"}))
-                .collect();
-            axum::Json(json!({"now": "2027-01-15T12:00:00Z", "jobs": jobs})).into_response()
-        }
-        Active::Fails(code) => (
-            StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            axum::Json(json!({"error": {"code": "internal", "message": "mock failure"}})),
-        )
-            .into_response(),
     }
 }
 
