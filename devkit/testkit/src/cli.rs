@@ -48,6 +48,20 @@ impl Ran {
         );
     }
 
+    /// Asserts the first stderr line is the JSON log line a binary starts
+    /// with, naming `binary`, its `version` and its `revision`; returns it.
+    pub fn starting_line(&self, binary: &str, version: &str, revision: &str) -> serde_json::Value {
+        let first = self.first_log_line();
+        assert_eq!(first["version"], version, "{first}");
+        assert_eq!(first["revision"], revision, "{first}");
+        assert_eq!(
+            first["message"],
+            format!("{binary} {version} (revision {revision}) starting"),
+            "{first}"
+        );
+        first
+    }
+
     /// The first stderr line, parsed as a JSON log line.
     pub fn first_log_line(&self) -> serde_json::Value {
         serde_json::from_str(self.stderr.lines().next().unwrap_or_default())
@@ -81,6 +95,13 @@ mod tests {
     #[should_panic(expected = "a secret leaked")]
     fn a_secret_on_stderr_fails_the_config_error_check() {
         sh("echo 'token s3cr3t' >&2; exit 2").config_error("s3cr3t");
+    }
+
+    #[test]
+    fn the_starting_line_names_binary_version_and_revision() {
+        let line = r#"{"level":"INFO","version":"1.2.3","revision":"abc","message":"tool 1.2.3 (revision abc) starting"}"#;
+        let ran = sh(&format!("echo '{line}' >&2; exit 1"));
+        assert_eq!(ran.starting_line("tool", "1.2.3", "abc")["level"], "INFO");
     }
 
     #[test]

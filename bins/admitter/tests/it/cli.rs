@@ -117,18 +117,12 @@ fn the_first_log_line_names_version_and_revision() {
     let output = start(&[], &env);
     let stderr = &output.stderr;
     assert_eq!(output.code, Some(1), "no cluster: {stderr}");
-    let first = output.first_log_line();
-    assert_eq!(first["level"], "INFO", "{first}");
-    assert_eq!(first["version"], env!("CARGO_PKG_VERSION"), "{first}");
-    assert_eq!(first["revision"], env!("TCAB_REVISION"), "{first}");
-    assert_eq!(
-        first["message"],
-        format!(
-            "tcab-admitter {} (revision {}) starting",
-            env!("CARGO_PKG_VERSION"),
-            env!("TCAB_REVISION")
-        )
+    let first = output.starting_line(
+        "tcab-admitter",
+        env!("CARGO_PKG_VERSION"),
+        env!("TCAB_REVISION"),
     );
+    assert_eq!(first["level"], "INFO", "{first}");
     assert!(!stderr.contains(SERVICE_TOKEN), "a token leaked: {stderr}");
 }
 

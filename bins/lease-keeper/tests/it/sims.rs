@@ -25,6 +25,7 @@ use tcab_shared::backend::{BackendClient, ClaimedRun};
 use tcab_shared::config::{BinaryConfig, Env};
 use tcab_shared::names::{self, claim_tag};
 use tcab_shared::tick::{Shutdown, ShutdownTrigger};
+use tcab_testkit::wait::until;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -235,14 +236,10 @@ impl World {
     }
 
     async fn wait_state(&self, id: &str, state: &str) -> Value {
-        deadline(&format!("job {id} {state}"), 20, async {
-            loop {
-                let v = self.view(id).await;
-                if v["state"] == state {
-                    return v;
-                }
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
+        let what = format!("job {id} {state}");
+        until(&what, Duration::from_secs(20), || async {
+            let v = self.view(id).await;
+            (v["state"] == state).then_some(v)
         })
         .await
     }
@@ -324,12 +321,12 @@ async fn a_driver_whose_pod_vanished_while_the_keeper_was_down_is_lost_within_on
     let node = pod.spec.unwrap().node_name.unwrap();
     assert!(w.cluster.admin().crash_node(&node).await.unwrap() >= 1);
     w.cluster.admin().delete_node(&node).await.unwrap();
-    deadline("pod GC removes the pod", 20, async {
-        let lp = ListParams::default().labels(&names::selector(names::JOB_NAME, &job_name));
-        while !pods.list(&lp).await.unwrap().items.is_empty() {
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    })
+    let lp = ListParams::default().labels(&names::selector(names::JOB_NAME, &job_name));
+    until(
+        "pod GC removes the pod",
+        Duration::from_secs(20),
+        || async { pods.list(&lp).await.unwrap().items.is_empty().then_some(()) },
+    )
     .await;
 
     // The keeper returns with an empty vault; the backend's clock has not

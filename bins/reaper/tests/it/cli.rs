@@ -67,15 +67,9 @@ fn the_first_log_line_names_version_and_revision() {
     let output = start(&[], &env);
     let stderr = &output.stderr;
     assert_eq!(output.code, Some(1), "no cluster: {stderr}");
-    let first = output.first_log_line();
-    assert_eq!(first["version"], env!("CARGO_PKG_VERSION"), "{first}");
-    assert_eq!(first["revision"], env!("TCAB_REVISION"), "{first}");
-    assert_eq!(
-        first["message"],
-        format!(
-            "tcab-reaper {} (revision {}) starting",
-            env!("CARGO_PKG_VERSION"),
-            env!("TCAB_REVISION")
-        )
+    output.starting_line(
+        "tcab-reaper",
+        env!("CARGO_PKG_VERSION"),
+        env!("TCAB_REVISION"),
     );
 }
