@@ -2,8 +2,8 @@
 //! backend every binary's tests talk to ([`backend`]), waiting on an
 //! observable condition with a deadline ([`wait`]), running a built binary
 //! and reading what it did ([`cli`]), building an environment ([`env`]),
-//! serving a mock HTTP API on a free loopback port ([`http`]), the JSON
-//! fixtures ([`fixtures`]) and a log sink ([`logs`]).
+//! serving a mock HTTP API on a free loopback port ([`http`]), the
+//! Kubernetes API's bodies ([`kube`]), the JSON fixtures ([`fixtures`]) and a log sink ([`logs`]).
 //!
 //! It depends on no tcab crate, so tcab-shared can use it too.
 
@@ -12,5 +12,6 @@ pub mod cli;
 pub mod env;
 pub mod fixtures;
 pub mod http;
+pub mod kube;
 pub mod logs;
 pub mod wait;

@@ -13,6 +13,7 @@ use tcab_reaper::ReaperConfig;
 use tcab_reaper::run::{Deps, RunError, TickReport, run};
 use tcab_shared::config::{CommonConfig, LogFormat};
 use tcab_shared::tick::Shutdown;
+use tcab_testkit::kube as objects;
 use tokio::sync::oneshot;
 
 fn config() -> ReaperConfig {
@@ -123,11 +124,7 @@ fn serve(
                 if !confirm {
                     items.push(driver_job("tcab-driver-b-1", "b", false));
                 }
-                respond(
-                    send,
-                    &json!({"apiVersion": "batch/v1", "kind": "JobList",
-                    "metadata": {"resourceVersion": "5"}, "items": items}),
-                );
+                respond(send, &objects::list("batch/v1", "JobList", "5", items));
             } else if method == Method::GET && uri.starts_with("/api/v1/namespaces/sandboxes/pods?")
             {
                 seen.lock().expect("log").pod_lists += 1;
@@ -137,19 +134,19 @@ fn serve(
                 }
                 respond(
                     send,
-                    &json!({"apiVersion": "v1", "kind": "PodList",
-                    "metadata": {"resourceVersion": "9"},
-                    "items": [sandbox("sb-a", "a"), sandbox("sb-b", "b")]}),
+                    &objects::list(
+                        "v1",
+                        "PodList",
+                        "9",
+                        vec![sandbox("sb-a", "a"), sandbox("sb-b", "b")],
+                    ),
                 );
             } else {
                 seen.lock()
                     .expect("log")
                     .deletes
                     .push(format!("{method} {uri}"));
-                respond(
-                    send,
-                    &json!({"kind": "Status", "status": "Success", "code": 200}),
-                );
+                respond(send, &objects::success());
             }
         }
     });

@@ -78,9 +78,7 @@ fn is_live(job: &Value) -> bool {
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Response {
-    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                      "message": message, "reason": reason, "code": code});
-    (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
+    tcab_testkit::kube::failure_response(code, reason, message)
 }
 
 impl Inner {
@@ -288,8 +286,7 @@ async fn list_or_watch(
     let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
     if !watching {
         let items: Vec<Value> = inner.jobs.values().cloned().collect();
-        let body = json!({"apiVersion": "batch/v1", "kind": "JobList",
-                          "metadata": {"resourceVersion": inner.rv.to_string()}, "items": items});
+        let body = tcab_testkit::kube::list("batch/v1", "JobList", &inner.rv.to_string(), items);
         return axum::Json(body).into_response();
     }
     let from: u64 = query

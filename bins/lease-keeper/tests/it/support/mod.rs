@@ -5,7 +5,6 @@
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
@@ -17,6 +16,8 @@ use tcab_shared::Secret;
 use tcab_shared::backend::client::RetryPolicy;
 use tcab_shared::backend::{BackendClient, JobState};
 use tcab_shared::config::{BackendConfig, CommonConfig, LogFormat};
+use tcab_testkit::kube as objects;
+use tcab_testkit::kube::labels_match;
 
 pub use tcab_testkit::backend::SERVICE_TOKEN;
 pub const NS: &str = "ns";
@@ -144,25 +145,7 @@ impl FakeKube {
 type KubeShared = State<Arc<Mutex<KubeState>>>;
 
 fn not_found(name: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        axum::Json(
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-            "message": format!("\"{name}\" not found"), "reason": "NotFound", "code": 404}),
-        ),
-    )
-        .into_response()
-}
-
-/// Whether an object's labels match a `k=v,k2=v2` selector.
-fn labels_match(obj: &Value, selector: &str) -> bool {
-    selector
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .all(|term| match term.split_once('=') {
-            Some((k, v)) => obj["metadata"]["labels"][k].as_str() == Some(v),
-            None => false,
-        })
+    objects::failure_response(404, "NotFound", &format!("\"{name}\" not found"))
 }
 
 async fn list_jobs(State(st): KubeShared, Query(q): Query<HashMap<String, String>>) -> Response {
@@ -177,8 +160,7 @@ async fn list_jobs(State(st): KubeShared, Query(q): Query<HashMap<String, String
             .filter(|j| labels_match(j, &selector))
             .cloned()
             .collect();
-        return axum::Json(json!({"apiVersion": "batch/v1", "kind": "JobList", "metadata": {"resourceVersion": "1"}, "items": items}))
-            .into_response();
+        return axum::Json(objects::list("batch/v1", "JobList", "1", items)).into_response();
     }
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         // A watch that never sends: the test feeds nothing after the list.
@@ -206,8 +188,7 @@ async fn list_jobs(State(st): KubeShared, Query(q): Query<HashMap<String, String
     } else {
         st.lock().unwrap().jobs.values().cloned().collect()
     };
-    axum::Json(json!({"apiVersion": "batch/v1", "kind": "JobList", "metadata": {"resourceVersion": "1"}, "items": items}))
-        .into_response()
+    axum::Json(objects::list("batch/v1", "JobList", "1", items)).into_response()
 }
 
 async fn get_kube_job(
@@ -246,8 +227,7 @@ async fn list_pods(State(st): KubeShared, Query(q): Query<HashMap<String, String
         .filter(|p| labels_match(p, &selector))
         .cloned()
         .collect();
-    axum::Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items}))
-        .into_response()
+    axum::Json(objects::list("v1", "PodList", "1", items)).into_response()
 }
 
 async fn pod_log(
@@ -258,12 +238,11 @@ async fn pod_log(
     let mut s = st.lock().unwrap();
     s.log_reads += 1;
     if s.logs_fail {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            axum::Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "message": "Get \"https://10.0.0.7:10250/containerLogs\": dial tcp: i/o timeout", "reason": "InternalError", "code": 500})),
-        )
-            .into_response();
+        return objects::failure_response(
+            500,
+            "InternalError",
+            "Get \"https://10.0.0.7:10250/containerLogs\": dial tcp: i/o timeout",
+        );
     }
     let Some(log) = s.logs.get(&name) else {
         return not_found(&name);

@@ -181,7 +181,8 @@ pub fn job_list(jobs: &[Job], id: &str) -> Value {
                 .is_some_and(|v| v == id)
         })
         .collect();
-    json!({"apiVersion": "batch/v1", "kind": "JobList", "metadata": {"resourceVersion": "11"}, "items": items})
+    let items = items.iter().map(|j| json!(j)).collect();
+    tcab_testkit::kube::list("batch/v1", "JobList", "11", items)
 }
 
 /// A Job cache that has listed exactly `jobs`.
@@ -216,18 +217,17 @@ pub fn sandbox(name: &str, id: &str) -> Value {
 
 /// A PodList of `items`.
 pub fn pod_list(items: Vec<Value>) -> Value {
-    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": items})
+    tcab_testkit::kube::list("v1", "PodList", "7", items)
 }
 
 /// A failure `Status` body.
 pub fn status(code: u16, reason: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
-           "message": format!("mock {reason}"), "reason": reason, "code": code})
+    tcab_testkit::kube::failure(code, reason, &format!("mock {reason}"))
 }
 
 /// A success `Status` body, as a DELETE may answer.
 pub fn success() -> Value {
-    json!({"kind": "Status", "status": "Success", "code": 200})
+    tcab_testkit::kube::success()
 }
 
 /// Settings with the orphan sweep off (the reaper then never asks a backend).
