@@ -3,7 +3,8 @@
 //! observable condition with a deadline ([`wait`]), running a built binary
 //! and reading what it did ([`cli`]), building an environment ([`env`]),
 //! serving a mock HTTP API on a free loopback port ([`http`]), the
-//! Kubernetes API's bodies ([`kube`]), the JSON fixtures ([`fixtures`]) and a log sink ([`logs`]).
+//! Kubernetes API's bodies ([`kube`]), the JSON fixtures ([`fixtures`]) and
+//! a log sink ([`logs`]).
 //!
 //! It depends on no tcab crate, so tcab-shared can use it too.
 
