@@ -1,5 +1,6 @@
 //! The workspace's test kit, used only as a dev-dependency: the one mock
-//! backend every binary's tests talk to ([`backend`]), waiting on an
+//! backend every binary's tests talk to ([`backend`]), the one fake
+//! Kubernetes API ([`fake_kube`]), waiting on an
 //! observable condition with a deadline ([`wait`]), running a built binary
 //! and reading what it did ([`cli`]), building an environment ([`env`]),
 //! serving a mock HTTP API on a free loopback port ([`http`]), the
@@ -11,6 +12,7 @@
 pub mod backend;
 pub mod cli;
 pub mod env;
+pub mod fake_kube;
 pub mod fixtures;
 pub mod http;
 pub mod kube;

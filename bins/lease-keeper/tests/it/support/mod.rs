@@ -1,23 +1,15 @@
-//! Test doubles: a mock backend (axum on 127.0.0.1:0, with a test clock) and
-//! a fake Kubernetes API serving the few reads the lease-keeper makes.
+//! The lease-keeper's test doubles: the kit's mock backend and fake
+//! Kubernetes API with its typed helpers, the Job and pod objects it reads,
+//! and its configuration.
 #![allow(dead_code)]
 
-use axum::Router;
-use axum::body::Body;
-use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tcab_lease_keeper::LeaseKeeperConfig;
 use tcab_shared::Secret;
 use tcab_shared::backend::client::RetryPolicy;
 use tcab_shared::backend::{BackendClient, JobState};
 use tcab_shared::config::{BackendConfig, CommonConfig, LogFormat};
-use tcab_testkit::kube as objects;
-use tcab_testkit::kube::labels_match;
 
 pub use tcab_testkit::backend::SERVICE_TOKEN;
 pub const NS: &str = "ns";
@@ -76,47 +68,29 @@ impl MockBackend {
 
 // ---------------------------------------------------------------- kube
 
-#[derive(Default)]
-pub struct KubeState {
-    pub jobs: BTreeMap<String, Value>,
-    pub pods: BTreeMap<String, Value>,
-    pub logs: HashMap<String, String>,
-    /// When false, the Job list never answers (the cache never becomes ready).
-    pub list_ready: bool,
-    /// Job lists that arrived while `list_ready` was false (each is held).
-    pub held_lists: usize,
-    pub log_reads: usize,
-    /// When set, every log read answers 500 (the kubelet cannot be reached).
-    pub logs_fail: bool,
-    /// Job deletes received, by name.
-    pub deleted_jobs: Vec<String>,
-    /// Job lists by label selector received (not the watch's).
-    pub job_lists: Vec<String>,
-}
-
+/// The kit's fake Kubernetes API (Jobs, pods and their logs, a first list
+/// that can be held), with the lease-keeper's client.
 #[derive(Clone)]
-pub struct FakeKube {
-    pub url: String,
-    pub state: Arc<Mutex<KubeState>>,
+pub struct FakeKube(pub tcab_testkit::fake_kube::FakeKube);
+
+impl std::ops::Deref for FakeKube {
+    type Target = tcab_testkit::fake_kube::FakeKube;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl FakeKube {
     pub async fn start() -> Self {
-        let state = Arc::new(Mutex::new(KubeState {
-            list_ready: true,
-            ..Default::default()
-        }));
-        let app = Router::new()
-            .route("/apis/batch/v1/namespaces/{ns}/jobs", get(list_jobs))
-            .route(
-                "/apis/batch/v1/namespaces/{ns}/jobs/{name}",
-                get(get_kube_job).delete(delete_kube_job),
-            )
-            .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
-            .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(pod_log))
-            .with_state(state.clone());
-        let url = tcab_testkit::http::serve_url(app).await;
-        FakeKube { url, state }
+        FakeKube(
+            tcab_testkit::fake_kube::FakeKube::start(|job| {
+                job["metadata"]["labels"]["tcab.dev/job-kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .await,
+        )
     }
 
     pub fn client(&self) -> kube::Client {
@@ -124,136 +98,6 @@ impl FakeKube {
         config.default_namespace = NS.into();
         tcab_shared::kube_api::client_from(config).unwrap()
     }
-
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, KubeState> {
-        self.state.lock().unwrap()
-    }
-
-    pub fn put_job(&self, job: Value) {
-        let name = job["metadata"]["name"].as_str().unwrap().to_owned();
-        self.lock().jobs.insert(name, job);
-    }
-
-    pub fn put_pod(&self, pod: Value, log: &str) {
-        let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
-        let mut s = self.lock();
-        s.logs.insert(name.clone(), log.to_owned());
-        s.pods.insert(name, pod);
-    }
-}
-
-type KubeShared = State<Arc<Mutex<KubeState>>>;
-
-fn not_found(name: &str) -> Response {
-    objects::failure_response(404, "NotFound", &format!("\"{name}\" not found"))
-}
-
-async fn list_jobs(State(st): KubeShared, Query(q): Query<HashMap<String, String>>) -> Response {
-    let selector = q.get("labelSelector").cloned().unwrap_or_default();
-    if selector.contains("tcab.dev/job-id") {
-        // A direct read of one backend job's Jobs (not the watch's list).
-        let mut s = st.lock().unwrap();
-        s.job_lists.push(selector.clone());
-        let items: Vec<Value> = s
-            .jobs
-            .values()
-            .filter(|j| labels_match(j, &selector))
-            .cloned()
-            .collect();
-        return axum::Json(objects::list("batch/v1", "JobList", "1", items)).into_response();
-    }
-    if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
-        // A watch that never sends: the test feeds nothing after the list.
-        let stream = futures::stream::pending::<Result<bytes::Bytes, std::io::Error>>();
-        return Response::new(Body::from_stream(stream));
-    }
-    let (ready, items) = {
-        let mut s = st.lock().unwrap();
-        if !s.list_ready {
-            s.held_lists += 1;
-        }
-        (s.list_ready, s.jobs.values().cloned().collect::<Vec<_>>())
-    };
-    if !ready {
-        // Hold the list until the test lets it answer.
-        loop {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            if st.lock().unwrap().list_ready {
-                break;
-            }
-        }
-    }
-    let items: Vec<Value> = if ready {
-        items
-    } else {
-        st.lock().unwrap().jobs.values().cloned().collect()
-    };
-    axum::Json(objects::list("batch/v1", "JobList", "1", items)).into_response()
-}
-
-async fn get_kube_job(
-    State(st): KubeShared,
-    Path((_ns, name)): Path<(String, String)>,
-) -> Response {
-    match st.lock().unwrap().jobs.get(&name) {
-        Some(job) => axum::Json(job.clone()).into_response(),
-        None => not_found(&name),
-    }
-}
-
-async fn delete_kube_job(
-    State(st): KubeShared,
-    Path((_ns, name)): Path<(String, String)>,
-) -> Response {
-    let mut s = st.lock().unwrap();
-    s.deleted_jobs.push(name.clone());
-    match s.jobs.remove(&name) {
-        Some(job) => {
-            s.pods
-                .retain(|_, p| p["metadata"]["labels"]["job-name"].as_str() != Some(name.as_str()));
-            axum::Json(job).into_response()
-        }
-        None => not_found(&name),
-    }
-}
-
-async fn list_pods(State(st): KubeShared, Query(q): Query<HashMap<String, String>>) -> Response {
-    let selector = q.get("labelSelector").cloned().unwrap_or_default();
-    let items: Vec<Value> = st
-        .lock()
-        .unwrap()
-        .pods
-        .values()
-        .filter(|p| labels_match(p, &selector))
-        .cloned()
-        .collect();
-    axum::Json(objects::list("v1", "PodList", "1", items)).into_response()
-}
-
-async fn pod_log(
-    State(st): KubeShared,
-    Path((_ns, name)): Path<(String, String)>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let mut s = st.lock().unwrap();
-    s.log_reads += 1;
-    if s.logs_fail {
-        return objects::failure_response(
-            500,
-            "InternalError",
-            "Get \"https://10.0.0.7:10250/containerLogs\": dial tcp: i/o timeout",
-        );
-    }
-    let Some(log) = s.logs.get(&name) else {
-        return not_found(&name);
-    };
-    let tail: usize = q
-        .get("tailLines")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(usize::MAX);
-    let lines: Vec<&str> = log.lines().collect();
-    let kept = lines[lines.len().saturating_sub(tail)..].join("\n");
-    kept.into_response()
 }
 
 // ---------------------------------------------------------------- objects
