@@ -62,7 +62,7 @@ REPO = HERE.parent
 DASHBOARD = CHART / "dashboards" / "tcab-dispatcher.json"
 METRICS_DOC = REPO / "docs" / "metrics.md"
 # Every environment variable the binaries read, as their declarations describe it
-# (written by shared/tests/settings_docs.rs, which fails when it is stale).
+# (written by shared/tests/it/settings_docs.rs, which fails when it is stale).
 SETTINGS_JSON = HERE / "settings.json"
 
 RELEASE = "tcab-dispatcher"

@@ -16,7 +16,7 @@
 //!
 //! `cargo run -p tcab-admitter --example drain_bench -- [JOBS] [ROUNDS]`
 
-#[path = "../tests/support/gate.rs"]
+#[path = "../tests/it/support/gate.rs"]
 #[allow(dead_code)]
 mod gate;
 

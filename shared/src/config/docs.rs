@@ -113,7 +113,7 @@ fn variable(v: &dyn Declared) -> Variable {
 /// in a newline.
 pub fn settings_json() -> String {
     let description = Description {
-        generated: "from shared/src/config/vars.rs; do not edit: UPDATE_GENERATED=1 cargo test -p tcab-shared --test settings_docs",
+        generated: "from shared/src/config/vars.rs; do not edit: UPDATE_GENERATED=1 cargo test -p tcab-shared --test it settings_docs",
         binaries: BINARIES.iter().map(|b| b.name()).collect(),
         passthrough: Passthrough {
             prefixes: PASSTHROUGH_PREFIXES,

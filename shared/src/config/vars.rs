@@ -7,7 +7,7 @@
 //! To add a variable: declare it inside `declare!` below (which also lists
 //! it in [`SETTINGS`]), read it in the configuration of each binary that
 //! uses it, then regenerate the README table and the JSON description:
-//! `UPDATE_GENERATED=1 cargo test -p tcab-shared --test settings_docs`.
+//! `UPDATE_GENERATED=1 cargo test -p tcab-shared --test it settings_docs`.
 
 use super::kinds::{
     AbsolutePath, Address, DnsName, DnsNames, Flag, Format, Image, LabelValue, Quantity, Seconds,

@@ -1,0 +1,740 @@
+//! The keeper's ticks against a mock backend and a fake Kubernetes API. The
+//! Job cache is fed directly, so each test controls exactly what it shows.
+
+use crate::support::*;
+use k8s_openapi::api::batch::v1::Job;
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+use std::time::Duration;
+use tcab_lease_keeper::Keeper;
+use tcab_lease_keeper::gate::Gate;
+use tcab_lease_keeper::tokens::{TokenKey, TokenStore};
+use tcab_shared::Lane;
+use tcab_shared::backend::JobState;
+use tcab_shared::job_cache::OwnedJobs;
+use tcab_shared::names::{claim_tag, job_name};
+
+struct Rig {
+    backend: MockBackend,
+    kube: FakeKube,
+    cache: OwnedJobs,
+    store: TokenStore,
+    gate: Gate,
+    keeper: Keeper,
+}
+
+impl Rig {
+    async fn new(publishing: bool) -> Rig {
+        Rig::with(publishing, |_| {}).await
+    }
+
+    async fn with(
+        publishing: bool,
+        tune: impl FnOnce(&mut tcab_lease_keeper::LeaseKeeperConfig),
+    ) -> Rig {
+        let backend = MockBackend::start().await;
+        let kube = FakeKube::start().await;
+        let cache = OwnedJobs::new();
+        cache.apply(Event::Init);
+        cache.apply(Event::InitDone);
+        let mut cfg = config(publishing, Duration::from_millis(50));
+        tune(&mut cfg);
+        let store = TokenStore::new();
+        let keeper = Keeper::new(
+            &cfg,
+            backend.client(),
+            kube.client(),
+            NS,
+            cache.clone(),
+            store.clone(),
+        );
+        let gate = keeper.gate.clone();
+        Rig {
+            backend,
+            kube,
+            cache,
+            store,
+            gate,
+            keeper,
+        }
+    }
+
+    /// A claimed run at the backend, its token in the vault, and its driver Job.
+    fn claimed_run(&self, id: &str, state: JobState, job_status: Value) -> String {
+        let token = format!("token-of-{id}");
+        let claim = claim_tag(&token);
+        self.backend.add_run(id, state, &token);
+        self.store.put(
+            TokenKey::new(id, &claim),
+            token.clone().into(),
+            Lane::Run,
+            tokio::time::Instant::now(),
+        );
+        let name = job_name(Lane::Run, id, &claim);
+        self.job(job_json(&name, id, &claim, "run", job_status));
+        name
+    }
+
+    fn job(&self, job: Value) {
+        self.kube.put_job(job.clone());
+        self.cache
+            .apply(Event::Apply(serde_json::from_value::<Job>(job).unwrap()));
+    }
+
+    /// Ticks until `done` holds for a report (a bounded number of times).
+    async fn tick_until(
+        &mut self,
+        what: &str,
+        mut done: impl FnMut(&tcab_lease_keeper::TickReport) -> bool,
+    ) -> tcab_lease_keeper::TickReport {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let report = self.keeper.tick().await;
+            if done(&report) {
+                return report;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn delete_job(&self, name: &str) {
+        let job = self.kube.lock().jobs.remove(name).unwrap();
+        self.cache
+            .apply(Event::Delete(serde_json::from_value::<Job>(job).unwrap()));
+    }
+}
+
+#[tokio::test]
+async fn renewals_are_batched_one_call_per_lane() {
+    let mut rig = Rig::new(true).await;
+    for id in ["r3", "r1", "r2"] {
+        rig.claimed_run(id, JobState::Running, live_status());
+    }
+    rig.claimed_run("r9", JobState::Running, complete_status());
+    rig.backend.add_publish("p1", "pt");
+    rig.job(job_json(
+        &job_name(Lane::Publish, "p1", "aaaa1111"),
+        "p1",
+        "aaaa1111",
+        "publish",
+        live_status(),
+    ));
+
+    let report = rig.keeper.tick().await;
+    assert_eq!(
+        report.renewed_runs.as_deref(),
+        Some(&["r1".to_string(), "r2".into(), "r3".into()][..])
+    );
+    assert_eq!(
+        report.renewed_publishes.as_deref(),
+        Some(&["p1".to_string()][..])
+    );
+    {
+        let s = rig.backend.lock();
+        assert_eq!(
+            s.run_renewals,
+            vec![vec!["r1", "r2", "r3"]],
+            "one call with every live driver's id"
+        );
+        assert_eq!(s.publish_renewals, vec![vec!["p1"]]);
+    }
+    assert!(rig.gate.lane(Lane::Run).healthy() && rig.gate.lane(Lane::Publish).healthy());
+    // A finished driver's token is dropped, the live ones kept.
+    assert_eq!(rig.store.len(), 3);
+}
+
+#[tokio::test]
+async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
+    let mut rig = Rig::new(false).await;
+    rig.claimed_run("alive", JobState::Running, live_status());
+    let gone = rig.claimed_run("gone", JobState::Running, live_status());
+    rig.keeper.tick().await;
+
+    // The backend goes down; meanwhile one driver's Job vanishes and every lease lapses.
+    rig.backend.set_down(true);
+    rig.delete_job(&gone);
+    // A driver dies while the backend is down: reported once it is back.
+    rig.claimed_run("died", JobState::Running, failed_status(1));
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.renewed_runs, None);
+    assert!(report.reported_dead().is_empty());
+    assert!(
+        !report.reports.judged_runs,
+        "nothing is judged on a tick whose renewal failed"
+    );
+    let runs = rig.gate.lane(Lane::Run);
+    assert!(!runs.healthy() && runs.failing.unwrap().contains("run renewal failed"));
+    rig.backend.advance(600);
+    assert_eq!(rig.backend.lock().active_reads, 1);
+
+    rig.backend.set_down(false);
+    let report = rig.keeper.tick().await;
+    assert_eq!(
+        report.renewed_runs.as_deref(),
+        Some(&["alive".to_string()][..])
+    );
+    assert!(report.reports.judged_runs);
+    assert_eq!(report.reports.lost_runs, ["gone"]);
+    let s = rig.backend.lock();
+    assert_eq!(s.lost_reports.len(), 1);
+    assert_eq!(s.lost_reports[0].0, "gone");
+    assert_eq!(
+        s.status_reports.len(),
+        1,
+        "no death report was attempted while the backend was down"
+    );
+    assert!(
+        s.lost_reports[0].1.contains("Job no longer exists"),
+        "{}",
+        s.lost_reports[0].1
+    );
+    assert_eq!(job_state(&s.rows["alive"].state), JobState::Running);
+    assert!(
+        s.rows["alive"].lease.unwrap() > s.now.unwrap(),
+        "the live driver's lease was renewed first"
+    );
+}
+
+#[tokio::test]
+async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
+    let mut rig = Rig::new(false).await;
+    let oom = rig.claimed_run("oom", JobState::Running, failed_status(1));
+    rig.kube.put_pod(
+        pod_json(&oom, oom_pod_status()),
+        "line 1\nline 2\nallocating 9GiB\nkilled",
+    );
+    let evicted = rig.claimed_run("evicted", JobState::Running, failed_status(1));
+    rig.kube.put_pod(
+        pod_json(&evicted, evicted_pod_status()),
+        "draining node\nSIGTERM received",
+    );
+    // The pod ran and was deleted: only the Job's status.failed remains.
+    rig.claimed_run("deleted", JobState::Storing, failed_status(1));
+
+    let report = rig.keeper.tick().await;
+    let mut dead = report.reported_dead();
+    dead.sort();
+    assert_eq!(dead, ["deleted", "evicted", "oom"]);
+    let mut kinds: Vec<&str> = report
+        .reports
+        .reported_dead
+        .iter()
+        .map(|(_, k)| *k)
+        .collect();
+    kinds.sort();
+    assert_eq!(kinds, ["evicted", "oom_killed", "pod_deleted"]);
+    for _ in 0..3 {
+        let again = rig.keeper.tick().await;
+        assert!(again.reported_dead().is_empty());
+    }
+
+    let s = rig.backend.lock();
+    assert_eq!(
+        s.status_reports.len(),
+        3,
+        "each death is reported exactly once"
+    );
+    let detail_of = |id: &str| {
+        let (_, token, body) = s.status_reports.iter().find(|(i, ..)| i == id).unwrap();
+        assert_eq!(
+            token,
+            &format!("token-of-{id}"),
+            "the retained per-job token is presented"
+        );
+        assert_eq!(body["state"], "failed");
+        assert_eq!(body["failure_kind"], "infrastructure");
+        body["detail"].as_str().unwrap().to_owned()
+    };
+    let d = detail_of("oom");
+    assert!(
+        d.contains("OOMKilled") && d.contains("allocating 9GiB\nkilled"),
+        "{d}"
+    );
+    assert!(
+        !d.contains("line 1"),
+        "only the last log_tail_lines lines: {d}"
+    );
+    let d = detail_of("evicted");
+    assert!(
+        d.contains("evicted")
+            && d.contains("EvictionByEvictionAPI")
+            && d.contains("SIGTERM received"),
+        "{d}"
+    );
+    let d = detail_of("deleted");
+    assert!(d.contains("pod ran and was deleted"), "{d}");
+    assert!(
+        d.contains("logs unreadable: the Job had no pod left to read"),
+        "{d}"
+    );
+    for id in ["oom", "evicted", "deleted"] {
+        assert_eq!(job_state(&s.rows[id].state), JobState::Failed);
+    }
+    drop(s);
+    assert!(rig.store.is_empty(), "settled deaths drop their tokens");
+}
+
+#[tokio::test]
+async fn a_restart_loses_tokens_and_the_job_takes_the_lost_path() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("j1", JobState::Running, failed_status(1));
+    rig.kube
+        .put_pod(pod_json(&name, oom_pod_status()), "out of memory");
+    // The restart: the vault forgot every token.
+    let held = rig.store.held();
+    for h in held {
+        rig.store.forget(&h.key);
+    }
+
+    let report = rig.keeper.tick().await;
+    assert!(
+        report.reported_dead().is_empty(),
+        "no token, no death report"
+    );
+    assert!(
+        report.reports.lost_runs.is_empty(),
+        "the lease is still current"
+    );
+
+    rig.backend.advance(121);
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.lost_runs, ["j1"]);
+    let s = rig.backend.lock();
+    assert!(s.status_reports.is_empty());
+    let detail = &s.lost_reports[0].1;
+    assert!(
+        detail.contains(&name) && detail.contains("OOMKilled") && detail.contains("out of memory"),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
+async fn a_late_driver_report_after_a_lost_report_does_not_confuse_the_keeper() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("late", JobState::Storing, complete_status());
+    rig.backend.advance(121);
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.lost_runs, ["late"]);
+    assert!(
+        rig.backend.lock().lost_reports[0]
+            .1
+            .contains("exited without its report landing")
+    );
+
+    // The driver's terminal report lands late and supersedes the lost outcome.
+    rig.backend.lock().rows.get_mut("late").unwrap().state = JobState::Succeeded.as_str().into();
+    // And a stale failed Job of the same id shows up (say, a relist).
+    rig.job(job_json(
+        &name,
+        "late",
+        &claim_tag("token-of-late"),
+        "run",
+        failed_status(1),
+    ));
+    for _ in 0..3 {
+        let report = rig.keeper.tick().await;
+        assert!(report.reports.judged_runs);
+        assert!(report.reports.lost_runs.is_empty() && report.reported_dead().is_empty());
+    }
+    let s = rig.backend.lock();
+    assert_eq!(s.lost_reports.len(), 1);
+    assert_eq!(job_state(&s.rows["late"].state), JobState::Succeeded);
+    assert!(
+        s.status_reports.is_empty(),
+        "a terminal job gets no death report"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_token_drops_the_death_and_a_stale_claim_is_not_reported() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("requeued", JobState::Running, failed_status(1));
+    rig.kube.put_pod(pod_json(&name, oom_pod_status()), "x");
+    // The backend requeued and re-claimed it: the old token is refused.
+    rig.backend.lock().rows.get_mut("requeued").unwrap().token = "a-new-token".into();
+
+    // "stale": an old claim's Job failed, the vault holds the newer claim.
+    let old = job_name(Lane::Run, "stale", "0ld0c1a1");
+    rig.store.put(
+        TokenKey::new("stale", "0ld0c1a1"),
+        "old-token".into(),
+        Lane::Run,
+        tokio::time::Instant::now(),
+    );
+    rig.job(job_json(&old, "stale", "0ld0c1a1", "run", failed_status(1)));
+    rig.claimed_run("stale", JobState::Running, live_status());
+
+    let report = rig.keeper.tick().await;
+    assert!(report.reported_dead().is_empty());
+    rig.keeper.tick().await;
+    let s = rig.backend.lock();
+    let ids: Vec<_> = s
+        .status_reports
+        .iter()
+        .map(|(id, ..)| id.as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        ["requeued"],
+        "one refused attempt, never retried; the stale Job never reported"
+    );
+}
+
+#[tokio::test]
+async fn lost_publishers_are_reported_only_after_the_publish_renewal() {
+    let mut rig = Rig::new(true).await;
+    rig.backend.add_publish("p-live", "t1");
+    rig.job(job_json(
+        &job_name(Lane::Publish, "p-live", "c1c1c1c1"),
+        "p-live",
+        "c1c1c1c1",
+        "publish",
+        live_status(),
+    ));
+    rig.backend.add_publish("p-gone", "t2");
+    rig.backend.advance(200);
+
+    // The publish renewal fails (the backend answers 204, not the contract's
+    // 200 body): nothing of the publish lane is judged on that tick.
+    rig.backend.lock().publish_renewal_no_content = true;
+    let report = rig.keeper.tick().await;
+    assert!(report.renewed_runs.is_some() && report.renewed_publishes.is_none());
+    assert!(report.reports.judged_runs && !report.reports.judged_publishes);
+    assert!(rig.backend.lock().publish_lost_reports.is_empty());
+    let publishes = rig.gate.lane(Lane::Publish);
+    assert!(!publishes.healthy() && publishes.failing.unwrap().contains("204"));
+
+    rig.backend.lock().publish_renewal_no_content = false;
+    let report = rig.keeper.tick().await;
+    assert!(report.reports.judged_publishes);
+    assert_eq!(report.reports.lost_publishes, ["p-gone"]);
+    let s = rig.backend.lock();
+    assert_eq!(s.publish_lost_reports.len(), 1);
+    assert!(
+        s.publish_lost_reports[0]
+            .1
+            .contains("publisher Job no longer exists")
+    );
+}
+
+#[tokio::test]
+async fn a_lost_publish_names_the_publisher_pods_reason() {
+    let mut rig = Rig::new(true).await;
+    rig.backend.add_publish("p-dead", "t1");
+    let name = job_name(Lane::Publish, "p-dead", "c2c2c2c2");
+    rig.job(job_json(
+        &name,
+        "p-dead",
+        "c2c2c2c2",
+        "publish",
+        failed_status(1),
+    ));
+    let mut pod = pod_json(&name, oom_pod_status());
+    pod["spec"]["containers"][0]["name"] = "publisher".into();
+    pod["status"]["containerStatuses"][0]["name"] = "publisher".into();
+    rig.kube.put_pod(pod, "uploading release\nkilled");
+    rig.backend.advance(200);
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.lost_publishes, ["p-dead"]);
+    let detail = rig.backend.lock().publish_lost_reports[0].1.clone();
+    assert!(
+        detail.contains(&name)
+            && detail.contains("container publisher OOMKilled")
+            && detail.contains("uploading release"),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
+async fn a_job_view_that_is_not_current_closes_the_gate_and_judges_nothing() {
+    let mut rig = Rig::new(false).await;
+    rig.claimed_run("alive", JobState::Running, live_status());
+    rig.keeper.tick().await;
+    // The watch errs: a Job created since may be missing from this view, so
+    // "no Job" cannot be told from "not seen yet".
+    rig.cache
+        .mark_failed("500 Internal Server Error from the Job watch");
+    rig.backend.advance(600);
+    let report = rig.keeper.tick().await;
+    assert!(
+        report.renewed_runs.is_some(),
+        "what is known is still renewed"
+    );
+    assert!(!report.reports.view_current);
+    assert!(
+        !report.reports.judged_runs,
+        "nothing is judged from a stale view"
+    );
+    let status = rig.gate.status(tokio::time::Instant::now());
+    assert!(!status.view_current, "admissions are held");
+    assert!(status.view_detail.contains("500"), "{}", status.view_detail);
+    assert!(rig.backend.lock().lost_reports.is_empty());
+    // An event does not make it current again; only a completed relist does.
+    rig.claimed_run("new", JobState::Running, live_status());
+    assert!(!rig.keeper.tick().await.reports.view_current);
+    rig.cache.apply(Event::Init);
+    for job in rig.kube.lock().jobs.values() {
+        rig.cache.apply(Event::InitApply(
+            serde_json::from_value::<Job>(job.clone()).unwrap(),
+        ));
+    }
+    rig.cache.apply(Event::InitDone);
+    assert!(rig.keeper.tick().await.reports.view_current);
+}
+
+/// The defect: one live Job with an empty job id made every renewal call
+/// fail before it was sent, which closed the gate for good.
+#[tokio::test]
+async fn a_malformed_job_is_skipped_and_the_rest_renewed() {
+    let mut rig = Rig::new(false).await;
+    rig.claimed_run("good", JobState::Running, live_status());
+    rig.job(job_json(
+        "tcab-driver-bad",
+        "",
+        "c3c3c3c3",
+        "run",
+        live_status(),
+    ));
+    let report = rig.keeper.tick().await;
+    assert_eq!(
+        report.renewed_runs.as_deref(),
+        Some(&["good".to_string()][..])
+    );
+    assert_eq!(rig.backend.lock().run_renewals, vec![vec!["good"]]);
+    assert!(rig.gate.lane(Lane::Run).healthy(), "the gate stays open");
+}
+
+/// The first failed renewal call closes its lane's gate at once, whatever
+/// the other lane does; a success reopens it.
+#[tokio::test]
+async fn a_failed_renewal_call_closes_its_lane_at_once() {
+    let mut rig = Rig::new(true).await;
+    rig.claimed_run("r", JobState::Running, live_status());
+    rig.keeper.tick().await;
+    assert!(rig.gate.lane(Lane::Run).healthy());
+    rig.backend.lock().run_renewal_no_content = true;
+    let report = rig.keeper.renewer.round().await;
+    assert!(report.runs.is_none(), "a 204 is not a renewal");
+    assert!(report.publishes.is_some());
+    assert!(!rig.gate.lane(Lane::Run).healthy());
+    assert!(rig.gate.lane(Lane::Publish).healthy());
+    rig.backend.lock().run_renewal_no_content = false;
+    rig.keeper.renewer.round().await;
+    assert!(rig.gate.lane(Lane::Run).healthy());
+}
+
+/// Evidence is read at the first sign (FailureTarget, the pod terminating),
+/// kept while the pod disappears, and reported once the Job is Failed.
+#[tokio::test]
+async fn an_evicted_pods_evidence_is_captured_before_it_disappears() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("ev", JobState::Running, live_status());
+    let mut running = pod_json(
+        &name,
+        json!({"phase": "Running",
+        "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}],
+        "containerStatuses": [{"name": "driver", "image": "driver", "imageID": "", "ready": true,
+            "restartCount": 0, "state": {"running": {"startedAt": "2026-11-29T16:59:02Z"}}}]}),
+    );
+    running["metadata"]["deletionTimestamp"] = json!("2026-11-29T17:01:00Z");
+    rig.kube
+        .put_pod(running, "step 3/5\nSIGTERM received, handing over");
+    rig.keeper.tick().await;
+    // FailureTarget, the pod terminating: the first sign.
+    rig.job(job_json(
+        &name,
+        "ev",
+        &claim_tag("token-of-ev"),
+        "run",
+        failure_target_status(),
+    ));
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.captured, std::slice::from_ref(&name));
+    assert!(report.reported_dead().is_empty(), "not Failed yet");
+    // The pod is gone (its finalizer removed, the kubelet done), then Failed.
+    rig.kube.lock().pods.clear();
+    rig.job(job_json(
+        &name,
+        "ev",
+        &claim_tag("token-of-ev"),
+        "run",
+        failed_status(1),
+    ));
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reported_dead(), ["ev"]);
+    let s = rig.backend.lock();
+    let detail = s.status_reports[0].2["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.starts_with("pod evicted (DisruptionTarget: EvictionByEvictionAPI")
+            && detail.contains("SIGTERM received, handing over"),
+        "{detail}"
+    );
+}
+
+/// A log that cannot be read is tried a bounded number of times; the report
+/// then says so instead of leaving it out.
+#[tokio::test]
+async fn an_unreadable_log_is_retried_then_named_in_the_report() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("nolog", JobState::Running, failed_status(1));
+    rig.kube
+        .put_pod(pod_json(&name, oom_pod_status()), "never read");
+    rig.kube.lock().logs_fail = true;
+    let mut reported = Vec::new();
+    for _ in 0..4 {
+        let report = rig.keeper.tick().await;
+        reported.extend(report.reported_dead().into_iter().map(str::to_owned));
+    }
+    assert_eq!(reported, ["nolog"]);
+    // capture + 2 retries + the re-read at report time
+    assert!(
+        rig.kube.lock().log_reads >= 3,
+        "{}",
+        rig.kube.lock().log_reads
+    );
+    let s = rig.backend.lock();
+    let detail = s.status_reports[0].2["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.contains("OOMKilled")
+            && detail.contains("logs unreadable: ")
+            && detail.contains("i/o timeout"),
+        "{detail}"
+    );
+}
+
+/// The view shows no Job for a lapsed job, but the API does: the report is
+/// not made (a view can miss a Job; a report cannot be taken back).
+#[tokio::test]
+async fn a_job_gone_from_the_view_is_confirmed_against_the_api_before_it_is_lost() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("hidden", JobState::Running, live_status());
+    // The view loses the Job (as a quiet watch might), the API still has it.
+    let job = rig.kube.lock().jobs[&name].clone();
+    rig.cache
+        .apply(Event::Delete(serde_json::from_value::<Job>(job).unwrap()));
+    rig.backend.advance(200);
+    let report = rig.keeper.tick().await;
+    assert!(report.reports.judged_runs);
+    assert!(report.reports.lost_runs.is_empty());
+    assert!(rig.backend.lock().lost_reports.is_empty());
+    assert_eq!(rig.kube.lock().job_lists.len(), 1, "one confirming read");
+    // Once the API agrees it is gone, it is reported.
+    rig.kube.lock().jobs.clear();
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.lost_runs, ["hidden"]);
+}
+
+/// A Job that shows failure and cannot finish failing (its pod stuck
+/// terminating on a lost node) is judged dead after its pods' grace plus
+/// the margin: no longer renewed, its death reported naming the node.
+#[tokio::test]
+async fn a_job_that_cannot_finish_failing_is_judged_dead() {
+    let margin = Duration::from_millis(300);
+    let mut rig = Rig::with(false, |c| c.terminating_margin = margin).await;
+    let name = rig.claimed_run("lostnode", JobState::Running, live_status());
+    let mut job = job_json(
+        &name,
+        "lostnode",
+        &claim_tag("token-of-lostnode"),
+        "run",
+        failure_target_status(),
+    );
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(0);
+    let mut pod = pod_json(
+        &name,
+        json!({"phase": "Running",
+        "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager", "message": "Taint manager: deleting due to NoExecute taint"}],
+        "containerStatuses": [{"name": "driver", "image": "driver", "imageID": "", "ready": false,
+            "restartCount": 0, "state": {"running": {"startedAt": "2026-11-29T16:59:02Z"}}}]}),
+    );
+    pod["spec"]["nodeName"] = json!("node-b");
+    pod["metadata"]["deletionTimestamp"] = json!("2026-11-29T17:05:00Z");
+    rig.kube.put_pod(pod, "working on step 4");
+    let first_sign = tokio::time::Instant::now();
+    rig.job(job);
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.captured, std::slice::from_ref(&name));
+    assert!(report.reports.judged_dead.is_empty());
+    assert_eq!(
+        rig.backend.lock().run_renewals.last().unwrap(),
+        &vec!["lostnode".to_string()]
+    );
+    let report = rig
+        .tick_until("the stuck Job judged dead", |r| {
+            !r.reports.judged_dead.is_empty()
+        })
+        .await;
+    assert!(
+        first_sign.elapsed() >= margin,
+        "not before grace (0 s) plus margin"
+    );
+    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
+    assert_eq!(report.reported_dead(), ["lostnode"]);
+    assert_eq!(report.reports.reported_dead[0].1, "node_lost");
+    let detail = rig.backend.lock().status_reports[0].2["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        detail.starts_with("node node-b lost")
+            && detail.contains("DeletionByTaintManager")
+            && detail.contains("working on step 4"),
+        "{detail}"
+    );
+    rig.keeper.tick().await;
+    assert_eq!(
+        rig.backend.lock().run_renewals.last().unwrap(),
+        &Vec::<String>::new(),
+        "its lease is no longer renewed"
+    );
+}
+
+/// A pod that can never start (its image cannot be pulled) holds its lane
+/// and a renewed lease until the deadline, unless failed fast: after the
+/// start grace its death is reported with a cause a person can act on, and
+/// its Job deleted.
+#[tokio::test]
+async fn a_pod_that_never_starts_is_failed_fast() {
+    let grace = Duration::from_millis(400);
+    let mut rig = Rig::with(false, |c| c.start_grace = grace).await;
+    let seen = tokio::time::Instant::now();
+    let name = rig.claimed_run(
+        "badimage",
+        JobState::Dispatched,
+        json!({"active": 1, "ready": 0}),
+    );
+    rig.kube.put_pod(
+        pod_json(&name, json!({"phase": "Pending", "containerStatuses": [{"name": "driver",
+            "image": "registry.example/driver:nope", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff",
+                "message": "Back-off pulling image \"registry.example/driver:nope\""}}}]})),
+        "",
+    );
+    let report = rig
+        .tick_until("the pod judged never to start", |r| {
+            !r.reports.judged_dead.is_empty()
+        })
+        .await;
+    assert!(seen.elapsed() >= grace, "not within the grace");
+    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
+    assert_eq!(report.reported_dead(), ["badimage"]);
+    assert_eq!(report.reports.reported_dead[0].1, "image_pull");
+    assert_eq!(
+        report.reports.deleted,
+        std::slice::from_ref(&name),
+        "deleted once reported"
+    );
+    assert_eq!(rig.kube.lock().deleted_jobs, std::slice::from_ref(&name));
+    let detail = rig.backend.lock().status_reports[0].2["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        detail.starts_with("pod never started: image pull failed for registry.example/driver:nope: ImagePullBackOff"),
+        "{detail}"
+    );
+}

@@ -1,0 +1,70 @@
+//! What the reaper logs when the sandbox namespace refuses it. Alone in its
+//! own test binary: tracing caches per-callsite interest process-wide, so a
+//! log line first hit by a concurrent test without a subscriber could be
+//! lost to the subscriber this test installs.
+
+use crate::support::*;
+use http::Method;
+use tcab_reaper::run::DeleteOutcome;
+
+#[tokio::test(flavor = "current_thread")]
+async fn forbidden_list_is_logged_with_the_namespace_and_retried() {
+    let logs = Logs::default();
+    let sink = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    // Forbidden twice (RBAC missing), then granted.
+    let mut calls = 0;
+    let jobs = vec![job("tcab-driver-a-1", "a", true)];
+    let mut granted = cluster(vec![sandbox("sb-a", "a")], jobs.clone());
+    let (client, seen) = mock_client(Box::new(move |req| {
+        if req.method == Method::GET && req.uri == LIST_URI {
+            calls += 1;
+            if calls <= 2 {
+                return Answer::Json(403, status(403, "Forbidden"));
+            }
+        }
+        granted(req)
+    }));
+    let mut r = reaper(client, cache(jobs));
+    for _ in 0..2 {
+        let report = r.tick().await;
+        assert_eq!(report.listed, None);
+        assert_eq!(report.api_errors[0].code, Some(403));
+        assert!(report.deletes.is_empty());
+    }
+    let report = r.tick().await;
+    assert_eq!(report.listed, Some(1));
+    assert_eq!(
+        report.outcomes(),
+        [("sandboxes/sb-a".to_string(), DeleteOutcome::Deleted)]
+    );
+    let seen = seen.lock().expect("log").clone();
+    assert_eq!(seen.len(), 5, "three LISTs, one read, one DELETE: {seen:?}");
+    assert!(seen[..3].iter().all(|s| s.uri == LIST_URI));
+    assert_eq!(seen[4].body["preconditions"]["uid"], "uid-sb-a");
+
+    let text = logs.text();
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 2, "{text}");
+    for line in warnings {
+        assert!(line.contains("namespace=sandboxes"), "{line}");
+        assert!(line.contains("code=403"), "{line}");
+        assert!(line.contains("RBAC"), "{line}");
+    }
+    let reaped: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("reaped sandbox pod"))
+        .collect();
+    assert_eq!(reaped.len(), 1, "{text}");
+    assert!(reaped[0].contains("job_id=a") && reaped[0].contains("sandboxes/sb-a"));
+    assert!(
+        reaped[0].contains("driver Job tcab-driver-a-1 failed"),
+        "{}",
+        reaped[0]
+    );
+}

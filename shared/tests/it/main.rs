@@ -1,0 +1,7 @@
+//! tcab-shared's integration tests, as one test binary (one link, one
+//! process list): `cargo nextest run -p tcab-shared`.
+
+mod backend_client;
+mod config;
+mod kube_client;
+mod settings_docs;
