@@ -1,7 +1,9 @@
-//! The library the three dispatcher binaries share: configuration, cluster
-//! names and labels, the backend client, the Job builders, death causes,
-//! the watch-backed view of owned Jobs, telemetry, metrics and health, the
-//! tick loop, and the skeleton every binary runs on ([`runtime`]: bootstrap,
+//! The library the three dispatcher binaries share: the settings every
+//! binary reads ([`config`]), names on the cluster and the two lanes
+//! ([`names`], [`lane`]), the backend client ([`backend`]), the watch-backed
+//! view of owned Jobs ([`job_cache`]) and the bounded Kubernetes calls
+//! ([`kube_api`]), telemetry, metrics and health ([`metrics`]), the tick loop
+//! ([`tick`]) and the skeleton every binary runs on ([`runtime`]: bootstrap,
 //! shutdown, the supervisor of its loops); and one way each to tell wall
 //! time ([`clock`]), to retry ([`retry`]) and to write an error on one line
 //! ([`error`]).
