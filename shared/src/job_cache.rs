@@ -249,6 +249,19 @@ impl OwnedJobs {
         }
     }
 
+    /// A cache whose first list has completed with `jobs`: current, as a
+    /// watch leaves it after its list. For tests and benchmarks that need a
+    /// view without a watch.
+    pub fn listed(jobs: impl IntoIterator<Item = Job>) -> Self {
+        let cache = OwnedJobs::new();
+        cache.apply(Event::Init);
+        for job in jobs {
+            cache.apply(Event::InitApply(job));
+        }
+        cache.apply(Event::InitDone);
+        cache
+    }
+
     /// Starts watching the Jobs labelled `managed-by=<managed_by>` in
     /// `namespace`. The returned task runs until it is aborted: a watch
     /// error marks the view not current and starts a fresh list after a

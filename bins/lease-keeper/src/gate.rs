@@ -166,16 +166,9 @@ mod tests {
     use super::*;
     use kube::runtime::watcher::Event;
 
-    fn listed() -> OwnedJobs {
-        let view = OwnedJobs::new();
-        view.apply(Event::Init);
-        view.apply(Event::InitDone);
-        view
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_lane_closes_at_its_first_failed_call_and_reopens_on_success() {
-        let gate = Gate::new(true, listed());
+        let gate = Gate::new(true, OwnedJobs::listed([]));
         let s = gate.status(Instant::now());
         assert!(s.view_current);
         let runs = s.runs.unwrap();
@@ -202,7 +195,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn publishing_off_keeps_the_publish_gate_closed() {
-        let gate = Gate::new(false, listed());
+        let gate = Gate::new(false, OwnedJobs::listed([]));
         let publishes = gate.status(Instant::now()).publishes.unwrap();
         assert!(!publishes.enabled && publishes.failing);
         assert!(publishes.detail.contains("TCAB_PUBLISHER_IMAGE"));

@@ -173,7 +173,6 @@ impl Tick for MeteredReporter {
 mod tests {
     use super::*;
     use crate::cause::{DeathCause, StartFailure, StartFailureKind};
-    use kube::runtime::watcher::Event;
     use std::time::Duration;
     use tcab_shared::job_cache::OwnedJobs;
     use tcab_shared::metrics::{Common, Exporter};
@@ -226,10 +225,7 @@ mod tests {
             lost_publishes: vec!["d".into(), "e".into()],
             ..ReportTick::default()
         });
-        let view = OwnedJobs::new();
-        view.apply(Event::Init);
-        view.apply(Event::InitDone);
-        let gate = Gate::new(true, view);
+        let gate = Gate::new(true, OwnedJobs::listed([]));
         gate.succeeded(Lane::Run, Instant::now());
         tokio::time::advance(Duration::from_millis(2500)).await;
         metrics.refresh_ages(&gate, Instant::now());

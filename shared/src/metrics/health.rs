@@ -230,13 +230,6 @@ mod tests {
     use crate::job_cache::OwnedJobs;
     use kube::runtime::watcher::Event;
 
-    fn listed() -> OwnedJobs {
-        let view = OwnedJobs::new();
-        view.apply(Event::Init);
-        view.apply(Event::InitDone);
-        view
-    }
-
     #[test]
     fn the_bound_grows_with_the_poll_interval_and_the_timeouts() {
         let s = Duration::from_secs;
@@ -312,7 +305,7 @@ mod tests {
         }
         let mut loop_ = timed("test_timed_loop", &health, Slow);
         assert_eq!(loop_.tick().await, TickOutcome::Busy);
-        health.watch_view(listed());
+        health.watch_view(OwnedJobs::listed([]));
         assert!(health.ready().is_ok(), "the first tick is done");
         let text = Exporter::new(common()).encode();
         assert!(

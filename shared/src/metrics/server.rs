@@ -117,14 +117,6 @@ pub async fn serve_if(
 mod tests {
     use super::*;
     use crate::job_cache::OwnedJobs;
-    use kube::runtime::watcher::Event;
-
-    fn listed() -> OwnedJobs {
-        let view = OwnedJobs::new();
-        view.apply(Event::Init);
-        view.apply(Event::InitDone);
-        view
-    }
 
     async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -157,7 +149,7 @@ mod tests {
         let (status, _, body) = get(addr, "/readyz").await;
         assert_eq!((status, body.trim()), (503, "the Job view has not started"));
         assert_eq!(get(addr, "/healthz").await.0, 200);
-        let view = listed();
+        let view = OwnedJobs::listed([]);
         health.watch_view(view.clone());
         health.start_loops(&["reap"]);
         health.ticked("reap");

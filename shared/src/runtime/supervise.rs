@@ -208,16 +208,8 @@ impl Drop for Supervisor {
 mod tests {
     use super::*;
     use crate::tick::TickOutcome;
-    use kube::runtime::watcher::Event;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
-
-    fn listed() -> OwnedJobs {
-        let view = OwnedJobs::new();
-        view.apply(Event::Init);
-        view.apply(Event::InitDone);
-        view
-    }
 
     /// A watch task that never ends on its own.
     fn endless() -> JoinHandle<()> {
@@ -269,7 +261,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn without_a_loop_it_still_runs_until_shutdown() {
         let shutdown = CancellationToken::new();
-        let supervisor = Supervisor::new(&shutdown, &health(), &listed(), endless());
+        let supervisor = Supervisor::new(&shutdown, &health(), &OwnedJobs::listed([]), endless());
         let stop = shutdown.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -284,7 +276,7 @@ mod tests {
     async fn shutdown_lets_the_tick_in_flight_finish() {
         let shutdown = CancellationToken::new();
         let health = health();
-        let supervisor = Supervisor::new(&shutdown, &health, &listed(), endless());
+        let supervisor = Supervisor::new(&shutdown, &health, &OwnedJobs::listed([]), endless());
         let (tick, done) = slow(10);
         let stop = shutdown.clone();
         tokio::spawn(async move {
@@ -305,7 +297,7 @@ mod tests {
     async fn a_watch_that_ends_stops_the_loops_after_their_tick_with_an_error() {
         let shutdown = CancellationToken::new();
         let watch = tokio::spawn(tokio::time::sleep(Duration::from_secs(5)));
-        let supervisor = Supervisor::new(&shutdown, &health(), &listed(), watch);
+        let supervisor = Supervisor::new(&shutdown, &health(), &OwnedJobs::listed([]), watch);
         let (tick, done) = slow(10);
         let error = supervisor
             .run(|loops| loops.add("test_watch", Duration::from_secs(1), Wake::never(), tick))
@@ -326,7 +318,8 @@ mod tests {
     async fn a_service_is_a_death_only_when_it_ends_before_it_is_told() {
         // Ends on its own, before shutdown: the loops stop, with its error.
         let shutdown = CancellationToken::new();
-        let mut supervisor = Supervisor::new(&shutdown, &health(), &listed(), endless());
+        let mut supervisor =
+            Supervisor::new(&shutdown, &health(), &OwnedJobs::listed([]), endless());
         supervisor.serve("the test service", |_| async {
             tokio::time::sleep(Duration::from_secs(3)).await;
             Err(anyhow::anyhow!("its socket broke"))
@@ -344,7 +337,8 @@ mod tests {
 
         // Ends when told to stop, on shutdown: a clean stop, after it closed.
         let shutdown = CancellationToken::new();
-        let mut supervisor = Supervisor::new(&shutdown, &health(), &listed(), endless());
+        let mut supervisor =
+            Supervisor::new(&shutdown, &health(), &OwnedJobs::listed([]), endless());
         let closed = Arc::new(AtomicU32::new(0));
         let seen = closed.clone();
         supervisor.serve("the test service", move |stop| async move {
@@ -369,7 +363,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_loop_that_panics_stops_the_others_after_their_tick() {
         let shutdown = CancellationToken::new();
-        let supervisor = Supervisor::new(&shutdown, &health(), &listed(), endless());
+        let supervisor = Supervisor::new(&shutdown, &health(), &OwnedJobs::listed([]), endless());
         let (steady, done) = slow(10);
         let (panicking, _) = slow(0);
         let error = supervisor

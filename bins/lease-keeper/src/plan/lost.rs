@@ -315,31 +315,17 @@ mod tests {
     use proptest::test_runner::RngSeed;
     use tcab_shared::backend::{ActivePublish, ActiveRun};
 
-    /// The plan of the run lane, over the backend's own answer.
-    fn plan_lost_runs(
-        active: &ActiveRuns,
+    /// The plan of one lane, over the backend's own answer for it.
+    fn plan_from<'a, A>(
+        active: &'a A,
         jobs: &[JobSummary],
         held: &[HeldClaim],
         reported: &BTreeSet<JobId>,
         judged_dead: &BTreeSet<String>,
-    ) -> LostPlan {
-        let known = Known {
-            jobs,
-            held,
-            reported,
-            judged_dead,
-        };
-        plan_lost(&ActiveList::from(active), &known)
-    }
-
-    /// The plan of the publish lane, over the backend's own answer.
-    fn plan_lost_publishes(
-        active: &ActivePublishes,
-        jobs: &[JobSummary],
-        held: &[HeldClaim],
-        reported: &BTreeSet<JobId>,
-        judged_dead: &BTreeSet<String>,
-    ) -> LostPlan {
+    ) -> LostPlan
+    where
+        ActiveList: From<&'a A>,
+    {
         let known = Known {
             jobs,
             held,
@@ -410,7 +396,7 @@ mod tests {
                 "2026-11-29T16:30:00Z",
             ),
         ];
-        let plan = plan_lost_runs(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
+        let plan = plan_from(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
         let lost: Vec<_> = plan
             .lost
             .iter()
@@ -458,7 +444,7 @@ mod tests {
         );
 
         // A job reported once is not reported again.
-        let plan = plan_lost_runs(
+        let plan = plan_from(
             &active,
             &jobs,
             &[],
@@ -477,7 +463,7 @@ mod tests {
             lane: Lane::Run,
             seq: 1,
         }];
-        let plan = plan_lost_runs(&active, &jobs, &held, &BTreeSet::new(), &BTreeSet::new());
+        let plan = plan_from(&active, &jobs, &held, &BTreeSet::new(), &BTreeSet::new());
         let old = plan.lost.iter().find(|l| l.job_id == "old").unwrap();
         assert_eq!(
             old.cause,
@@ -530,7 +516,7 @@ mod tests {
                 "2026-11-29T16:00:00Z",
             ),
         ];
-        let plan = plan_lost_publishes(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
+        let plan = plan_from(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
         let ids: Vec<_> = plan
             .lost
             .iter()
@@ -615,7 +601,7 @@ mod tests {
             let held: Vec<HeldClaim> = held_raw.iter().map(|(i, c, s)| HeldClaim {
                 key: TokenKey::new(format!("j{i}"), format!("c{c}")), lane: Lane::Run, seq: *s }).collect();
             let reported: BTreeSet<JobId> = reported_raw.iter().map(|i| format!("j{i}")).collect();
-            let plan = plan_lost_runs(&active, &jobs, &held, &reported, &BTreeSet::new());
+            let plan = plan_from(&active, &jobs, &held, &reported, &BTreeSet::new());
 
             let mut ids = BTreeSet::new();
             for l in &plan.lost {
@@ -639,7 +625,7 @@ mod tests {
             jobs_rev.reverse();
             let mut held_rev = held.clone();
             held_rev.reverse();
-            prop_assert_eq!(&plan_lost_runs(&shuffled, &jobs_rev, &held_rev, &reported, &BTreeSet::new()), &plan);
+            prop_assert_eq!(&plan_from(&shuffled, &jobs_rev, &held_rev, &reported, &BTreeSet::new()), &plan);
 
             // The pod's clock plays no part: shifting every cluster timestamp
             // by up to five minutes changes nothing.
@@ -647,12 +633,12 @@ mod tests {
                 j.created_at = j.created_at.map(|t| t + jiff::SignedDuration::from_secs(skew));
                 j
             }).collect();
-            prop_assert_eq!(&plan_lost_runs(&active, &skewed, &held, &reported, &BTreeSet::new()), &plan);
+            prop_assert_eq!(&plan_from(&active, &skewed, &held, &reported, &BTreeSet::new()), &plan);
 
             // Reporting everything planned leaves nothing for the next tick.
             let mut after = reported.clone();
             after.extend(plan.lost.iter().map(|l| l.job_id.clone()));
-            prop_assert!(plan_lost_runs(&active, &jobs, &held, &after, &BTreeSet::new()).lost.is_empty());
+            prop_assert!(plan_from(&active, &jobs, &held, &after, &BTreeSet::new()).lost.is_empty());
         }
 
         #[test]
@@ -665,7 +651,7 @@ mod tests {
                 state: if *d { PublishState::Dispatched } else { PublishState::Queued },
                 lease_expires_at: Some(base() + jiff::SignedDuration::from_secs(*off)),
             }).collect() };
-            let plan = plan_lost_publishes(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
+            let plan = plan_from(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
             for l in &plan.lost {
                 prop_assert_eq!(l.lane, Lane::Publish);
                 prop_assert!(!jobs.iter().any(|j| j.lane == Lane::Publish && j.is_live()

@@ -253,16 +253,7 @@ impl BackendClient {
         let body = to_body(&LeaseRequest {
             job_ids: ids.to_vec(),
         });
-        let answer = self
-            .send(Request {
-                call,
-                method: Method::POST,
-                path: path.into(),
-                job_id: None,
-                body: Some(body),
-                job_token: None,
-            })
-            .await?;
+        let answer = self.post(call, path.into(), None, Some(body)).await?;
         // Only the contract's 200 body is a renewal. A 204, another 2xx or a
         // body without `now` and `leases` renewed nothing we can trust, and a
         // renewal taken for a success when it was not lets a lease lapse
@@ -369,16 +360,7 @@ impl BackendClient {
         let body = to_body(&LostReport {
             detail: detail.to_owned(),
         });
-        let answer = self
-            .send(Request {
-                call,
-                method: Method::POST,
-                path,
-                job_id: Some(id),
-                body: Some(body),
-                job_token: None,
-            })
-            .await?;
+        let answer = self.post(call, path, Some(id), Some(body)).await?;
         let outcome: LostOutcome = self.parse(call, Some(id), &answer)?;
         self.check_same_job(call, id, &answer, "id", &outcome.id)?;
         if let Some(retry_id) = &outcome.retry_id {
@@ -436,18 +418,28 @@ impl BackendClient {
         .await
     }
 
+    /// A POST with the service token.
+    async fn post(
+        &self,
+        call: Call,
+        path: String,
+        job_id: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, BackendError> {
+        self.send(Request {
+            call,
+            method: Method::POST,
+            path,
+            job_id,
+            body,
+            job_token: None,
+        })
+        .await
+    }
+
     /// Sends a claim; `None` when the backend answers 204 (nothing claimable).
     async fn claim(&self, call: Call, path: &str) -> Result<Option<Answer>, BackendError> {
-        let answer = self
-            .send(Request {
-                call,
-                method: Method::POST,
-                path: path.into(),
-                job_id: None,
-                body: None,
-                job_token: None,
-            })
-            .await?;
+        let answer = self.post(call, path.into(), None, None).await?;
         Ok((answer.status != StatusCode::NO_CONTENT).then_some(answer))
     }
 }
