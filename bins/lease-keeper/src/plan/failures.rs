@@ -226,6 +226,24 @@ mod tests {
     use serde_json::json;
     use tcab_shared::job_cache::JobCondition;
 
+    /// The plan with nothing judged dead or never started, on the test settings.
+    fn plan_at(
+        jobs: &[JobSummary],
+        mem: &BTreeMap<String, JobMemory>,
+        failing: &FailingSince,
+        now: Instant,
+    ) -> FailurePlan {
+        plan_failures(
+            jobs,
+            mem,
+            failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            now,
+            &SETTINGS,
+        )
+    }
+
     const SETTINGS: FailureSettings = FailureSettings {
         start_grace: Duration::from_secs(300),
         unschedulable_grace: Duration::from_secs(1800),
@@ -304,15 +322,7 @@ mod tests {
             (&dead, t0, EvidenceState::Missing),
             (&publisher, t0, EvidenceState::Missing),
         ]);
-        let plan = plan_failures(
-            &jobs,
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            t0,
-            &SETTINGS,
-        );
+        let plan = plan_at(&jobs, &mem, &failing, t0);
         assert_eq!(
             plan.capture,
             ["b", "c", "p"],
@@ -335,15 +345,7 @@ mod tests {
         let mut failing = FailingSince::new();
         failing.observe(&jobs, t0);
         let mem = memory(&[(&old_cluster, t0, EvidenceState::Complete)]);
-        let plan = plan_failures(
-            &jobs,
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            t0,
-            &SETTINGS,
-        );
+        let plan = plan_at(&jobs, &mem, &failing, t0);
         assert!(plan.deaths.is_empty());
         assert_eq!(
             plan.waiting,
@@ -352,27 +354,11 @@ mod tests {
         // Its pods finish: reported as failed.
         let mut settled = old_cluster.clone();
         settled.terminating_pods = 0;
-        let plan = plan_failures(
-            std::slice::from_ref(&settled),
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            t0,
-            &SETTINGS,
-        );
+        let plan = plan_at(std::slice::from_ref(&settled), &mem, &failing, t0);
         assert_eq!(plan.deaths, vec![("d".to_string(), DeathKind::Failed)]);
         // Or they never do (a lost node): judged dead after grace and margin.
         let later = t0 + Duration::from_secs(181);
-        let plan = plan_failures(
-            &jobs,
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            later,
-            &SETTINGS,
-        );
+        let plan = plan_at(&jobs, &mem, &failing, later);
         assert_eq!(plan.newly_stuck, ["d"]);
         assert_eq!(plan.deaths, vec![("d".to_string(), DeathKind::Stuck)]);
     }
@@ -386,25 +372,9 @@ mod tests {
         failing.observe(&jobs, t0);
         let mem = memory(&[(&lost, t0, EvidenceState::Complete)]);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let plan = plan_failures(
-            &jobs,
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            at(180),
-            &SETTINGS,
-        );
+        let plan = plan_at(&jobs, &mem, &failing, at(180));
         assert!(plan.newly_stuck.is_empty() && plan.deaths.is_empty());
-        let plan = plan_failures(
-            &jobs,
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            at(181),
-            &SETTINGS,
-        );
+        let plan = plan_at(&jobs, &mem, &failing, at(181));
         assert_eq!(plan.newly_stuck, ["n"]);
         assert_eq!(plan.deaths, vec![("n".to_string(), DeathKind::Stuck)]);
         let judged = BTreeSet::from(["n".to_owned()]);
@@ -459,15 +429,7 @@ mod tests {
         let failing = FailingSince::new();
         for (attempts, retried) in [(1, true), (2, true), (3, false)] {
             let mem = memory(&[(&dead, t0, EvidenceState::LogPending { attempts })]);
-            let plan = plan_failures(
-                &jobs,
-                &mem,
-                &failing,
-                &BTreeSet::new(),
-                &BTreeSet::new(),
-                t0,
-                &SETTINGS,
-            );
+            let plan = plan_at(&jobs, &mem, &failing, t0);
             assert_eq!(
                 plan.retry_logs.len(),
                 usize::from(retried),
@@ -495,46 +457,14 @@ mod tests {
             (&ready, t0, EvidenceState::Missing),
         ]);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let plan = plan_failures(
-            &jobs,
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            at(300),
-            &SETTINGS,
-        );
+        let plan = plan_at(&jobs, &mem, &failing, at(300));
         assert!(plan.check_start.is_empty(), "not before the grace");
-        let plan = plan_failures(
-            &jobs,
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            at(301),
-            &SETTINGS,
-        );
+        let plan = plan_at(&jobs, &mem, &failing, at(301));
         assert_eq!(plan.check_start, ["w"]);
         mem.get_mut("w").unwrap().last_start_check = Some(at(301));
-        let plan = plan_failures(
-            &jobs,
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            at(330),
-            &SETTINGS,
-        );
+        let plan = plan_at(&jobs, &mem, &failing, at(330));
         assert!(plan.check_start.is_empty(), "checked 29 s ago");
-        let plan = plan_failures(
-            &jobs,
-            &mem,
-            &failing,
-            &BTreeSet::new(),
-            &BTreeSet::new(),
-            at(331),
-            &SETTINGS,
-        );
+        let plan = plan_at(&jobs, &mem, &failing, at(331));
         assert_eq!(plan.check_start, ["w"]);
     }
 
