@@ -24,7 +24,8 @@
 //! - [`memory`]: what is due (a reap awaited, the sweep's cadence);
 //! - [`run`]: the tick's I/O, and `run(config, deps, shutdown)`, which runs
 //!   the loop under the shared supervisor (`tcab_shared::runtime`);
-//! - [`metrics`]: the reaper's metrics, recorded from each tick's report.
+//! - [`metrics`]: the reaper's metrics, recorded from each tick's report;
+//! - [`config`]: the reaper's configuration, read from the environment.
 
 pub mod config;
 pub mod memory;

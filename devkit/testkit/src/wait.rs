@@ -41,6 +41,28 @@ where
     }
 }
 
+/// Runs the asynchronous `check` until it returns `Ok`, and returns that;
+/// after `limit` panics naming `what` and the last `Err` it gave (what was
+/// seen instead), so a timeout says how far things got. `check` may borrow
+/// mutably (a tick driven by the test, say).
+pub async fn settled<T, S: std::fmt::Display>(
+    what: &str,
+    limit: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, S>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(seen) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for: {what}; last seen: {seen}"
+            ),
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// Awaits `fut`; panics naming `what` if it has not finished after `limit`.
 pub async fn within<T>(what: &str, limit: Duration, fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(limit, fut)
@@ -95,6 +117,28 @@ mod tests {
             "a pending future",
             Duration::from_secs(1),
             std::future::pending::<()>(),
+        )
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settled_returns_the_first_ok_and_may_borrow_mutably() {
+        let mut calls = 0;
+        let got = settled("the third call", Duration::from_secs(5), async || {
+            calls += 1;
+            if calls == 3 { Ok(calls) } else { Err(calls) }
+        })
+        .await;
+        assert_eq!(got, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "timed out waiting for: never; last seen: 2 of 3")]
+    async fn settled_names_what_it_saw_last() {
+        settled(
+            "never",
+            Duration::from_secs(1),
+            async || -> Result<(), String> { Err("2 of 3".to_owned()) },
         )
         .await;
     }

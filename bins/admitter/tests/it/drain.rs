@@ -13,6 +13,7 @@ use tcab_admitter::{Deps, run};
 use tcab_backend_sim::{SimOptions, spawn};
 use tcab_shared::names;
 use tcab_shared::runtime::CancellationToken;
+use tcab_testkit::wait::settled;
 
 const RUNS: usize = 200;
 const PUBLISHES: usize = 50;
@@ -104,20 +105,19 @@ async fn two_hundred_runs_and_fifty_publishes_drain_within_caps_of_eight() {
     let admitter = tokio::spawn(run(config, deps, shutdown));
 
     // Drained: nothing queued, and every job finished by its fake driver or publisher.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    settled("the drain", Duration::from_secs(60), async || {
         let runs_done = count(&http, &url, "/jobs?state=succeeded", "jobs").await;
         let publishes_done =
             count(&http, &url, "/publish-jobs?state=succeeded", "publish_jobs").await;
         if runs_done == RUNS && publishes_done == PUBLISHES {
-            break;
+            Ok(())
+        } else {
+            Err(format!(
+                "{runs_done}/{RUNS} runs and {publishes_done}/{PUBLISHES} publishes succeeded"
+            ))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "drain did not finish: {runs_done}/{RUNS} runs and {publishes_done}/{PUBLISHES} publishes succeeded"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     trigger.cancel();
     within("admitter stops", admitter).await.unwrap().unwrap();
 

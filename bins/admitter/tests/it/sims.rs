@@ -12,6 +12,7 @@ use tcab_admitter::AdmitterConfig;
 use tcab_admitter::{Deps, run};
 use tcab_shared::names;
 use tcab_shared::runtime::CancellationToken;
+use tcab_testkit::wait::settled;
 use tokio::task::JoinHandle;
 
 const NS: &str = "tcab";
@@ -127,18 +128,15 @@ impl Sims {
     }
 
     async fn wait_for(&self, what: &str, kind: &str, state: &str, n: usize) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
+        settled(what, Duration::from_secs(20), async || {
             let got = self.count(kind, state).await;
             if got == n {
-                return;
+                Ok(())
+            } else {
+                Err(format!("{got} {kind} {state}, wanted {n}"))
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what}: {got} {kind} {state}, wanted {n}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 }
 

@@ -13,6 +13,7 @@ use tcab_shared::Lane;
 use tcab_shared::backend::JobState;
 use tcab_shared::job_cache::OwnedJobs;
 use tcab_shared::names::{claim_tag, job_name};
+use tcab_testkit::wait::settled;
 
 struct Rig {
     backend: MockBackend,
@@ -87,18 +88,15 @@ impl Rig {
         what: &str,
         mut done: impl FnMut(&tcab_lease_keeper::TickReport) -> bool,
     ) -> tcab_lease_keeper::TickReport {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
+        settled(what, Duration::from_secs(10), async || {
             let report = self.keeper.tick().await;
             if done(&report) {
-                return report;
+                Ok(report)
+            } else {
+                Err(format!("{report:?}"))
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 
     fn delete_job(&self, name: &str) {
