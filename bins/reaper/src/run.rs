@@ -44,7 +44,7 @@ pub struct Deps {
     /// The Kubernetes client.
     pub kube: Client,
     /// The namespace of the owned Jobs (the sandboxes' too, unless
-    /// `TCAB_DISPATCHER_SANDBOX_NAMESPACE` says otherwise).
+    /// `TCAB_K8S_NAMESPACE` says otherwise).
     pub namespace: String,
     /// The backend, which the orphan sweep asks what it still drives;
     /// required while the sweep is on.

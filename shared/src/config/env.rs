@@ -28,7 +28,8 @@ impl Env {
             .collect();
         let mut declared = BTreeMap::new();
         for (key, value) in vars {
-            // Names match in any case, as they always have (envy lowercased them).
+            // Names match in any case (a lower-case variable is still read); the
+            // same name twice in different case is an error.
             let Some(name) = declared_name(&key) else {
                 continue;
             };

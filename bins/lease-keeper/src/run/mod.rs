@@ -136,8 +136,9 @@ impl TickReport {
 }
 
 impl Keeper {
-    /// One renewal round, then one report tick that judges lost jobs: the
-    /// order of the spec's single loop, for tests that drive it by hand.
+    /// One renewal round, then one report tick that judges lost jobs, in that
+    /// order, for tests that drive the keeper by hand (the binary runs the two
+    /// as separate loops).
     pub async fn tick(&mut self) -> TickReport {
         let renewal = self.renewer.round().await;
         let reports = self.reporter.tick_at(Some(true)).await;

@@ -175,7 +175,7 @@ impl Reporter {
     /// judges lost jobs when a poll interval has passed since the last time.
     pub async fn tick_at(&mut self, lost_due: Option<bool>) -> ReportTick {
         let mut report = ReportTick::default();
-        // A view that is not current would miss Jobs to renew and call live
+        // A view that is not current could miss failing Jobs and call live
         // Jobs gone: judge nothing from it.
         if !self.jobs.is_current() {
             tracing::debug!("Job view not current: nothing is judged this tick");

@@ -2,7 +2,7 @@
 //! controller, kubelet, fake driver that reports to the backend) and the
 //! reference backend (backend-sim, on a manual clock). The test plays the
 //! admitter: it claims, Puts the token over gRPC, and creates the Job with
-//! the shared builder.
+//! the admitter's builder (`tcab_admitter::job_builder`).
 
 use crate::support::{SERVICE_TOKEN, config};
 use k8s_openapi::api::batch::v1::Job;
@@ -255,9 +255,9 @@ impl World {
 
 impl RunningKeeper {
     /// Waits until the keeper has finished `n` more whole renewal rounds.
-    /// Rounds run one after another (each round's judgements complete
-    /// before the next round renews), so once the renewal count passes
-    /// `now + n`, the `n` rounds that started after now have all finished.
+    /// Renewal rounds run one after another in the renewal loop, so once the
+    /// renewal count passes `now + n`, the `n` rounds that started after now
+    /// have all finished. (Judgements run beside them in the report loop.)
     async fn rounds(&self, n: usize) {
         let mut renewals = self.renewals.clone();
         let target = *renewals.borrow_and_update() + n + 1;

@@ -1,7 +1,7 @@
-//! What the reaper logs when the sandbox namespace refuses it. Alone in its
-//! own test binary: tracing caches per-callsite interest process-wide, so a
-//! log line first hit by a concurrent test without a subscriber could be
-//! lost to the subscriber this test installs.
+//! What the reaper logs when the sandbox namespace refuses it. It shares the
+//! crate's test binary, so it relies on nextest running each test in its own
+//! process: tracing caches per-callsite interest process-wide, and under plain
+//! `cargo test` a concurrent test without a subscriber could hide a line.
 
 use crate::support::*;
 use http::Method;

@@ -1,6 +1,6 @@
 //! Shared test fixtures for the reaper's tests: a mocked Kubernetes API
-//! (tower-test) that records every request, a mock backend (axum) that
-//! answers `GET /jobs/active`, Job and pod fixtures, a fixed clock, and a
+//! (tower-test) that records every request, the kit's mock backend,
+//! answering `GET /jobs/active`, Job and pod fixtures, a fixed clock, and a
 //! log sink for tracing output.
 #![allow(dead_code)]
 
