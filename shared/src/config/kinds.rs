@@ -206,7 +206,7 @@ impl Kind for Text {
     }
 }
 
-/// An `http://` or `https://` URL without a query or fragment; trailing
+/// An `http://` or `https://` URL without credentials, a query or a fragment; trailing
 /// slashes are dropped.
 #[derive(Debug, Clone, Copy)]
 pub struct Url;
@@ -216,12 +216,17 @@ impl Kind for Url {
     type Default = &'static str;
 
     fn expected(&self) -> Cow<'static, str> {
-        "an http:// or https:// URL without a query or fragment".into()
+        "an http:// or https:// URL without credentials, a query or a fragment".into()
     }
     fn parse(&self, text: &str) -> Result<String, String> {
         let rest = text
             .strip_prefix("http://")
             .or_else(|| text.strip_prefix("https://"));
+        // Credentials in the authority are refused, as the backend client
+        // refuses them, and never echoed: the error line reaches the logs.
+        if rest.is_some_and(|r| r.split('/').next().is_some_and(|a| a.contains('@'))) {
+            return Err("<a URL with credentials, not shown>".to_owned());
+        }
         match rest {
             Some(host)
                 if !host.is_empty()

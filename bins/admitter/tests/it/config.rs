@@ -327,9 +327,23 @@ fn a_url_with_a_query_and_a_non_loopback_vault_are_configuration_errors() {
     .expect_err("a query string")
     .to_string();
     assert!(
-        e.starts_with("TCAB_BACKEND_URL: expected an http:// or https:// URL without a query"),
+        e.starts_with("TCAB_BACKEND_URL: expected an http:// or https:// URL without credentials, a query"),
         "{e}"
     );
+}
+
+/// A URL carrying credentials is refused before any client is built, and the
+/// error line (which reaches the container's log) does not repeat them.
+#[test]
+fn a_url_with_credentials_is_refused_without_echoing_them() {
+    let e = AdmitterConfig::from_vars(with(&[(
+        "TCAB_BACKEND_URL",
+        "https://svc:hunter2@backend.tcab:8080/",
+    )]))
+    .expect_err("credentials")
+    .to_string();
+    assert!(e.starts_with("TCAB_BACKEND_URL: expected"), "{e}");
+    assert!(!e.contains("hunter2") && !e.contains("svc:"), "{e}");
 }
 
 #[test]
@@ -375,7 +389,7 @@ fn startup_handles_help_version_and_stray_arguments() {
     match startup::<AdmitterConfig>(&[], "", &BUILD, Env::from_vars(Vec::new())) {
         Startup::Fail(line) => assert_eq!(
             line,
-            "tcab-admitter: configuration error: TCAB_BACKEND_URL: required, expected an http:// or https:// URL without a query or fragment"
+            "tcab-admitter: configuration error: TCAB_BACKEND_URL: required, expected an http:// or https:// URL without credentials, a query or a fragment"
         ),
         other => panic!("{other:?}"),
     }
