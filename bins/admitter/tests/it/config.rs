@@ -327,7 +327,9 @@ fn a_url_with_a_query_and_a_non_loopback_vault_are_configuration_errors() {
     .expect_err("a query string")
     .to_string();
     assert!(
-        e.starts_with("TCAB_BACKEND_URL: expected an http:// or https:// URL without credentials, a query"),
+        e.starts_with(
+            "TCAB_BACKEND_URL: expected an http:// or https:// URL without credentials, a query"
+        ),
         "{e}"
     );
 }

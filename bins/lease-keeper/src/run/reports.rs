@@ -480,8 +480,12 @@ impl Reporter {
             match (settle_death_check(Answer::of(&read), live), &read) {
                 (DeathSettle::Report, _) => {}
                 (DeathSettle::Retry, Err(error)) => {
-                    tracing::warn!(job_id = %key.job_id, error = %error_chain(error), "cannot read the dead driver's job; retrying next tick");
-                    continue;
+                    // A failing backend fails the next call too: the rest
+                    // wait for the next tick rather than each paying the
+                    // full timeout, which would hold the tick past its
+                    // liveness bound.
+                    tracing::warn!(job_id = %key.job_id, error = %error_chain(error), "cannot read the dead driver's job; the deaths left are tried next tick");
+                    break;
                 }
                 (settled, read) => {
                     let state = read.as_ref().map(|v| v.state.as_str()).unwrap_or("unknown");
@@ -509,8 +513,8 @@ impl Reporter {
                 }
                 (_, answer) => {
                     let error = answer.as_ref().err().map(|e| error_chain(e));
-                    tracing::warn!(job_id = %key.job_id, error = error.as_deref().unwrap_or(""), "death report failed; retrying next tick");
-                    continue;
+                    tracing::warn!(job_id = %key.job_id, error = error.as_deref().unwrap_or(""), "death report failed; the deaths left are tried next tick");
+                    break;
                 }
             }
             self.settle(&key);
@@ -664,7 +668,8 @@ impl Reporter {
                 }
                 (_, answer) => {
                     let error = answer.err().map(|e| error_chain(&e));
-                    tracing::warn!(%lane, job_id = %lost.job_id, error = error.as_deref().unwrap_or(""), "lost report failed; retrying next tick");
+                    tracing::warn!(%lane, job_id = %lost.job_id, error = error.as_deref().unwrap_or(""), "lost report failed; the lane's lost jobs left are tried next tick");
+                    break;
                 }
             }
         }

@@ -197,6 +197,43 @@ async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
     );
 }
 
+/// A backend that stops answering fails every report alike: after the first
+/// timed-out death report the tick stops reporting (so it stays within its
+/// liveness bound instead of paying the timeout once per dead Job), and the
+/// deaths left are all reported, once each, when the backend answers again.
+#[tokio::test]
+async fn a_hung_death_report_defers_the_rest_to_the_next_tick_and_loses_none() {
+    let mut rig = Rig::new(false).await;
+    for id in ["d1", "d2", "d3"] {
+        let name = rig.claimed_run(id, JobState::Running, failed_status(1));
+        rig.kube
+            .put_pod(pod_json(&name, oom_pod_status()), "killed");
+    }
+    // Longer than the client's 5 s timeout: the first report times out.
+    rig.backend.lock().status_delay = Duration::from_secs(6);
+    let stalled = rig.keeper.tick().await;
+    assert!(stalled.reported_dead().is_empty());
+    assert_eq!(
+        rig.backend.lock().status_received,
+        1,
+        "one report tried while the backend hangs, not one per dead Job"
+    );
+
+    rig.backend.lock().status_delay = Duration::ZERO;
+    let resumed = rig.keeper.tick().await;
+    let mut dead = resumed.reported_dead();
+    dead.sort();
+    assert_eq!(dead, ["d1", "d2", "d3"]);
+    let s = rig.backend.lock();
+    let mut answered: Vec<&str> = s
+        .status_reports
+        .iter()
+        .map(|(id, ..)| id.as_str())
+        .collect();
+    answered.sort();
+    assert_eq!(answered, ["d1", "d2", "d3"], "each reported exactly once");
+}
+
 #[tokio::test]
 async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
     let mut rig = Rig::new(false).await;
