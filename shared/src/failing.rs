@@ -21,7 +21,8 @@ use tokio::time::Instant;
 /// The grace the API server gives a pod that sets none.
 pub const DEFAULT_TERMINATION_GRACE: Duration = Duration::from_secs(30);
 
-/// Remembers when each live Job was first seen failing.
+/// Remembers when each Job was first seen failing: a live one, or a Failed
+/// one whose pods are still terminating.
 #[derive(Debug, Clone, Default)]
 pub struct FailingSince {
     /// Job uid (or name, when it has none) -> first seen failing.

@@ -2,7 +2,7 @@
 //! through [`call`], so a request the API server accepted and never answers
 //! costs at most the configured timeout, never a whole loop, and every
 //! failure is counted in `tcab_dispatcher_kube_api_errors_total` by its verb
-//! (the watch of owned Jobs counts its own errors, in `cluster`).
+//! (the watch of owned Jobs counts its own errors, in `job_cache`).
 
 use std::future::Future;
 use std::time::Duration;

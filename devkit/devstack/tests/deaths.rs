@@ -525,8 +525,10 @@ async fn a_lost_node_whose_node_is_deleted_is_reported_from_the_first_sign() {
     .unwrap_or_else(|e| t.fail(e));
     let pods = t.own_pods(&id).await;
     assert!(
-        pods.iter()
-            .all(|p| !p["metadata"]["deletionTimestamp"].is_null()),
+        !pods.is_empty()
+            && pods
+                .iter()
+                .all(|p| !p["metadata"]["deletionTimestamp"].is_null()),
         "captured at the taint manager's deletion: {pods:?}"
     );
     t.admin().delete_node(&node).await.expect("delete the node");
