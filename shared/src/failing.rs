@@ -104,6 +104,8 @@ mod tests {
             termination_grace_seconds: Some(120),
             created_at: None,
             deleting: false,
+            gone: false,
+            orphan_pod: None,
         }
     }
 

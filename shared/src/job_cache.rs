@@ -14,6 +14,14 @@
 //! watch cache) is bounded by the watch timeout: the server ends every watch
 //! after it, and kube-runtime reconnects when nothing (not even a bookmark)
 //! arrived for that long.
+//!
+//! A Job can vanish while its pod lives on (deleted with `--cascade=orphan`,
+//! or while its pod still terminates): such a pod stands in the view for its
+//! Job, as a live entry with [`JobSummary::gone`] set, so it counts against
+//! its lane, keeps its lease and protects its sandboxes ([`pods`]). The view
+//! is current only while both the Jobs and those pods are known.
+
+pub mod pods;
 
 use crate::kube_api::Verb;
 use crate::lane::Lane;
@@ -23,12 +31,15 @@ use crate::tick::Wake;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
+use pods::{Gone, OwnedPod, gone_after_list, standing};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// Where an owned Job is in its life.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -87,6 +98,12 @@ pub struct JobSummary {
     pub created_at: Option<Timestamp>,
     /// `metadata.deletionTimestamp` is set: the Job itself is being deleted.
     pub deleting: bool,
+    /// The Job itself is gone and this entry stands for it while a pod of
+    /// it may live on (see [`pods`]): live, counting against its lane,
+    /// keeping its lease, until the pod finishes.
+    pub gone: bool,
+    /// The pod standing for the gone Job, once it is known.
+    pub orphan_pod: Option<String>,
 }
 
 impl JobSummary {
@@ -138,6 +155,8 @@ impl JobSummary {
                 .as_ref()
                 .map(|t| Timestamp::from_second(t.0.as_second()).unwrap_or(Timestamp::UNIX_EPOCH)),
             deleting: job.metadata.deletion_timestamp.is_some(),
+            gone: false,
+            orphan_pod: None,
             name,
         }
     }
@@ -148,9 +167,13 @@ impl JobSummary {
     }
 
     /// Whether the Job shows a first sign of failure: `FailureTarget`, a
-    /// failed pod, or a pod being deleted. Its pod is the evidence then.
+    /// failed pod, a pod being deleted, or the Job itself being deleted. Its
+    /// pod is the evidence then.
     pub fn shows_failure(&self) -> bool {
-        self.failure_target.is_some() || self.failed_pods > 0 || self.terminating_pods > 0
+        self.failure_target.is_some()
+            || self.failed_pods > 0
+            || self.terminating_pods > 0
+            || self.deleting
     }
 
     /// Failing and not settled: live with a sign of failure, or `Failed`
@@ -161,11 +184,66 @@ impl JobSummary {
     }
 }
 
-#[derive(Default)]
+/// The view's state behind its lock.
 struct State {
     jobs: HashMap<String, JobSummary>,
-    /// Objects of a relist in progress; swapped in at `InitDone`.
+    /// Objects of a Job relist in progress; swapped in at `InitDone`.
     relist: Option<HashMap<String, JobSummary>>,
+    /// The Job watch's own state.
+    jobs_view: ViewState,
+    /// Jobs gone while a pod of theirs may still live, by Job name.
+    gone: HashMap<String, Gone>,
+    /// Whether `gone` is known complete: a pod list completed after the
+    /// last Job relist and no pod read failed since.
+    pods_view: ViewState,
+}
+
+impl State {
+    fn new(tracked: bool) -> Self {
+        State {
+            jobs: HashMap::new(),
+            relist: None,
+            jobs_view: ViewState::Listing,
+            gone: HashMap::new(),
+            // A cache nobody tracks pods for (a test feeding Jobs) has no gone Jobs to learn.
+            pods_view: if tracked {
+                ViewState::Listing
+            } else {
+                ViewState::Current
+            },
+        }
+    }
+
+    /// The view as a whole: current only while the Jobs and the pods that
+    /// outlived theirs both are.
+    fn view(&self) -> ViewState {
+        match (&self.jobs_view, &self.pods_view) {
+            (ViewState::Current, pods) => pods.clone(),
+            (jobs, _) => jobs.clone(),
+        }
+    }
+
+    /// Whether the entry `name` is live: its Job is live, or its Job is gone
+    /// and something stands for it.
+    fn live_in_view(&self, name: &str) -> bool {
+        match self.jobs.get(name) {
+            Some(job) => job.is_live(),
+            None => self.gone.contains_key(name),
+        }
+    }
+
+    fn live_in_lane(&self, lane: Lane) -> usize {
+        let jobs = self
+            .jobs
+            .values()
+            .filter(|j| j.lane == lane && j.is_live())
+            .count();
+        jobs + self
+            .gone
+            .values()
+            .filter(|g| g.entry().lane == lane)
+            .count()
+    }
 }
 
 /// How the watch of owned Jobs is run.
@@ -178,6 +256,23 @@ pub struct WatchSettings {
     pub min_backoff: Duration,
     /// Longest back-off between relist attempts.
     pub max_backoff: Duration,
+    /// How often a pod standing for its gone Job is read, to see it finish.
+    pub pod_poll: Duration,
+    /// Bound of each pod read.
+    pub call_timeout: Duration,
+}
+
+impl WatchSettings {
+    /// The settings every binary watches with: its watch and API timeouts,
+    /// and its poll interval for the pods that outlive their Jobs.
+    pub fn of(common: &crate::config::CommonConfig) -> Self {
+        WatchSettings {
+            timeout: common.watch_timeout,
+            pod_poll: common.poll_interval,
+            call_timeout: common.kube_timeout,
+            ..WatchSettings::default()
+        }
+    }
 }
 
 impl Default for WatchSettings {
@@ -186,6 +281,8 @@ impl Default for WatchSettings {
             timeout: Duration::from_secs(60),
             min_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
+            pod_poll: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -220,16 +317,28 @@ pub fn watch_error_verb(error: &watcher::Error) -> Verb {
     }
 }
 
-/// A shared, cheaply cloned cache of the owned Jobs, fed by a watch.
+/// Work for the pod tracker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Check {
+    /// The Jobs were (re)listed: list every live owned pod.
+    Relisted,
+    /// A live Job vanished: list its pods.
+    Vanished(String),
+}
+
+/// A shared, cheaply cloned cache of the owned Jobs (and of the pods that
+/// outlived theirs), fed by a watch.
 #[derive(Clone)]
 pub struct OwnedJobs {
     state: Arc<RwLock<State>>,
     view: Arc<watch::Sender<ViewState>>,
-    /// Bumped whenever a Job stops being live (it finished or is gone), so a
+    /// Bumped whenever an entry stops being live (it finished or is gone), so a
     /// loop can react at once instead of at its next poll.
     finished: Arc<watch::Sender<u64>>,
-    /// Bumped on every change to a cached Job (and when a relist completes).
+    /// Bumped on every change to an entry (and when a relist completes).
     changed: Arc<watch::Sender<u64>>,
+    /// The pod tracker's queue, when pods are tracked.
+    checks: Option<mpsc::UnboundedSender<Check>>,
 }
 
 impl Default for OwnedJobs {
@@ -240,12 +349,19 @@ impl Default for OwnedJobs {
 
 impl OwnedJobs {
     /// An empty cache that is not current until the first full list arrives.
+    /// Nothing tracks the pods of Jobs that vanish: a Job deleted from it is
+    /// simply gone (for tests and benchmarks that feed it by hand).
     pub fn new() -> Self {
+        Self::with_checks(None)
+    }
+
+    fn with_checks(checks: Option<mpsc::UnboundedSender<Check>>) -> Self {
         OwnedJobs {
-            state: Arc::new(RwLock::new(State::default())),
+            state: Arc::new(RwLock::new(State::new(checks.is_some()))),
             view: Arc::new(watch::channel(ViewState::Listing).0),
             finished: Arc::new(watch::channel(0).0),
             changed: Arc::new(watch::channel(0).0),
+            checks,
         }
     }
 
@@ -263,82 +379,140 @@ impl OwnedJobs {
     }
 
     /// Starts watching the Jobs labelled `managed-by=<managed_by>` in
-    /// `namespace`. The returned task runs until it is aborted: a watch
-    /// error marks the view not current and starts a fresh list after a
-    /// back-off. The caller watches the task.
+    /// `namespace`, and tracking the pods that outlive theirs (see
+    /// [`pods`]). The returned task runs until it is aborted: a watch error
+    /// marks the view not current and starts a fresh list after a back-off.
+    /// The caller watches the task.
     pub fn watch(
         client: Client,
         namespace: &str,
         managed_by: &str,
         settings: WatchSettings,
     ) -> (Self, tokio::task::JoinHandle<()>) {
-        let cache = OwnedJobs::new();
-        let api: Api<Job> = Api::namespaced(client, namespace);
-        // Lists are paged (250 Jobs a page) so a relist of 10,000 Jobs never
-        // holds them all in memory at once.
-        let timeout = u32::try_from(settings.timeout.as_secs().max(1)).unwrap_or(u32::MAX);
-        let config = watcher::Config::default()
-            .labels(&names::selector(names::MANAGED_BY, managed_by))
-            .page_size(250)
-            .timeout(timeout);
-        let feed = cache.clone();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let cache = OwnedJobs::with_checks(Some(tx));
+        let selector = names::selector(names::MANAGED_BY, managed_by);
+        let jobs = watch_jobs(
+            Api::namespaced(client.clone(), namespace),
+            selector.clone(),
+            settings,
+            cache.clone(),
+        );
+        let pods = track_pods(
+            Api::namespaced(client, namespace),
+            selector,
+            settings,
+            cache.clone(),
+            rx,
+        );
         let task = tokio::spawn(async move {
-            let backoff = Backoff::doubling(settings.min_backoff, settings.max_backoff);
-            let mut failures: u32 = 0;
-            loop {
-                let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
-                let error = loop {
-                    match stream.next().await {
-                        Some(Ok(event)) => {
-                            if matches!(event, Event::InitDone) {
-                                failures = 0;
-                            }
-                            feed.apply(event);
-                        }
-                        Some(Err(error)) => {
-                            crate::metrics::common().kube_api_error(watch_error_verb(&error));
-                            break error.to_string();
-                        }
-                        None => {
-                            crate::metrics::common().kube_api_error(Verb::Watch);
-                            break "the watch stream ended".to_owned();
-                        }
-                    }
-                };
-                feed.mark_failed(&error);
-                failures = failures.saturating_add(1);
-                tokio::time::sleep(backoff.after(failures)).await;
-            }
+            futures::join!(jobs, pods);
         });
         (cache, task)
     }
 
-    /// Applies one watch event. Public so tests can feed a cache directly.
+    /// Applies one Job watch event. Public so tests can feed a cache directly.
     pub fn apply(&self, event: Event<Job>) {
-        let (finished, listed) = self.apply_event(event);
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let (finished, listed, check) = match event {
+            Event::Init => {
+                state.relist = Some(HashMap::new());
+                (false, None, None)
+            }
+            Event::InitApply(job) => {
+                let summary = JobSummary::from_job(&job);
+                state
+                    .relist
+                    .get_or_insert_with(HashMap::new)
+                    .insert(summary.name.clone(), summary);
+                (false, None, None)
+            }
+            Event::InitDone => {
+                state.jobs = state.relist.take().unwrap_or_default();
+                state.jobs_view = ViewState::Current;
+                let check = self.checks.is_some().then_some(Check::Relisted);
+                if check.is_some() {
+                    // The gone Jobs are learnt afresh from a pod list.
+                    state.pods_view = ViewState::Listing;
+                }
+                (true, Some(state.jobs.len()), check)
+            }
+            Event::Apply(job) => {
+                let summary = JobSummary::from_job(&job);
+                let name = summary.name.clone();
+                // A Job first seen already finished frees room too (its
+                // create was counted before the watch showed it).
+                let before = state.jobs.get(&name).is_none_or(JobSummary::is_live);
+                state.gone.remove(&name);
+                state.jobs.insert(name.clone(), summary);
+                (before && !state.live_in_view(&name), None, None)
+            }
+            Event::Delete(job) => {
+                let name = job.name_any();
+                let last = state.jobs.remove(&name);
+                let was_live = last.as_ref().is_some_and(JobSummary::is_live);
+                let check = match last {
+                    // Its pod may outlive it: it stands as it was until its pods are known.
+                    Some(last) if was_live && self.checks.is_some() => {
+                        state.gone.insert(name.clone(), Gone::Checking(last));
+                        Some(Check::Vanished(name.clone()))
+                    }
+                    _ => None,
+                };
+                (was_live && !state.live_in_view(&name), None, check)
+            }
+        };
+        let view = state.view();
+        drop(state);
+        if let (Some(check), Some(checks)) = (check, &self.checks) {
+            // The tracker lives as long as the watch task; a send fails only
+            // once it was aborted, when nothing reads the view any more.
+            let _ = checks.send(check);
+        }
+        self.announce(finished, listed.map(|n| (n, view)));
+    }
+
+    /// Tells the loops: something changed; maybe an entry stopped being
+    /// live; maybe a list completed (and the view may be current now).
+    fn announce(&self, finished: bool, listed: Option<(usize, ViewState)>) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
         if finished {
             self.finished.send_modify(|n| *n = n.wrapping_add(1));
         }
-        if let Some(count) = listed {
-            let was = self.view.send_replace(ViewState::Current);
-            if !was.is_current() {
-                tracing::info!(
-                    owned_jobs = count,
-                    "Job view current: listed the owned Jobs"
-                );
-            }
+        if let Some((count, view)) = listed {
+            self.set_view(view, count);
         }
     }
 
-    /// Records a watch error: the view is not current until the next
+    /// Publishes the view's state, saying so at info when it becomes current.
+    fn set_view(&self, view: ViewState, count: usize) {
+        let now_current = view.is_current();
+        let was = self.view.send_replace(view);
+        if now_current && !was.is_current() {
+            tracing::info!(
+                owned_jobs = count,
+                "Job view current: listed the owned Jobs"
+            );
+        }
+    }
+
+    /// Records a Job watch error: the view is not current until the next
     /// complete list. Logged once per transition.
     pub fn mark_failed(&self, error: &str) {
-        let was = self.view.send_replace(ViewState::Failed(error.to_owned()));
+        let view = {
+            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            state.jobs_view = ViewState::Failed(error.to_owned());
+            state.view()
+        };
+        self.announce_failure(view, error, "the Job watch failed");
+    }
+
+    fn announce_failure(&self, view: ViewState, error: &str, what: &str) {
+        let was = self.view.send_replace(view);
         if was.is_current() {
-            tracing::warn!(%error, "Job view not current: the watch failed; holding what depends on it until a fresh list completes");
+            tracing::warn!(%error, "Job view not current: {what}; holding what depends on it until a fresh list completes");
         } else {
-            tracing::debug!(%error, "Job watch still failing");
+            tracing::debug!(%error, "{what} (still not current)");
         }
     }
 
@@ -358,65 +532,20 @@ impl OwnedJobs {
         self.view.subscribe()
     }
 
-    /// Applies an event; returns whether a Job stopped being live, and the
-    /// number of Jobs when a relist completed.
-    fn apply_event(&self, event: Event<Job>) -> (bool, Option<usize>) {
-        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
-        match event {
-            Event::Init => {
-                state.relist = Some(HashMap::new());
-                (false, None)
-            }
-            Event::InitApply(job) => {
-                let summary = JobSummary::from_job(&job);
-                state
-                    .relist
-                    .get_or_insert_with(HashMap::new)
-                    .insert(summary.name.clone(), summary);
-                (false, None)
-            }
-            Event::InitDone => {
-                let fresh = state.relist.take().unwrap_or_default();
-                let count = fresh.len();
-                state.jobs = fresh;
-                (true, Some(count))
-            }
-            Event::Apply(job) => {
-                let summary = JobSummary::from_job(&job);
-                let was_live = state
-                    .jobs
-                    .get(&summary.name)
-                    .is_none_or(JobSummary::is_live);
-                let finished = was_live && !summary.is_live();
-                state.jobs.insert(summary.name.clone(), summary);
-                (finished, None)
-            }
-            Event::Delete(job) => (
-                state
-                    .jobs
-                    .remove(&job.name_any())
-                    .is_some_and(|gone| gone.is_live()),
-                None,
-            ),
-        }
-    }
-
-    /// Every cached Job, sorted by name (a stable order for the planners).
+    /// Every cached Job, and what stands for each Job gone while a pod of it
+    /// may live, sorted by name (a stable order for the planners).
     pub fn snapshot(&self) -> Vec<JobSummary> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         let mut jobs: Vec<JobSummary> = state.jobs.values().cloned().collect();
+        jobs.extend(state.gone.values().map(Gone::entry));
         jobs.sort_by(|a, b| a.name.cmp(&b.name));
         jobs
     }
 
-    /// The live Jobs of one lane, counted without copying the cache.
+    /// The live entries of one lane, counted without copying the cache.
     pub fn live_count(&self, lane: Lane) -> usize {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state
-            .jobs
-            .values()
-            .filter(|j| j.lane == lane && j.is_live())
-            .count()
+        state.live_in_lane(lane)
     }
 
     /// Whether the cache holds a Job of this name.
@@ -439,14 +568,15 @@ impl OwnedJobs {
         self.len() == 0
     }
 
-    /// A wake-up that fires whenever a cached Job stops being live (it
-    /// finished, or was deleted while live) and when a relist completes: the
-    /// moments a lane gains room, a death can be reported, a sandbox reaped.
+    /// A wake-up that fires whenever an entry stops being live (a Job
+    /// finished, or vanished and no pod of it lives on; a pod standing for its
+    /// gone Job finished) and when a relist completes: the moments a lane
+    /// gains room, a death can be reported, a sandbox reaped.
     pub fn finishes(&self) -> Wake {
         Wake::new(self.finished.subscribe())
     }
 
-    /// A wake-up that fires on every change to a cached Job: the moment a Job
+    /// A wake-up that fires on every change to an entry: the moment a Job
     /// first shows a sign of failure, while its pod may still be readable.
     pub fn changes(&self) -> Wake {
         Wake::new(self.changed.subscribe())
@@ -457,6 +587,241 @@ impl OwnedJobs {
         let mut rx = self.view.subscribe();
         // An error means the sender is gone, which cannot happen while `self` lives.
         let _ = rx.wait_for(ViewState::is_current).await;
+    }
+
+    // The pod tracker's edits.
+
+    /// A complete list of the live owned pods arrived: the gone Jobs are
+    /// those whose pods the Job view does not hold.
+    fn pods_listed(&self, pods: Vec<OwnedPod>) {
+        let (view, count) = {
+            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            if !matches!(state.jobs_view, ViewState::Current) {
+                // A Job relist is under way; its own pod list follows.
+                return;
+            }
+            state.gone = gone_after_list(pods, &state.jobs);
+            state.pods_view = ViewState::Current;
+            (state.view(), state.jobs.len())
+        };
+        let gone = self.gone_names();
+        if !gone.is_empty() {
+            tracing::info!(jobs = ?gone, "Jobs gone while a pod of theirs lives on: each still counts as live");
+        }
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.finished.send_modify(|n| *n = n.wrapping_add(1));
+        self.set_view(view, count);
+    }
+
+    /// The live pods of a vanished Job are known: one of them stands for it,
+    /// or none lives and the entry goes.
+    fn vanished_checked(&self, job: &str, pods: Vec<OwnedPod>) {
+        let stands = standing(pods);
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if !matches!(state.gone.get(job), Some(Gone::Checking(_))) {
+            return;
+        }
+        match &stands {
+            Some(pod) => {
+                tracing::info!(job, pod = %pod.name, "a Job vanished while its pod lives on; the pod counts as the live run until it finishes");
+                state.gone.insert(job.to_owned(), Gone::Pod(pod.clone()));
+            }
+            None => {
+                state.gone.remove(job);
+            }
+        }
+        drop(state);
+        self.announce(stands.is_none(), None);
+    }
+
+    /// A pod standing for its gone Job was read again (`None`: it is gone).
+    fn standing_read(&self, job: &str, pod: Option<OwnedPod>) {
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let Some(Gone::Pod(before)) = state.gone.get(job) else {
+            return;
+        };
+        let before = before.clone();
+        let ended = match pod {
+            Some(pod) if !pod.finished => {
+                let changed = pod != before;
+                state.gone.insert(job.to_owned(), Gone::Pod(pod));
+                if !changed {
+                    return;
+                }
+                false
+            }
+            _ => {
+                state.gone.remove(job);
+                true
+            }
+        };
+        drop(state);
+        if ended {
+            tracing::info!(job, pod = %before.name, "the pod that outlived its Job has finished");
+        }
+        self.announce(ended, None);
+    }
+
+    /// A pod list or read failed: the gone Jobs are not known complete.
+    fn pods_failed(&self, error: &str) {
+        let view = {
+            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            state.pods_view = ViewState::Failed(format!("listing the owned pods failed: {error}"));
+            state.view()
+        };
+        self.announce_failure(view, error, "listing the owned pods failed");
+    }
+
+    /// The pods standing for gone Jobs: (Job name, pod name).
+    fn standing_pods(&self) -> Vec<(String, String)> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .gone
+            .iter()
+            .filter_map(|(job, g)| match g {
+                Gone::Pod(p) => Some((job.clone(), p.name.clone())),
+                Gone::Checking(_) => None,
+            })
+            .collect()
+    }
+
+    /// The names of the gone Jobs, sorted (for the log).
+    fn gone_names(&self) -> Vec<String> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<String> = state.gone.keys().cloned().collect();
+        names.sort();
+        names
+    }
+}
+
+/// Watches the owned Jobs forever, feeding `cache`: after an error the view
+/// is marked not current and, after a back-off, the Jobs are listed afresh.
+async fn watch_jobs(api: Api<Job>, selector: String, settings: WatchSettings, cache: OwnedJobs) {
+    // Lists are paged (250 Jobs a page) so a relist of 10,000 Jobs never
+    // holds them all in memory at once.
+    let timeout = u32::try_from(settings.timeout.as_secs().max(1)).unwrap_or(u32::MAX);
+    let config = watcher::Config::default()
+        .labels(&selector)
+        .page_size(250)
+        .timeout(timeout);
+    let backoff = Backoff::doubling(settings.min_backoff, settings.max_backoff);
+    let mut failures: u32 = 0;
+    loop {
+        let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
+        let error = loop {
+            match stream.next().await {
+                Some(Ok(event)) => {
+                    if matches!(event, Event::InitDone) {
+                        failures = 0;
+                    }
+                    cache.apply(event);
+                }
+                Some(Err(error)) => {
+                    crate::metrics::common().kube_api_error(watch_error_verb(&error));
+                    break error.to_string();
+                }
+                None => {
+                    crate::metrics::common().kube_api_error(Verb::Watch);
+                    break "the watch stream ended".to_owned();
+                }
+            }
+        };
+        cache.mark_failed(&error);
+        failures = failures.saturating_add(1);
+        tokio::time::sleep(backoff.after(failures)).await;
+    }
+}
+
+/// Learns which Jobs are gone while a pod of theirs lives on, and follows
+/// those pods until they finish: a list of every live owned pod after each
+/// Job relist, a list of a vanished Job's pods, and a read of each standing
+/// pod every `pod_poll`. A failed list makes the view not current and is
+/// tried again (as a full list) after a back-off.
+async fn track_pods(
+    api: Api<Pod>,
+    selector: String,
+    settings: WatchSettings,
+    cache: OwnedJobs,
+    mut checks: mpsc::UnboundedReceiver<Check>,
+) {
+    let backoff = Backoff::doubling(settings.min_backoff, settings.max_backoff);
+    let mut failures: u32 = 0;
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut poll = tokio::time::interval(settings.pod_poll);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let check = tokio::select! {
+            check = checks.recv() => match check {
+                Some(check) => check,
+                None => return,
+            },
+            () = sleep_until(retry_at) => {
+                retry_at = None;
+                Check::Relisted
+            }
+            _ = poll.tick() => {
+                read_standing(&api, &cache, settings.call_timeout).await;
+                continue;
+            }
+        };
+        let result = match &check {
+            Check::Relisted => list_pods(&api, &selector, settings.call_timeout)
+                .await
+                .map(|pods| cache.pods_listed(pods)),
+            Check::Vanished(job) => {
+                let of_job = format!("{selector},{}", names::selector(pods::BATCH_JOB_NAME, job));
+                list_pods(&api, &of_job, settings.call_timeout)
+                    .await
+                    .map(|pods| cache.vanished_checked(job, pods))
+            }
+        };
+        match result {
+            Ok(()) => {
+                if check == Check::Relisted {
+                    failures = 0;
+                }
+            }
+            Err(error) => {
+                cache.pods_failed(&error);
+                failures = failures.saturating_add(1);
+                retry_at = Some(tokio::time::Instant::now() + backoff.after(failures));
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The live owned pods matching `selector` (not finished).
+async fn list_pods(
+    api: &Api<Pod>,
+    selector: &str,
+    limit: Duration,
+) -> Result<Vec<OwnedPod>, String> {
+    let params = ListParams::default()
+        .labels(selector)
+        .fields(pods::LIVE_PHASES);
+    crate::kube_api::call(Verb::List, limit, api.list(&params))
+        .await
+        .map(|list| list.items.iter().map(OwnedPod::from_pod).collect())
+        .map_err(|e| crate::error_chain(&e))
+}
+
+/// Reads each pod standing for a gone Job once; a failed read leaves it as
+/// it was (still live) until the next poll.
+async fn read_standing(api: &Api<Pod>, cache: &OwnedJobs, limit: Duration) {
+    for (job, pod) in cache.standing_pods() {
+        match crate::kube_api::call(Verb::Get, limit, api.get_opt(&pod)).await {
+            Ok(read) => cache.standing_read(&job, read.as_ref().map(OwnedPod::from_pod)),
+            Err(error) => {
+                tracing::debug!(job, pod, error = %crate::error_chain(&error), "cannot read the pod that outlived its Job; it stays live");
+            }
+        }
     }
 }
 
@@ -629,5 +994,114 @@ mod tests {
         assert!(cache.contains("b") && !cache.contains("a"));
         cache.apply(Event::Delete(job("b", json!({}), json!({}))));
         assert!(cache.is_empty());
+    }
+
+    fn pod(name: &str, job: &str, phase: &str, deleting: bool) -> OwnedPod {
+        let mut meta = json!({
+            "name": name, "namespace": "ns", "creationTimestamp": "2026-11-29T17:00:00Z",
+            "labels": {"batch.kubernetes.io/job-name": job, "tcab.dev/job-id": "a",
+                       "tcab.dev/claim": "1", "tcab.dev/job-kind": "run"},
+        });
+        if deleting {
+            meta["deletionTimestamp"] = json!("2026-11-29T17:10:00Z");
+        }
+        OwnedPod::from_pod(
+            &serde_json::from_value(json!({"metadata": meta, "spec": {"containers": []},
+                "status": {"phase": phase}}))
+            .expect("valid pod json"),
+        )
+    }
+
+    /// A tracked cache listed with `jobs` (the pod list found none gone),
+    /// and the tracker's queue.
+    fn tracked(jobs: Vec<Job>) -> (OwnedJobs, mpsc::UnboundedReceiver<Check>) {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let cache = OwnedJobs::with_checks(Some(tx));
+        cache.apply(Event::Init);
+        for j in jobs {
+            cache.apply(Event::InitApply(j));
+        }
+        cache.apply(Event::InitDone);
+        assert!(!cache.is_current(), "the pods are not known yet");
+        assert_eq!(rx.try_recv().ok(), Some(Check::Relisted));
+        cache.pods_listed(vec![]);
+        assert!(cache.is_current());
+        (cache, rx)
+    }
+
+    #[test]
+    fn a_pod_outliving_its_job_keeps_the_entry_live_until_it_finishes() {
+        let (cache, mut checks) = tracked(vec![job(
+            "j",
+            json!({"tcab.dev/job-id": "a"}),
+            json!({"active": 1}),
+        )]);
+        let finishes = cache.finishes();
+        // Deleted (with --cascade=orphan, or while its pod terminates).
+        cache.apply(Event::Delete(job("j", json!({}), json!({}))));
+        assert_eq!(checks.try_recv().ok(), Some(Check::Vanished("j".into())));
+        assert!(
+            !finishes.is_pending(),
+            "no room freed while its pods are not known"
+        );
+        assert_eq!(cache.live_count(Lane::Run), 1);
+        let entry = &cache.snapshot()[0];
+        assert!(entry.gone && entry.is_live() && entry.orphan_pod.is_none());
+        assert_eq!(entry.job_id.as_deref(), Some("a"), "it stands as it was");
+
+        cache.vanished_checked("j", vec![pod("j-x", "j", "Running", false)]);
+        assert!(!finishes.is_pending(), "the run still runs");
+        let entry = &cache.snapshot()[0];
+        assert_eq!(entry.orphan_pod.as_deref(), Some("j-x"));
+        assert!(!cache.contains("j"), "contains() is about Jobs");
+        assert_eq!(cache.standing_pods(), [("j".to_owned(), "j-x".to_owned())]);
+
+        let mut changes = cache.changes();
+        changes.mark_seen();
+        cache.standing_read("j", Some(pod("j-x", "j", "Running", true)));
+        assert!(changes.is_pending(), "it began terminating");
+        assert!(cache.snapshot()[0].shows_failure());
+
+        cache.standing_read("j", Some(pod("j-x", "j", "Failed", true)));
+        assert!(finishes.is_pending(), "it finished: the lane has room");
+        assert_eq!(cache.live_count(Lane::Run), 0);
+        assert!(cache.snapshot().is_empty());
+    }
+
+    #[test]
+    fn a_vanished_job_with_no_live_pod_frees_room_once_checked() {
+        let (cache, _checks) = tracked(vec![job("j", json!({}), json!({"active": 1}))]);
+        let finishes = cache.finishes();
+        cache.apply(Event::Delete(job("j", json!({}), json!({}))));
+        cache.vanished_checked("j", vec![pod("j-x", "j", "Failed", false)]);
+        assert!(finishes.is_pending());
+        assert!(cache.snapshot().is_empty());
+    }
+
+    #[test]
+    fn a_relist_learns_the_gone_jobs_from_the_pods() {
+        let (cache, mut checks) = tracked(vec![job("j", json!({}), json!({"active": 1}))]);
+        cache.apply(Event::Init);
+        cache.apply(Event::InitDone);
+        assert_eq!(checks.try_recv().ok(), Some(Check::Relisted));
+        assert!(!cache.is_current(), "not until the pods are listed");
+        cache.pods_listed(vec![
+            pod("j-x", "j", "Running", false),
+            pod("k-x", "k", "Pending", false),
+        ]);
+        assert!(cache.is_current());
+        let names: Vec<String> = cache.snapshot().into_iter().map(|j| j.name).collect();
+        assert_eq!(names, ["j", "k"]);
+        cache.pods_failed("403 Forbidden");
+        assert!(matches!(cache.view_state(), ViewState::Failed(e) if e.contains("403")));
+    }
+
+    #[test]
+    fn an_untracked_cache_drops_a_deleted_live_job_at_once() {
+        let cache = OwnedJobs::listed([job("j", json!({}), json!({"active": 1}))]);
+        let finishes = cache.finishes();
+        cache.apply(Event::Delete(job("j", json!({}), json!({}))));
+        assert!(finishes.is_pending());
+        assert_eq!(cache.live_count(Lane::Run), 0);
     }
 }

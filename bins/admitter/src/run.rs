@@ -274,10 +274,7 @@ pub async fn run(
         deps.kube.clone(),
         &deps.namespace,
         &config.common.managed_by,
-        WatchSettings {
-            timeout: config.common.watch_timeout,
-            ..WatchSettings::default()
-        },
+        WatchSettings::of(&config.common),
     );
     let supervisor = Supervisor::new(&shutdown, &health, &cache, watch);
     let jobs: Api<Job> = Api::namespaced(deps.kube.clone(), &deps.namespace);

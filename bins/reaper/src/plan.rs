@@ -650,6 +650,8 @@ mod tests {
             termination_grace_seconds: Some(120),
             created_at: Some(now() - SignedDuration::from_secs(3600)),
             deleting: false,
+            gone: false,
+            orphan_pod: None,
         }
     }
 

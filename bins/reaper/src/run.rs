@@ -696,10 +696,7 @@ pub async fn run(
         deps.kube.clone(),
         &own_namespace,
         &config.common.managed_by,
-        WatchSettings {
-            timeout: config.common.watch_timeout,
-            ..WatchSettings::default()
-        },
+        WatchSettings::of(&config.common),
     );
     let supervisor = Supervisor::new(&shutdown, &health, &jobs, watch);
     let ticks = supervisor

@@ -415,12 +415,20 @@ async fn delete(State(app): Shared, Path((_ns, name)): Path<(String, String)>) -
     }
 }
 
+/// Lists pods by label selector; with a field selector on `status.phase`
+/// (the dispatcher's list of its live pods) only the pods not finished.
 async fn list_pods(State(app): Shared, Query(q): Query<HashMap<String, String>>) -> Response {
     let selector = q.get("labelSelector").cloned().unwrap_or_default();
+    let live_only = q
+        .get("fieldSelector")
+        .is_some_and(|f| f.contains("status.phase!="));
     let items: Vec<Value> = lock(&app)
         .pods
         .values()
         .filter(|p| labels_match(p, &selector))
+        .filter(|p| {
+            !live_only || !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+        })
         .cloned()
         .collect();
     axum::Json(list("v1", "PodList", "1", items)).into_response()

@@ -187,10 +187,7 @@ pub async fn run(
         kube.clone(),
         &namespace,
         &config.common.managed_by,
-        WatchSettings {
-            timeout: config.common.watch_timeout,
-            ..WatchSettings::default()
-        },
+        WatchSettings::of(&config.common),
     );
     let mut supervisor = Supervisor::new(&shutdown, &health, &jobs, watch);
     let keeper = Keeper::new(

@@ -35,9 +35,7 @@ impl Rig {
     ) -> Rig {
         let backend = MockBackend::start().await;
         let kube = FakeKube::start().await;
-        let cache = OwnedJobs::new();
-        cache.apply(Event::Init);
-        cache.apply(Event::InitDone);
+        let cache = OwnedJobs::listed([]);
         let mut cfg = config(publishing, Duration::from_millis(50));
         tune(&mut cfg);
         let store = TokenStore::new();

@@ -571,19 +571,24 @@ async fn a_job_view_that_is_not_current_reaps_nothing() {
     reaper.stop().await;
 }
 
-const ROLE_WITHOUT_PODS: &str = r#"
+/// The chart's grants in the dispatcher's namespace (the reaper lists its
+/// own live pods there), none in the sandbox namespace.
+const ROLE_WITHOUT_SANDBOX_PODS: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
-metadata: {name: tcab-dispatcher}
+metadata: {name: tcab-dispatcher, namespace: tcab}
 rules:
   - apiGroups: ["batch"]
     resources: ["jobs"]
     verbs: ["get", "list", "watch"]
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["get", "list"]
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbidden_sandbox_namespace_is_logged_retried_and_not_fatal() {
-    let rbac = Rbac::parse(ROLE_WITHOUT_PODS, "reaper-token").expect("role");
+    let rbac = Rbac::parse(ROLE_WITHOUT_SANDBOX_PODS, "reaper-token").expect("role");
     let cluster = sim(Some(rbac)).await;
     let admin = client(&cluster, cluster.admin_token());
     let (doomed, sandbox, driver_pod) = start_driver(&admin, "run-d", 3600).await;

@@ -125,6 +125,11 @@ fn serve(
                     items.push(driver_job("tcab-driver-b-1", "b", false));
                 }
                 respond(send, &objects::list("batch/v1", "JobList", "5", items));
+            } else if uri.starts_with("/api/v1/namespaces/dispatcher/pods?") {
+                // The list of the dispatcher's own live pods (after the Job
+                // list): none outlived its Job.
+                assert!(uri.contains("fieldSelector=status.phase"), "{uri}");
+                respond(send, &objects::list("v1", "PodList", "5", vec![]));
             } else if method == Method::GET && uri.starts_with("/api/v1/namespaces/sandboxes/pods?")
             {
                 seen.lock().expect("log").pod_lists += 1;

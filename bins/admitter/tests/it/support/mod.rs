@@ -112,11 +112,7 @@ impl Rig {
 
 /// An empty cache that has finished its first list.
 pub fn ready_cache() -> OwnedJobs {
-    use ::kube::runtime::watcher::Event;
-    let cache = OwnedJobs::new();
-    cache.apply(Event::Init);
-    cache.apply(Event::InitDone);
-    cache
+    OwnedJobs::listed([])
 }
 
 /// How long an admitter test waits for anything it observes.
