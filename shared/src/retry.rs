@@ -7,8 +7,10 @@
 //! Its users: the backend client's retry of 429/503 (a constant wait, or the
 //! backend's `Retry-After`, capped), the admitter's vault `Put` (a doubling
 //! pause, a few attempts), the admitter's lane back-off after failed
-//! creates (doubling from 1 s up to a minute, across ticks) and the Job
-//! watch's wait before it lists again after an error.
+//! creates (doubling from 1 s up to a minute, across ticks), the Job
+//! watch's wait before it lists again after an error, and the per-job
+//! back-off of the lease-keeper's reports ([`PerKey`]: one job whose call
+//! keeps failing waits alone, the others go on).
 
 use futures::future::BoxFuture;
 use std::time::Duration;
@@ -98,6 +100,73 @@ impl Retries {
     }
 }
 
+/// One back-off per key (a job, a call): a key whose call failed is not due
+/// again until its own wait passed, which grows with its own consecutive
+/// failures; the other keys are not held by it.
+#[derive(Debug, Clone)]
+pub struct PerKey<K: Ord> {
+    backoff: Backoff,
+    waits: std::collections::BTreeMap<K, KeyWait>,
+}
+
+/// One key's consecutive failures and when it is due again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyWait {
+    /// Consecutive failures so far.
+    pub failures: u32,
+    /// Not tried again before then.
+    pub until: tokio::time::Instant,
+}
+
+impl<K: Ord + Clone> PerKey<K> {
+    /// Keys wait as `backoff` says.
+    pub fn new(backoff: Backoff) -> Self {
+        PerKey {
+            backoff,
+            waits: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// Whether `key` may be tried at `now`.
+    pub fn due(&self, key: &K, now: tokio::time::Instant) -> bool {
+        self.waits.get(key).is_none_or(|w| now >= w.until)
+    }
+
+    /// The key's call failed at `now`: its wait from now.
+    pub fn failed(&mut self, key: &K, now: tokio::time::Instant) -> KeyWait {
+        let failures = self
+            .waits
+            .get(key)
+            .map_or(1, |w| w.failures.saturating_add(1));
+        let wait = KeyWait {
+            failures,
+            until: now + self.backoff.after(failures),
+        };
+        self.waits.insert(key.clone(), wait);
+        wait
+    }
+
+    /// The key's call succeeded (or needs no more tries): forget its wait.
+    pub fn forget(&mut self, key: &K) {
+        self.waits.remove(key);
+    }
+
+    /// Forgets the keys `keep` says no (their jobs are gone).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        self.waits.retain(|k, _| keep(k));
+    }
+
+    /// How many keys are waiting.
+    pub fn len(&self) -> usize {
+        self.waits.len()
+    }
+
+    /// Whether no key is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.waits.is_empty()
+    }
+}
+
 /// Waits between attempts. Production uses [`TokioSleeper`]; tests pass one
 /// that records the waits and returns at once.
 pub trait Sleeper: Send + Sync + 'static {
@@ -171,5 +240,35 @@ mod tests {
         let start = tokio::time::Instant::now();
         TokioSleeper.sleep(secs(3)).await;
         assert_eq!(start.elapsed(), secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_key_waits_on_its_own_failures() {
+        let t0 = tokio::time::Instant::now();
+        let mut keys = PerKey::new(Backoff::doubling(
+            Duration::from_secs(5),
+            Duration::from_secs(300),
+        ));
+        assert!(keys.due(&"a", t0) && keys.is_empty());
+        assert_eq!(keys.failed(&"a", t0).until, t0 + Duration::from_secs(5));
+        assert!(!keys.due(&"a", t0 + Duration::from_secs(4)));
+        assert!(keys.due(&"b", t0), "another key is not held");
+        assert!(keys.due(&"a", t0 + Duration::from_secs(5)));
+        let t1 = t0 + Duration::from_secs(5);
+        let w = keys.failed(&"a", t1);
+        assert_eq!((w.failures, w.until), (2, t1 + Duration::from_secs(10)));
+        for _ in 0..10 {
+            keys.failed(&"a", t1);
+        }
+        assert_eq!(
+            keys.failed(&"a", t1).until,
+            t1 + Duration::from_secs(300),
+            "capped"
+        );
+        keys.forget(&"a");
+        assert!(keys.due(&"a", t1));
+        keys.failed(&"c", t1);
+        keys.retain(|k| *k != "c");
+        assert!(keys.is_empty());
     }
 }

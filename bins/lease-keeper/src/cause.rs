@@ -111,6 +111,16 @@ pub enum DeathCause {
     /// The pod could never start (judged after the start grace): a person
     /// has to fix the image, a Secret, or the requests.
     NeverStarted(StartFailure),
+    /// The Job was deleted by someone other than the dispatcher while its
+    /// pod ran (by hand, with or without `--cascade=orphan`), and its pod
+    /// has since ended or gone.
+    Deleted {
+        /// The deleted Job's name.
+        job: String,
+        /// What the pod showed, when it could be read (at the deletion or
+        /// after it ended).
+        evidence: Option<Box<DeathCause>>,
+    },
     /// The Job showed failure and could not finish failing (its pod never
     /// finished terminating: the node is lost). `evidence` is what the pod
     /// showed when it was captured.
@@ -276,6 +286,16 @@ impl DeathCause {
             DeathCause::NeverStarted(failure) => {
                 format!("pod never started: {}", failure.summary())
             }
+            DeathCause::Deleted { job, evidence } => {
+                let head = format!(
+                    "Job {} was deleted by someone other than the dispatcher while its pod ran",
+                    one_line(job)
+                );
+                match evidence {
+                    Some(evidence) => format!("{head}; then: {}", evidence.summary()),
+                    None => format!("{head}; its pod was gone before it could be read"),
+                }
+            }
             DeathCause::Stuck {
                 node,
                 waited,
@@ -333,6 +353,7 @@ impl DeathCause {
                 StartFailureKind::ConfigError | StartFailureKind::CreateError => "config_error",
                 StartFailureKind::Unschedulable => "unschedulable",
             },
+            DeathCause::Deleted { .. } => "job_deleted",
             DeathCause::Stuck { .. } => "node_lost",
         }
     }
@@ -343,8 +364,12 @@ impl DeathCause {
 pub enum LogTail {
     /// The last lines, as read.
     Read(String),
-    /// The log could not be read, and why (said in the report).
+    /// The log could not be read, and why (said in the report); a later
+    /// read may do better.
     Unreadable(String),
+    /// The pod, or the node whose kubelet serves its log, was gone (404):
+    /// no later read can do better. Said in the report as unreadable.
+    Gone(String),
 }
 
 impl fmt::Display for DeathCause {
@@ -410,7 +435,7 @@ pub fn death_detail(cause: &DeathCause, log: &LogTail) -> String {
     truncate_chars_to_bytes(&mut detail, MAX_DETAIL_BYTES / 2);
     let tail = match log {
         LogTail::Read(text) => text.trim_end_matches(['\n', '\r']),
-        LogTail::Unreadable(why) => {
+        LogTail::Unreadable(why) | LogTail::Gone(why) => {
             let mut line = format!("\nlogs unreadable: {}", one_line(why));
             truncate_chars_to_bytes(&mut line, MAX_DETAIL_BYTES / 2);
             detail.push_str(&line);

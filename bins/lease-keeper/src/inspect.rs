@@ -77,7 +77,7 @@ impl Inspector {
         match call(Verb::Get, self.timeout, self.pods.logs(&name, &params)).await {
             Ok(text) => LogTail::Read(text),
             // The pod, or the Node whose kubelet serves its log.
-            Err(error) if error.is_not_found() => LogTail::Unreadable(format!(
+            Err(error) if error.is_not_found() => LogTail::Gone(format!(
                 "pod {name} or its node was gone before its log could be read ({})",
                 log_error(&error)
             )),

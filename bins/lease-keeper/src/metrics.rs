@@ -40,6 +40,7 @@ pub struct KeeperMetrics {
     renewals: Family<Labels<2>, Counter>,
     deaths: Family<Labels<1>, Counter>,
     lost: Family<Labels<1>, Counter>,
+    report_failures: Family<Labels<3>, Counter>,
     renewal_age: Family<Labels<1>, Gauge<f64, AtomicU64>>,
 }
 
@@ -75,6 +76,11 @@ impl KeeperMetrics {
             "Lost reports the backend accepted, by lane",
             self.lost.clone(),
         );
+        registry.register(
+            "tcab_dispatcher_report_failures",
+            "Death and lost reports that failed (the job backs off alone), by report, lane and reason",
+            self.report_failures.clone(),
+        );
     }
 
     /// Records one renewal round.
@@ -88,6 +94,15 @@ impl KeeperMetrics {
 
     /// Records the reports one report tick made.
     pub fn record_reports(&self, tick: &ReportTick) {
+        for (report, reason) in &tick.failed_reports {
+            self.report_failures
+                .get_or_create(&[
+                    ("report", report.as_str()),
+                    ("lane", report.lane().label_value()),
+                    ("reason", reason.as_str()),
+                ])
+                .inc();
+        }
         for (_, cause) in &tick.reported_dead {
             self.deaths.get_or_create(&[("cause", cause)]).inc();
         }

@@ -108,6 +108,12 @@ pub struct BackendState {
     pub status_received: usize,
     /// Status reports answered (a report whose caller went away is not).
     pub status_answered: usize,
+    /// Answer the status and lost reports of these jobs with this status
+    /// (a backend that keeps refusing one job), changing nothing.
+    pub refuse_reports: BTreeMap<String, u16>,
+    /// Raw entries appended to `GET /jobs/active` (e.g. a state this
+    /// dispatcher does not know).
+    pub active_extra: Vec<Value>,
 }
 
 impl BackendState {
@@ -397,6 +403,7 @@ async fn active_runs(State(app): Shared, headers: HeaderMap) -> Response {
         .iter()
         .filter(|(_, r)| !r.publish && is_driven(&r.state))
         .map(|(id, r)| json!({"id": id, "state": r.state, "lease_expires_at": r.lease}))
+        .chain(s.active_extra.iter().cloned())
         .collect();
     axum::Json(json!({"now": s.now, "jobs": jobs})).into_response()
 }
@@ -455,6 +462,9 @@ async fn status(
     let token = http::bearer(&headers).to_owned();
     s.status_reports
         .push((id.clone(), token.clone(), body.0.clone()));
+    if let Some(code) = s.refuse_reports.get(&id).copied() {
+        return injected(code);
+    }
     let Some(row) = s.rows.get_mut(&id) else {
         return error(StatusCode::NOT_FOUND, "not_found");
     };
@@ -482,6 +492,9 @@ async fn lost(
     }
     let detail = body["detail"].as_str().unwrap_or_default().to_owned();
     s.lost_reports.push((id.clone(), detail));
+    if let Some(code) = s.refuse_reports.get(&id).copied() {
+        return injected(code);
+    }
     let Some(row) = s.rows.get_mut(&id) else {
         return error(StatusCode::NOT_FOUND, "not_found");
     };

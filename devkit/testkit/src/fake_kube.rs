@@ -75,6 +75,8 @@ pub struct KubeState {
     pub log_reads: usize,
     /// When set, every log read answers 500 (the kubelet cannot be reached).
     pub logs_fail: bool,
+    /// How long every log read takes (a slow kubelet).
+    pub log_delay: Duration,
     /// Job deletes received, by name.
     pub deleted_jobs: Vec<String>,
     /// Job lists by `tcab.dev/job-id` selector received (not the watch's).
@@ -173,6 +175,7 @@ impl FakeKube {
             held_lists: 0,
             log_reads: 0,
             logs_fail: false,
+            log_delay: Duration::ZERO,
             deleted_jobs: vec![],
             job_lists: vec![],
         }));
@@ -439,6 +442,11 @@ async fn pod_log(
     Path((_ns, name)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
+    let delay = lock(&app).log_delay;
+    if !delay.is_zero() {
+        // The kubelet is slow on purpose (the test's injected latency).
+        tokio::time::sleep(delay).await;
+    }
     let mut s = lock(&app);
     s.log_reads += 1;
     if s.logs_fail {

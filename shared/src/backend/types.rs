@@ -129,6 +129,21 @@ pub struct LeaseRenewal {
     /// The backend's clock (informational; nothing is judged on it).
     pub now: Timestamp,
     pub leases: Vec<Lease>,
+    /// Entries of the answer that could not be read (counted as not renewed).
+    #[serde(skip)]
+    pub skipped: Vec<SkippedEntry>,
+}
+
+/// An entry of a list answer that could not be read: the rest of the list
+/// is used, and this one is named in a warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedEntry {
+    /// Its position in the list.
+    pub index: usize,
+    /// Its id, when that much was readable and valid.
+    pub id: Option<JobId>,
+    /// Why it was skipped (the field and what was wrong, never a token).
+    pub why: String,
 }
 
 /// One renewed lease.
@@ -144,6 +159,10 @@ pub struct ActiveRuns {
     /// The backend's clock when it answered.
     pub now: Timestamp,
     pub jobs: Vec<ActiveRun>,
+    /// Entries that could not be read (e.g. a state this client does not
+    /// know): left out, so the rest are judged.
+    #[serde(skip)]
+    pub skipped: Vec<SkippedEntry>,
 }
 
 /// One driven run and its lease.
@@ -159,6 +178,9 @@ pub struct ActiveRun {
 pub struct ActivePublishes {
     pub now: Timestamp,
     pub publish_jobs: Vec<ActivePublish>,
+    /// Entries that could not be read: left out, so the rest are judged.
+    #[serde(skip)]
+    pub skipped: Vec<SkippedEntry>,
 }
 
 /// One dispatched publish and its lease.

@@ -79,6 +79,9 @@ pub struct JobMemory {
 pub enum DeathKind {
     /// Its Job is `Failed` and its pods have stopped.
     Failed,
+    /// Its Job was deleted while live (not by the dispatcher) and no pod of
+    /// it lives on: whether it died is read from its pod, if one is left.
+    Deleted,
     /// It could not finish failing and was judged dead.
     Stuck,
     /// Its pod can never start; the Job is deleted once this is settled.
@@ -102,9 +105,12 @@ pub struct FailurePlan {
     pub waiting: Vec<(String, &'static str)>,
 }
 
-/// Plans one report tick.
+/// Plans one report tick. `vanished` are the entries that left the view
+/// while live (their Job deleted, and no pod of it left running).
+#[allow(clippy::too_many_arguments)]
 pub fn plan_failures(
     jobs: &[JobSummary],
+    vanished: &[JobSummary],
     memory: &BTreeMap<String, JobMemory>,
     failing: &FailingSince,
     judged_dead: &BTreeSet<String>,
@@ -129,7 +135,9 @@ pub fn plan_failures(
             plan.newly_stuck.push(job.name.clone());
         }
         let failed = job.phase == JobPhase::Failed;
-        let shows = (job.is_live() && job.shows_failure()) || failed;
+        // A Job deleted under its pod is evidence to read at once: the pod
+        // may be gone within its grace.
+        let shows = (job.is_live() && (job.shows_failure() || job.gone)) || failed;
         if shows {
             match evidence {
                 EvidenceState::Missing => plan.capture.push(job.name.clone()),
@@ -149,8 +157,12 @@ pub fn plan_failures(
                 plan.deaths.push((job.name.clone(), DeathKind::Failed));
             }
         }
-        let may_start_late =
-            job.is_live() && !stuck && !job.deleting && !job.shows_failure() && job.ready_pods == 0;
+        let may_start_late = job.is_live()
+            && !stuck
+            && !job.deleting
+            && !job.gone
+            && !job.shows_failure()
+            && job.ready_pods == 0;
         if may_start_late && let Some(mem) = mem {
             let seen_for = now.saturating_duration_since(mem.first_seen);
             let due = mem
@@ -161,6 +173,18 @@ pub fn plan_failures(
             }
         }
     }
+    for job in vanished {
+        let evidence = memory
+            .get(&job.name)
+            .map_or(EvidenceState::Missing, |m| m.evidence);
+        if evidence == EvidenceState::Missing {
+            plan.capture.push(job.name.clone());
+        }
+        if job.lane == Lane::Run && !never_started.contains(&job.name) {
+            plan.deaths.push((job.name.clone(), DeathKind::Deleted));
+        }
+    }
+    plan.capture.sort();
     plan
 }
 
@@ -180,10 +204,8 @@ pub fn evidence_settled(evidence: EvidenceState, settings: &FailureSettings) -> 
 /// the log may be tried again.
 pub fn evidence_after_log(log: &LogTail, pod_read: bool, attempts: u32) -> EvidenceState {
     match log {
-        LogTail::Unreadable(why) if pod_read && !why.contains("was gone") => {
-            EvidenceState::LogPending { attempts }
-        }
-        _ => EvidenceState::Complete,
+        LogTail::Unreadable(_) if pod_read => EvidenceState::LogPending { attempts },
+        LogTail::Read(_) | LogTail::Unreadable(_) | LogTail::Gone(_) => EvidenceState::Complete,
     }
 }
 
@@ -235,6 +257,7 @@ mod tests {
     ) -> FailurePlan {
         plan_failures(
             jobs,
+            &[],
             mem,
             failing,
             &BTreeSet::new(),
@@ -380,6 +403,7 @@ mod tests {
         let judged = BTreeSet::from(["n".to_owned()]);
         let plan = plan_failures(
             &jobs,
+            &[],
             &mem,
             &failing,
             &judged,
@@ -407,6 +431,7 @@ mod tests {
         let later = t0 + Duration::from_secs(3600);
         let plan = plan_failures(
             &jobs,
+            &[],
             &mem,
             &FailingSince::new(),
             &never,
@@ -533,9 +558,7 @@ mod tests {
     fn a_log_is_tried_again_only_while_its_pod_may_still_give_it() {
         let read = LogTail::Read("last lines".into());
         let refused = LogTail::Unreadable("the API server answered 500".into());
-        let gone = LogTail::Unreadable(
-            "pod p or its node was gone before its log could be read (404)".into(),
-        );
+        let gone = LogTail::Gone("pod p or its node was gone before its log could be read".into());
         assert_eq!(evidence_after_log(&read, true, 1), EvidenceState::Complete);
         assert_eq!(
             evidence_after_log(&refused, true, 2),
@@ -546,5 +569,89 @@ mod tests {
             evidence_after_log(&refused, false, 1),
             EvidenceState::Complete
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_deleted_under_its_pod_is_read_at_once_and_judged_when_it_vanishes() {
+        let t0 = Instant::now();
+        // Deleted, its pod still running: it stands as a live entry.
+        let mut gone = job("g", Lane::Run);
+        gone.gone = true;
+        let orphan_publisher = JobSummary {
+            gone: true,
+            ..job("p", Lane::Publish)
+        };
+        let jobs = vec![gone.clone(), orphan_publisher.clone()];
+        let mut failing = FailingSince::new();
+        failing.observe(&jobs, t0);
+        let mem = memory(&[
+            (&gone, t0, EvidenceState::Missing),
+            (&orphan_publisher, t0, EvidenceState::Missing),
+        ]);
+        let plan = plan_at(&jobs, &mem, &failing, t0);
+        assert_eq!(
+            plan.capture,
+            ["g", "p"],
+            "read at once, while the pod is there"
+        );
+        assert!(plan.deaths.is_empty(), "a live pod is no death");
+        let later = t0 + Duration::from_secs(3600);
+        failing.observe(&jobs, later);
+        assert!(
+            plan_at(&jobs, &mem, &failing, later).newly_stuck.is_empty(),
+            "a running orphan is never judged stuck"
+        );
+        assert!(
+            plan_at(&jobs, &mem, &failing, later).check_start.is_empty(),
+            "nor checked for a start"
+        );
+
+        // It left the view (its pod finished or is gone): a run's death is due.
+        let vanished = vec![gone.clone(), orphan_publisher.clone()];
+        let mem = memory(&[
+            (&gone, t0, EvidenceState::Complete),
+            (&orphan_publisher, t0, EvidenceState::Complete),
+        ]);
+        let plan = plan_failures(
+            &[],
+            &vanished,
+            &mem,
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            later,
+            &SETTINGS,
+        );
+        assert_eq!(
+            plan.deaths,
+            [("g".to_owned(), DeathKind::Deleted)],
+            "publishers take the lost path"
+        );
+        assert!(plan.capture.is_empty(), "read already");
+
+        // One never read before is read now.
+        let plan = plan_failures(
+            &[],
+            &vanished[..1],
+            &BTreeMap::new(),
+            &failing,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            later,
+            &SETTINGS,
+        );
+        assert_eq!(plan.capture, ["g"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_whose_own_deletion_began_shows_a_sign() {
+        let t0 = Instant::now();
+        let mut deleting = job("d", Lane::Run);
+        deleting.deleting = true;
+        let jobs = vec![deleting.clone()];
+        let mut failing = FailingSince::new();
+        failing.observe(&jobs, t0);
+        let mem = memory(&[(&deleting, t0, EvidenceState::Missing)]);
+        assert_eq!(plan_at(&jobs, &mem, &failing, t0).capture, ["d"]);
     }
 }

@@ -362,6 +362,7 @@ mod tests {
     #[test]
     fn lapsed_runs_past_dispatched_without_a_live_job_are_lost() {
         let active = ActiveRuns {
+            skipped: vec![],
             now: ts("2026-11-29T17:05:00Z"),
             jobs: vec![
                 run("gone", JobState::Running, "2026-11-29T17:04:00Z"),
@@ -476,6 +477,7 @@ mod tests {
     #[test]
     fn publishes_dispatched_and_lapsed_without_an_active_publisher() {
         let active = ActivePublishes {
+            skipped: vec![],
             now: ts("2026-11-29T17:05:00Z"),
             publish_jobs: vec![
                 ActivePublish {
@@ -559,6 +561,7 @@ mod tests {
                 }
             });
         (proptest::collection::vec(entry, 0..10), -300i64..300).prop_map(|(jobs, now)| ActiveRuns {
+            skipped: vec![],
             now: base() + jiff::SignedDuration::from_secs(now),
             jobs,
         })
@@ -646,7 +649,7 @@ mod tests {
             raw in proptest::collection::vec((0..6u8, any::<bool>(), -300i64..300), 0..8),
             jobs in arb_jobs(),
         ) {
-            let active = ActivePublishes { now: base(), publish_jobs: raw.iter().map(|(i, d, off)| ActivePublish {
+            let active = ActivePublishes { skipped: vec![], now: base(), publish_jobs: raw.iter().map(|(i, d, off)| ActivePublish {
                 id: format!("j{i}"),
                 state: if *d { PublishState::Dispatched } else { PublishState::Queued },
                 lease_expires_at: Some(base() + jiff::SignedDuration::from_secs(*off)),

@@ -4,8 +4,14 @@
 //! interval, and reports ([`reports`]) at every Job change and at least
 //! every poll interval.
 
+mod deaths;
+mod evidence;
+mod lost;
 pub mod renewals;
 pub mod reports;
+
+pub use deaths::Prepared;
+pub use evidence::Evidence;
 
 use crate::config::LeaseKeeperConfig;
 use crate::gate::Gate;
@@ -51,6 +57,17 @@ pub fn failure_settings(config: &LeaseKeeperConfig) -> FailureSettings {
         start_check_every: START_CHECK_EVERY.min(config.start_grace),
         log_attempts: LOG_ATTEMPTS,
     }
+}
+
+/// How long one report tick may keep starting calls: half the liveness
+/// bound, so the tick in flight (at most one call past its budget) always
+/// ends well within the bound the probe holds it to.
+pub fn report_budget(config: &LeaseKeeperConfig) -> Duration {
+    liveness_bound(
+        config.common.poll_interval,
+        config.common.kube_timeout,
+        Some(config.backend.timeout),
+    ) / 2
 }
 
 /// The two loops over one Job view, built from the configuration.
@@ -101,6 +118,7 @@ impl Keeper {
             publishing: config.publishing,
             lease_length: config.lease_length,
             poll: config.common.poll_interval,
+            budget: report_budget(config),
             settings: failure_settings(config),
         });
         Keeper {

@@ -130,6 +130,10 @@ async fn renew(
     match result {
         Ok(renewal) => {
             gate.succeeded(lane, Instant::now());
+            for entry in &renewal.skipped {
+                // One odd entry is not a failed renewal: the rest stand.
+                tracing::warn!(%lane, job_id = entry.id.as_deref().unwrap_or(""), why = %entry.why, "an entry of the renewal answer cannot be read; that lease counts as not renewed");
+            }
             let renewed: Vec<JobId> = renewal.leases.into_iter().map(|l| l.id).collect();
             if renewed.len() < plan.ids.len() {
                 let left: Vec<&JobId> =

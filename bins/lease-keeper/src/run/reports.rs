@@ -5,50 +5,82 @@
 //! (every poll interval, per lane, only while the lane's renewals are
 //! healthy) reports lost jobs. Nothing here can delay a renewal: renewals
 //! run in their own loop.
+//!
+//! One job never holds up another: a report the backend keeps refusing
+//! backs off that job alone ([`PerKey`]), and the others of the tick go on;
+//! a backend that does not answer at all ends the tick's reports of that
+//! kind (the rest follow next tick), and the whole tick stops starting new
+//! calls once its budget is spent, so it stays within its liveness bound.
+//!
+//! The concerns live beside this file: [`super::evidence`] (reading a
+//! failing Job's pod and log, once), [`super::deaths`] (death reports and
+//! pods that never start) and [`super::lost`] (lost runs and publishes).
 
+use super::deaths::Prepared;
+use super::evidence::Evidence;
 use super::renewals::JudgedDead;
-use crate::cause::{DeathCause, LogTail, StartFailure, death_cause, death_detail, job_for_cause};
+use crate::cause::StartFailure;
 use crate::gate::Gate;
 use crate::inspect::Inspector;
-use crate::plan::Answer;
-use crate::plan::deaths::{
-    DeathSettle, death_report_pending, plan_deaths, settle_death_check, settle_death_report,
-};
 use crate::plan::failures::{
-    DeathKind, EvidenceState, FailureSettings, JobMemory, StartVerdict, evidence_after_log,
-    evidence_settled, plan_failures, start_verdict,
-};
-use crate::plan::lost::{
-    ActiveList, Known, LostCause, LostJob, LostPlan, LostSettle, plan_lost, settle_lost_report,
+    DeathKind, EvidenceState, FailureSettings, JobMemory, evidence_settled, plan_failures,
 };
 use crate::tokens::{TokenKey, TokenStore};
-use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::Lane;
-use tcab_shared::backend::{BackendClient, JobId};
+use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobId};
 use tcab_shared::error_chain;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs};
+use tcab_shared::retry::{Backoff, PerKey};
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
 
-/// What was read of a failing Job's pod.
-#[derive(Debug, Clone)]
-pub struct Evidence {
-    /// The pod as read (`None`: the Job had no pod left).
-    pub pod: Option<Pod>,
-    /// Its log tail, or why it could not be read.
-    pub log: LogTail,
-    /// How many times the log was tried.
-    pub log_attempts: u32,
+/// The back-off of one job whose report keeps failing: 5 s, doubling, at
+/// most 5 minutes.
+pub const REPORT_BACKOFF: Backoff =
+    Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300));
+
+/// Which report a failure was of (the `report` label of its metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Report {
+    /// A death report (`POST /jobs/{id}/status`) or the read before it.
+    Death,
+    /// A lost report of a lane (`POST /jobs/{id}/lost`, `POST /publish-jobs/{id}/lost`).
+    Lost(Lane),
+}
+
+impl Report {
+    /// The metric label: `death` or `lost`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Report::Death => "death",
+            Report::Lost(_) => "lost",
+        }
+    }
+
+    /// The lane the report is about.
+    pub fn lane(self) -> Lane {
+        match self {
+            Report::Death => Lane::Run,
+            Report::Lost(lane) => lane,
+        }
+    }
 }
 
 /// A note kept about a job after its Job is gone, for its lost report.
 #[derive(Debug, Clone)]
-struct LostNote {
-    detail: String,
-    at: Instant,
+pub(super) struct LostNote {
+    pub(super) detail: String,
+    pub(super) at: Instant,
+}
+
+/// An entry that left the view while live, kept until its death is settled.
+#[derive(Debug, Clone)]
+pub(super) struct Vanished {
+    pub(super) last: JobSummary,
+    pub(super) at: Instant,
 }
 
 /// What one report tick did; returned for tests and summarised in the log.
@@ -72,34 +104,49 @@ pub struct ReportTick {
     pub lost_runs: Vec<JobId>,
     /// Publishes reported lost.
     pub lost_publishes: Vec<JobId>,
+    /// Reports that failed, each with the failure's kind (for metrics).
+    pub failed_reports: Vec<(Report, BackendErrorKind)>,
+    /// Whether the tick's budget ran out and work was left for the next one.
+    pub deferred: bool,
 }
 
 /// The report loop's state. Everything else is read afresh.
 pub struct Reporter {
-    backend: BackendClient,
-    inspector: Inspector,
-    jobs: OwnedJobs,
-    store: TokenStore,
-    gate: Gate,
-    judged_dead: JudgedDead,
-    publishing: bool,
-    lease_length: Duration,
-    poll: Duration,
-    settings: FailureSettings,
-    memory: BTreeMap<String, JobMemory>,
-    evidence: BTreeMap<String, Evidence>,
-    failing: FailingSince,
+    pub(super) backend: BackendClient,
+    pub(super) inspector: Inspector,
+    pub(super) jobs: OwnedJobs,
+    pub(super) store: TokenStore,
+    pub(super) gate: Gate,
+    pub(super) judged_dead: JudgedDead,
+    pub(super) publishing: bool,
+    pub(super) lease_length: Duration,
+    pub(super) poll: Duration,
+    pub(super) budget: Duration,
+    pub(super) settings: FailureSettings,
+    pub(super) memory: BTreeMap<String, JobMemory>,
+    /// The last summary of each entry of the view, to tell one that vanished.
+    pub(super) last_seen: BTreeMap<String, JobSummary>,
+    /// Entries that left the view while live.
+    pub(super) vanished: BTreeMap<String, Vanished>,
+    pub(super) evidence: BTreeMap<String, Evidence>,
+    pub(super) failing: FailingSince,
     /// Jobs whose pod can never start, with why, until they are deleted.
-    never_started: BTreeMap<String, StartFailure>,
+    pub(super) never_started: BTreeMap<String, StartFailure>,
     /// Claims whose death is settled (reported, refused, or already terminal).
-    handled_deaths: BTreeSet<TokenKey>,
-    /// Runs reported lost, kept while the backend still lists them.
-    reported_runs: BTreeSet<JobId>,
-    /// Publishes reported lost, kept while the backend still lists them.
-    reported_publishes: BTreeSet<JobId>,
-    /// What was learned of jobs whose Job this process deleted.
-    lost_notes: BTreeMap<JobId, LostNote>,
-    last_lost_check: Option<Instant>,
+    pub(super) handled_deaths: BTreeSet<TokenKey>,
+    /// Death reports explained once, kept until they land.
+    pub(super) prepared: BTreeMap<TokenKey, Prepared>,
+    /// Lost details explained once, kept until they land (by lane and id).
+    pub(super) lost_details: BTreeMap<(Lane, JobId), String>,
+    /// Jobs whose report keeps failing, each on its own back-off.
+    pub(super) backoffs: PerKey<(Report, JobId)>,
+    /// Jobs reported lost, per lane, kept while the backend still lists them.
+    pub(super) reported_lost: BTreeMap<Lane, BTreeSet<JobId>>,
+    /// What was learned of jobs whose Job is gone, for their lost report.
+    pub(super) lost_notes: BTreeMap<JobId, LostNote>,
+    /// Active-list entries already warned about as unreadable (lane, why).
+    pub(super) warned_entries: BTreeSet<(Lane, String)>,
+    pub(super) last_lost_check: Option<Instant>,
 }
 
 /// The parts a [`Reporter`] is built from.
@@ -122,6 +169,8 @@ pub struct ReporterParts {
     pub lease_length: Duration,
     /// How often lost jobs are judged.
     pub poll: Duration,
+    /// How long one tick may keep starting calls (within its liveness bound).
+    pub budget: Duration,
     /// The failure knobs.
     pub settings: FailureSettings,
 }
@@ -139,15 +188,21 @@ impl Reporter {
             publishing: parts.publishing,
             lease_length: parts.lease_length,
             poll: parts.poll,
+            budget: parts.budget,
             settings: parts.settings,
             memory: BTreeMap::new(),
+            last_seen: BTreeMap::new(),
+            vanished: BTreeMap::new(),
             evidence: BTreeMap::new(),
             failing: FailingSince::new(),
             never_started: BTreeMap::new(),
             handled_deaths: BTreeSet::new(),
-            reported_runs: BTreeSet::new(),
-            reported_publishes: BTreeSet::new(),
+            prepared: BTreeMap::new(),
+            lost_details: BTreeMap::new(),
+            backoffs: PerKey::new(REPORT_BACKOFF),
+            reported_lost: BTreeMap::new(),
             lost_notes: BTreeMap::new(),
+            warned_entries: BTreeSet::new(),
             last_lost_check: None,
         }
     }
@@ -157,18 +212,25 @@ impl Reporter {
         self.evidence.get(job_name)
     }
 
-    fn judged_dead(&self) -> BTreeSet<String> {
+    pub(super) fn judged_dead(&self) -> BTreeSet<String> {
         self.judged_dead
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    fn judge_dead(&self, name: &str) {
+    pub(super) fn judge_dead(&self, name: &str) {
         self.judged_dead
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(name.to_owned());
+    }
+
+    /// The entries the tick judges: the view's, then those that vanished.
+    pub(super) fn entries(&self, snapshot: &[JobSummary]) -> Vec<JobSummary> {
+        let mut all = snapshot.to_vec();
+        all.extend(self.vanished.values().map(|v| v.last.clone()));
+        all
     }
 
     /// One tick. `lost_due` forces (or skips) the lost judgement; `None`
@@ -183,11 +245,14 @@ impl Reporter {
         }
         report.view_current = true;
         let now = Instant::now();
+        let deadline = now + self.budget;
         let snapshot = self.jobs.snapshot();
         self.remember(&snapshot, now);
+        let vanished: Vec<JobSummary> = self.vanished.values().map(|v| v.last.clone()).collect();
 
         let plan = plan_failures(
             &snapshot,
+            &vanished,
             &self.memory,
             &self.failing,
             &self.judged_dead(),
@@ -208,9 +273,13 @@ impl Reporter {
         for (name, why) in &plan.waiting {
             tracing::debug!(job = %name, reason = why, "death report waits");
         }
+        let entries = self.entries(&snapshot);
         let by_name: BTreeMap<&str, &JobSummary> =
-            snapshot.iter().map(|j| (j.name.as_str(), j)).collect();
+            entries.iter().map(|j| (j.name.as_str(), j)).collect();
         for name in &plan.capture {
+            if out_of_budget(deadline, &mut report) {
+                break;
+            }
             if let Some(job) = by_name.get(name.as_str())
                 && self.capture(job).await
             {
@@ -218,12 +287,18 @@ impl Reporter {
             }
         }
         for name in &plan.retry_logs {
+            if out_of_budget(deadline, &mut report) {
+                break;
+            }
             if let Some(job) = by_name.get(name.as_str()) {
                 self.retry_log(job).await;
             }
         }
         let mut deaths = plan.deaths.clone();
         for name in &plan.check_start {
+            if out_of_budget(deadline, &mut report) {
+                break;
+            }
             if let Some(job) = by_name.get(name.as_str())
                 && self.check_start(job, now).await
             {
@@ -249,10 +324,13 @@ impl Reporter {
             })
             .cloned()
             .collect();
-        report.reported_dead = self.report_deaths(&snapshot, &due, now).await;
+        self.report_deaths(&entries, &due, now, deadline, &mut report)
+            .await;
 
         // Jobs whose pod never starts are deleted once their death is settled.
-        report.deleted = self.delete_never_started(&snapshot).await;
+        report.deleted = self
+            .delete_never_started(&snapshot, deadline, &mut report)
+            .await;
 
         let lost_due = lost_due.unwrap_or_else(|| {
             self.last_lost_check
@@ -260,12 +338,12 @@ impl Reporter {
         });
         if lost_due {
             self.last_lost_check = Some(now);
-            if let Some(lost) = self.lost(Lane::Run).await {
+            if let Some(lost) = self.lost(Lane::Run, deadline, &mut report).await {
                 report.judged_runs = true;
                 report.lost_runs = lost;
             }
             if self.publishing
-                && let Some(lost) = self.lost(Lane::Publish).await
+                && let Some(lost) = self.lost(Lane::Publish, deadline, &mut report).await
             {
                 report.judged_publishes = true;
                 report.lost_publishes = lost;
@@ -274,12 +352,29 @@ impl Reporter {
         report
     }
 
-    /// Remembers new Jobs, forgets gone ones, prunes tokens and notes.
+    /// Remembers new entries, notes the ones that left the view while live,
+    /// forgets the rest, and prunes tokens, back-offs and notes.
     fn remember(&mut self, snapshot: &[JobSummary], now: Instant) {
         let names: BTreeSet<&str> = snapshot.iter().map(|j| j.name.as_str()).collect();
-        self.memory.retain(|name, _| names.contains(name.as_str()));
-        self.evidence
-            .retain(|name, _| names.contains(name.as_str()));
+        for (name, last) in std::mem::take(&mut self.last_seen) {
+            if names.contains(name.as_str()) || !last.is_live() {
+                continue;
+            }
+            tracing::info!(job = %name, job_id = last.job_id.as_deref().unwrap_or(""), pod = last.orphan_pod.as_deref().unwrap_or(""), "a live Job left the view (deleted, and no pod of it runs on): its pod is read and its death judged");
+            self.vanished.insert(name, Vanished { last, at: now });
+        }
+        let keep_vanished = self.lease_length * 2;
+        self.vanished.retain(|name, v| {
+            !names.contains(name.as_str()) && now.saturating_duration_since(v.at) < keep_vanished
+        });
+        self.last_seen = snapshot
+            .iter()
+            .map(|j| (j.name.clone(), j.clone()))
+            .collect();
+
+        let known = |name: &str| names.contains(name) || self.vanished.contains_key(name);
+        self.memory.retain(|name, _| known(name));
+        self.evidence.retain(|name, _| known(name));
         self.never_started
             .retain(|name, _| names.contains(name.as_str()));
         self.judged_dead
@@ -294,241 +389,33 @@ impl Reporter {
             });
         }
         self.failing.observe(snapshot, now);
-        for (key, reason) in self.store.prune(snapshot, now, self.lease_length) {
+        // A Job that vanished keeps its token until its death is settled.
+        let entries = self.entries(snapshot);
+        for (key, reason) in self.store.prune(&entries, now, self.lease_length) {
             tracing::debug!(job_id = %key.job_id, claim = %key.claim, reason = reason.as_str(), "token dropped");
         }
-        self.handled_deaths.retain(|key| {
-            snapshot.iter().any(|j| {
-                j.job_id.as_ref() == Some(&key.job_id) && j.claim.as_ref() == Some(&key.claim)
-            })
-        });
+        let claims: BTreeSet<TokenKey> = entries
+            .iter()
+            .filter_map(|j| Some(TokenKey::new(j.job_id.clone()?, j.claim.clone()?)))
+            .collect();
+        self.handled_deaths.retain(|key| claims.contains(key));
+        self.prepared.retain(|key, _| claims.contains(key));
+        let ids: BTreeSet<&str> = entries.iter().filter_map(|j| j.job_id.as_deref()).collect();
+        self.backoffs
+            .retain(|(report, id)| *report != Report::Death || ids.contains(id.as_str()));
+        // A note lasts while its job has an entry, and two leases after.
         let keep = self.lease_length * 2;
-        self.lost_notes
-            .retain(|_, note| now.saturating_duration_since(note.at) < keep);
-    }
-
-    /// Reads a failing Job's pod and log tail; true when evidence is now held.
-    async fn capture(&mut self, job: &JobSummary) -> bool {
-        match self.inspector.newest_pod(&job.name).await {
-            Ok(Some(pod)) => {
-                let log = self.inspector.log_tail(&pod, job.lane).await;
-                self.keep(job, Some(pod), log);
-                true
-            }
-            Ok(None) => {
-                let log = LogTail::Unreadable("the Job had no pod left to read".into());
-                self.keep(job, None, log);
-                true
-            }
-            Err(error) => {
-                tracing::warn!(job = %job.name, error = %error_chain(&error), "cannot read the failing Job's pod; retrying");
-                false
+        self.lost_notes.retain(|id, note| {
+            ids.contains(id.as_str()) || now.saturating_duration_since(note.at) < keep
+        });
+        for id in &ids {
+            if let Some(note) = self.lost_notes.get_mut(*id) {
+                note.at = now;
             }
         }
     }
 
-    fn keep(&mut self, job: &JobSummary, pod: Option<Pod>, log: LogTail) {
-        let state = evidence_after_log(&log, pod.is_some(), 1);
-        tracing::debug!(job = %job.name, has_pod = pod.is_some(), log_read = matches!(log, LogTail::Read(_)), "evidence captured");
-        if let Some(mem) = self.memory.get_mut(&job.name) {
-            mem.evidence = state;
-        }
-        self.evidence.insert(
-            job.name.clone(),
-            Evidence {
-                pod,
-                log,
-                log_attempts: 1,
-            },
-        );
-    }
-
-    /// Tries a log that could not be read once more.
-    async fn retry_log(&mut self, job: &JobSummary) {
-        let Some(evidence) = self.evidence.get_mut(&job.name) else {
-            return;
-        };
-        let Some(pod) = evidence.pod.clone() else {
-            return;
-        };
-        let log = self.inspector.log_tail(&pod, job.lane).await;
-        evidence.log_attempts += 1;
-        let attempts = evidence.log_attempts;
-        let state = evidence_after_log(&log, true, attempts);
-        evidence.log = log;
-        if let Some(mem) = self.memory.get_mut(&job.name) {
-            mem.evidence = state;
-        }
-    }
-
-    /// Reads the pod of a Job without a ready pod; true when it is judged
-    /// never to start (its Job is then failed fast).
-    async fn check_start(&mut self, job: &JobSummary, now: Instant) -> bool {
-        let Some(mem) = self.memory.get_mut(&job.name) else {
-            return false;
-        };
-        mem.last_start_check = Some(now);
-        let not_ready_for = now.saturating_duration_since(mem.first_seen);
-        let pod = match self.inspector.newest_pod(&job.name).await {
-            Ok(pod) => pod,
-            Err(error) => {
-                tracing::debug!(job = %job.name, error = %error_chain(&error), "cannot read the pod of a Job without a ready pod");
-                return false;
-            }
-        };
-        match start_verdict(job.lane, pod.as_ref(), not_ready_for, &self.settings) {
-            StartVerdict::Fine => false,
-            StartVerdict::Waiting(failure) => {
-                tracing::debug!(job = %job.name, cause = %failure.summary(), waited_s = not_ready_for.as_secs(), "pod cannot start yet; within its grace");
-                false
-            }
-            StartVerdict::NeverStarts(failure) => {
-                tracing::warn!(job = %job.name, job_id = job.job_id.as_deref().unwrap_or(""), cause = %failure.summary(), waited_s = not_ready_for.as_secs(), "judged dead: the pod can never start; its Job is deleted and its death reported");
-                // Its container never ran: there is no log to read.
-                let log = LogTail::Unreadable(match &pod {
-                    Some(_) => "the container never started".into(),
-                    None => "the Job had no pod".into(),
-                });
-                self.keep(job, pod, log);
-                if let Some(mem) = self.memory.get_mut(&job.name) {
-                    mem.evidence = EvidenceState::Complete;
-                }
-                self.judge_dead(&job.name);
-                self.never_started.insert(job.name.clone(), failure);
-                true
-            }
-        }
-    }
-
-    /// The death cause and detail of a Job, from its summary and evidence.
-    /// A pod still there is read again (its final state and log are more
-    /// complete than at the first sign); a pod gone leaves the captured one.
-    async fn explain(
-        &mut self,
-        job: &JobSummary,
-        kind: DeathKind,
-        now: Instant,
-    ) -> (DeathCause, String) {
-        if kind != DeathKind::NeverStarted
-            && let Ok(Some(pod)) = self.inspector.newest_pod(&job.name).await
-        {
-            let log = self.inspector.log_tail(&pod, job.lane).await;
-            let keep_old_log = matches!(log, LogTail::Unreadable(_))
-                && self
-                    .evidence
-                    .get(&job.name)
-                    .is_some_and(|e| matches!(e.log, LogTail::Read(_)));
-            let entry = self.evidence.entry(job.name.clone()).or_insert(Evidence {
-                pod: None,
-                log: log.clone(),
-                log_attempts: 0,
-            });
-            entry.pod = Some(pod);
-            if !keep_old_log {
-                entry.log = log;
-            }
-        }
-        let evidence = self.evidence.get(&job.name);
-        let pod = evidence.and_then(|e| e.pod.as_ref());
-        let log = evidence
-            .map(|e| e.log.clone())
-            .unwrap_or_else(|| LogTail::Unreadable("no evidence was captured".into()));
-        let base = death_cause(&job_for_cause(job), pod);
-        let cause = match kind {
-            DeathKind::Failed => base,
-            DeathKind::Stuck => DeathCause::Stuck {
-                node: pod
-                    .and_then(|p| p.spec.as_ref())
-                    .and_then(|s| s.node_name.clone()),
-                waited: self
-                    .failing
-                    .since(job)
-                    .map(|at| now.saturating_duration_since(at))
-                    .unwrap_or_default(),
-                evidence: Box::new(base),
-            },
-            DeathKind::NeverStarted => match self.never_started.get(&job.name) {
-                Some(failure) => DeathCause::NeverStarted(failure.clone()),
-                None => base,
-            },
-        };
-        let detail = death_detail(&cause, &log);
-        (cause, detail)
-    }
-
-    async fn report_deaths(
-        &mut self,
-        snapshot: &[JobSummary],
-        due: &BTreeMap<String, DeathKind>,
-        now: Instant,
-    ) -> Vec<(JobId, &'static str)> {
-        let plan = plan_deaths(snapshot, due, &self.store.held(), &self.handled_deaths);
-        for (name, skip) in &plan.skipped {
-            tracing::debug!(job = %name, reason = %skip.describe(), "dead driver Job not reported");
-        }
-        let mut reported = Vec::new();
-        for candidate in plan.report {
-            let key = candidate.key;
-            let Some(token) = self.store.get(&key) else {
-                continue;
-            };
-            let Some(job) = snapshot.iter().find(|j| j.name == candidate.job_name) else {
-                continue;
-            };
-            let read = self.backend.get_job(&key.job_id).await;
-            let live = read.as_ref().ok().map(|view| view.state.is_live());
-            match (settle_death_check(Answer::of(&read), live), &read) {
-                (DeathSettle::Report, _) => {}
-                (DeathSettle::Retry, Err(error)) => {
-                    // A failing backend fails the next call too: the rest
-                    // wait for the next tick rather than each paying the
-                    // full timeout, which would hold the tick past its
-                    // liveness bound.
-                    tracing::warn!(job_id = %key.job_id, error = %error_chain(error), "cannot read the dead driver's job; the deaths left are tried next tick");
-                    break;
-                }
-                (settled, read) => {
-                    let state = read.as_ref().map(|v| v.state.as_str()).unwrap_or("unknown");
-                    tracing::debug!(job_id = %key.job_id, state, verdict = ?settled, "dead driver's job needs no report");
-                    self.settle(&key);
-                    continue;
-                }
-            }
-            let (cause, detail) = self.explain(job, candidate.kind, now).await;
-            let answer = self
-                .backend
-                .report_death(&key.job_id, &token, &detail)
-                .await;
-            match (settle_death_report(Answer::of(&answer)), &answer) {
-                (DeathSettle::Reported, Ok(ack)) => {
-                    tracing::info!(job_id = %key.job_id, claim = %key.claim, job = %candidate.job_name, cause = %cause.summary(), state = ack.state.as_str(), "reported dead");
-                    reported.push((key.job_id.clone(), cause.kind()));
-                    self.note(&key.job_id, &cause.summary(), now);
-                }
-                (DeathSettle::Requeued, _) => {
-                    tracing::info!(job_id = %key.job_id, claim = %key.claim, "death not reported: the job was requeued (token refused); dropping it");
-                }
-                (settle, Err(error)) if settle.settled() => {
-                    tracing::debug!(job_id = %key.job_id, %error, "death not reported: the job is already terminal");
-                }
-                (_, answer) => {
-                    let error = answer.as_ref().err().map(|e| error_chain(e));
-                    tracing::warn!(job_id = %key.job_id, error = error.as_deref().unwrap_or(""), "death report failed; the deaths left are tried next tick");
-                    break;
-                }
-            }
-            self.settle(&key);
-        }
-        reported
-    }
-
-    /// Marks a claim's death settled and drops its token.
-    fn settle(&mut self, key: &TokenKey) {
-        self.store.forget(key);
-        self.handled_deaths.insert(key.clone());
-    }
-
-    fn note(&mut self, job_id: &str, detail: &str, now: Instant) {
+    pub(super) fn note(&mut self, job_id: &str, detail: &str, now: Instant) {
         self.lost_notes.insert(
             job_id.to_owned(),
             LostNote {
@@ -538,192 +425,64 @@ impl Reporter {
         );
     }
 
-    /// Deletes the Jobs whose pod never starts, once nothing is left to
-    /// report first: a publisher at once (its loss is reported through the
-    /// lost path), a run once its death is settled or cannot be reported.
-    async fn delete_never_started(&mut self, snapshot: &[JobSummary]) -> Vec<String> {
-        let held = self.store.held();
-        let mut deleted = Vec::new();
-        let names: Vec<String> = self.never_started.keys().cloned().collect();
-        for name in names {
-            let Some(job) = snapshot.iter().find(|j| j.name == name) else {
-                continue;
-            };
-            if death_report_pending(job, &held, &self.handled_deaths) {
-                continue;
-            }
-            match self.inspector.delete_job(&name).await {
-                Ok(()) => {
-                    let summary = self
-                        .never_started
-                        .get(&name)
-                        .map(StartFailure::summary)
-                        .unwrap_or_default();
-                    tracing::info!(job = %name, job_id = job.job_id.as_deref().unwrap_or(""), cause = %summary, "deleted a Job whose pod can never start");
-                    if let Some(id) = &job.job_id {
-                        let kind = match job.lane {
-                            Lane::Run => "driver",
-                            Lane::Publish => "publisher",
-                        };
-                        let detail = format!(
-                            "{kind} Job {name} was deleted because its pod never started: {summary}"
-                        );
-                        self.note(id, &detail, Instant::now());
-                    }
-                    self.never_started.remove(&name);
-                    deleted.push(name);
-                }
-                Err(error) => {
-                    tracing::warn!(job = %name, error = %error_chain(&error), "cannot delete the Job whose pod never starts; retrying");
-                }
-            }
-        }
-        deleted
-    }
-
-    /// The jobs of `lane` reported lost, kept while the backend lists them.
-    fn reported_mut(&mut self, lane: Lane) -> &mut BTreeSet<JobId> {
-        match lane {
-            Lane::Run => &mut self.reported_runs,
-            Lane::Publish => &mut self.reported_publishes,
-        }
-    }
-
-    /// Judges lost jobs of one lane; `None` when it was not judged.
-    async fn lost(&mut self, lane: Lane) -> Option<Vec<JobId>> {
-        if !self.gate.lane(lane).healthy() {
-            tracing::debug!(%lane, "the lane's renewals are not healthy; lost jobs not judged");
-            return None;
-        }
-        let active = match lane {
-            Lane::Run => self
-                .backend
-                .active_runs()
-                .await
-                .map(|a| ActiveList::from(&a)),
-            Lane::Publish => self
-                .backend
-                .active_publishes()
-                .await
-                .map(|a| ActiveList::from(&a)),
+    /// A report of `job_id` failed with `error`; logged once (for this step
+    /// of the job's back-off) and counted. Returns whether the tick's
+    /// reports of this kind end here.
+    ///
+    /// - The backend answered, but not for this job (a 4xx, a 5xx, a
+    ///   malformed answer): this job backs off alone, the others go on.
+    /// - No answer at all (a timeout, a broken connection): the next call
+    ///   would fare no better, so the reports left wait for the next tick;
+    ///   and this job backs off too, so a call that hangs for it alone
+    ///   cannot stand first in line every tick.
+    /// - The backend said it is busy (429/503 after the client's own
+    ///   retry): the reports left wait for the next tick; no job is blamed.
+    pub(super) fn report_failed(
+        &mut self,
+        what: Report,
+        job_id: &str,
+        error: &BackendError,
+        report: &mut ReportTick,
+    ) -> bool {
+        let now = Instant::now();
+        let (blame, end_round) = match error.kind() {
+            BackendErrorKind::Unavailable => (false, true),
+            BackendErrorKind::Transport | BackendErrorKind::Timeout => (true, true),
+            _ => (true, false),
         };
-        let active = match active {
-            Ok(active) => active,
-            Err(error) => {
-                tracing::warn!(%lane, error = %error_chain(&error), "cannot read the lane's active list; its lost jobs are not judged this tick");
-                return None;
-            }
+        let wait = blame.then(|| self.backoffs.failed(&(what, job_id.to_owned()), now));
+        let after = match (wait, end_round) {
+            (Some(w), false) => format!(
+                "this job is tried again in {} s (attempt {}); the others go on",
+                w.until.saturating_duration_since(now).as_secs(),
+                w.failures
+            ),
+            (Some(w), true) => format!(
+                "this job is tried again in {} s (attempt {}); the reports left wait for the next tick",
+                w.until.saturating_duration_since(now).as_secs(),
+                w.failures
+            ),
+            (None, _) => "the reports left wait for the next tick".to_owned(),
         };
-        // A job the backend no longer lists needs no memory of its report.
-        self.reported_mut(lane).retain(|id| active.contains(id));
-        let judged_dead = self.judged_dead();
-        let snapshot = self.jobs.snapshot();
-        let held = self.store.held();
-        let plan = plan_lost(
-            &active,
-            &Known {
-                jobs: &snapshot,
-                held: &held,
-                reported: self.reported_mut(lane),
-                judged_dead: &judged_dead,
-            },
+        tracing::warn!(
+            report = what.as_str(), lane = %what.lane(), job_id, status = error.status(),
+            reason = error.kind().as_str(), error = %error_chain(error),
+            "{} report failed; {after}",
+            what.as_str(),
         );
-        // The renewal and the view may both have moved on while the active
-        // list was read: judge only if they are still healthy.
-        if !self.jobs.is_current() || !self.gate.lane(lane).healthy() {
-            return None;
-        }
-        Some(self.report_lost(lane, plan).await)
+        report.failed_reports.push((what, error.kind()));
+        end_round
     }
+}
 
-    async fn report_lost(&mut self, lane: Lane, plan: LostPlan) -> Vec<JobId> {
-        for (id, skip) in &plan.skipped {
-            tracing::debug!(%lane, job_id = %id, reason = %skip.describe(), "not lost");
-        }
-        let mut reported = Vec::new();
-        for lost in plan.lost {
-            if lost.cause == LostCause::JobGone && !self.confirm_gone(&lost).await {
-                continue;
-            }
-            let detail = self.lost_detail(&lost).await;
-            let result = match lane {
-                Lane::Run => self.backend.report_lost(&lost.job_id, &detail).await,
-                Lane::Publish => {
-                    self.backend
-                        .report_publish_lost(&lost.job_id, &detail)
-                        .await
-                }
-            };
-            let memory = self.reported_mut(lane);
-            match (settle_lost_report(Answer::of(&result)), result) {
-                (LostSettle::Reported, Ok(outcome)) => {
-                    let summary = detail.lines().next().unwrap_or_default();
-                    tracing::info!(%lane, job_id = %lost.job_id, ignored = outcome.ignored, state = %outcome.state, retry_id = ?outcome.retry_id, detail = %summary, "reported lost");
-                    memory.insert(lost.job_id.clone());
-                    reported.push(lost.job_id);
-                }
-                (LostSettle::NoLongerDriven, Err(e)) => {
-                    tracing::debug!(%lane, job_id = %lost.job_id, error = %e, "lost report refused; the job is no longer driven");
-                    memory.insert(lost.job_id);
-                }
-                (_, answer) => {
-                    let error = answer.err().map(|e| error_chain(&e));
-                    tracing::warn!(%lane, job_id = %lost.job_id, error = error.as_deref().unwrap_or(""), "lost report failed; the lane's lost jobs left are tried next tick");
-                    break;
-                }
-            }
-        }
-        reported
+/// Whether the tick's budget is spent (recorded in the report).
+pub(super) fn out_of_budget(deadline: Instant, report: &mut ReportTick) -> bool {
+    let spent = Instant::now() >= deadline;
+    if spent && !report.deferred {
+        tracing::warn!("the report tick's budget is spent; what is left is done next tick");
+        report.deferred = true;
     }
-
-    /// A job the view shows no Job for is reported lost only once the API
-    /// itself confirms it has no live Job: a view can miss a Job (a watch
-    /// that went quiet), a report cannot be taken back.
-    async fn confirm_gone(&self, lost: &LostJob) -> bool {
-        match self.inspector.live_jobs_of(&lost.job_id).await {
-            Ok(live) if live.is_empty() => true,
-            Ok(live) => {
-                tracing::warn!(job_id = %lost.job_id, jobs = ?live, "the Job view missed a live Job; not reported lost");
-                false
-            }
-            Err(error) => {
-                tracing::warn!(job_id = %lost.job_id, error = %error_chain(&error), "cannot confirm that the job has no Job; not reported lost this tick");
-                false
-            }
-        }
-    }
-
-    /// The detail of a lost report: what the cluster shows.
-    async fn lost_detail(&mut self, lost: &LostJob) -> String {
-        let (kind, what) = match lost.lane {
-            Lane::Run => ("driver", "report"),
-            Lane::Publish => ("publisher", "result"),
-        };
-        match &lost.cause {
-            LostCause::JobGone => match self.lost_notes.get(&lost.job_id) {
-                Some(note) => note.detail.clone(),
-                None => format!("{kind} Job no longer exists"),
-            },
-            LostCause::ExitedWithoutReport { job_name } => {
-                format!("{kind} exited without its {what} landing (Job {job_name} completed)")
-            }
-            LostCause::Died { job_name } => {
-                let snapshot = self.jobs.snapshot();
-                match snapshot.iter().find(|j| &j.name == job_name) {
-                    Some(job) => {
-                        let kind_of_death = if self.judged_dead().contains(job_name) {
-                            DeathKind::Stuck
-                        } else {
-                            DeathKind::Failed
-                        };
-                        let (_, detail) = self.explain(job, kind_of_death, Instant::now()).await;
-                        format!("{kind} Job {job_name} failed: {detail}")
-                    }
-                    None => format!("{kind} Job {job_name} failed and is gone"),
-                }
-            }
-        }
-    }
+    spent
 }
 
 impl Tick for Reporter {

@@ -174,19 +174,30 @@ async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
         Some(&["alive".to_string()][..])
     );
     assert!(report.reports.judged_runs);
-    assert_eq!(report.reports.lost_runs, ["gone"]);
+    // The Job deleted while live is reported dead (its token is held),
+    // saying it was deleted; nothing is reported lost.
+    let mut dead = report.reported_dead();
+    dead.sort();
+    assert_eq!(dead, ["died", "gone"]);
+    assert!(report.reports.lost_runs.is_empty());
     let s = rig.backend.lock();
-    assert_eq!(s.lost_reports.len(), 1);
-    assert_eq!(s.lost_reports[0].0, "gone");
+    assert!(s.lost_reports.is_empty());
     assert_eq!(
         s.status_reports.len(),
-        1,
+        2,
         "no death report was attempted while the backend was down"
     );
+    let deleted = s
+        .status_reports
+        .iter()
+        .find(|(id, ..)| id == "gone")
+        .expect("the deleted Job's report");
     assert!(
-        s.lost_reports[0].1.contains("Job no longer exists"),
+        deleted.2["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("was deleted by someone other than the dispatcher")),
         "{}",
-        s.lost_reports[0].1
+        deleted.2
     );
     assert_eq!(job_state(&s.rows["alive"].state), JobState::Running);
     assert!(
@@ -197,8 +208,10 @@ async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
 
 /// A backend that stops answering fails every report alike: after the first
 /// timed-out death report the tick stops reporting (so it stays within its
-/// liveness bound instead of paying the timeout once per dead Job), and the
-/// deaths left are all reported, once each, when the backend answers again.
+/// liveness bound instead of paying the timeout once per dead Job), the job
+/// whose report hung backs off alone (it cannot hold the others up), and
+/// the deaths left are all reported, once each, when the backend answers
+/// again.
 #[tokio::test]
 async fn a_hung_death_report_defers_the_rest_to_the_next_tick_and_loses_none() {
     let mut rig = Rig::new(false).await;
@@ -218,10 +231,34 @@ async fn a_hung_death_report_defers_the_rest_to_the_next_tick_and_loses_none() {
     );
 
     rig.backend.lock().status_delay = Duration::ZERO;
+    // The job whose report hung backs off alone; the others go on at once.
     let resumed = rig.keeper.tick().await;
     let mut dead = resumed.reported_dead();
     dead.sort();
-    assert_eq!(dead, ["d1", "d2", "d3"]);
+    assert_eq!(dead, ["d2", "d3"], "the hung job waits its own back-off");
+    // After its back-off (5 s), it is reported too.
+    let mut late = Vec::new();
+    tcab_testkit::wait::settled(
+        "d1 reported after its back-off",
+        Duration::from_secs(15),
+        async || {
+            late.extend(
+                rig.keeper
+                    .tick()
+                    .await
+                    .reported_dead()
+                    .into_iter()
+                    .map(str::to_owned),
+            );
+            if late.is_empty() {
+                Err("nothing reported yet")
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(late, ["d1"]);
     let s = rig.backend.lock();
     let mut answered: Vec<&str> = s
         .status_reports
@@ -770,4 +807,196 @@ async fn a_pod_that_never_starts_is_failed_fast() {
         detail.starts_with("pod never started: image pull failed for registry.example/driver:nope: ImagePullBackOff"),
         "{detail}"
     );
+}
+
+/// A backend that keeps refusing one job's death report (400) holds up no
+/// other death: the rest are reported in the same tick, the refused one is
+/// tried again only after its own back-off (not every tick), counted by
+/// reason, and its evidence is not read again while it waits.
+#[tokio::test]
+async fn a_death_report_refused_for_one_job_holds_up_no_other() {
+    let mut rig = Rig::new(false).await;
+    for id in ["a-poisoned", "b-dead", "c-dead"] {
+        let name = rig.claimed_run(id, JobState::Running, failed_status(1));
+        rig.kube
+            .put_pod(pod_json(&name, oom_pod_status()), "line\nkilled");
+    }
+    rig.backend
+        .lock()
+        .refuse_reports
+        .insert("a-poisoned".into(), 400);
+
+    let first = rig.keeper.tick().await;
+    let mut dead = first.reported_dead();
+    dead.sort();
+    assert_eq!(
+        dead,
+        ["b-dead", "c-dead"],
+        "sorted after the refused job, reported anyway"
+    );
+    assert_eq!(first.reports.failed_reports.len(), 1);
+    assert_eq!(first.reports.failed_reports[0].1.as_str(), "rejected");
+    let log_reads = rig.kube.lock().log_reads;
+
+    // Ticks right after: the refused job is backing off, nothing is tried or read.
+    for _ in 0..5 {
+        let again = rig.keeper.tick().await;
+        assert!(again.reports.failed_reports.is_empty(), "{again:?}");
+    }
+    let attempts = |rig: &Rig| {
+        rig.backend
+            .lock()
+            .status_reports
+            .iter()
+            .filter(|(id, ..)| id == "a-poisoned")
+            .count()
+    };
+    assert_eq!(attempts(&rig), 1, "not retried every tick");
+    assert_eq!(
+        rig.kube.lock().log_reads,
+        log_reads,
+        "its evidence is kept, not read again"
+    );
+
+    // The backend takes it once it stops refusing (after the 5 s back-off).
+    rig.backend.lock().refuse_reports.clear();
+    rig.tick_until("the refused death to land", |r| {
+        r.reported_dead() == ["a-poisoned"]
+    })
+    .await;
+    assert_eq!(attempts(&rig), 2);
+    assert_eq!(
+        rig.kube.lock().log_reads,
+        log_reads,
+        "the prepared report was reused"
+    );
+}
+
+/// The same for lost reports: one job whose lost report is refused does not
+/// stop the lane's other lost jobs.
+#[tokio::test]
+async fn a_lost_report_refused_for_one_job_holds_up_no_other() {
+    let mut rig = Rig::new(false).await;
+    for id in ["a-poisoned", "b-lost"] {
+        rig.backend
+            .add_run(id, JobState::Running, &format!("token-of-{id}"));
+    }
+    rig.backend.advance(600);
+    rig.backend
+        .lock()
+        .refuse_reports
+        .insert("a-poisoned".into(), 422);
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.lost_runs, ["b-lost"]);
+    assert_eq!(report.reports.failed_reports.len(), 1);
+    let again = rig.keeper.tick().await;
+    assert!(
+        again.reports.failed_reports.is_empty(),
+        "backing off: {again:?}"
+    );
+    assert_eq!(
+        rig.backend
+            .lock()
+            .lost_reports
+            .iter()
+            .filter(|(id, _)| id == "a-poisoned")
+            .count(),
+        1
+    );
+}
+
+/// An entry of the active list in a state this dispatcher does not know is
+/// skipped (with a warning); the other lapsed jobs are still judged.
+#[tokio::test]
+async fn an_unknown_state_in_the_active_list_skips_only_that_entry() {
+    let mut rig = Rig::new(false).await;
+    rig.backend.add_run("lapsed", JobState::Running, "t");
+    rig.backend.advance(600);
+    rig.backend.lock().active_extra.push(json!({
+        "id": "strange", "state": "teleporting", "lease_expires_at": "2020-01-01T00:00:00Z"
+    }));
+    let report = rig.keeper.tick().await;
+    assert!(report.reports.judged_runs);
+    assert_eq!(report.reports.lost_runs, ["lapsed"]);
+}
+
+/// A Job deleted by hand while its driver ran is reported as what it was:
+/// deleted by someone other than the dispatcher, with the pod's log tail
+/// read at once (the pod is gone by the time it is reported).
+#[tokio::test]
+async fn a_job_deleted_by_hand_is_reported_with_the_tail_read_at_once() {
+    let mut rig = Rig::new(false).await;
+    let name = rig.claimed_run("deleted", JobState::Running, live_status());
+    rig.kube.put_pod(
+        pod_json(&name, json!({"phase": "Running"})),
+        "step 1\nstep 2\nuploading",
+    );
+    rig.keeper.tick().await;
+    // Deleted (the view of a tracked cache keeps a stand-in while the pod
+    // terminates; this one is untracked, so the Job is simply gone): its
+    // pod is read at once, and then it is gone too.
+    rig.delete_job(&name);
+    let first = rig.keeper.tick().await;
+    assert_eq!(first.reported_dead(), ["deleted"]);
+    let s = rig.backend.lock();
+    let (_, _, body) = s
+        .status_reports
+        .iter()
+        .find(|(id, ..)| id == "deleted")
+        .expect("a death report");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("was deleted by someone other than the dispatcher"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("uploading"),
+        "the tail read at once: {detail}"
+    );
+}
+
+/// A report tick stops starting calls once its budget is spent, so many slow
+/// reads cannot hold it past its liveness bound; what is left is done on
+/// the next tick.
+#[tokio::test]
+async fn a_tick_stops_at_its_budget_and_the_next_one_goes_on() {
+    use tcab_lease_keeper::inspect::Inspector;
+    use tcab_lease_keeper::run::reports::{Reporter, ReporterParts};
+    let rig = Rig::new(false).await;
+    for id in ["a", "b", "c"] {
+        let name = rig.claimed_run(id, JobState::Running, failure_target_status());
+        rig.kube
+            .put_pod(pod_json(&name, oom_pod_status()), "killed");
+    }
+    rig.kube.lock().log_delay = Duration::from_millis(300);
+    let cfg = config(false, Duration::from_millis(50));
+    let mut reporter = Reporter::new(ReporterParts {
+        backend: rig.backend.client(),
+        inspector: Inspector::new(
+            rig.kube.client(),
+            NS,
+            "tcab-dispatcher",
+            3,
+            cfg.common.kube_timeout,
+        ),
+        jobs: rig.cache.clone(),
+        store: rig.store.clone(),
+        gate: rig.gate.clone(),
+        judged_dead: Default::default(),
+        publishing: false,
+        lease_length: cfg.lease_length,
+        poll: cfg.common.poll_interval,
+        budget: Duration::from_millis(450),
+        settings: tcab_lease_keeper::run::failure_settings(&cfg),
+    });
+    let first = reporter.tick_at(Some(false)).await;
+    assert!(first.deferred, "{first:?}");
+    assert_eq!(
+        first.captured.len(),
+        2,
+        "two reads fit (the second started within the budget)"
+    );
+    let second = reporter.tick_at(Some(false)).await;
+    assert_eq!(second.captured.len(), 1, "the one left is read next tick");
+    assert!(!second.deferred);
 }

@@ -23,9 +23,9 @@ use exchange::{bearer, bound_message};
 
 use super::error::{BackendError, Call};
 use super::types::{
-    ActivePublishes, ActiveRuns, ClaimedPublish, ClaimedRun, FailureKind, JobId, JobState, JobView,
-    LeaseRenewal, LeaseRequest, LostOutcome, LostReport, PublishClaim, RunClaim, StatusAck,
-    StatusReport,
+    ActivePublish, ActivePublishes, ActiveRun, ActiveRuns, ClaimedPublish, ClaimedRun, FailureKind,
+    JobId, JobState, JobView, Lease, LeaseRenewal, LeaseRequest, LostOutcome, LostReport,
+    PublishClaim, RunClaim, SkippedEntry, StatusAck, StatusReport,
 };
 use crate::clock::WallClock;
 use crate::names::is_label_value;
@@ -269,48 +269,57 @@ impl BackendClient {
                 ),
             ));
         }
-        let renewal: LeaseRenewal = self.parse(call, None, &answer)?;
-        for (i, lease) in renewal.leases.iter().enumerate() {
-            let field = format!("leases[{i}].id");
-            self.check_id(call, None, &answer, &field, &lease.id)?;
-            if !ids.contains(&lease.id) {
-                return Err(BackendError::malformed(
-                    call,
-                    None,
-                    answer.status.as_u16(),
-                    format!("{field}: {:?} was not asked for", lease.id),
-                ));
+        // One odd entry must not fail the whole renewal (and close the
+        // gate): it is skipped, counted as not renewed, and named.
+        let raw: RawList = self.parse(call, None, &answer)?;
+        let (leases, mut skipped) = entries::<Lease>(raw.list("leases"), "leases");
+        let mut asked = Vec::with_capacity(leases.len());
+        for (index, lease) in leases {
+            if ids.contains(&lease.id) {
+                asked.push(lease);
+            } else {
+                skipped.push(SkippedEntry {
+                    index,
+                    why: format!("leases[{index}].id: {:?} was not asked for", lease.id),
+                    id: Some(lease.id),
+                });
             }
         }
-        Ok(renewal)
+        Ok(LeaseRenewal {
+            now: raw.now,
+            leases: asked,
+            skipped,
+        })
     }
 
-    /// `GET /jobs/active`: the runs the backend believes are driven.
+    /// `GET /jobs/active`: the runs the backend believes are driven. An
+    /// entry that cannot be read (an unknown state, an invalid id) is left
+    /// out and named in `skipped`, so the rest are judged.
     pub async fn active_runs(&self) -> Result<ActiveRuns, BackendError> {
         const CALL: Call = "GET /jobs/active";
         let answer = self.get(CALL, "/jobs/active".into(), None).await?;
-        let active: ActiveRuns = self.parse(CALL, None, &answer)?;
-        for (i, run) in active.jobs.iter().enumerate() {
-            self.check_id(CALL, None, &answer, &format!("jobs[{i}].id"), &run.id)?;
-        }
-        Ok(active)
+        let raw: RawList = self.parse(CALL, None, &answer)?;
+        let (jobs, skipped) = entries::<ActiveRun>(raw.list("jobs"), "jobs");
+        Ok(ActiveRuns {
+            now: raw.now,
+            jobs: jobs.into_iter().map(|(_, j)| j).collect(),
+            skipped,
+        })
     }
 
-    /// `GET /publish-jobs/active`: the publishes the backend believes are driven.
+    /// `GET /publish-jobs/active`: the publishes the backend believes are
+    /// driven, read as [`BackendClient::active_runs`] reads runs.
     pub async fn active_publishes(&self) -> Result<ActivePublishes, BackendError> {
         const CALL: Call = "GET /publish-jobs/active";
         let answer = self.get(CALL, "/publish-jobs/active".into(), None).await?;
-        let active: ActivePublishes = self.parse(CALL, None, &answer)?;
-        for (i, publish) in active.publish_jobs.iter().enumerate() {
-            self.check_id(
-                CALL,
-                None,
-                &answer,
-                &format!("publish_jobs[{i}].id"),
-                &publish.id,
-            )?;
-        }
-        Ok(active)
+        let raw: RawList = self.parse(CALL, None, &answer)?;
+        let (publish_jobs, skipped) =
+            entries::<ActivePublish>(raw.list("publish_jobs"), "publish_jobs");
+        Ok(ActivePublishes {
+            now: raw.now,
+            publish_jobs: publish_jobs.into_iter().map(|(_, p)| p).collect(),
+            skipped,
+        })
     }
 
     /// `GET /jobs/{id}`: one run's state.
@@ -489,6 +498,79 @@ fn normalize_base_url(raw: &str) -> Result<String, BackendError> {
 /// so serialization cannot fail; an empty object stands in if it ever did.
 fn to_body<T: serde::Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec())
+}
+
+/// A list answer read loosely: the backend's `now` and each list as raw
+/// entries, so one entry that does not fit is skipped, not the whole answer.
+#[derive(Debug, serde::Deserialize)]
+struct RawList {
+    now: jiff::Timestamp,
+    #[serde(flatten)]
+    lists: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+impl RawList {
+    /// The entries of list `name` (none when absent or not a list).
+    fn list(&self, name: &str) -> Vec<serde_json::Value> {
+        match self.lists.get(name) {
+            Some(serde_json::Value::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// An entry type with an id checked as a job id.
+trait WithId {
+    fn id(&self) -> &str;
+}
+
+impl WithId for Lease {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl WithId for ActiveRun {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl WithId for ActivePublish {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// Reads each entry of list `field` as `T` (with a valid job id); the
+/// others are skipped with their position, id when readable, and why.
+fn entries<T: serde::de::DeserializeOwned + WithId>(
+    items: Vec<serde_json::Value>,
+    field: &str,
+) -> (Vec<(usize, T)>, Vec<SkippedEntry>) {
+    let mut read = Vec::new();
+    let mut skipped = Vec::new();
+    for (index, item) in items.into_iter().enumerate() {
+        let id = item
+            .get("id")
+            .and_then(serde_json::Value::as_str)
+            .filter(|id| is_job_id(id))
+            .map(str::to_owned);
+        match serde_path_to_error::deserialize::<_, T>(item) {
+            Ok(entry) if is_job_id(entry.id()) => read.push((index, entry)),
+            Ok(_) => skipped.push(SkippedEntry {
+                index,
+                id: None,
+                why: format!("{field}[{index}].id: not a valid job id"),
+            }),
+            Err(error) => skipped.push(SkippedEntry {
+                index,
+                id,
+                why: format!("{field}[{index}].{}: {}", error.path(), error.inner()),
+            }),
+        }
+    }
+    (read, skipped)
 }
 
 #[cfg(test)]

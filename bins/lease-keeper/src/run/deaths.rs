@@ -1,0 +1,233 @@
+//! Death reports (`POST /jobs/{id}/status` with the per-job token), once per
+//! claim, and the Jobs whose pod never starts (failed fast: judged, reported,
+//! then deleted). Which claim is reported, and what each backend answer
+//! settles, is decided in [`crate::plan::deaths`]; here the calls are made.
+
+use super::reports::{Report, ReportTick, Reporter, out_of_budget};
+use crate::cause::{DeathCause, LogTail, StartFailure};
+use crate::plan::Answer;
+use crate::plan::deaths::{
+    DeathSettle, death_report_pending, plan_deaths, settle_death_check, settle_death_report,
+};
+use crate::plan::failures::{DeathKind, StartVerdict, start_verdict};
+use crate::tokens::TokenKey;
+use std::collections::BTreeMap;
+use tcab_shared::Lane;
+use tcab_shared::error_chain;
+use tcab_shared::job_cache::JobSummary;
+use tokio::time::Instant;
+
+/// A death report explained once, kept until it lands.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The cause (its kind labels the metric).
+    pub cause: DeathCause,
+    /// The detail sent: the cause's summary and the log tail.
+    pub detail: String,
+}
+
+impl Reporter {
+    /// Reports the deaths due among `entries` (the view's and those that
+    /// vanished), once per claim; a job whose report fails backs off alone.
+    pub(super) async fn report_deaths(
+        &mut self,
+        entries: &[JobSummary],
+        due: &BTreeMap<String, DeathKind>,
+        now: Instant,
+        deadline: Instant,
+        report: &mut ReportTick,
+    ) {
+        let plan = plan_deaths(entries, due, &self.store.held(), &self.handled_deaths);
+        for (name, skip) in &plan.skipped {
+            tracing::debug!(job = %name, reason = %skip.describe(), "dead driver Job not reported");
+        }
+        for candidate in plan.report {
+            let key = candidate.key;
+            if !self.backoffs.due(&(Report::Death, key.job_id.clone()), now) {
+                continue;
+            }
+            if out_of_budget(deadline, report) {
+                break;
+            }
+            let Some(token) = self.store.get(&key) else {
+                continue;
+            };
+            let Some(job) = entries.iter().find(|j| j.name == candidate.job_name) else {
+                continue;
+            };
+            let read = self.backend.get_job(&key.job_id).await;
+            let live = read.as_ref().ok().map(|view| view.state.is_live());
+            match (settle_death_check(Answer::of(&read), live), &read) {
+                (DeathSettle::Report, _) => {}
+                (DeathSettle::Retry, Err(error)) => {
+                    if self.report_failed(Report::Death, &key.job_id, error, report) {
+                        break;
+                    }
+                    continue;
+                }
+                (settled, read) => {
+                    let state = read.as_ref().map(|v| v.state.as_str()).unwrap_or("unknown");
+                    tracing::debug!(job_id = %key.job_id, state, verdict = ?settled, "dead driver's job needs no report");
+                    self.settle(&key);
+                    continue;
+                }
+            }
+            let Some(prepared) = self.prepare(&key, job, candidate.kind, now).await else {
+                tracing::info!(job_id = %key.job_id, job = %candidate.job_name, "the pod of the deleted Job exited 0: no death to report (a report that did not land is left to lost-driver detection)");
+                if let Some(id) = &job.job_id {
+                    let detail = format!(
+                        "driver of the deleted Job {} exited without its report landing",
+                        job.name
+                    );
+                    self.note(id, &detail, now);
+                }
+                self.settle(&key);
+                continue;
+            };
+            let answer = self
+                .backend
+                .report_death(&key.job_id, &token, &prepared.detail)
+                .await;
+            match (settle_death_report(Answer::of(&answer)), &answer) {
+                (DeathSettle::Reported, Ok(ack)) => {
+                    let cause = &prepared.cause;
+                    tracing::info!(job_id = %key.job_id, claim = %key.claim, job = %candidate.job_name, cause = %cause.summary(), state = ack.state.as_str(), "reported dead");
+                    report
+                        .reported_dead
+                        .push((key.job_id.clone(), cause.kind()));
+                    self.note(&key.job_id, &cause.summary(), now);
+                }
+                (DeathSettle::Requeued, _) => {
+                    tracing::info!(job_id = %key.job_id, claim = %key.claim, "death not reported: the job was requeued (token refused); dropping it");
+                }
+                (settle, Err(error)) if settle.settled() => {
+                    tracing::debug!(job_id = %key.job_id, %error, "death not reported: the job is already terminal");
+                }
+                (_, answer) => {
+                    if let Err(error) = answer
+                        && self.report_failed(Report::Death, &key.job_id, error, report)
+                    {
+                        break;
+                    }
+                    continue;
+                }
+            }
+            self.settle(&key);
+        }
+    }
+
+    /// The claim's report, explained the first time and kept after that;
+    /// `None` when there is no death to report (see [`Reporter::explain`]).
+    async fn prepare(
+        &mut self,
+        key: &TokenKey,
+        job: &JobSummary,
+        kind: DeathKind,
+        now: Instant,
+    ) -> Option<Prepared> {
+        if let Some(prepared) = self.prepared.get(key) {
+            return Some(prepared.clone());
+        }
+        let (cause, detail) = self.explain(job, kind, now).await?;
+        let prepared = Prepared { cause, detail };
+        self.prepared.insert(key.clone(), prepared.clone());
+        Some(prepared)
+    }
+
+    /// Marks a claim's death settled and drops its token, its prepared
+    /// report and its back-off.
+    fn settle(&mut self, key: &TokenKey) {
+        self.store.forget(key);
+        self.prepared.remove(key);
+        self.backoffs.forget(&(Report::Death, key.job_id.clone()));
+        self.handled_deaths.insert(key.clone());
+    }
+
+    /// Reads the pod of a Job without a ready pod; true when it is judged
+    /// never to start (its Job is then failed fast).
+    pub(super) async fn check_start(&mut self, job: &JobSummary, now: Instant) -> bool {
+        let Some(mem) = self.memory.get_mut(&job.name) else {
+            return false;
+        };
+        mem.last_start_check = Some(now);
+        let not_ready_for = now.saturating_duration_since(mem.first_seen);
+        let pod = match self.inspector.newest_pod(&job.name).await {
+            Ok(pod) => pod,
+            Err(error) => {
+                tracing::debug!(job = %job.name, error = %error_chain(&error), "cannot read the pod of a Job without a ready pod");
+                return false;
+            }
+        };
+        match start_verdict(job.lane, pod.as_ref(), not_ready_for, &self.settings) {
+            StartVerdict::Fine => false,
+            StartVerdict::Waiting(failure) => {
+                tracing::debug!(job = %job.name, cause = %failure.summary(), waited_s = not_ready_for.as_secs(), "pod cannot start yet; within its grace");
+                false
+            }
+            StartVerdict::NeverStarts(failure) => {
+                tracing::warn!(job = %job.name, job_id = job.job_id.as_deref().unwrap_or(""), cause = %failure.summary(), waited_s = not_ready_for.as_secs(), "judged dead: the pod can never start; its Job is deleted and its death reported");
+                // Its container never ran: there is no log to read.
+                let log = LogTail::Gone(match &pod {
+                    Some(_) => "the container never started".into(),
+                    None => "the Job had no pod".into(),
+                });
+                self.keep(job, pod, log);
+                self.evidence_complete(&job.name);
+                self.judge_dead(&job.name);
+                self.never_started.insert(job.name.clone(), failure);
+                true
+            }
+        }
+    }
+
+    /// Deletes the Jobs whose pod never starts, once nothing is left to
+    /// report first: a publisher at once (its loss is reported through the
+    /// lost path), a run once its death is settled or cannot be reported.
+    pub(super) async fn delete_never_started(
+        &mut self,
+        snapshot: &[JobSummary],
+        deadline: Instant,
+        report: &mut ReportTick,
+    ) -> Vec<String> {
+        let held = self.store.held();
+        let mut deleted = Vec::new();
+        let names: Vec<String> = self.never_started.keys().cloned().collect();
+        for name in names {
+            let Some(job) = snapshot.iter().find(|j| j.name == name) else {
+                continue;
+            };
+            if death_report_pending(job, &held, &self.handled_deaths) {
+                continue;
+            }
+            if out_of_budget(deadline, report) {
+                break;
+            }
+            match self.inspector.delete_job(&name).await {
+                Ok(()) => {
+                    let summary = self
+                        .never_started
+                        .get(&name)
+                        .map(StartFailure::summary)
+                        .unwrap_or_default();
+                    tracing::info!(job = %name, job_id = job.job_id.as_deref().unwrap_or(""), cause = %summary, "deleted a Job whose pod can never start");
+                    if let Some(id) = &job.job_id {
+                        let kind = match job.lane {
+                            Lane::Run => "driver",
+                            Lane::Publish => "publisher",
+                        };
+                        let detail = format!(
+                            "{kind} Job {name} was deleted because its pod never started: {summary}"
+                        );
+                        self.note(id, &detail, Instant::now());
+                    }
+                    self.never_started.remove(&name);
+                    deleted.push(name);
+                }
+                Err(error) => {
+                    tracing::warn!(job = %name, error = %error_chain(&error), "cannot delete the Job whose pod never starts; retrying");
+                }
+            }
+        }
+        deleted
+    }
+}
