@@ -296,6 +296,26 @@ impl Cluster {
         answer(resp, &format!("PATCH {path}")).await
     }
 
+    /// Deletes a Job of the stack's namespace as `kubectl delete job` does,
+    /// with `propagation` (`Background`, `Foreground` or `Orphan`, as
+    /// `--cascade=background|foreground|orphan`).
+    pub async fn delete_job(&self, name: &str, propagation: &str) -> anyhow::Result<Value> {
+        let path = format!(
+            "/apis/batch/v1/namespaces/{}/jobs/{name}",
+            self.namespace
+        );
+        let resp = self
+            .http
+            .delete(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&serde_json::json!({
+                "kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation
+            }))
+            .send()
+            .await?;
+        answer(resp, &format!("DELETE {path}")).await
+    }
+
     /// Jobs in a namespace (default: the stack's), optionally selected by label.
     pub async fn jobs(&self, selector: Option<&str>) -> anyhow::Result<Vec<Value>> {
         self.list("/apis/batch/v1", "jobs", &self.namespace.clone(), selector)

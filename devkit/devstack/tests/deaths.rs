@@ -893,3 +893,145 @@ async fn no_publish_is_judged_on_a_tick_whose_publish_renewal_failed() {
     assert_eq!(p["state"], "failed", "{p}");
     assert!(detail(&p).contains("OOMKilled"), "{}", detail(&p));
 }
+
+/// The name of the live Job of run `id`.
+async fn job_name_of(t: &TestStack, id: &str) -> String {
+    let jobs = t.jobs_of(id).await;
+    match jobs.as_slice() {
+        [job] => name_of(job),
+        other => t.fail(format!("expected one Job of {id}, found {}", other.len())),
+    }
+}
+
+/// A Job deleted with `--cascade=orphan` while its driver runs: the pod
+/// outlives it and is still the live run. It holds its lane's slot (a cap of
+/// one admits nothing else meanwhile), its lease is renewed (a backend clock
+/// past the lease reports nothing lost), its sandbox is not swept, and when
+/// it ends its own report stands; then the next run is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_deleted_with_cascade_orphan_is_still_a_live_run() {
+    let t = TestStack::start(|o| {
+        small_graces(o);
+        o.max_inflight = 1;
+        o.orphan_grace_seconds = 1;
+        set_env(o, "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS", "1");
+    })
+    .await;
+    let id = t
+        .stack
+        .backend
+        .enqueue_run(run("orphaned", json!({"duration_ms": 8000, "log_lines": 2})))
+        .await
+        .expect("enqueue");
+    let next = t
+        .stack
+        .backend
+        .enqueue_run(run("next", json!({"duration_ms": 200})))
+        .await
+        .expect("enqueue");
+    let pod = name_of(&t.running_driver(&id, LIMIT).await);
+    let job = job_name_of(&t, &id).await;
+    t.stack
+        .cluster
+        .delete_job(&job, "Orphan")
+        .await
+        .expect("kubectl delete job --cascade=orphan");
+    wait_for("the Job gone, its pod running", LIMIT, || async {
+        let gone = t.jobs_of(&id).await.is_empty();
+        let running = t
+            .own_pods(&id)
+            .await
+            .iter()
+            .any(|p| name_of(p) == pod && p["status"]["phase"] == "Running");
+        Ok((gone && running).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let reaper_log_before = t.stack.log(Container::Reaper).len();
+
+    // Every lease lapses at the backend's clock: only a renewal saves it.
+    t.stack.backend.advance_clock(130).await.expect("clock");
+    // Renewed by its pod: the lease reaches past the jump.
+    wait_for("the orphan's lease renewed past the jump", LIMIT, || async {
+        let active = t.stack.backend.active_runs().await?;
+        let now: jiff::Timestamp = active["now"].as_str().unwrap_or_default().parse()?;
+        let lease = active["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|j| j["id"] == id.as_str())
+            .and_then(|j| j["lease_expires_at"].as_str())
+            .and_then(|l| l.parse::<jiff::Timestamp>().ok());
+        Ok(lease.filter(|l| *l > now).map(drop))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    assert_eq!(
+        t.stack.backend.job(&next).await.expect("job")["state"],
+        "queued",
+        "the orphan holds the only slot"
+    );
+    assert!(!t.sandboxes_of(&id).await.is_empty(), "its sandbox is not swept");
+
+    // The driver finishes on its own: its report stands, nothing is lost.
+    let done = t
+        .run_until(&id, "the orphan's own report", LIMIT, |j| j["state"] != "running" && j["state"] != "validating" && j["state"] != "storing")
+        .await;
+    if done["state"] != "succeeded" || done["lost"] != false {
+        t.fail(format!("the orphaned run did not finish on its own: {done}"));
+    }
+    t.run_until(&next, "the next run admitted and done", LIMIT, |j| {
+        j["state"] == "succeeded"
+    })
+    .await;
+    let swept = t.stack.log(Container::Reaper)[reaper_log_before..]
+        .lines()
+        .filter(|l| l.contains(&format!("job_id={id}")) && l.contains("reaped"))
+        .count();
+    assert_eq!(swept, 0, "the live orphan's sandbox was swept:\n{}", t.logs());
+}
+
+/// A Job deleted by hand (normal propagation) while its driver runs: the
+/// pod's log tail is read at once, while it terminates, and once it is
+/// gone the run is reported dead as deleted by someone other than the
+/// dispatcher, with that tail. Its orphaned sandbox goes with the sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_deleted_by_hand_is_reported_with_its_evidence() {
+    let t = TestStack::start(|o| {
+        small_graces(o);
+        o.cluster_speed = 4.0;
+        // The sandbox of a run whose Job is gone is the orphan sweep's.
+        o.orphan_grace_seconds = 1;
+        set_env(o, "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS", "1");
+    })
+    .await;
+    let id = t
+        .stack
+        .backend
+        .enqueue_run(run("deleted", stubborn()))
+        .await
+        .expect("enqueue");
+    t.running_driver(&id, LIMIT).await;
+    let job = job_name_of(&t, &id).await;
+    t.stack
+        .cluster
+        .delete_job(&job, "Background")
+        .await
+        .expect("kubectl delete job");
+    let reported = t
+        .run_until(&id, "the death report", LIMIT, |j| j["state"] != "running")
+        .await;
+    assert_reported_dead(&t, &reported);
+    assert_detail(
+        &t,
+        "deleted by hand",
+        &reported,
+        &[
+            &format!("Job {job} was deleted by someone other than the dispatcher"),
+            "--- last log lines ---",
+            "hanging",
+        ],
+    );
+    assert_pod_gone(&t, &id).await;
+    t.sandboxes_reaped(&id, LIMIT).await;
+}
