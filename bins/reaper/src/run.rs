@@ -496,7 +496,22 @@ impl Reaper {
             return Err("no backend client".into());
         };
         match backend.active_runs().await {
-            Ok(active) => Ok(active.jobs.into_iter().map(|run| run.id).collect()),
+            // An entry the client could not read is still a job the backend
+            // drives: its id counts as driven, and when even its id is
+            // unreadable no orphan can be told apart this round.
+            Ok(active) if active.skipped.iter().any(|e| e.id.is_none()) => {
+                tracing::warn!(
+                    skipped = active.skipped.len(),
+                    "the backend's active list has an entry without a readable id; no orphan is swept this round"
+                );
+                Err("an entry of the active list has no readable id".into())
+            }
+            Ok(active) => Ok(active
+                .jobs
+                .into_iter()
+                .map(|run| run.id)
+                .chain(active.skipped.into_iter().filter_map(|e| e.id))
+                .collect()),
             Err(error) => {
                 tracing::warn!(
                     error = %error_chain(&error),

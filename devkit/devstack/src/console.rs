@@ -300,10 +300,7 @@ impl Cluster {
     /// with `propagation` (`Background`, `Foreground` or `Orphan`, as
     /// `--cascade=background|foreground|orphan`).
     pub async fn delete_job(&self, name: &str, propagation: &str) -> anyhow::Result<Value> {
-        let path = format!(
-            "/apis/batch/v1/namespaces/{}/jobs/{name}",
-            self.namespace
-        );
+        let path = format!("/apis/batch/v1/namespaces/{}/jobs/{name}", self.namespace);
         let resp = self
             .http
             .delete(format!("{}{path}", self.url))

@@ -920,7 +920,10 @@ async fn a_job_deleted_with_cascade_orphan_is_still_a_live_run() {
     let id = t
         .stack
         .backend
-        .enqueue_run(run("orphaned", json!({"duration_ms": 8000, "log_lines": 2})))
+        .enqueue_run(run(
+            "orphaned",
+            json!({"duration_ms": 8000, "log_lines": 2}),
+        ))
         .await
         .expect("enqueue");
     let next = t
@@ -952,18 +955,22 @@ async fn a_job_deleted_with_cascade_orphan_is_still_a_live_run() {
     // Every lease lapses at the backend's clock: only a renewal saves it.
     t.stack.backend.advance_clock(130).await.expect("clock");
     // Renewed by its pod: the lease reaches past the jump.
-    wait_for("the orphan's lease renewed past the jump", LIMIT, || async {
-        let active = t.stack.backend.active_runs().await?;
-        let now: jiff::Timestamp = active["now"].as_str().unwrap_or_default().parse()?;
-        let lease = active["jobs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|j| j["id"] == id.as_str())
-            .and_then(|j| j["lease_expires_at"].as_str())
-            .and_then(|l| l.parse::<jiff::Timestamp>().ok());
-        Ok(lease.filter(|l| *l > now).map(drop))
-    })
+    wait_for(
+        "the orphan's lease renewed past the jump",
+        LIMIT,
+        || async {
+            let active = t.stack.backend.active_runs().await?;
+            let now: jiff::Timestamp = active["now"].as_str().unwrap_or_default().parse()?;
+            let lease = active["jobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|j| j["id"] == id.as_str())
+                .and_then(|j| j["lease_expires_at"].as_str())
+                .and_then(|l| l.parse::<jiff::Timestamp>().ok());
+            Ok(lease.filter(|l| *l > now).map(drop))
+        },
+    )
     .await
     .unwrap_or_else(|e| t.fail(e));
     assert_eq!(
@@ -971,14 +978,21 @@ async fn a_job_deleted_with_cascade_orphan_is_still_a_live_run() {
         "queued",
         "the orphan holds the only slot"
     );
-    assert!(!t.sandboxes_of(&id).await.is_empty(), "its sandbox is not swept");
+    assert!(
+        !t.sandboxes_of(&id).await.is_empty(),
+        "its sandbox is not swept"
+    );
 
     // The driver finishes on its own: its report stands, nothing is lost.
     let done = t
-        .run_until(&id, "the orphan's own report", LIMIT, |j| j["state"] != "running" && j["state"] != "validating" && j["state"] != "storing")
+        .run_until(&id, "the orphan's own report", LIMIT, |j| {
+            j["state"] != "running" && j["state"] != "validating" && j["state"] != "storing"
+        })
         .await;
     if done["state"] != "succeeded" || done["lost"] != false {
-        t.fail(format!("the orphaned run did not finish on its own: {done}"));
+        t.fail(format!(
+            "the orphaned run did not finish on its own: {done}"
+        ));
     }
     t.run_until(&next, "the next run admitted and done", LIMIT, |j| {
         j["state"] == "succeeded"
@@ -988,7 +1002,12 @@ async fn a_job_deleted_with_cascade_orphan_is_still_a_live_run() {
         .lines()
         .filter(|l| l.contains(&format!("job_id={id}")) && l.contains("reaped"))
         .count();
-    assert_eq!(swept, 0, "the live orphan's sandbox was swept:\n{}", t.logs());
+    assert_eq!(
+        swept,
+        0,
+        "the live orphan's sandbox was swept:\n{}",
+        t.logs()
+    );
 }
 
 /// A Job deleted by hand (normal propagation) while its driver runs: the

@@ -444,6 +444,44 @@ async fn a_sandbox_whose_job_the_backend_still_drives_is_not_swept_even_with_no_
     reaper.stop().await;
 }
 
+/// An entry of the active list the client cannot read (a state it does not
+/// know) is still a job the backend drives: its sandbox is not swept; an
+/// entry without even a readable id stops the sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_active_entry_still_protects_its_sandbox() {
+    let cluster = sim(None).await;
+    let admin = client(&cluster, cluster.admin_token());
+    let sandbox = make_sandbox(&admin, "tcab-sandbox-z", "run-z").await;
+    let odd = |id: serde_json::Value| serde_json::json!({"id": id, "state": "teleporting", "lease_expires_at": null});
+    let backend = MockBackend::start(Active::Odd(vec![odd("run-z".into())])).await;
+    let reaper = Running::start(&cluster, admin.clone(), eager_sweep(&backend), &backend);
+    until("three sweeps", Duration::from_secs(20), || async {
+        let sweeps = reaper
+            .reports_since(0)
+            .iter()
+            .filter(|r| r.sweep == SweepOutcome::Driven(1))
+            .count();
+        (sweeps >= 3).then_some(())
+    })
+    .await;
+    let sandboxes: Api<Pod> = Api::namespaced(admin.clone(), SANDBOXES);
+    assert!(!deleted(&sandboxes, &sandbox.name_any()).await);
+
+    backend.set(Active::Odd(vec![odd(serde_json::Value::Null)]));
+    let from = reaper.reports_since(0).len();
+    until("three sweeps stopped", Duration::from_secs(20), || async {
+        let stopped = reaper
+            .reports_since(from)
+            .iter()
+            .filter(|r| matches!(r.sweep, SweepOutcome::BackendFailed(_)))
+            .count();
+        (stopped >= 3).then_some(())
+    })
+    .await;
+    assert!(!deleted(&sandboxes, &sandbox.name_any()).await);
+    reaper.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backends_active_list_failing_stops_the_sweep() {
     let cluster = sim(None).await;

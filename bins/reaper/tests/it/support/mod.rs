@@ -274,6 +274,8 @@ pub fn reaper(client: Client, jobs: OwnedJobs) -> Reaper {
 pub enum Active {
     /// These job ids are driven.
     Driven(Vec<String>),
+    /// These raw entries, e.g. in a state this dispatcher does not know.
+    Odd(Vec<serde_json::Value>),
     /// An error with this HTTP status.
     Fails(u16),
 }
@@ -302,6 +304,7 @@ impl MockBackend {
         let mut state = self.0.lock();
         state.rows.clear();
         state.active_fails = None;
+        state.active_extra.clear();
         match active {
             Active::Driven(ids) => {
                 let lease = Some("2030-01-01T00:00:00Z".parse().expect("ts"));
@@ -318,6 +321,7 @@ impl MockBackend {
                 }
             }
             Active::Fails(code) => state.active_fails = Some(code),
+            Active::Odd(entries) => state.active_extra = entries,
         }
     }
 
