@@ -60,6 +60,8 @@ pub struct KubeState {
     create_faults: HashMap<String, CreateFault>,
     /// Answer every Job read by name with this status instead.
     pub read_fault: Option<(u16, String, String)>,
+    /// Answer every Job delete with this status instead (deleting nothing).
+    pub delete_fault: Option<(u16, String, String)>,
     /// Create requests received per kind (answered or not).
     pub create_requests: HashMap<String, u32>,
     /// Creates answered 201 per kind.
@@ -165,6 +167,7 @@ impl FakeKube {
             kind_of,
             create_faults: HashMap::new(),
             read_fault: None,
+            delete_fault: None,
             create_requests: HashMap::new(),
             creates: HashMap::new(),
             reads: 0,
@@ -405,6 +408,9 @@ async fn read(State(app): Shared, Path((_ns, name)): Path<(String, String)>) -> 
 async fn delete(State(app): Shared, Path((_ns, name)): Path<(String, String)>) -> Response {
     let mut s = lock(&app);
     s.deleted_jobs.push(name.clone());
+    if let Some((code, reason, message)) = s.delete_fault.clone() {
+        return status(code, &reason, &message);
+    }
     match s.jobs.remove(&name) {
         Some(job) => {
             s.pods
