@@ -1082,10 +1082,19 @@ def main() -> int:
 
     def driver_managed_by() -> str:
         label_value = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+        # By default the binaries' own value, the one a driver uses when nothing
+        # tells it otherwise, the same for every release.
+        for release, namespace in [(RELEASE, NAMESPACE), ("blue", "tcab-staging")]:
+            r = render(chart, base_values(), name=release, namespace=namespace)
+            for cname in ("admitter", "reaper"):
+                got = r.env(cname)["TCAB_DRIVER_MANAGED_BY"]["value"]
+                assert got == "tcab-driver", f"[{release}/{namespace}] {cname}: {got!r}, want tcab-driver"
+        # Opt-in: a value unique to each release, for namespaces several dispatchers share.
         releases = [(RELEASE, NAMESPACE), (RELEASE, "tcab-staging"), ("blue", NAMESPACE), ("r" * 53, NAMESPACE)]
         values: dict[tuple[str, str], str] = {}
+        per_release = merged({"driver": {"managedByPerRelease": True}})
         for release, namespace in releases:
-            r = render(chart, base_values(), name=release, namespace=namespace)
+            r = render(chart, per_release, name=release, namespace=namespace)
             admitter = r.env("admitter")["TCAB_DRIVER_MANAGED_BY"]["value"]
             reaper = r.env("reaper")["TCAB_DRIVER_MANAGED_BY"]["value"]
             assert admitter == reaper, f"[{release}/{namespace}] admitter {admitter!r}, reaper {reaper!r}"
@@ -1094,12 +1103,15 @@ def main() -> int:
             assert admitter != dispatcher, f"[{release}/{namespace}] same as the dispatcher's: {admitter!r}"
             values[(release, namespace)] = admitter
         assert len(set(values.values())) == len(values), f"not unique per release: {values}"
-        given = render(chart, merged({"driver": {"managedBy": "tcab-driver"}}))
+        given = render(chart, merged({"driver": {"managedBy": "tcab-driver-green", "managedByPerRelease": True}}))
         for cname in ("admitter", "reaper"):
-            assert given.env(cname)["TCAB_DRIVER_MANAGED_BY"]["value"] == "tcab-driver", f"{cname}: value not used"
-        return values[(RELEASE, NAMESPACE)]
+            assert given.env(cname)["TCAB_DRIVER_MANAGED_BY"]["value"] == "tcab-driver-green", f"{cname}: value not used"
+        return f"tcab-driver by default; per release: {values[(RELEASE, NAMESPACE)]}"
 
-    run.check("driver managed-by: unique to each release by default, a label value, on admitter and reaper", driver_managed_by)
+    run.check(
+        "driver managed-by: tcab-driver by default, unique to each release when opted in, a label value, on admitter and reaper",
+        driver_managed_by,
+    )
 
     def default_env() -> None:
         r = need("defaults")
