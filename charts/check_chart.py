@@ -339,7 +339,7 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
         ["passthroughEnv", "OPENAI_API_KEY"],
     ),
     ("non-numeric maxInflight", merged({"dispatcher": {"maxInflight": "eight"}}), ["/dispatcher/maxInflight"]),
-    ("zero maxInflight", merged({"dispatcher": {"maxInflight": 0}}), ["/dispatcher/maxInflight"]),
+    ("negative maxInflight", merged({"dispatcher": {"maxInflight": -1}}), ["/dispatcher/maxInflight"]),
     ("unknown logFormat", merged({"dispatcher": {"logFormat": "xml"}}), ["/dispatcher/logFormat"]),
     ("vaultAddr not IP:port", merged({"dispatcher": {"vaultAddr": "vault"}}), ["/dispatcher/vaultAddr"]),
     ("negative leaseSeconds", merged({"dispatcher": {"leaseSeconds": -5}}), ["/dispatcher/leaseSeconds"]),
