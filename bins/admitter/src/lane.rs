@@ -283,7 +283,7 @@ impl LaneAdmitter {
             match &deletion.result {
                 Ok(()) => {
                     tracing::warn!(
-                        %lane, job_id = %deletion.job_id, stale_job = %deletion.stale.name, claim,
+                        %lane, job_id = %deletion.job_id, stale_job = %deletion.stale.name, %claim,
                         "deleted a stale Job: a live Job of this job id under an older claim (its token no longer works; the backend handed the job out again)"
                     );
                     if let Some(creation) = self.state.drop_stale(&deletion.stale.name)
@@ -301,7 +301,7 @@ impl LaneAdmitter {
                     }
                 }
                 Err(error) => tracing::warn!(
-                    %lane, job_id = %deletion.job_id, stale_job = %deletion.stale.name, claim,
+                    %lane, job_id = %deletion.job_id, stale_job = %deletion.stale.name, %claim,
                     %error,
                     "could not delete a stale Job of this job id (an older claim); admitting the new claim anyway, the stale one is tried again at the next claim of this id or left to the lease-keeper"
                 ),
@@ -498,15 +498,15 @@ impl LaneAdmitter {
                 let reason = reason.as_str();
                 match report {
                     PoisonReport::Reported => tracing::error!(
-                        %lane, job_id, reason, %detail,
+                        %lane, %job_id, %reason, %detail,
                         "poisoned claim: it cannot become a Job; reported it failed, once"
                     ),
                     PoisonReport::Failed(error) => tracing::error!(
-                        %lane, job_id, reason, %detail, %error,
+                        %lane, %job_id, %reason, %detail, %error,
                         "poisoned claim: it cannot become a Job, and reporting it failed did not land; not trying again (the claim lapses and the backend requeues the job)"
                     ),
                     PoisonReport::Impossible { shape } => tracing::error!(
-                        %lane, job_id, reason, %detail, %shape,
+                        %lane, %job_id, %reason, %detail, %shape,
                         "poisoned claim: it cannot become a Job and its answer carries no usable id and token to report it with; the claim lapses and the backend requeues the job"
                     ),
                 }
