@@ -536,10 +536,11 @@ async fn report_failed(
             .report_death(job_id, token, detail)
             .await
             .map(|_| ()),
-        Lane::Publish => deps
-            .backend
-            .report_publish_failed(job_id, token, detail)
-            .await,
+        Lane::Publish => {
+            deps.backend
+                .report_publish_failed(job_id, token, detail)
+                .await
+        }
     };
     match result {
         Ok(()) => PoisonReport::Reported,

@@ -121,7 +121,10 @@ fn publisher_resources(env: &Env) -> Result<Sizing, ConfigError> {
         (vars::PUBLISHER_CPU_REQUEST.name, &sizing.cpu_request),
     )?;
     limit_at_least_request(
-        (vars::PUBLISHER_MEMORY_LIMIT.name, sizing.memory_limit.as_deref()),
+        (
+            vars::PUBLISHER_MEMORY_LIMIT.name,
+            sizing.memory_limit.as_deref(),
+        ),
         (vars::PUBLISHER_MEMORY_REQUEST.name, &sizing.memory_request),
     )?;
     Ok(sizing)

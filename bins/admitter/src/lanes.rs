@@ -348,7 +348,11 @@ mod tests {
                 ("tcab-driver-a-c1a1m000", Some("c1a1m000"))
             ]
         );
-        assert!(pending.iter().all(|j| j.is_live() && j.job_id.as_deref() == Some("a")));
+        assert!(
+            pending
+                .iter()
+                .all(|j| j.is_live() && j.job_id.as_deref() == Some("a"))
+        );
         assert!(lane.drop_stale("tcab-driver-a-c1a1m001").is_none());
         assert!(lane.drop_stale("tcab-driver-a-c1a1m000").is_some());
         assert!(lane.pending_with_id(Lane::Run, "a").is_empty());

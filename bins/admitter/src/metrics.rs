@@ -168,7 +168,11 @@ impl AdmitterMetrics {
             self.gate_open.get_or_create(&lane(l)).set(i64::from(open));
         }
         for deletion in &report.stale {
-            let result = if deletion.result.is_ok() { "ok" } else { "failed" };
+            let result = if deletion.result.is_ok() {
+                "ok"
+            } else {
+                "failed"
+            };
             self.stale_deletes
                 .get_or_create(&[("lane", l.label_value()), ("result", result)])
                 .inc();
@@ -395,9 +399,7 @@ mod tests {
                 job_id: None,
                 reason: crate::admit::PoisonReason::Malformed,
                 detail: "x".into(),
-                report: crate::admit::PoisonReport::Impossible {
-                    shape: "{}".into(),
-                },
+                report: crate::admit::PoisonReport::Impossible { shape: "{}".into() },
             }),
         );
         poisoned.stale = vec![crate::admit::StaleDeletion {

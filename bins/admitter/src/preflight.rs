@@ -150,14 +150,17 @@ pub fn settings_named(lane: Lane, message: &str) -> Vec<&'static str> {
         add(&mut named, &[image]);
         add(&mut named, resources);
         if driver {
-            add(&mut named, &[
-                vars::DRIVER_SERVICE_ACCOUNT.name,
-                vars::DRIVER_SECRETS.name,
-                vars::DRIVER_SUBSCRIPTION_SECRET.name,
-                vars::DRIVER_SUBSCRIPTION_DIR.name,
-                "TCAB_K8S_*",
-                "TCAB_CONTAINER_*",
-            ]);
+            add(
+                &mut named,
+                &[
+                    vars::DRIVER_SERVICE_ACCOUNT.name,
+                    vars::DRIVER_SECRETS.name,
+                    vars::DRIVER_SUBSCRIPTION_SECRET.name,
+                    vars::DRIVER_SUBSCRIPTION_DIR.name,
+                    "TCAB_K8S_*",
+                    "TCAB_CONTAINER_*",
+                ],
+            );
         }
     }
     named
@@ -334,7 +337,10 @@ mod tests {
             (503, "unavailable"),
         ] {
             assert!(
-                matches!(judge::<()>(Err(api(code, "x", message))), Verdict::Unclear(_)),
+                matches!(
+                    judge::<()>(Err(api(code, "x", message))),
+                    Verdict::Unclear(_)
+                ),
                 "{code}"
             );
         }
@@ -388,6 +394,9 @@ mod tests {
             reason: "Forbidden".into(),
             ..refused
         };
-        assert!(rbac.to_string().contains("Role must grant create on jobs.batch"));
+        assert!(
+            rbac.to_string()
+                .contains("Role must grant create on jobs.batch")
+        );
     }
 }

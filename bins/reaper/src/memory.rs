@@ -223,7 +223,10 @@ mod tests {
         let verdicts = judge_ids(&[failed], &BTreeSet::new());
         let a = "a".to_owned();
         assert_eq!(memory.new_mismatches([&a], &verdicts), ["a"]);
-        assert!(memory.new_mismatches([&a], &verdicts).is_empty(), "warned once");
+        assert!(
+            memory.new_mismatches([&a], &verdicts).is_empty(),
+            "warned once"
+        );
         // The Job is gone: the id is forgotten.
         assert!(memory.new_mismatches([], &BTreeMap::new()).is_empty());
         assert_eq!(memory.new_mismatches([&a], &verdicts), ["a"]);

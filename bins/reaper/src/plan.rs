@@ -569,7 +569,8 @@ fn decide(
     settings: &SweepSettings,
 ) -> Result<(String, DeleteReason), KeepReason> {
     if pod.managed_by.as_deref() != Some(settings.driver_managed_by.as_str()) {
-        let dispatchers = pod.managed_by.as_deref() == Some(settings.dispatcher_managed_by.as_str());
+        let dispatchers =
+            pod.managed_by.as_deref() == Some(settings.dispatcher_managed_by.as_str());
         let dead_drivers_id = pod
             .job_id
             .as_deref()
@@ -1441,12 +1442,26 @@ mod tests {
                 managed_by: Some("some-driver".into())
             }
         );
-        assert_eq!(reason("bare"), KeepReason::ManagedByMismatch { managed_by: None });
-        assert_eq!(reason("driver-pod"), KeepReason::NotDriverManaged, "the driver's own pod");
-        assert_eq!(reason("other-id"), KeepReason::NotDriverManaged, "no dead driver of b");
+        assert_eq!(
+            reason("bare"),
+            KeepReason::ManagedByMismatch { managed_by: None }
+        );
+        assert_eq!(
+            reason("driver-pod"),
+            KeepReason::NotDriverManaged,
+            "the driver's own pod"
+        );
+        assert_eq!(
+            reason("other-id"),
+            KeepReason::NotDriverManaged,
+            "no dead driver of b"
+        );
         assert_eq!(
             mismatches(&out),
-            BTreeMap::from([("a".to_owned(), vec!["ns/bare".to_owned(), "ns/fixed".to_owned()])])
+            BTreeMap::from([(
+                "a".to_owned(),
+                vec!["ns/bare".to_owned(), "ns/fixed".to_owned()]
+            )])
         );
     }
 

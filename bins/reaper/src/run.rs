@@ -343,7 +343,10 @@ impl Reaper {
         }
         // The pods are listed before the Jobs are read for the plan, so a
         // sandbox of a newer claim is never judged against a view older than it.
-        let Some(pods) = self.list_sandboxes(&report.due, &mut report.api_errors).await else {
+        let Some(pods) = self
+            .list_sandboxes(&report.due, &mut report.api_errors)
+            .await
+        else {
             return report;
         };
         report.listed = Some(pods.len());

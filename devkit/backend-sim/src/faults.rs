@@ -361,7 +361,10 @@ mod tests {
         let mut status = request(&["/jobs/*/status"], FaultMode::Status, 5.0);
         assert!(faults.add(status.clone(), t0).is_err(), "no status");
         status.status = Some(200);
-        assert!(faults.add(status.clone(), t0).is_err(), "not an error status");
+        assert!(
+            faults.add(status.clone(), t0).is_err(),
+            "not an error status"
+        );
         status.status = Some(400);
         faults.add(status, t0).unwrap();
         assert_eq!(
@@ -395,11 +398,7 @@ mod tests {
         let t0 = Instant::now();
         faults
             .add(
-                request(
-                    &["/jobs/leases", "/jobs/next"],
-                    FaultMode::Error,
-                    2.0,
-                ),
+                request(&["/jobs/leases", "/jobs/next"], FaultMode::Error, 2.0),
                 t0,
             )
             .unwrap();
@@ -414,11 +413,7 @@ mod tests {
         assert!((status.rules[0].seconds_left - 1.0).abs() < 1e-6);
         assert!(faults.status(t0 + Duration::from_secs(2)).rules.is_empty());
         assert_eq!(faults.find("/jobs/next", t0 + Duration::from_secs(2)), None);
-        assert!(
-            faults
-                .add(request(&[], FaultMode::Stall, 1.0), t0)
-                .is_err()
-        );
+        assert!(faults.add(request(&[], FaultMode::Stall, 1.0), t0).is_err());
         faults.clear();
         assert_eq!(faults.find("/jobs/leases", t0), None);
     }

@@ -360,8 +360,7 @@ async fn claim_publish(State(app): Shared, headers: HeaderMap) -> Response {
                 "id": id, "token": token_for(&id), "request": {"suite": "main"},
                 "lease_expires_at": "2026-11-29T17:02:00Z"
             });
-            axum::Json(json!({"publish_job": poisoned(&app, Claims::Publish, job)}))
-                .into_response()
+            axum::Json(json!({"publish_job": poisoned(&app, Claims::Publish, job)})).into_response()
         }
     }
 }
@@ -517,7 +516,11 @@ async fn publish_result(
     let token = http::bearer(&headers).to_owned();
     s.publish_results
         .push((id.clone(), token.clone(), body.0.clone()));
-    let Some(row) = s.rows.get_mut(&id).filter(|r| r.publish && r.token == token) else {
+    let Some(row) = s
+        .rows
+        .get_mut(&id)
+        .filter(|r| r.publish && r.token == token)
+    else {
         return error(StatusCode::UNAUTHORIZED, "unauthorized");
     };
     if row.state != "dispatched" {

@@ -494,8 +494,15 @@ async fn a_poisoned_claim_answer_keeps_its_id_and_token_and_names_why() {
     assert_eq!(p.id.as_deref(), Some(RUN_ID));
     assert_eq!(p.token.as_ref().map(Secret::expose), Some(JOB_TOKEN));
     assert!(p.reason.contains("launch_request"), "{}", p.reason);
-    assert!(p.shape.contains("token: string") && !p.shape.contains(JOB_TOKEN), "{}", p.shape);
-    assert!(!format!("{p:?}").contains(JOB_TOKEN), "Debug hides the token");
+    assert!(
+        p.shape.contains("token: string") && !p.shape.contains(JOB_TOKEN),
+        "{}",
+        p.shape
+    );
+    assert!(
+        !format!("{p:?}").contains(JOB_TOKEN),
+        "Debug hides the token"
+    );
 
     let ClaimAnswer::Poisoned(p) = client.claim_publish_answer().await.unwrap().unwrap() else {
         panic!("an invalid id is poisoned");

@@ -325,7 +325,9 @@ fn malformed_values_are_named_with_what_was_expected() {
 /// Kubernetes quantities in every form the API server takes are accepted.
 #[test]
 fn quantities_in_each_of_kubernetes_forms_are_accepted() {
-    for q in ["250m", "2", "1.5", "0.5Gi", "512Mi", "1e3", "1E3", "2k", "1G", "+1", "100000u", ".5"] {
+    for q in [
+        "250m", "2", "1.5", "0.5Gi", "512Mi", "1e3", "1E3", "2k", "1G", "+1", "100000u", ".5",
+    ] {
         let c = AdmitterConfig::from_vars(with(&[
             ("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", q),
             ("TCAB_DISPATCHER_DRIVER_CPU_LIMIT", ""),
@@ -369,8 +371,14 @@ fn a_limit_below_its_request_is_refused_naming_both() {
             ("TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST", "1Gi"),
             ("TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT", "1073741824"),
         ][..],
-        &[("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", "2"), ("TCAB_DISPATCHER_DRIVER_CPU_LIMIT", "2000m")],
-        &[("TCAB_DISPATCHER_PUBLISHER_MEMORY_REQUEST", "2Gi"), ("TCAB_DISPATCHER_PUBLISHER_MEMORY_LIMIT", "")],
+        &[
+            ("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", "2"),
+            ("TCAB_DISPATCHER_DRIVER_CPU_LIMIT", "2000m"),
+        ],
+        &[
+            ("TCAB_DISPATCHER_PUBLISHER_MEMORY_REQUEST", "2Gi"),
+            ("TCAB_DISPATCHER_PUBLISHER_MEMORY_LIMIT", ""),
+        ],
     ] {
         assert!(AdmitterConfig::from_vars(with(extra)).is_ok(), "{extra:?}");
     }

@@ -9,8 +9,8 @@ use proptest::test_runner::RngSeed;
 use serde_json::json;
 use std::collections::BTreeMap;
 use tcab_admitter::job_builder::{
-    JobBuildError, JobSettings, MAX_DESCRIPTION_LEN, PUBLISHER_TERMINATION_GRACE_SECONDS, Sizing,
-    SUBSCRIPTION_FILE_MODE, driver_job, publisher_job,
+    JobBuildError, JobSettings, MAX_DESCRIPTION_LEN, PUBLISHER_TERMINATION_GRACE_SECONDS,
+    SUBSCRIPTION_FILE_MODE, Sizing, driver_job, publisher_job,
 };
 use tcab_shared::backend::types::{ClaimedPublish, ClaimedRun};
 use tcab_shared::names::{self, DRIVER_CONTAINER, PUBLISHER_CONTAINER};

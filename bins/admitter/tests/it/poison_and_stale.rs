@@ -17,7 +17,12 @@ fn name_for(lane: Lane, id: &str) -> String {
 }
 
 /// Seeds a live Job of `id` under an older claim, on the API and in the cache.
-fn seed_stale(rig: &Rig, cache: &tcab_shared::job_cache::OwnedJobs, lane: Lane, id: &str) -> String {
+fn seed_stale(
+    rig: &Rig,
+    cache: &tcab_shared::job_cache::OwnedJobs,
+    lane: Lane,
+    id: &str,
+) -> String {
     let name = rig.kube.seed(lane, id, "01dc1a1m", MANAGED_BY);
     let job = rig.kube.lock().jobs[&name].clone();
     cache.apply(Event::Apply(serde_json::from_value(job).unwrap()));
@@ -56,10 +61,17 @@ async fn a_stale_job_that_cannot_be_deleted_does_not_stop_the_admission() {
     rig.backend.queue(Lane::Publish, 1);
 
     let report = admitter.tick().await;
-    assert!(matches!(&report.publish, Some(LaneOutcome::Admitted { .. })));
+    assert!(matches!(
+        &report.publish,
+        Some(LaneOutcome::Admitted { .. })
+    ));
     assert_eq!(report.result(Lane::Publish), AdmissionResult::Created);
     assert!(rig.kube.live(Lane::Publish).contains(&stale), "still there");
-    assert!(rig.kube.live(Lane::Publish).contains(&name_for(Lane::Publish, "pub-0")));
+    assert!(
+        rig.kube
+            .live(Lane::Publish)
+            .contains(&name_for(Lane::Publish, "pub-0"))
+    );
 
     // A stale Job already gone (404) is as good as deleted.
     rig.kube.lock().delete_fault = None;
@@ -70,7 +82,11 @@ async fn a_stale_job_that_cannot_be_deleted_does_not_stop_the_admission() {
     // Past the rest after the first tick's empty claim.
     tokio::time::advance(std::time::Duration::from_secs(1)).await;
     let report = admitter.tick().await;
-    assert!(matches!(&report.run, Some(LaneOutcome::Admitted { .. })), "{:?}", report.run);
+    assert!(
+        matches!(&report.run, Some(LaneOutcome::Admitted { .. })),
+        "{:?}",
+        report.run
+    );
     assert!(rig.kube.lock().deleted_jobs.contains(&gone));
 }
 
@@ -101,7 +117,10 @@ async fn a_claim_missing_a_field_is_reported_failed_once_with_its_own_token() {
     let reports = rig.backend.lock().status_reports.clone();
     assert_eq!(reports.len(), 1, "reported once");
     let (id, token, body) = &reports[0];
-    assert_eq!((id.as_str(), token.as_str()), ("run-0", token_for("run-0").as_str()));
+    assert_eq!(
+        (id.as_str(), token.as_str()),
+        ("run-0", token_for("run-0").as_str())
+    );
     assert_eq!(body["state"], "failed");
     assert_eq!(body["failure_kind"], "infrastructure");
     assert!(body["detail"].as_str().unwrap().contains("launch_request"));
@@ -180,7 +199,11 @@ async fn a_job_the_api_server_refuses_with_422_is_reported_failed_and_its_token_
         .add_run_row("run-0", "dispatched", &token_for("run-0"));
     rig.kube.refuse(
         Lane::Run,
-        Some((422, "Invalid", "Job.batch \"x\" is invalid: metadata.labels: Invalid value")),
+        Some((
+            422,
+            "Invalid",
+            "Job.batch \"x\" is invalid: metadata.labels: Invalid value",
+        )),
     );
 
     let report = admitter.tick().await;

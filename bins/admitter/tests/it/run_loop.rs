@@ -292,18 +292,32 @@ async fn an_unclear_dry_run_is_tried_again_and_admissions_follow() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 1);
     rig.backend.queue(Lane::Publish, 1);
-    rig.kube.lock().dry_run_fault =
-        Some((503, "ServiceUnavailable".into(), "try later".into()));
+    rig.kube.lock().dry_run_fault = Some((503, "ServiceUnavailable".into(), "try later".into()));
     let (trigger, handle) = start(&rig, rig.config(&[]));
-    eventually("a dry run was tried", || !rig.kube.lock().dry_runs.is_empty()).await;
-    assert_eq!(rig.backend.requests(Lane::Run), 0, "no claim before the check passed");
+    eventually("a dry run was tried", || {
+        !rig.kube.lock().dry_runs.is_empty()
+    })
+    .await;
+    assert_eq!(
+        rig.backend.requests(Lane::Run),
+        0,
+        "no claim before the check passed"
+    );
     rig.kube.lock().dry_run_fault = None;
     eventually("both lanes admit", || {
         rig.kube.creates(Lane::Run) == 1 && rig.kube.creates(Lane::Publish) == 1
     })
     .await;
     let dry = rig.kube.lock().dry_runs.clone();
-    assert!(dry.iter().any(|n| n.starts_with("tcab-driver-tcab-dry-run-")), "{dry:?}");
-    assert!(dry.iter().any(|n| n.starts_with("tcab-publisher-tcab-dry-run-")), "{dry:?}");
+    assert!(
+        dry.iter()
+            .any(|n| n.starts_with("tcab-driver-tcab-dry-run-")),
+        "{dry:?}"
+    );
+    assert!(
+        dry.iter()
+            .any(|n| n.starts_with("tcab-publisher-tcab-dry-run-")),
+        "{dry:?}"
+    );
     stop(trigger, handle).await;
 }

@@ -100,7 +100,10 @@ async fn one_list_whatever_the_number_of_jobs_and_none_once_their_reaps_are_comp
     assert_eq!(first.due.reap.len(), 100);
     assert_eq!(first.completed.len(), 100, "no sandbox of them left");
     let seen_now = requests(&seen);
-    assert!(seen_now.len() == 1 && is_pod_list(&seen_now[0][4..]), "{seen_now:?}");
+    assert!(
+        seen_now.len() == 1 && is_pod_list(&seen_now[0][4..]),
+        "{seen_now:?}"
+    );
     for _ in 0..3 {
         r.tick().await;
     }
@@ -333,7 +336,10 @@ async fn a_confirming_read_that_finds_a_live_job_of_the_same_id_stops_the_delete
     assert!(report.completed.is_empty());
     assert_eq!(
         requests(&seen),
-        [format!("GET {}", reap_list_uri(&["a"])), format!("GET {}", jobs_uri("a"))]
+        [
+            format!("GET {}", reap_list_uri(&["a"])),
+            format!("GET {}", jobs_uri("a"))
+        ]
     );
 }
 
@@ -684,7 +690,12 @@ async fn sandboxes_of_another_managed_by_are_left_alone_and_reported_once() {
     let pods = vec![
         sandbox("sb-a", "a"),
         pod("sb-a-fixed", "a", "some-driver", "2027-01-15T11:00:00Z"),
-        pod("tcab-driver-a-1-pod", "a", "tcab-dispatcher", "2027-01-15T11:00:00Z"),
+        pod(
+            "tcab-driver-a-1-pod",
+            "a",
+            "tcab-dispatcher",
+            "2027-01-15T11:00:00Z",
+        ),
     ];
     let (client, seen) = mock_client(cluster(pods, jobs.clone()));
     let mut r = reaper(client, cache(jobs));

@@ -103,8 +103,10 @@ async fn a_status_fault_answers_its_status_with_the_error_body_and_changes_nothi
     assert_eq!(status["refused"], 1, "{status}");
     assert_eq!(status["rules"][0]["mode"], "status");
     // A status outside 400..=599, or none, is refused.
-    for bad in [json!({"paths": ["/jobs/next"], "mode": "status", "seconds": 1}),
-                json!({"paths": ["/jobs/next"], "mode": "status", "status": 204, "seconds": 1})] {
+    for bad in [
+        json!({"paths": ["/jobs/next"], "mode": "status", "seconds": 1}),
+        json!({"paths": ["/jobs/next"], "mode": "status", "status": 204, "seconds": 1}),
+    ] {
         assert_eq!(rig.post("/admin/faults", bad).await.status, 400);
     }
 }
@@ -124,7 +126,11 @@ async fn a_body_fault_applies_the_call_and_answers_its_body_instead() {
     let a = rig.post("/jobs/next", json!({})).await;
     assert_eq!(a.status, 200);
     assert_eq!(a.body, json!({"job": {"id": "../bad"}}), "replaced whole");
-    assert_eq!(rig.state(&first).await, "dispatched", "the claim was committed");
+    assert_eq!(
+        rig.state(&first).await,
+        "dispatched",
+        "the claim was committed"
+    );
 
     // Merged: one field poisoned, the id and token the real ones.
     rig.post("/admin/faults/clear", json!({})).await;

@@ -212,7 +212,9 @@ async fn a_dry_run_create_refuses_what_a_create_would() {
     let c = |resources: serde_json::Value| json!({"name": "driver", "image": "d:1", "resources": resources});
 
     let fine = job(
-        c(json!({"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}})),
+        c(
+            json!({"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}),
+        ),
         json!({"serviceAccountName": "tcab-driver"}),
     );
     jobs.create(&dry, &fine).await.expect("a valid Job passes");
@@ -222,10 +224,18 @@ async fn a_dry_run_create_refuses_what_a_create_would() {
         json!({}),
     );
     let st = api_status(jobs.create(&dry, &below).await.unwrap_err());
-    assert_eq!((st.code, st.reason.as_str()), (422, "Invalid"), "{}", st.message);
+    assert_eq!(
+        (st.code, st.reason.as_str()),
+        (422, "Invalid"),
+        "{}",
+        st.message
+    );
     assert!(
-        st.message.contains("spec.template.spec.containers[0].resources.requests")
-            && st.message.contains("must be less than or equal to memory limit of 1Gi"),
+        st.message
+            .contains("spec.template.spec.containers[0].resources.requests")
+            && st
+                .message
+                .contains("must be less than or equal to memory limit of 1Gi"),
         "{}",
         st.message
     );
@@ -233,12 +243,20 @@ async fn a_dry_run_create_refuses_what_a_create_would() {
     let bad_sa = job(c(json!({})), json!({"serviceAccountName": "tcab..driver"}));
     let st = api_status(jobs.create(&dry, &bad_sa).await.unwrap_err());
     assert_eq!(st.code, 422, "{}", st.message);
-    assert!(st.message.contains("spec.template.spec.serviceAccountName"), "{}", st.message);
+    assert!(
+        st.message.contains("spec.template.spec.serviceAccountName"),
+        "{}",
+        st.message
+    );
 
     let bad_quantity = job(c(json!({"requests": {"memory": "1e3Mi"}})), json!({}));
     let st = api_status(jobs.create(&dry, &bad_quantity).await.unwrap_err());
     assert!(matches!(st.code, 400 | 422), "{} {}", st.code, st.message);
-    assert!(st.message.contains("quantities must match"), "{}", st.message);
+    assert!(
+        st.message.contains("quantities must match"),
+        "{}",
+        st.message
+    );
     // Nothing was stored by any of them.
     assert_eq!(api_status(jobs.get("dry").await.unwrap_err()).code, 404);
 }

@@ -224,14 +224,14 @@ impl BackendClient {
     /// `POST /jobs/next`: claims the next claimable run; `None` on 204. A
     /// 200 whose body breaks the contract is [`ClaimAnswer::Poisoned`] (the
     /// backend committed the claim), not an error.
-    pub async fn claim_run_answer(
-        &self,
-    ) -> Result<Option<ClaimAnswer<ClaimedRun>>, BackendError> {
+    pub async fn claim_run_answer(&self) -> Result<Option<ClaimAnswer<ClaimedRun>>, BackendError> {
         const CALL: Call = "POST /jobs/next";
         let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
             return Ok(None);
         };
-        Ok(Some(answered(self.read_claim(CALL, "job", &answer, open_run))))
+        Ok(Some(answered(
+            self.read_claim(CALL, "job", &answer, open_run),
+        )))
     }
 
     /// `POST /publish-jobs/next`: claims the next queued publish; `None` on
