@@ -515,6 +515,7 @@ mod tests {
         let created = tokio::spawn(create(
             State(app),
             Path("ns".into()),
+            Query(HashMap::new()),
             axum::Json(job("a", "run")),
         ));
         crate::wait::eventually("the create to arrive", Duration::from_secs(5), || {

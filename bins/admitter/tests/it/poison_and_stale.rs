@@ -44,7 +44,7 @@ async fn a_live_job_of_the_claimed_id_under_an_older_claim_is_deleted_before_the
         "{:?}",
         report.run
     );
-    assert_eq!(rig.kube.lock().deleted_jobs, [stale.clone()]);
+    assert_eq!(rig.kube.lock().deleted_jobs, [stale]);
     let mut live = rig.kube.live(Lane::Run);
     live.sort();
     let mut want = vec![name_for(Lane::Run, "run-0"), other];
