@@ -517,6 +517,16 @@ pub fn reap_selector(ids: &BTreeSet<String>) -> String {
     format!("{} in ({})", names::JOB_ID, joined.join(","))
 }
 
+/// Whether the pods listed for `due_reap` (and, with `sweep`, the sweep's
+/// LIST) show every sandbox of `job_id`: the sweep lists every pod of the
+/// driver's managed-by value and the label's presence every pod with a job
+/// id, but a reap's `in` selector only the ids it names. A Job that failed
+/// after the ids were chosen is judged by the plan but was not listed: its
+/// reap is not complete until a LIST names it.
+pub fn listed_all_of(due_reap: &BTreeSet<String>, sweep: bool, job_id: &str) -> bool {
+    sweep || due_reap.len() > MAX_SELECTED_IDS || due_reap.contains(job_id)
+}
+
 /// The job ids whose due sandboxes include pods of another managed-by value
 /// (kept by the plan), each with those pods' `namespace/name`, sorted.
 pub fn mismatches(plan: &ReapPlan) -> BTreeMap<String, Vec<String>> {
@@ -1462,6 +1472,25 @@ mod tests {
                 "a".to_owned(),
                 vec!["ns/bare".to_owned(), "ns/fixed".to_owned()]
             )])
+        );
+    }
+
+    #[test]
+    fn only_the_ids_a_list_named_are_known_to_have_no_sandbox_left() {
+        let due: BTreeSet<String> = ["a".to_owned()].into();
+        assert!(listed_all_of(&due, false, "a"));
+        assert!(
+            !listed_all_of(&due, false, "b"),
+            "failed after the LIST was chosen"
+        );
+        assert!(
+            listed_all_of(&due, true, "b"),
+            "the sweep listed every sandbox"
+        );
+        let many: BTreeSet<String> = (0..=MAX_SELECTED_IDS).map(|i| format!("j{i}")).collect();
+        assert!(
+            listed_all_of(&many, false, "b"),
+            "listed by the label's presence"
         );
     }
 

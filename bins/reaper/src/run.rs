@@ -412,7 +412,12 @@ impl Reaper {
         }
 
         let attempts = self.carry_out(&plan, &view, &dead, &mut report).await;
-        report.completed = self.memory.record(&verdicts, &attempts);
+        // Only an id the LIST showed whole can be found to have no sandbox left.
+        let listed: BTreeMap<String, plan::IdVerdict> = verdicts
+            .into_iter()
+            .filter(|(id, _)| plan::listed_all_of(&report.due.reap, report.due.sweep, id))
+            .collect();
+        report.completed = self.memory.record(&listed, &attempts);
         for job_id in &report.completed {
             tracing::debug!(job_id, "no sandbox of this job left; its reap is complete");
         }

@@ -715,3 +715,48 @@ async fn sandboxes_of_another_managed_by_are_left_alone_and_reported_once() {
     assert_eq!(again.listed, None);
     assert!(again.mismatches.is_empty());
 }
+
+/// A driver Job that fails while a reap's LIST (named by the ids due) is in
+/// flight is judged by the plan, but the LIST did not name its id: its reap
+/// is not complete until the next tick lists it and deletes its sandbox.
+#[tokio::test]
+async fn a_driver_failing_during_a_reaps_list_is_reaped_on_the_next_tick() {
+    let jobs = vec![
+        job("tcab-driver-a-1", "a", true),
+        job("tcab-driver-b-1", "b", false),
+    ];
+    let view = cache(jobs.clone());
+    let failing = view.clone();
+    let b_failed = job("tcab-driver-b-1", "b", true);
+    let mut answered = vec![jobs[0].clone(), b_failed.clone()];
+    answered.sort_by(|x, y| x.metadata.name.cmp(&y.metadata.name));
+    let mut answer = cluster(vec![sandbox("sb-a", "a"), sandbox("sb-b", "b")], answered);
+    let mut first = true;
+    let (client, seen) = mock_client(Box::new(move |req| {
+        if is_pod_list(&req.uri) && std::mem::take(&mut first) {
+            // Answered as its selector asks (job id a only), while b fails.
+            failing.apply(Event::Apply(b_failed.clone()));
+            return Answer::Json(200, pod_list(vec![sandbox("sb-a", "a")]));
+        }
+        answer(req)
+    }));
+    let mut r = reaper(client, view);
+    let report = r.tick().await;
+    assert_eq!(report.due.reap, ids(&["a"]));
+    assert_eq!(
+        report.outcomes(),
+        [("sandboxes/sb-a".to_string(), DeleteOutcome::Deleted)]
+    );
+    assert_eq!(
+        report.completed,
+        ids(&["a"]),
+        "b was not listed: not complete"
+    );
+    let report = r.tick().await;
+    assert_eq!(report.due.reap, ids(&["b"]));
+    assert_eq!(
+        report.outcomes(),
+        [("sandboxes/sb-b".to_string(), DeleteOutcome::Deleted)]
+    );
+    assert!(requests(&seen).contains(&format!("GET {}", reap_list_uri(&["b"]))));
+}
