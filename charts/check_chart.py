@@ -238,7 +238,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "fsGroup": 1000,
                 "serviceAccount": "tcab-driver",
             },
-            "publisher": {"image": PUBLISHER_IMAGE, "activeDeadlineSeconds": 2400},
+            "publisher": {
+                "image": PUBLISHER_IMAGE,
+                "activeDeadlineSeconds": 2400,
+                "cpuRequest": "200m",
+                "memoryRequest": "384Mi",
+                "cpuLimit": 2,
+                "memoryLimit": "2Gi",
+            },
             "sandbox": {"namespace": SANDBOX_NS},
             "metrics": {
                 "enabled": True,
@@ -288,6 +295,10 @@ EVERY_VALUE_ENV = {
         "TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT": "8Gi",
         "TCAB_DISPATCHER_DRIVER_ACTIVE_DEADLINE_SECONDS": "1000000",
         "TCAB_DISPATCHER_PUBLISHER_ACTIVE_DEADLINE_SECONDS": "2400",
+        "TCAB_DISPATCHER_PUBLISHER_CPU_REQUEST": "200m",
+        "TCAB_DISPATCHER_PUBLISHER_MEMORY_REQUEST": "384Mi",
+        "TCAB_DISPATCHER_PUBLISHER_CPU_LIMIT": "2",
+        "TCAB_DISPATCHER_PUBLISHER_MEMORY_LIMIT": "2Gi",
         "TCAB_DRIVER_ARTIFACTS_URL": "http://tcab-backend.tcab.svc:8080/artifacts",
         "TCAB_DRIVER_REPOS_URL": "http://tcab-backend.tcab.svc:8080/repos",
         "TCAB_DRIVER_FINISH_DEADLINE_SECONDS": "7200",
@@ -328,7 +339,7 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
         ["passthroughEnv", "OPENAI_API_KEY"],
     ),
     ("non-numeric maxInflight", merged({"dispatcher": {"maxInflight": "eight"}}), ["/dispatcher/maxInflight"]),
-    ("zero maxInflight", merged({"dispatcher": {"maxInflight": 0}}), ["/dispatcher/maxInflight"]),
+    ("negative maxInflight", merged({"dispatcher": {"maxInflight": -1}}), ["/dispatcher/maxInflight"]),
     ("unknown logFormat", merged({"dispatcher": {"logFormat": "xml"}}), ["/dispatcher/logFormat"]),
     ("vaultAddr not IP:port", merged({"dispatcher": {"vaultAddr": "vault"}}), ["/dispatcher/vaultAddr"]),
     ("negative leaseSeconds", merged({"dispatcher": {"leaseSeconds": -5}}), ["/dispatcher/leaseSeconds"]),
@@ -1071,10 +1082,19 @@ def main() -> int:
 
     def driver_managed_by() -> str:
         label_value = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+        # By default the binaries' own value, the one a driver uses when nothing
+        # tells it otherwise, the same for every release.
+        for release, namespace in [(RELEASE, NAMESPACE), ("blue", "tcab-staging")]:
+            r = render(chart, base_values(), name=release, namespace=namespace)
+            for cname in ("admitter", "reaper"):
+                got = r.env(cname)["TCAB_DRIVER_MANAGED_BY"]["value"]
+                assert got == "tcab-driver", f"[{release}/{namespace}] {cname}: {got!r}, want tcab-driver"
+        # Opt-in: a value unique to each release, for namespaces several dispatchers share.
         releases = [(RELEASE, NAMESPACE), (RELEASE, "tcab-staging"), ("blue", NAMESPACE), ("r" * 53, NAMESPACE)]
         values: dict[tuple[str, str], str] = {}
+        per_release = merged({"driver": {"managedByPerRelease": True}})
         for release, namespace in releases:
-            r = render(chart, base_values(), name=release, namespace=namespace)
+            r = render(chart, per_release, name=release, namespace=namespace)
             admitter = r.env("admitter")["TCAB_DRIVER_MANAGED_BY"]["value"]
             reaper = r.env("reaper")["TCAB_DRIVER_MANAGED_BY"]["value"]
             assert admitter == reaper, f"[{release}/{namespace}] admitter {admitter!r}, reaper {reaper!r}"
@@ -1083,12 +1103,15 @@ def main() -> int:
             assert admitter != dispatcher, f"[{release}/{namespace}] same as the dispatcher's: {admitter!r}"
             values[(release, namespace)] = admitter
         assert len(set(values.values())) == len(values), f"not unique per release: {values}"
-        given = render(chart, merged({"driver": {"managedBy": "tcab-driver"}}))
+        given = render(chart, merged({"driver": {"managedBy": "tcab-driver-green", "managedByPerRelease": True}}))
         for cname in ("admitter", "reaper"):
-            assert given.env(cname)["TCAB_DRIVER_MANAGED_BY"]["value"] == "tcab-driver", f"{cname}: value not used"
-        return values[(RELEASE, NAMESPACE)]
+            assert given.env(cname)["TCAB_DRIVER_MANAGED_BY"]["value"] == "tcab-driver-green", f"{cname}: value not used"
+        return f"tcab-driver by default; per release: {values[(RELEASE, NAMESPACE)]}"
 
-    run.check("driver managed-by: unique to each release by default, a label value, on admitter and reaper", driver_managed_by)
+    run.check(
+        "driver managed-by: tcab-driver by default, unique to each release when opted in, a label value, on admitter and reaper",
+        driver_managed_by,
+    )
 
     def default_env() -> None:
         r = need("defaults")

@@ -548,6 +548,20 @@ impl OwnedJobs {
         state.live_in_lane(lane)
     }
 
+    /// The cached Jobs labelled with backend job `job_id`, sorted by name
+    /// (the admitter's check for a stale Job of a fresh claim).
+    pub fn with_job_id(&self, job_id: &str) -> Vec<JobSummary> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let mut jobs: Vec<JobSummary> = state
+            .jobs
+            .values()
+            .filter(|j| j.job_id.as_deref() == Some(job_id))
+            .cloned()
+            .collect();
+        jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        jobs
+    }
+
     /// Whether the cache holds a Job of this name.
     pub fn contains(&self, name: &str) -> bool {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());

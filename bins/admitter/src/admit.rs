@@ -8,17 +8,108 @@
 //! refused, the Job could not be built, the claim was given up), the claim's
 //! token is forgotten in the vault (best effort) and the claim is left to
 //! lapse: the backend requeues the job.
+//!
+//! Two things come before a claim's Job counts:
+//! - **poisoned claims end once**: a claim answered 200 whose body cannot
+//!   become a Job (the client could not read it whole, or its request is
+//!   over [`MAX_REQUEST_BYTES`]), or whose Job the API server refuses with
+//!   422 (the dry run at start passed, so the job's own data is at fault), is
+//!   reported failed with its own token, once, instead of lapsing and being
+//!   handed out again every lease; with no usable id and token it is only
+//!   logged (its shape, never a value) and counted;
+//! - **one live Job per backend job**: a live Job of the same job id under
+//!   an older claim (in the view, or created by this lane and not yet seen
+//!   or settled) is stale, its token no longer works: it is deleted first
+//!   ([`crate::plan::stale_jobs`]); a failed delete is logged and counted and
+//!   does not stop the admission (the next admission of that id, or the
+//!   lease-keeper, deals with it).
 
 use crate::job_builder::{self, JobSettings};
 use crate::keeper_client::KeeperClient;
+use crate::plan::{self, StaleJob};
 use crate::settle::{self, Confirmation, End, GiveUp, Known, SettleEdges, SettleLimits};
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams};
 use std::fmt;
 use std::time::Duration;
-use tcab_shared::backend::{BackendClient, BackendError, ClaimedPublish, ClaimedRun};
+use tcab_shared::backend::{
+    BackendClient, BackendError, ClaimAnswer, ClaimedPublish, ClaimedRun, PoisonedClaim,
+};
+use tcab_shared::job_cache::JobSummary;
+use tcab_shared::kube_api::{Verb, call};
 use tcab_shared::{Lane, Secret, error_chain, names};
 use tokio::time::Instant;
+
+/// The longest launch request (or publish request) a claim may carry, in
+/// bytes of its JSON. It reaches the pod as one environment variable
+/// (`TCAB_LAUNCH_REQUEST`, `TCAB_PUBLISH_REQUEST`), and Linux refuses to
+/// start a process one of whose environment strings is longer than
+/// `MAX_ARG_STRLEN` (32 pages, 128 KiB, name and `=` included): a larger
+/// request would make a Job whose container can never start. 120 KiB keeps
+/// room for the name; a Job this size is also far under the API server's
+/// (etcd's) 1.5 MiB object limit.
+pub const MAX_REQUEST_BYTES: usize = 120 * 1024;
+
+/// Why a claim cannot become a Job for a reason of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoisonReason {
+    /// The claim's answer breaks the contract (a missing or mistyped field,
+    /// an invalid id, an unusable token).
+    Malformed,
+    /// Its request is over [`MAX_REQUEST_BYTES`].
+    TooLarge,
+    /// The API server refused its Job with 422 after the dry run at start
+    /// passed: the job's own data is invalid in a Job.
+    Invalid,
+}
+
+impl PoisonReason {
+    /// The `reason` label value: `malformed`, `too_large`, `invalid`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoisonReason::Malformed => "malformed",
+            PoisonReason::TooLarge => "too_large",
+            PoisonReason::Invalid => "invalid",
+        }
+    }
+}
+
+/// What became of reporting a poisoned claim failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoisonReport {
+    /// The backend took the failed report (or result).
+    Reported,
+    /// The report failed (after the client's bounded 429/503 retry); it is
+    /// not tried again: the claim lapses and the backend requeues the job.
+    Failed(String),
+    /// The answer carried no usable id and token: nothing to report with.
+    Impossible {
+        /// The answer's keys and value types, for the log.
+        shape: String,
+    },
+}
+
+impl PoisonReport {
+    /// The `result` label value: `ok`, `failed`, `none`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PoisonReport::Reported => "ok",
+            PoisonReport::Failed(_) => "failed",
+            PoisonReport::Impossible { .. } => "none",
+        }
+    }
+}
+
+/// A stale Job of a fresh claim's job id, and what its delete came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleDeletion {
+    /// The backend job id.
+    pub job_id: String,
+    /// The stale Job.
+    pub stale: StaleJob,
+    /// `Ok` when deleted or already gone; the error otherwise.
+    pub result: Result<(), String>,
+}
 
 /// What one admission (or a later settle of one) came to.
 #[derive(Debug)]
@@ -53,6 +144,18 @@ pub enum LaneOutcome {
         job_name: String,
         /// Why.
         reason: CreateFailure,
+    },
+    /// A claim that cannot become a Job for a reason of its own (see the
+    /// module doc): reported failed once when it could be, never created.
+    Poisoned {
+        /// The backend job id, when the answer carried a valid one.
+        job_id: Option<String>,
+        /// Why.
+        reason: PoisonReason,
+        /// The words, as reported (never a token or a value of the answer).
+        detail: String,
+        /// What the report came to.
+        report: PoisonReport,
     },
     /// A job was claimed and whether its Job exists is unknown (the create
     /// and the reads got no answer that tells): the lane holds a slot for it
@@ -145,6 +248,9 @@ pub struct Creation {
     pub claimed_at: Instant,
     /// The first answer that did not tell, once there was one.
     pub unclear: Option<String>,
+    /// The claim's per-job token, to report the job failed should the API
+    /// server refuse its Job with 422 (`None` in tests that build one).
+    token: Option<Secret>,
     job: Job,
 }
 
@@ -176,6 +282,7 @@ impl Creation {
                 .unwrap_or_else(|| names::job_name(lane, job_id, claim)),
             claimed_at,
             unclear: None,
+            token: None,
             job,
         }
     }
@@ -207,6 +314,15 @@ impl Claimed {
             Claimed::Run(_) => Lane::Run,
             Claimed::Publish(_) => Lane::Publish,
         }
+    }
+
+    /// The request the Job carries, serialized, and its size.
+    fn request_bytes(&self) -> usize {
+        let request = match self {
+            Claimed::Run(run) => &run.launch_request,
+            Claimed::Publish(publish) => &publish.request,
+        };
+        request.to_string().len()
     }
 
     fn build(&self, settings: &JobSettings) -> Result<Job, job_builder::JobBuildError> {
@@ -254,13 +370,16 @@ impl AdmitDeps<'_> {
     }
 }
 
-/// An admission's outcome, and the creation left unsettled, if it was.
+/// An admission's outcome, the creation left unsettled, if it was, and the
+/// stale Jobs deleted before it.
 #[derive(Debug)]
 pub struct Admission {
     /// What happened.
     pub outcome: LaneOutcome,
     /// The creation whose Job may exist, for the lane to hold and settle again.
     pub unsettled: Option<Creation>,
+    /// Stale Jobs of the claimed job id, and what their deletes came to.
+    pub stale: Vec<StaleDeletion>,
 }
 
 impl From<LaneOutcome> for Admission {
@@ -268,31 +387,62 @@ impl From<LaneOutcome> for Admission {
         Admission {
             outcome,
             unsettled: None,
+            stale: vec![],
         }
     }
 }
 
-/// Claims one job of `lane`, creates its Job and settles the create.
-pub async fn admit(lane: Lane, deps: AdmitDeps<'_>) -> Admission {
+/// What the lane knows of a job id when it claims it: the cached Jobs of that
+/// id and its own Jobs of that id created but not seen or not settled yet.
+pub type JobsOfId<'a> = &'a (dyn Fn(&str) -> Vec<JobSummary> + Sync);
+
+/// Claims one job of `lane`, deletes the stale Jobs of its id (`jobs_of_id`
+/// tells what the lane knows of an id), creates its Job and settles the
+/// create. A poisoned claim is reported failed once instead.
+pub async fn admit(lane: Lane, deps: AdmitDeps<'_>, jobs_of_id: JobsOfId<'_>) -> Admission {
     // Measured before the claim is sent: the lease cannot start earlier, so
     // the claim's age is never under-estimated.
     let claimed_at = Instant::now();
-    let claimed = match lane {
-        Lane::Run => deps.backend.claim_run().await.map(|c| c.map(Claimed::Run)),
+    let answer = match lane {
+        Lane::Run => deps
+            .backend
+            .claim_run_answer()
+            .await
+            .map(|c| c.map(|a| opened(a, Claimed::Run))),
         Lane::Publish => deps
             .backend
-            .claim_publish()
+            .claim_publish_answer()
             .await
-            .map(|c| c.map(Claimed::Publish)),
+            .map(|c| c.map(|a| opened(a, Claimed::Publish))),
     };
-    let claimed = match claimed {
-        Ok(Some(claimed)) => claimed,
+    let claimed = match answer {
+        Ok(Some(Ok(claimed))) => claimed,
+        Ok(Some(Err(poisoned))) => return poisoned_answer(lane, deps, poisoned).await.into(),
         Ok(None) => return LaneOutcome::Empty.into(),
         Err(error) => return LaneOutcome::ClaimFailed(error).into(),
     };
     let job_id = claimed.id().to_owned();
     let claim = names::claim_tag(claimed.token().expose());
     let job_name = names::job_name(lane, &job_id, &claim);
+
+    let size = claimed.request_bytes();
+    if size > MAX_REQUEST_BYTES {
+        let what = match lane {
+            Lane::Run => "launch request",
+            Lane::Publish => "publish request",
+        };
+        let detail = format!(
+            "the dispatcher cannot make a Job of this claim: its {what} is {size} bytes, over the {MAX_REQUEST_BYTES} bytes one environment variable of a pod can carry"
+        );
+        let report = report_failed(lane, deps, &job_id, claimed.token(), &detail).await;
+        return LaneOutcome::Poisoned {
+            job_id: Some(job_id),
+            reason: PoisonReason::TooLarge,
+            detail,
+            report,
+        }
+        .into();
+    }
 
     // The token goes to the vault first, so a death seen right after the
     // create finds it. A failed Put does not stop the Job.
@@ -319,7 +469,12 @@ pub async fn admit(lane: Lane, deps: AdmitDeps<'_>) -> Admission {
             .into();
         }
     };
-    let creation = Creation::new(lane, &job_id, &claim, job, claimed_at);
+    // Before the new Job counts: no other live Job of this id may.
+    let stale = plan::stale_jobs(lane, &job_id, &job_name, &jobs_of_id(&job_id));
+    let stale = delete_stale(deps, &job_id, stale).await;
+
+    let mut creation = Creation::new(lane, &job_id, &claim, job, claimed_at);
+    creation.token = Some(claimed.token().clone());
     let settlement = settle::settle(
         deps.settle_edges(),
         &creation.job,
@@ -328,7 +483,98 @@ pub async fn admit(lane: Lane, deps: AdmitDeps<'_>) -> Admission {
         Known::NotCreated,
     )
     .await;
-    conclude(creation, settlement, deps).await
+    let mut admission = conclude(creation, settlement, deps).await;
+    admission.stale = stale;
+    admission
+}
+
+/// A claim's answer with the claimed job of its lane, or what could be read
+/// of a poisoned one.
+fn opened<T>(answer: ClaimAnswer<T>, lane: fn(T) -> Claimed) -> Result<Claimed, PoisonedClaim> {
+    match answer {
+        ClaimAnswer::Job(job) => Ok(lane(job)),
+        ClaimAnswer::Poisoned(poisoned) => Err(poisoned),
+    }
+}
+
+/// A claim answered 200 whose body cannot become a Job: reported failed with
+/// its own token when the answer carried a usable id and token. Nothing was
+/// put in the vault for it.
+async fn poisoned_answer(lane: Lane, deps: AdmitDeps<'_>, poisoned: PoisonedClaim) -> LaneOutcome {
+    let detail = format!(
+        "the dispatcher cannot make a Job of this claim: its answer is malformed: {}",
+        poisoned.reason
+    );
+    let report = match (&poisoned.id, &poisoned.token) {
+        (Some(id), Some(token)) => report_failed(lane, deps, id, token, &detail).await,
+        _ => PoisonReport::Impossible {
+            shape: poisoned.shape.clone(),
+        },
+    };
+    LaneOutcome::Poisoned {
+        job_id: poisoned.id,
+        reason: PoisonReason::Malformed,
+        detail,
+        report,
+    }
+}
+
+/// Reports a poisoned claim failed with its own token, once: a run as the
+/// death report does (`failed`, `infrastructure`), a publish as a failed
+/// result. Bounded by the backend client's timeout and its one retry on
+/// 429/503; a failure is not retried.
+async fn report_failed(
+    lane: Lane,
+    deps: AdmitDeps<'_>,
+    job_id: &str,
+    token: &Secret,
+    detail: &str,
+) -> PoisonReport {
+    let result = match lane {
+        Lane::Run => deps
+            .backend
+            .report_death(job_id, token, detail)
+            .await
+            .map(|_| ()),
+        Lane::Publish => {
+            deps.backend
+                .report_publish_failed(job_id, token, detail)
+                .await
+        }
+    };
+    match result {
+        Ok(()) => PoisonReport::Reported,
+        Err(error) => PoisonReport::Failed(error_chain(&error)),
+    }
+}
+
+/// Deletes each stale Job (background propagation, bounded; a 404 means it
+/// is gone already, which is as good).
+async fn delete_stale(
+    deps: AdmitDeps<'_>,
+    job_id: &str,
+    stale: Vec<StaleJob>,
+) -> Vec<StaleDeletion> {
+    let mut done = Vec::with_capacity(stale.len());
+    for job in stale {
+        let result = match call(
+            Verb::Delete,
+            deps.kube_timeout,
+            deps.jobs.delete(&job.name, &DeleteParams::background()),
+        )
+        .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_not_found() => Ok(()),
+            Err(error) => Err(error_chain(&error)),
+        };
+        done.push(StaleDeletion {
+            job_id: job_id.to_owned(),
+            stale: job,
+            result,
+        });
+    }
+    done
 }
 
 /// Settles again a creation left unsettled: it starts with a read.
@@ -378,6 +624,28 @@ async fn conclude(
             job_name: creation.job_name,
         },
         End::Refused {
+            code: 422,
+            reason,
+            message,
+        } if creation.token.is_some() => {
+            forget(deps, creation.lane, &creation.job_id, &creation.claim).await;
+            let detail = format!(
+                "the dispatcher cannot make a Job of this claim: the API server refused its Job: 422 {reason}: {message}"
+            );
+            let report = match &creation.token {
+                Some(token) => {
+                    report_failed(creation.lane, deps, &creation.job_id, token, &detail).await
+                }
+                None => PoisonReport::Failed("no token".into()),
+            };
+            LaneOutcome::Poisoned {
+                job_id: Some(creation.job_id),
+                reason: PoisonReason::Invalid,
+                detail,
+                report,
+            }
+        }
+        End::Refused {
             code,
             reason,
             message,
@@ -418,6 +686,7 @@ async fn conclude(
                     error,
                 },
                 unsettled: Some(creation),
+                stale: vec![],
             };
         }
     };

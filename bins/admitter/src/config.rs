@@ -3,11 +3,11 @@
 //! declared in `tcab_shared::config::vars`; this reads the ones the admitter
 //! uses and checks them against each other.
 
-use crate::job_builder::JobSettings;
+use crate::job_builder::{JobSettings, Sizing};
 use std::time::Duration;
 use tcab_shared::config::{
     BackendConfig, Binary, BinaryConfig, CommonConfig, ConfigError, Env, at_most_half_lease,
-    distinct_managed_by, vars,
+    distinct_managed_by, limit_at_least_request, vars,
 };
 
 /// `tcab-admitter`'s configuration.
@@ -63,6 +63,18 @@ fn job_settings(
     let publisher_image = vars::PUBLISHER_IMAGE.read(env)?;
     let driver_secrets = vars::DRIVER_SECRETS.read(env)?.unwrap_or_default();
     let subscription_dir = vars::DRIVER_SUBSCRIPTION_DIR.get(env)?;
+    let cpu_request = vars::DRIVER_CPU_REQUEST.get(env)?;
+    let memory_request = vars::DRIVER_MEMORY_REQUEST.get(env)?;
+    let cpu_limit = vars::DRIVER_CPU_LIMIT.read(env)?;
+    let memory_limit = vars::DRIVER_MEMORY_LIMIT.read(env)?;
+    limit_at_least_request(
+        (vars::DRIVER_CPU_LIMIT.name, cpu_limit.as_deref()),
+        (vars::DRIVER_CPU_REQUEST.name, &cpu_request),
+    )?;
+    limit_at_least_request(
+        (vars::DRIVER_MEMORY_LIMIT.name, memory_limit.as_deref()),
+        (vars::DRIVER_MEMORY_REQUEST.name, &memory_request),
+    )?;
     Ok(JobSettings {
         managed_by: common.managed_by.clone(),
         artifacts_url: vars::DRIVER_ARTIFACTS_URL
@@ -78,10 +90,11 @@ fn job_settings(
         report_deadline_seconds: vars::DRIVER_REPORT_DEADLINE_SECONDS.get(env)?,
         driver_managed_by: vars::DRIVER_MANAGED_BY.get(env)?,
         termination_grace_seconds: vars::DRIVER_TERMINATION_GRACE_SECONDS.get(env)?,
-        cpu_request: vars::DRIVER_CPU_REQUEST.get(env)?,
-        memory_request: vars::DRIVER_MEMORY_REQUEST.get(env)?,
-        cpu_limit: vars::DRIVER_CPU_LIMIT.read(env)?,
-        memory_limit: vars::DRIVER_MEMORY_LIMIT.read(env)?,
+        cpu_request,
+        memory_request,
+        cpu_limit,
+        memory_limit,
+        publisher_resources: publisher_resources(env)?,
         ttl_seconds_after_finished: vars::JOB_TTL_SECONDS.get(env)?,
         driver_active_deadline_seconds: vars::DRIVER_ACTIVE_DEADLINE_SECONDS.get(env)?,
         publisher_active_deadline_seconds: vars::PUBLISHER_ACTIVE_DEADLINE_SECONDS.get(env)?,
@@ -92,4 +105,27 @@ fn job_settings(
         driver_service_account: vars::DRIVER_SERVICE_ACCOUNT.read(env)?,
         passthrough_env: env.passthrough().to_vec(),
     })
+}
+
+/// The publisher container's requests and limits, each limit at least its
+/// request (the API server refuses a Job otherwise).
+fn publisher_resources(env: &Env) -> Result<Sizing, ConfigError> {
+    let sizing = Sizing {
+        cpu_request: vars::PUBLISHER_CPU_REQUEST.get(env)?,
+        memory_request: vars::PUBLISHER_MEMORY_REQUEST.get(env)?,
+        cpu_limit: vars::PUBLISHER_CPU_LIMIT.read(env)?,
+        memory_limit: vars::PUBLISHER_MEMORY_LIMIT.read(env)?,
+    };
+    limit_at_least_request(
+        (vars::PUBLISHER_CPU_LIMIT.name, sizing.cpu_limit.as_deref()),
+        (vars::PUBLISHER_CPU_REQUEST.name, &sizing.cpu_request),
+    )?;
+    limit_at_least_request(
+        (
+            vars::PUBLISHER_MEMORY_LIMIT.name,
+            sizing.memory_limit.as_deref(),
+        ),
+        (vars::PUBLISHER_MEMORY_REQUEST.name, &sizing.memory_request),
+    )?;
+    Ok(sizing)
 }

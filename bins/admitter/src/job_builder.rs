@@ -46,6 +46,8 @@ pub struct JobSettings {
     pub cpu_limit: Option<String>,
     /// The driver container's memory limit; unset by default (see the spec).
     pub memory_limit: Option<String>,
+    /// The publisher container's requests and limits (its own settings).
+    pub publisher_resources: Sizing,
     /// `ttlSecondsAfterFinished` of every Job.
     pub ttl_seconds_after_finished: i32,
     /// The driver Job's `activeDeadlineSeconds` backstop.
@@ -65,6 +67,31 @@ pub struct JobSettings {
     /// Every `TCAB_K8S_*` and `TCAB_CONTAINER_*` variable of the admitter's
     /// own environment, sorted by name, passed through to the driver.
     pub passthrough_env: Vec<(String, String)>,
+}
+
+/// A container's requests and limits, as Kubernetes quantities.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sizing {
+    /// The CPU request.
+    pub cpu_request: String,
+    /// The memory request.
+    pub memory_request: String,
+    /// The CPU limit; `None` sets none.
+    pub cpu_limit: Option<String>,
+    /// The memory limit; `None` sets none.
+    pub memory_limit: Option<String>,
+}
+
+impl JobSettings {
+    /// The driver container's requests and limits.
+    pub fn driver_resources(&self) -> Sizing {
+        Sizing {
+            cpu_request: self.cpu_request.clone(),
+            memory_request: self.memory_request.clone(),
+            cpu_limit: self.cpu_limit.clone(),
+            memory_limit: self.memory_limit.clone(),
+        }
+    }
 }
 
 use tcab_shared::names::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
@@ -224,7 +251,7 @@ pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
         env: Some(vars),
         env_from: (!env_from.is_empty()).then_some(env_from),
         volume_mounts: mounts,
-        resources: Some(resources(settings)),
+        resources: Some(resources(&settings.driver_resources())),
         ..Container::default()
     };
     let pod = PodSpec {
@@ -250,8 +277,8 @@ pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
 /// publisher image is configured.
 ///
 /// The publisher gets the publisher env of docs/job-contract.md only (no
-/// driver Secrets, subscription mount or service account), the driver's
-/// resource settings (there is no separate publisher sizing),
+/// driver Secrets, subscription mount or service account), its own
+/// requests and limits (`publisher_resources`),
 /// `publisher_active_deadline_seconds` and
 /// [`PUBLISHER_TERMINATION_GRACE_SECONDS`]. Like the driver Job it holds the
 /// per-job token in its env: never log it.
@@ -290,7 +317,7 @@ pub fn publisher_job(
         name: PUBLISHER_CONTAINER.to_owned(),
         image: Some(image.clone()),
         env: Some(vars),
-        resources: Some(resources(settings)),
+        resources: Some(resources(&settings.publisher_resources)),
         ..Container::default()
     };
     let pod = PodSpec {
@@ -378,9 +405,9 @@ fn scalar_text(value: &serde_json::Value) -> Option<String> {
     }
 }
 
-/// Requests for CPU and memory, a CPU limit when configured, and a memory
-/// limit only when configured (unset by default, see the spec).
-fn resources(settings: &JobSettings) -> ResourceRequirements {
+/// Requests for CPU and memory, and each limit only when configured (the
+/// driver's memory limit is unset by default, see the spec).
+fn resources(settings: &Sizing) -> ResourceRequirements {
     let requests = BTreeMap::from([
         ("cpu".to_owned(), Quantity(settings.cpu_request.clone())),
         (

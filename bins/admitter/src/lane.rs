@@ -8,7 +8,9 @@
 //! the Jobs API, all safe to use at once), so a slow or hung call in one
 //! lane never delays the other.
 
-use crate::admit::{self, Admission, AdmitDeps, CreateFailure, LaneOutcome};
+use crate::admit::{
+    self, Admission, AdmitDeps, CreateFailure, LaneOutcome, PoisonReport, StaleDeletion,
+};
 use crate::gate::lane_gate;
 use crate::keeper_client::KeeperClient;
 use crate::lanes::LaneState;
@@ -67,6 +69,8 @@ pub enum AdmissionResult {
     Resting,
     /// The lane is not configured.
     Disabled,
+    /// The lane's cap is 0: paused by its operator.
+    Paused,
     /// The claim failed, or the Job was not created, or its create could not
     /// be settled.
     Error,
@@ -74,7 +78,7 @@ pub enum AdmissionResult {
 
 impl AdmissionResult {
     /// Every result, in a stable order.
-    pub const ALL: [AdmissionResult; 9] = [
+    pub const ALL: [AdmissionResult; 10] = [
         AdmissionResult::Created,
         AdmissionResult::EmptyQueue,
         AdmissionResult::GateClosed,
@@ -83,6 +87,7 @@ impl AdmissionResult {
         AdmissionResult::BackingOff,
         AdmissionResult::Resting,
         AdmissionResult::Disabled,
+        AdmissionResult::Paused,
         AdmissionResult::Error,
     ];
 
@@ -97,6 +102,7 @@ impl AdmissionResult {
             AdmissionResult::BackingOff => "backing_off",
             AdmissionResult::Resting => "resting",
             AdmissionResult::Disabled => "disabled",
+            AdmissionResult::Paused => "paused",
             AdmissionResult::Error => "error",
         }
     }
@@ -117,6 +123,8 @@ pub struct LaneReport {
     /// The lane's non-terminal Jobs as the tick counted them before it
     /// admitted (live cached, created but unseen, unsettled).
     pub in_flight: u32,
+    /// Stale Jobs of the claimed job id deleted (or not) before its Job.
+    pub stale: Vec<StaleDeletion>,
 }
 
 impl LaneReport {
@@ -128,6 +136,7 @@ impl LaneReport {
             (Some(_), _) => AdmissionResult::Error,
             (None, Decision::Hold(reason)) => match reason {
                 HoldReason::Disabled => AdmissionResult::Disabled,
+                HoldReason::Paused => AdmissionResult::Paused,
                 HoldReason::ViewNotCurrent { .. } => AdmissionResult::ViewNotCurrent,
                 HoldReason::BackingOff { .. } => AdmissionResult::BackingOff,
                 HoldReason::Resting { .. } => AdmissionResult::Resting,
@@ -218,6 +227,7 @@ impl LaneAdmitter {
                 outcome: None,
                 resettled: vec![],
                 in_flight: 0,
+                stale: vec![],
             };
         }
         let resettled = self.settle_leftovers().await;
@@ -237,8 +247,18 @@ impl LaneAdmitter {
         }
         self.log_decision(&decision);
 
+        let mut stale = vec![];
         let outcome = if decision.admits() {
-            let admission = admit::admit(lane, self.deps()).await;
+            let cache = &self.edges.cache;
+            let state = &self.state;
+            let jobs_of_id = |job_id: &str| {
+                let mut jobs = cache.with_job_id(job_id);
+                jobs.extend(state.pending_with_id(lane, job_id));
+                jobs
+            };
+            let mut admission = admit::admit(lane, self.deps(), &jobs_of_id).await;
+            stale = std::mem::take(&mut admission.stale);
+            self.settle_stale(&stale).await;
             Some(self.record(admission, false))
         } else {
             None
@@ -249,6 +269,43 @@ impl LaneAdmitter {
             outcome,
             resettled,
             in_flight,
+            stale,
+        }
+    }
+
+    /// Logs each stale Job's delete; one deleted (or gone) no longer counts,
+    /// and an unsettled creation of it is never created: its token is
+    /// forgotten.
+    async fn settle_stale(&mut self, stale: &[StaleDeletion]) {
+        let lane = self.lane;
+        for deletion in stale {
+            let claim = deletion.stale.claim.as_deref().unwrap_or("(none)");
+            match &deletion.result {
+                Ok(()) => {
+                    tracing::warn!(
+                        %lane, job_id = %deletion.job_id, stale_job = %deletion.stale.name, %claim,
+                        "deleted a stale Job: a live Job of this job id under an older claim (its token no longer works; the backend handed the job out again)"
+                    );
+                    if let Some(creation) = self.state.drop_stale(&deletion.stale.name)
+                        && let Err(error) = self
+                            .edges
+                            .vault
+                            .forget(&creation.job_id, &creation.claim)
+                            .await
+                    {
+                        tracing::warn!(
+                            %lane, job_id = %creation.job_id, claim = %creation.claim,
+                            error = %error_chain(&error),
+                            "could not forget the token of a stale claim; the lease-keeper drops it after a lease"
+                        );
+                    }
+                }
+                Err(error) => tracing::warn!(
+                    %lane, job_id = %deletion.job_id, stale_job = %deletion.stale.name, %claim,
+                    %error,
+                    "could not delete a stale Job of this job id (an older claim); admitting the new claim anyway, the stale one is tried again at the next claim of this id or left to the lease-keeper"
+                ),
+            }
         }
     }
 
@@ -343,6 +400,12 @@ impl LaneAdmitter {
                 }
                 _ => {}
             },
+            Some(HoldReason::Paused) if changed => {
+                tracing::info!(
+                    %lane,
+                    "lane paused: its cap is 0, so it claims nothing (the lease-keeper's renewals and reports go on)"
+                );
+            }
             Some(HoldReason::GateClosed { why }) if changed => {
                 tracing::info!(%lane, why = %why, "admissions held: admission gate closed");
             }
@@ -366,7 +429,9 @@ impl LaneAdmitter {
         let lane = self.lane;
         let now = Instant::now();
         let retry = self.edges.settings.poll_interval;
-        let Admission { outcome, unsettled } = admission;
+        let Admission {
+            outcome, unsettled, ..
+        } = admission;
         let state = &mut self.state;
         match &outcome {
             LaneOutcome::Admitted {
@@ -374,7 +439,7 @@ impl LaneAdmitter {
                 job_name,
                 settled: None,
             } => {
-                state.record_created(job_name, now);
+                state.record_created(job_name, job_id, now);
                 tracing::info!(%lane, job_id = %job_id, job = %job_name, "admitted");
             }
             LaneOutcome::Admitted {
@@ -382,7 +447,7 @@ impl LaneAdmitter {
                 job_name,
                 settled: Some(settled),
             } => {
-                state.record_created(job_name, now);
+                state.record_created(job_name, job_id, now);
                 tracing::info!(
                     %lane, job_id = %job_id, job = %job_name, after = %settled.after,
                     by = ?settled.by, calls = settled.calls,
@@ -390,7 +455,7 @@ impl LaneAdmitter {
                 );
             }
             LaneOutcome::AlreadyExists { job_id, job_name } => {
-                state.record_created(job_name, now);
+                state.record_created(job_name, job_id, now);
                 tracing::info!(%lane, job_id = %job_id, job = %job_name, "lost race: the Job already exists");
             }
             LaneOutcome::Empty => {
@@ -421,6 +486,29 @@ impl LaneAdmitter {
                         %lane, job_id = %job_id, job = %job_name, %reason, failures, backoff_ms,
                         "Job not created; its token is forgotten, the claim lapses and the backend requeues the job"
                     );
+                }
+            }
+            LaneOutcome::Poisoned {
+                job_id,
+                reason,
+                detail,
+                report,
+            } => {
+                let job_id = job_id.as_deref().unwrap_or("(none)");
+                let reason = reason.as_str();
+                match report {
+                    PoisonReport::Reported => tracing::error!(
+                        %lane, %job_id, %reason, %detail,
+                        "poisoned claim: it cannot become a Job; reported it failed, once"
+                    ),
+                    PoisonReport::Failed(error) => tracing::error!(
+                        %lane, %job_id, %reason, %detail, %error,
+                        "poisoned claim: it cannot become a Job, and reporting it failed did not land; not trying again (the claim lapses and the backend requeues the job)"
+                    ),
+                    PoisonReport::Impossible { shape } => tracing::error!(
+                        %lane, %job_id, %reason, %detail, %shape,
+                        "poisoned claim: it cannot become a Job and its answer carries no usable id and token to report it with; the claim lapses and the backend requeues the job"
+                    ),
                 }
             }
             LaneOutcome::Unsettled {

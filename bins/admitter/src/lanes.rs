@@ -12,8 +12,15 @@ use crate::admit::Creation;
 use crate::plan::HoldReason;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tcab_shared::Lane;
+use tcab_shared::job_cache::JobSummary;
 use tcab_shared::retry::Backoff;
 use tokio::time::Instant;
+
+/// The claim tag at the end of a Job name (`<prefix><id>-<claim>`).
+fn claim_of(name: &str) -> Option<String> {
+    name.rsplit_once('-').map(|(_, claim)| claim.to_owned())
+}
 
 /// Longest back-off after consecutive Job creation failures.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -31,8 +38,9 @@ pub struct LaneState {
     backoff_until: Option<Instant>,
     /// The last claim was empty: the lane rests until then.
     rest_until: Option<Instant>,
-    /// Name of a Job known to exist -> since when, until the cache shows it.
-    unseen: BTreeMap<String, Instant>,
+    /// Name of a Job known to exist -> since when and its backend job id,
+    /// until the cache shows it.
+    unseen: BTreeMap<String, (Instant, String)>,
     /// Name -> a creation whose Job may or may not exist.
     unsettled: BTreeMap<String, Creation>,
     /// The reason the lane was last held, for logging only changes at info.
@@ -96,7 +104,7 @@ impl LaneState {
         if self.unseen.is_empty() && self.unsettled.is_empty() {
             return seen;
         }
-        self.unseen.retain(|name, since| {
+        self.unseen.retain(|name, (since, _)| {
             if cached(name) {
                 return false;
             }
@@ -130,10 +138,45 @@ impl LaneState {
         std::mem::take(&mut self.unsettled).into_values().collect()
     }
 
-    /// A Job of this lane exists (created, or found there): count it until
-    /// the cache shows it, and end any back-off.
-    pub fn record_created(&mut self, name: &str, now: Instant) {
-        self.unseen.insert(name.to_owned(), now);
+    /// The Jobs of backend job `job_id` this lane created that the cache
+    /// has not shown yet, and its unsettled creations of that id, as view
+    /// entries (live, labelled with the id and claim) for the stale check.
+    pub fn pending_with_id(&self, lane: Lane, job_id: &str) -> Vec<JobSummary> {
+        let unseen = self
+            .unseen
+            .iter()
+            .filter(|(_, (_, id))| id == job_id)
+            .map(|(name, _)| (name.clone(), claim_of(name)));
+        let unsettled = self
+            .unsettled
+            .values()
+            .filter(|c| c.job_id == job_id)
+            .map(|c| (c.job_name.clone(), Some(c.claim.clone())));
+        unseen
+            .chain(unsettled)
+            .map(|(name, claim)| JobSummary {
+                name,
+                lane,
+                job_id: Some(job_id.to_owned()),
+                claim,
+                ..JobSummary::default()
+            })
+            .collect()
+    }
+
+    /// A stale Job named `name` was deleted (or found gone): it no longer
+    /// counts. Returns its creation when it was unsettled, so its token can
+    /// be forgotten (it will never be created).
+    pub fn drop_stale(&mut self, name: &str) -> Option<Creation> {
+        self.unseen.remove(name);
+        self.unsettled.remove(name)
+    }
+
+    /// A Job of this lane exists (created, or found there) for backend job
+    /// `job_id`: count it until the cache shows it, and end any back-off.
+    pub fn record_created(&mut self, name: &str, job_id: &str, now: Instant) {
+        self.unseen
+            .insert(name.to_owned(), (now, job_id.to_owned()));
         self.failures = 0;
         self.backoff_until = None;
         self.rest_until = None;
@@ -193,7 +236,6 @@ impl LaneState {
 mod tests {
     use super::*;
     use k8s_openapi::api::batch::v1::Job;
-    use tcab_shared::Lane;
 
     const LEASE: Duration = Duration::from_secs(120);
 
@@ -207,8 +249,8 @@ mod tests {
     fn created_names_count_until_seen_or_a_lease_passed() {
         let t0 = Instant::now();
         let mut lane = LaneState::default();
-        lane.record_created("a", t0);
-        lane.record_created("b", t0 + Duration::from_secs(1));
+        lane.record_created("a", "a", t0);
+        lane.record_created("b", "b", t0 + Duration::from_secs(1));
         assert_eq!(lane.created_unseen(), ["a", "b"]);
         let seen = lane.forget_seen(|n| n == "a", t0 + Duration::from_secs(2), LEASE);
         assert_eq!(lane.created_unseen(), ["b"]);
@@ -265,7 +307,7 @@ mod tests {
             .collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60]);
         assert_eq!(lane.backoff_until(), Some(t0 + MAX_BACKOFF));
-        lane.record_created("x", t0);
+        lane.record_created("x", "x", t0);
         assert_eq!((lane.failures(), lane.backoff_until()), (0, None));
         assert_eq!(lane.record_create_failure(t0).as_secs(), 1);
     }
@@ -281,8 +323,40 @@ mod tests {
         lane.record_empty(t0 + Duration::from_secs(1));
         assert_eq!(lane.backoff_until(), None);
         assert_eq!(lane.rest_until(), Some(t0 + Duration::from_secs(1)));
-        lane.record_created("x", t0);
+        lane.record_created("x", "x", t0);
         assert_eq!(lane.rest_until(), None);
+    }
+
+    #[test]
+    fn pending_jobs_of_an_id_are_offered_to_the_stale_check_and_dropped_once_deleted() {
+        let t0 = Instant::now();
+        let mut lane = LaneState::default();
+        lane.record_created("tcab-driver-a-c1a1m001", "a", t0);
+        lane.record_created("tcab-driver-b-c1a1m001", "b", t0);
+        let mut job = Job::default();
+        job.metadata.name = Some("tcab-driver-a-c1a1m000".into());
+        lane.hold_unsettled(Creation::new(Lane::Run, "a", "c1a1m000", job, t0));
+        let pending = lane.pending_with_id(Lane::Run, "a");
+        let shown: Vec<(&str, Option<&str>)> = pending
+            .iter()
+            .map(|j| (j.name.as_str(), j.claim.as_deref()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("tcab-driver-a-c1a1m001", Some("c1a1m001")),
+                ("tcab-driver-a-c1a1m000", Some("c1a1m000"))
+            ]
+        );
+        assert!(
+            pending
+                .iter()
+                .all(|j| j.is_live() && j.job_id.as_deref() == Some("a"))
+        );
+        assert!(lane.drop_stale("tcab-driver-a-c1a1m001").is_none());
+        assert!(lane.drop_stale("tcab-driver-a-c1a1m000").is_some());
+        assert!(lane.pending_with_id(Lane::Run, "a").is_empty());
+        assert_eq!(lane.created_unseen(), ["tcab-driver-b-c1a1m001"]);
     }
 
     #[test]

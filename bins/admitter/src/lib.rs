@@ -23,12 +23,16 @@
 //! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
 //!   tests) and `run(config, deps, shutdown)`, which runs each lane's loop
 //!   under the shared supervisor (`tcab_shared::runtime`);
-//! - [`config`]: the admitter's configuration, read from the environment.
+//! - [`config`]: the admitter's configuration, read from the environment;
+//! - [`preflight`]: the start-up check that the API server accepts a Job
+//!   built from the settings (a dry-run create), before the first claim.
 //!
 //! Back-offs, rests and claim ages are measured on tokio's monotonic
 //! [`tokio::time::Instant`]; tests hold it still or move it with paused time.
 //!
 //! What the admitter holds to:
+//! - no claim before a dry-run create of a Job built from its settings
+//!   passed (a refusal ends the process with exit code 2);
 //! - no claim while its own Job view is not current (listed and no watch
 //!   error since), nor while the lane's gate is closed;
 //! - every Kubernetes call is bounded by `TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS`;
@@ -46,6 +50,7 @@ pub mod lane;
 pub mod lanes;
 pub mod metrics;
 pub mod plan;
+pub mod preflight;
 pub mod run;
 pub mod settle;
 

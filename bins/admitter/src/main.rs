@@ -25,5 +25,15 @@ async fn main() -> anyhow::Result<()> {
         backend: backend::client_from_config(&config.backend)
             .context("cannot build the backend client")?,
     };
-    run(config, deps, started.shutdown).await
+    let result = run(config, deps, started.shutdown).await;
+    // The API server refuses a Job built from the settings: a configuration
+    // error found at start, so the same exit as a bad variable.
+    if let Err(error) = &result
+        && let Some(refused) = error.downcast_ref::<tcab_admitter::preflight::Refused>()
+    {
+        tracing::error!(error = %refused, "the API server refuses the Jobs these settings make");
+        eprintln!("tcab-admitter: configuration error: {refused}");
+        std::process::exit(2);
+    }
+    result
 }

@@ -25,7 +25,8 @@ pub fn loop_name(lane: Lane) -> &'static str {
 }
 
 /// The `outcome` a tick's result counts as, if it is an admission attempt:
-/// `created`, `empty_queue`, `gate_closed`, `lane_full` or `error`. A lane
+/// `created`, `empty_queue`, `gate_closed`, `lane_full`, `paused` (a cap of
+/// 0, counted each tick like a full lane) or `error`. A lane
 /// that holds before it would claim (its view not current, backing off,
 /// resting after an empty claim, disabled) made no attempt.
 pub fn outcome(result: AdmissionResult) -> Option<&'static str> {
@@ -34,6 +35,7 @@ pub fn outcome(result: AdmissionResult) -> Option<&'static str> {
         | AdmissionResult::EmptyQueue
         | AdmissionResult::GateClosed
         | AdmissionResult::LaneFull
+        | AdmissionResult::Paused
         | AdmissionResult::Error => Some(result.as_str()),
         AdmissionResult::ViewNotCurrent
         | AdmissionResult::BackingOff
@@ -85,6 +87,9 @@ pub struct AdmitterMetrics {
     cap: Family<Labels<1>, Gauge>,
     admissions: Family<Labels<2>, Counter>,
     gate_open: Family<Labels<1>, Gauge>,
+    paused: Family<Labels<1>, Gauge>,
+    stale_deletes: Family<Labels<2>, Counter>,
+    poisoned: Family<Labels<3>, Counter>,
 }
 
 fn lane(lane: Lane) -> Labels<1> {
@@ -115,6 +120,21 @@ impl AdmitterMetrics {
             self.admissions.clone(),
         );
         registry.register(
+            "tcab_dispatcher_stale_job_deletes",
+            "Deletes of a stale Job (a live Job of a freshly claimed job id under an older claim) by result",
+            self.stale_deletes.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_poisoned_claims",
+            "Claims that could not become a Job for a reason of their own, by reason and by what reporting them failed came to",
+            self.poisoned.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_lane_paused",
+            "1 while the lane is paused by a cap of 0 (it claims nothing), else 0",
+            self.paused.clone(),
+        );
+        registry.register(
             "tcab_dispatcher_gate_open",
             "1 while the admitter reads the lane's admission gate as open, 0 while closed",
             self.gate_open.clone(),
@@ -131,6 +151,8 @@ impl AdmitterMetrics {
                 0
             };
             self.cap.get_or_create(&lane(l)).set(i64::from(cap));
+            let paused = settings.enabled(l) && cap == 0;
+            self.paused.get_or_create(&lane(l)).set(i64::from(paused));
             self.in_flight.get_or_create(&lane(l)).set(0);
             self.gate_open.get_or_create(&lane(l)).set(0);
         }
@@ -144,6 +166,33 @@ impl AdmitterMetrics {
             .set(i64::from(report.in_flight));
         if let Some(open) = gate_reading(report) {
             self.gate_open.get_or_create(&lane(l)).set(i64::from(open));
+        }
+        for deletion in &report.stale {
+            let result = if deletion.result.is_ok() {
+                "ok"
+            } else {
+                "failed"
+            };
+            self.stale_deletes
+                .get_or_create(&[("lane", l.label_value()), ("result", result)])
+                .inc();
+        }
+        let poisoned = report
+            .outcome
+            .iter()
+            .chain(&report.resettled)
+            .filter_map(|o| match o {
+                LaneOutcome::Poisoned { reason, report, .. } => Some((reason, report)),
+                _ => None,
+            });
+        for (reason, result) in poisoned {
+            self.poisoned
+                .get_or_create(&[
+                    ("lane", l.label_value()),
+                    ("reason", reason.as_str()),
+                    ("result", result.as_str()),
+                ])
+                .inc();
         }
         for outcome in admissions(report) {
             self.admissions
@@ -189,6 +238,7 @@ mod tests {
             outcome,
             resettled: vec![],
             in_flight: 3,
+            stale: vec![],
         }
     }
 
@@ -273,6 +323,7 @@ mod tests {
                 vec![],
             ),
             (report(hold(HoldReason::Disabled), None), vec![]),
+            (report(hold(HoldReason::Paused), None), vec!["paused"]),
         ];
         for (report, want) in cases {
             assert_eq!(admissions(&report), want, "{report:?}");
@@ -342,6 +393,25 @@ mod tests {
         );
         full.in_flight = 8;
         metrics.record(&full);
+        let mut poisoned = report(
+            admit(),
+            Some(LaneOutcome::Poisoned {
+                job_id: None,
+                reason: crate::admit::PoisonReason::Malformed,
+                detail: "x".into(),
+                report: crate::admit::PoisonReport::Impossible { shape: "{}".into() },
+            }),
+        );
+        poisoned.stale = vec![crate::admit::StaleDeletion {
+            job_id: "a".into(),
+            stale: crate::plan::StaleJob {
+                name: "tcab-driver-a-1".into(),
+                claim: None,
+            },
+            result: Ok(()),
+        }];
+        poisoned.in_flight = 8;
+        metrics.record(&poisoned);
         let text = exporter.encode();
         for line in [
             "# TYPE tcab_dispatcher_lane_in_flight gauge",
@@ -354,6 +424,11 @@ mod tests {
             r#"tcab_dispatcher_admissions_total{lane="run",outcome="lane_full"} 1"#,
             r#"tcab_dispatcher_gate_open{lane="run"} 1"#,
             r#"tcab_dispatcher_gate_open{lane="publish"} 0"#,
+            r#"tcab_dispatcher_lane_paused{lane="run"} 0"#,
+            r#"tcab_dispatcher_lane_paused{lane="publish"} 0"#,
+            r#"tcab_dispatcher_admissions_total{lane="run",outcome="error"} 1"#,
+            r#"tcab_dispatcher_stale_job_deletes_total{lane="run",result="ok"} 1"#,
+            r#"tcab_dispatcher_poisoned_claims_total{lane="run",reason="malformed",result="none"} 1"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),

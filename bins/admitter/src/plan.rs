@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use tcab_shared::Lane;
-use tcab_shared::job_cache::ViewState;
+use tcab_shared::job_cache::{JobSummary, ViewState};
 use tokio::time::Instant;
 
 /// What the admission gate says about one lane: may the admitter claim?
@@ -70,6 +70,9 @@ pub struct LaneSnapshot {
 pub enum HoldReason {
     /// The lane is not configured (publish without a publisher image).
     Disabled,
+    /// The lane's cap is 0: an operator paused it (no claims; the
+    /// lease-keeper's renewals and reports go on).
+    Paused,
     /// The admitter's Job view is not current (not listed yet, or the watch
     /// failed since the last complete list): the lane's count is unknown.
     ViewNotCurrent {
@@ -105,6 +108,7 @@ impl fmt::Display for HoldReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HoldReason::Disabled => f.write_str("lane disabled"),
+            HoldReason::Paused => f.write_str("lane paused (its cap is 0)"),
             HoldReason::ViewNotCurrent { why } => write!(f, "Job view not current: {why}"),
             HoldReason::BackingOff { .. } => f.write_str("backing off after failures"),
             HoldReason::Resting { .. } => f.write_str("queue was empty at the last claim"),
@@ -177,12 +181,15 @@ pub fn in_flight(live_cached: u32, created_unseen: &[String], unsettled: &[Strin
 }
 
 /// Decides one lane. The checks run in a fixed order, so the reason given is
-/// the first that holds: disabled, view not current, backing off, resting,
-/// full, gate.
+/// the first that holds: disabled, paused (a cap of 0), view not current,
+/// backing off, resting, full, gate.
 pub fn decide(snapshot: &LaneSnapshot) -> Decision {
     let input = &snapshot.input;
     if !input.enabled {
         return Decision::Hold(HoldReason::Disabled);
+    }
+    if input.cap == 0 {
+        return Decision::Hold(HoldReason::Paused);
     }
     if let Some(why) = view_problem(&snapshot.view) {
         return Decision::Hold(HoldReason::ViewNotCurrent { why });
@@ -212,6 +219,42 @@ pub fn decide(snapshot: &LaneSnapshot) -> Decision {
         return Decision::Hold(HoldReason::GateClosed { why: why.clone() });
     }
     Decision::Admit { in_flight: n }
+}
+
+/// A live Job of a claimed job's id under an older claim: its token no
+/// longer works (the backend requeued the job and handed it out again), so
+/// it is deleted before the new claim's Job counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleJob {
+    /// The Job's name.
+    pub name: String,
+    /// Its claim tag, when labelled.
+    pub claim: Option<String>,
+}
+
+/// The stale Jobs of a fresh claim of `job_id` in `lane`, whose own Job is
+/// `new_name`: every live entry of `seen` (the cached Jobs of that id, and
+/// the lane's Jobs created but not yet seen or not yet settled) with the same
+/// job id and lane under another name (the name is one per claim). An entry
+/// already being deleted needs no delete. Sorted by name, each once.
+pub fn stale_jobs(lane: Lane, job_id: &str, new_name: &str, seen: &[JobSummary]) -> Vec<StaleJob> {
+    let mut stale: Vec<StaleJob> = seen
+        .iter()
+        .filter(|j| {
+            j.lane == lane
+                && j.job_id.as_deref() == Some(job_id)
+                && j.is_live()
+                && !j.deleting
+                && j.name != new_name
+        })
+        .map(|j| StaleJob {
+            name: j.name.clone(),
+            claim: j.claim.clone(),
+        })
+        .collect();
+    stale.sort_by(|a, b| a.name.cmp(&b.name));
+    stale.dedup_by(|a, b| a.name == b.name);
+    stale
 }
 
 #[cfg(test)]
@@ -269,6 +312,74 @@ mod tests {
         );
     }
 
+    fn job(name: &str, id: &str, claim: &str) -> JobSummary {
+        JobSummary {
+            name: name.into(),
+            job_id: Some(id.into()),
+            claim: Some(claim.into()),
+            ..JobSummary::default()
+        }
+    }
+
+    #[test]
+    fn a_live_job_of_the_same_id_under_another_claim_is_stale() {
+        let new = "tcab-driver-a-c2";
+        let old = job("tcab-driver-a-c1", "a", "c1");
+        let mut finished = job("tcab-driver-a-c0", "a", "c0");
+        finished.phase = tcab_shared::job_cache::JobPhase::Failed;
+        let mut deleting = job("tcab-driver-a-c9", "a", "c9");
+        deleting.deleting = true;
+        let mut publish = job("tcab-publisher-a-c3", "a", "c3");
+        publish.lane = Lane::Publish;
+        let seen = [
+            job(new, "a", "c2"),
+            job("tcab-driver-b-c1", "b", "c1"),
+            old.clone(),
+            finished,
+            deleting,
+            publish,
+            old.clone(),
+        ];
+        assert_eq!(
+            stale_jobs(Lane::Run, "a", new, &seen),
+            [StaleJob {
+                name: old.name.clone(),
+                claim: Some("c1".into())
+            }],
+            "only the live run Job of id a under claim c1, once"
+        );
+        assert!(stale_jobs(Lane::Run, "b", "tcab-driver-b-c1", &seen).is_empty());
+        // The same in any order.
+        let mut reversed = seen.to_vec();
+        reversed.reverse();
+        assert_eq!(
+            stale_jobs(Lane::Run, "a", new, &reversed),
+            stale_jobs(Lane::Run, "a", new, &seen)
+        );
+        // A Job without a claim label is still another claim's.
+        let mut unlabelled = job("tcab-driver-a-old", "a", "x");
+        unlabelled.claim = None;
+        assert_eq!(
+            stale_jobs(Lane::Run, "a", new, &[unlabelled]),
+            [StaleJob {
+                name: "tcab-driver-a-old".into(),
+                claim: None
+            }]
+        );
+    }
+
+    #[test]
+    fn a_cap_of_zero_pauses_the_lane_whatever_else_holds() {
+        let mut s = snapshot(0, 0);
+        assert_eq!(decide(&s), Decision::Hold(HoldReason::Paused));
+        s.view = ViewState::Listing;
+        s.input.gate = GateState::Closed("stale".into());
+        s.live_cached = 3;
+        assert_eq!(decide(&s), Decision::Hold(HoldReason::Paused));
+        s.input.enabled = false;
+        assert_eq!(decide(&s), Decision::Hold(HoldReason::Disabled));
+    }
+
     #[test]
     fn reasons_come_in_a_fixed_order() {
         let mut s = snapshot(0, 0);
@@ -276,6 +387,8 @@ mod tests {
         s.view = ViewState::Failed("500 Internal Server Error".into());
         assert_eq!(decide(&s), Decision::Hold(HoldReason::Disabled));
         s.input.enabled = true;
+        assert_eq!(decide(&s), Decision::Hold(HoldReason::Paused));
+        s.input.cap = 1;
         match decide(&s) {
             Decision::Hold(HoldReason::ViewNotCurrent { why }) => {
                 assert!(why.contains("500 Internal Server Error"), "{why}")
@@ -296,14 +409,16 @@ mod tests {
         s.input.rest_until = Some(until);
         assert_eq!(decide(&s), Decision::Hold(HoldReason::Resting { until }));
         s.input.rest_until = None;
+        s.input.cap = 1;
+        s.live_cached = 1;
         assert_eq!(
             decide(&s),
             Decision::Hold(HoldReason::LaneFull {
-                in_flight: 0,
-                cap: 0
+                in_flight: 1,
+                cap: 1
             })
         );
-        s.input.cap = 1;
+        s.live_cached = 0;
         assert_eq!(
             decide(&s),
             Decision::Hold(HoldReason::GateClosed {

@@ -8,6 +8,7 @@ use crate::keeper_client::{KeeperClient, KeeperClientSettings};
 use crate::lane::{AdmissionResult, Edges, LaneAdmitter, LaneReport};
 use crate::metrics::{AdmitterMetrics, MeteredLane, loop_name};
 use crate::plan::Plan;
+use crate::preflight;
 use crate::settle::SettleLimits;
 use anyhow::Context as _;
 use k8s_openapi::api::batch::v1::Job;
@@ -240,9 +241,12 @@ impl Admitter {
     }
 }
 
-/// Runs the admitter until `shutdown`: watches the owned Jobs, waits for the
-/// first full list, then runs each enabled lane's loop on its own task
-/// (under the shared [`Supervisor`]).
+/// Runs the admitter until `shutdown`: checks with a dry-run create that the
+/// API server accepts a Job built from the settings ([`preflight`]; a
+/// refusal is returned as a [`preflight::Refused`], which `main` turns into
+/// exit code 2), watches the owned Jobs, waits for the first full list, then
+/// runs each enabled lane's loop on its own task (under the shared
+/// [`Supervisor`]).
 ///
 /// On shutdown each lane finishes the admission in flight (claim, vault
 /// `Put`, create, settle) and stops; `run` returns once both have. It
@@ -270,6 +274,14 @@ pub async fn run(
     let vault =
         KeeperClient::connect_lazy(config.common.vault_addr, KeeperClientSettings::default())
             .context("building the vault client")?;
+    // Before anything is claimed: the API server must accept a Job built
+    // from these settings, or no Job ever will be created.
+    let jobs: Api<Job> = Api::namespaced(deps.kube.clone(), &deps.namespace);
+    preflight::check(&jobs, &settings.jobs, settings.kube_timeout, &shutdown).await?;
+    if shutdown.is_cancelled() {
+        tracing::info!("admitter stopped before its start-up check ended");
+        return Ok(());
+    }
     let (cache, watch) = OwnedJobs::watch(
         deps.kube.clone(),
         &deps.namespace,
@@ -277,7 +289,6 @@ pub async fn run(
         WatchSettings::of(&config.common),
     );
     let supervisor = Supervisor::new(&shutdown, &health, &cache, watch);
-    let jobs: Api<Job> = Api::namespaced(deps.kube.clone(), &deps.namespace);
     tracing::info!(
         namespace = %deps.namespace,
         max_inflight = settings.max_inflight,

@@ -2,10 +2,12 @@
 //!
 //! The reaper decides from its watch-backed view of the owned Jobs, and only
 //! while that view is current (listed, no watch error since). A tick lists
-//! the pods carrying the driver's managed-by value in the sandbox namespace
-//! only when something is due ([`memory`]): a dead driver Job whose
-//! sandboxes were not yet reaped completely, or the orphan sweep on its own
-//! slower cadence. A steady state therefore makes no LIST at all.
+//! pods of the sandbox namespace only when something is due ([`memory`]): a
+//! dead driver Job whose sandboxes were not yet reaped completely (the pods
+//! carrying its job id, whatever their managed-by value, so a sandbox of
+//! another value is told apart and reported, never touched), or the orphan
+//! sweep on its own slower cadence (the pods carrying the driver's
+//! managed-by value). A steady state therefore makes no LIST at all.
 //!
 //! The pure [`plan::plan`] then selects:
 //! - the sandboxes of driver Jobs that failed terminally once their pods

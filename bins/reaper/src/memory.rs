@@ -58,6 +58,9 @@ pub struct ReapMemory {
     failing: FailingSince,
     /// When the last sweep listed the sandbox pods.
     last_sweep: Option<Instant>,
+    /// Job ids whose sandboxes of another managed-by value were warned
+    /// about (once per id, while an owned Job carries it).
+    mismatch_warned: BTreeSet<String>,
 }
 
 impl ReapMemory {
@@ -141,6 +144,21 @@ impl ReapMemory {
         completed
     }
 
+    /// Of the job ids with sandboxes of another managed-by value, those not
+    /// warned about yet; they are remembered as warned. Ids no owned Job
+    /// carries any more (not in `verdicts`) are forgotten.
+    pub fn new_mismatches<'a>(
+        &mut self,
+        ids: impl IntoIterator<Item = &'a String>,
+        verdicts: &BTreeMap<String, IdVerdict>,
+    ) -> Vec<String> {
+        self.mismatch_warned.retain(|id| verdicts.contains_key(id));
+        ids.into_iter()
+            .filter(|id| self.mismatch_warned.insert((*id).clone()))
+            .cloned()
+            .collect()
+    }
+
     /// Whether the reap of the Job with this key is complete.
     pub fn is_reaped(&self, key: &str) -> bool {
         self.reaped.contains(key)
@@ -199,6 +217,22 @@ mod tests {
     }
 
     const MARGIN: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_mismatch_is_new_once_per_job_id_while_a_job_carries_it() {
+        let mut memory = ReapMemory::new();
+        let failed = job("tcab-driver-a-1", "a", JobPhase::Failed, 0);
+        let verdicts = judge_ids(&[failed], &BTreeSet::new());
+        let a = "a".to_owned();
+        assert_eq!(memory.new_mismatches([&a], &verdicts), ["a"]);
+        assert!(
+            memory.new_mismatches([&a], &verdicts).is_empty(),
+            "warned once"
+        );
+        // The Job is gone: the id is forgotten.
+        assert!(memory.new_mismatches([], &BTreeMap::new()).is_empty());
+        assert_eq!(memory.new_mismatches([&a], &verdicts), ["a"]);
+    }
 
     #[test]
     fn a_steady_state_needs_no_list_once_the_sweep_ran() {

@@ -1,4 +1,5 @@
-//! The reaper's own metric (docs/metrics.md): sandbox pods deleted, by why,
+//! The reaper's own metrics (docs/metrics.md): sandbox pods deleted, by why,
+//! and dead drivers' job ids with sandboxes of another managed-by value,
 //! recorded from each tick's report at the loop's edge. Its Kubernetes API
 //! errors are counted where every call is made (`kube_api::call`).
 
@@ -15,6 +16,7 @@ pub const REAP_LOOP: &str = "reap";
 #[derive(Debug, Default)]
 pub struct ReaperMetrics {
     reaped: Family<Labels<1>, Counter>,
+    mismatches: Counter,
 }
 
 impl ReaperMetrics {
@@ -30,11 +32,18 @@ impl ReaperMetrics {
             "Sandbox pods deleted, by why",
             self.reaped.clone(),
         );
+        registry.register(
+            "tcab_dispatcher_sandbox_mismatches",
+            "Job ids of dead drivers whose sandbox pods carry another managed-by value than the driver's (left alone), each counted once",
+            self.mismatches.clone(),
+        );
     }
 
     /// Records one tick: each sandbox it deleted (one already gone counts:
     /// the reap is done) under its reason.
     pub fn record(&self, report: &TickReport) {
+        self.mismatches
+            .inc_by(u64::try_from(report.mismatches.len()).unwrap_or(u64::MAX));
         for kind in report.reaped() {
             self.reaped
                 .get_or_create(&[("reason", kind.as_str())])

@@ -198,6 +198,14 @@ impl fmt::Display for DeleteReason {
 pub enum KeepReason {
     /// It lacks the driver's managed-by value: not a sandbox.
     NotDriverManaged,
+    /// It carries the job id of a dead driver whose sandboxes are due, but
+    /// another managed-by value than the driver's (and not the dispatcher's:
+    /// it is no driver pod): possibly a sandbox of a driver that labels with
+    /// a value of its own. Not ours to match: kept, and warned about once.
+    ManagedByMismatch {
+        /// Its managed-by value, if any.
+        managed_by: Option<String>,
+    },
     /// It is a Job's own pod (the driver's, whose logs the death report reads).
     JobPod,
     /// It has no valid `tcab.dev/job-id` label, so it maps to no backend job.
@@ -258,6 +266,11 @@ impl fmt::Display for KeepReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeepReason::NotDriverManaged => f.write_str("not managed by the driver"),
+            KeepReason::ManagedByMismatch { managed_by } => write!(
+                f,
+                "a dead driver's job id, but managed by {:?}, not the expected driver value",
+                managed_by.as_deref().unwrap_or("")
+            ),
             KeepReason::JobPod => f.write_str("a Job's own pod"),
             KeepReason::NoJobId => f.write_str("no valid job-id label"),
             KeepReason::Terminating => f.write_str("already terminating"),
@@ -487,6 +500,45 @@ pub fn judge_ids(jobs: &[JobSummary], dead: &BTreeSet<String>) -> BTreeMap<Strin
         .collect()
 }
 
+/// The most job ids one reap LIST names in its selector; more are listed
+/// by the label's presence, which keeps the request line short.
+pub const MAX_SELECTED_IDS: usize = 100;
+
+/// The label selector of a reap's LIST: the job-id label alone, for the ids
+/// whose sandboxes are due (`tcab.dev/job-id in (a,b)`), so the sandboxes of
+/// another managed-by value show up too and can be told apart (see
+/// [`KeepReason::ManagedByMismatch`]); the label's presence for more than
+/// [`MAX_SELECTED_IDS`] ids.
+pub fn reap_selector(ids: &BTreeSet<String>) -> String {
+    if ids.is_empty() || ids.len() > MAX_SELECTED_IDS {
+        return names::JOB_ID.to_owned();
+    }
+    let joined: Vec<&str> = ids.iter().map(String::as_str).collect();
+    format!("{} in ({})", names::JOB_ID, joined.join(","))
+}
+
+/// Whether the pods listed for `due_reap` (and, with `sweep`, the sweep's
+/// LIST) show every sandbox of `job_id`: the sweep lists every pod of the
+/// driver's managed-by value and the label's presence every pod with a job
+/// id, but a reap's `in` selector only the ids it names. A Job that failed
+/// after the ids were chosen is judged by the plan but was not listed: its
+/// reap is not complete until a LIST names it.
+pub fn listed_all_of(due_reap: &BTreeSet<String>, sweep: bool, job_id: &str) -> bool {
+    sweep || due_reap.len() > MAX_SELECTED_IDS || due_reap.contains(job_id)
+}
+
+/// The job ids whose due sandboxes include pods of another managed-by value
+/// (kept by the plan), each with those pods' `namespace/name`, sorted.
+pub fn mismatches(plan: &ReapPlan) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for kept in &plan.keep {
+        if let (KeepReason::ManagedByMismatch { .. }, Some(id)) = (&kept.reason, &kept.pod.job_id) {
+            out.entry(id.clone()).or_default().push(kept.pod.key());
+        }
+    }
+    out
+}
+
 /// Decides which pods to delete.
 ///
 /// A pod is deleted only when it carries the driver's managed-by value, is
@@ -527,6 +579,17 @@ fn decide(
     settings: &SweepSettings,
 ) -> Result<(String, DeleteReason), KeepReason> {
     if pod.managed_by.as_deref() != Some(settings.driver_managed_by.as_str()) {
+        let dispatchers =
+            pod.managed_by.as_deref() == Some(settings.dispatcher_managed_by.as_str());
+        let dead_drivers_id = pod
+            .job_id
+            .as_deref()
+            .is_some_and(|id| matches!(verdicts.get(id), Some(IdVerdict::Reap { .. })));
+        if dead_drivers_id && !pod.job_owned && !dispatchers {
+            return Err(KeepReason::ManagedByMismatch {
+                managed_by: pod.managed_by.clone(),
+            });
+        }
         return Err(KeepReason::NotDriverManaged);
     }
     if pod.job_owned || pod.managed_by.as_deref() == Some(settings.dispatcher_managed_by.as_str()) {
@@ -984,8 +1047,18 @@ mod tests {
         ];
         let p = simple(&jobs, &pods);
         assert!(p.delete.is_empty(), "{p:?}");
-        assert_eq!(kept_reason(&p, "unlabelled"), &KeepReason::NotDriverManaged);
-        assert_eq!(kept_reason(&p, "foreign"), &KeepReason::NotDriverManaged);
+        // A dead driver's job id on a pod of another (or no) managed-by value:
+        // kept, and told apart so the reaper can warn about it.
+        assert_eq!(
+            kept_reason(&p, "unlabelled"),
+            &KeepReason::ManagedByMismatch { managed_by: None }
+        );
+        assert_eq!(
+            kept_reason(&p, "foreign"),
+            &KeepReason::ManagedByMismatch {
+                managed_by: Some("someone-else".into())
+            }
+        );
         assert_eq!(kept_reason(&p, "no-id"), &KeepReason::NoJobId);
         assert_eq!(kept_reason(&p, "bad-id"), &KeepReason::NoJobId);
         assert_eq!(kept_reason(&p, "empty-id"), &KeepReason::NoJobId);
@@ -1333,5 +1406,100 @@ mod tests {
             let shuffled = plan(&Snapshot { jobs: &jobs2, pods: &pods2, now: now(), dead: &dead2, driven: driven_of(&driven) }, &settings);
             prop_assert_eq!(base, shuffled);
         }
+    }
+
+    #[test]
+    fn a_dead_drivers_pods_of_another_managed_by_are_kept_as_a_mismatch() {
+        let jobs = [job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed)];
+        let pod = |name: &str, id: &str, managed_by: Option<&str>, job_owned: bool| PodSummary {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: None,
+            managed_by: managed_by.map(str::to_owned),
+            job_id: Some(id.into()),
+            created_at: Some(now()),
+            terminating: false,
+            job_owned,
+        };
+        let pods = [
+            pod("ours", "a", Some(DRIVER), false),
+            pod("fixed", "a", Some("some-driver"), false),
+            pod("bare", "a", None, false),
+            pod("driver-pod", "a", Some(DISPATCHER), true),
+            pod("other-id", "b", Some("some-driver"), false),
+        ];
+        let dead = BTreeSet::new();
+        let out = plan(
+            &Snapshot {
+                jobs: &jobs,
+                pods: &pods,
+                now: now(),
+                dead: &dead,
+                driven: Driven::NotAsked,
+            },
+            &settings(),
+        );
+        assert_eq!(out.delete.len(), 1);
+        assert_eq!(out.delete[0].pod.name, "ours");
+        let reason = |name: &str| {
+            out.keep
+                .iter()
+                .find(|k| k.pod.name == name)
+                .map(|k| k.reason.clone())
+                .unwrap()
+        };
+        assert_eq!(
+            reason("fixed"),
+            KeepReason::ManagedByMismatch {
+                managed_by: Some("some-driver".into())
+            }
+        );
+        assert_eq!(
+            reason("bare"),
+            KeepReason::ManagedByMismatch { managed_by: None }
+        );
+        assert_eq!(
+            reason("driver-pod"),
+            KeepReason::NotDriverManaged,
+            "the driver's own pod"
+        );
+        assert_eq!(
+            reason("other-id"),
+            KeepReason::NotDriverManaged,
+            "no dead driver of b"
+        );
+        assert_eq!(
+            mismatches(&out),
+            BTreeMap::from([(
+                "a".to_owned(),
+                vec!["ns/bare".to_owned(), "ns/fixed".to_owned()]
+            )])
+        );
+    }
+
+    #[test]
+    fn only_the_ids_a_list_named_are_known_to_have_no_sandbox_left() {
+        let due: BTreeSet<String> = ["a".to_owned()].into();
+        assert!(listed_all_of(&due, false, "a"));
+        assert!(
+            !listed_all_of(&due, false, "b"),
+            "failed after the LIST was chosen"
+        );
+        assert!(
+            listed_all_of(&due, true, "b"),
+            "the sweep listed every sandbox"
+        );
+        let many: BTreeSet<String> = (0..=MAX_SELECTED_IDS).map(|i| format!("j{i}")).collect();
+        assert!(
+            listed_all_of(&many, false, "b"),
+            "listed by the label's presence"
+        );
+    }
+
+    #[test]
+    fn a_reap_lists_by_the_job_ids_due_and_by_presence_past_the_bound() {
+        let ids = |n: usize| (0..n).map(|i| format!("j{i}")).collect::<BTreeSet<_>>();
+        assert_eq!(reap_selector(&ids(2)), "tcab.dev/job-id in (j0,j1)");
+        assert_eq!(reap_selector(&ids(MAX_SELECTED_IDS + 1)), "tcab.dev/job-id");
     }
 }

@@ -185,6 +185,10 @@ pub struct TickReport {
     pub deletes: Vec<DeleteRecord>,
     /// Job ids whose reap completed this tick (no sandbox of theirs left).
     pub completed: BTreeSet<String>,
+    /// Job ids of dead drivers with sandbox pods of another managed-by value
+    /// than the driver's, warned about for the first time this tick (each
+    /// id once), with those pods.
+    pub mismatches: BTreeMap<String, Vec<String>>,
     /// Kubernetes API calls that failed.
     pub api_errors: Vec<ApiFailure>,
 }
@@ -339,7 +343,10 @@ impl Reaper {
         }
         // The pods are listed before the Jobs are read for the plan, so a
         // sandbox of a newer claim is never judged against a view older than it.
-        let Some(pods) = self.list_sandboxes(&mut report.api_errors).await else {
+        let Some(pods) = self
+            .list_sandboxes(&report.due, &mut report.api_errors)
+            .await
+        else {
             return report;
         };
         report.listed = Some(pods.len());
@@ -392,8 +399,25 @@ impl Reaper {
             );
         }
 
+        let mismatched = plan::mismatches(&plan);
+        for id in self.memory.new_mismatches(mismatched.keys(), &verdicts) {
+            let pods = mismatched.get(&id).cloned().unwrap_or_default();
+            tracing::warn!(
+                job_id = %id,
+                pods = %pods.join(","),
+                expected = %self.settings.driver_managed_by,
+                "sandbox pods of a dead driver carry another managed-by value than TCAB_DRIVER_MANAGED_BY: left alone (not ours to match); if the driver labels its sandboxes with a fixed value, set TCAB_DRIVER_MANAGED_BY (the chart's driver.managedBy) to it"
+            );
+            report.mismatches.insert(id, pods);
+        }
+
         let attempts = self.carry_out(&plan, &view, &dead, &mut report).await;
-        report.completed = self.memory.record(&verdicts, &attempts);
+        // Only an id the LIST showed whole can be found to have no sandbox left.
+        let listed: BTreeMap<String, plan::IdVerdict> = verdicts
+            .into_iter()
+            .filter(|(id, _)| plan::listed_all_of(&report.due.reap, report.due.sweep, id))
+            .collect();
+        report.completed = self.memory.record(&listed, &attempts);
         for job_id in &report.completed {
             tracing::debug!(job_id, "no sandbox of this job left; its reap is complete");
         }
@@ -408,36 +432,58 @@ impl Reaper {
         report
     }
 
-    /// One bounded LIST of the pods carrying the driver's managed-by value;
-    /// `None` (logged, recorded) when it fails.
-    async fn list_sandboxes(&self, errors: &mut Vec<ApiFailure>) -> Option<Vec<PodSummary>> {
-        let selector = names::selector(names::MANAGED_BY, &self.settings.driver_managed_by);
-        match call(
-            Verb::List,
-            self.kube_timeout,
-            self.pods.list(&ListParams::default().labels(&selector)),
-        )
-        .await
-        {
-            Ok(list) => Some(
-                list.items
-                    .iter()
-                    .map(|pod| PodSummary::from_pod(pod, &self.sandbox_namespace))
-                    .collect(),
-            ),
-            Err(error) => {
-                let code = error.code();
-                tracing::warn!(
-                    namespace = %self.sandbox_namespace,
-                    code,
-                    error = %error_chain(&error),
-                    "cannot list sandbox pods; retrying next tick{}",
-                    rbac_hint(code)
-                );
-                errors.push(ApiFailure::new("list", "pods", &error));
-                None
+    /// The sandbox pods a tick needs, each LIST bounded: for a due reap the
+    /// pods carrying one of the due job ids whatever their managed-by value
+    /// ([`plan::reap_selector`]: the plan tells sandboxes, the driver's own
+    /// pod and sandboxes of another managed-by apart), for a due sweep the
+    /// pods carrying the driver's managed-by value. `None` (logged,
+    /// recorded) when a LIST fails.
+    async fn list_sandboxes(
+        &self,
+        due: &Due,
+        errors: &mut Vec<ApiFailure>,
+    ) -> Option<Vec<PodSummary>> {
+        let mut selectors = vec![];
+        if !due.reap.is_empty() {
+            selectors.push(plan::reap_selector(&due.reap));
+        }
+        if due.sweep {
+            selectors.push(names::selector(
+                names::MANAGED_BY,
+                &self.settings.driver_managed_by,
+            ));
+        }
+        let mut pods: BTreeMap<String, PodSummary> = BTreeMap::new();
+        for selector in selectors {
+            match call(
+                Verb::List,
+                self.kube_timeout,
+                self.pods.list(&ListParams::default().labels(&selector)),
+            )
+            .await
+            {
+                Ok(list) => {
+                    for pod in &list.items {
+                        let pod = PodSummary::from_pod(pod, &self.sandbox_namespace);
+                        pods.insert(pod.key(), pod);
+                    }
+                }
+                Err(error) => {
+                    let code = error.code();
+                    tracing::warn!(
+                        namespace = %self.sandbox_namespace,
+                        %selector,
+                        code,
+                        error = %error_chain(&error),
+                        "cannot list sandbox pods; retrying next tick{}",
+                        rbac_hint(code)
+                    );
+                    errors.push(ApiFailure::new("list", "pods", &error));
+                    return None;
+                }
             }
         }
+        Some(pods.into_values().collect())
     }
 
     /// Carries out the plan's deletes, job id by job id: each id only while

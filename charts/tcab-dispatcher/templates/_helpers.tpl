@@ -113,14 +113,19 @@ token
 
 {{/*
 The managed-by value of sandbox pods (TCAB_DRIVER_MANAGED_BY, for the admitter's
-drivers and the reaper): driver.managedBy, else one unique to this release, so
-two dispatchers sharing a sandbox namespace never sweep each other's sandboxes:
-the full name (at most 40 characters) plus "-driver-" and the first 8 hex digits
-of SHA-256 of "<namespace>/<release>". Always a label value of at most 63
-characters. It must differ from the dispatcher's own managed-by value.
+drivers and the reaper): driver.managedBy, else tcab-driver (what a driver uses
+when nothing tells it otherwise), else, with driver.managedByPerRelease, one
+unique to this release, so two dispatchers sharing a sandbox namespace never
+sweep each other's sandboxes: the full name (at most 40 characters) plus
+"-driver-" and the first 8 hex digits of SHA-256 of "<namespace>/<release>".
+Always a label value of at most 63 characters. It must differ from the
+dispatcher's own managed-by value.
 */}}
 {{- define "tcab-dispatcher.driverManagedBy" -}}
 {{- $value := .Values.driver.managedBy -}}
+{{- if and (not $value) (not .Values.driver.managedByPerRelease) -}}
+{{- $value = "tcab-driver" -}}
+{{- end -}}
 {{- if not $value -}}
 {{- $base := include "tcab-dispatcher.fullname" . | trunc 40 | trimSuffix "-" | trimSuffix "." | trimSuffix "_" -}}
 {{- $value = printf "%s-driver-%s" $base (sha256sum (printf "%s/%s" .Release.Namespace .Release.Name) | trunc 8) -}}
@@ -218,6 +223,10 @@ apply otherwise; required ones fail the render with a message naming the value.
   (list "TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT" $dr.memoryLimit)
   (list "TCAB_DISPATCHER_DRIVER_ACTIVE_DEADLINE_SECONDS" $dr.activeDeadlineSeconds)
   (list "TCAB_DISPATCHER_PUBLISHER_ACTIVE_DEADLINE_SECONDS" $v.publisher.activeDeadlineSeconds)
+  (list "TCAB_DISPATCHER_PUBLISHER_CPU_REQUEST" $v.publisher.cpuRequest)
+  (list "TCAB_DISPATCHER_PUBLISHER_MEMORY_REQUEST" $v.publisher.memoryRequest)
+  (list "TCAB_DISPATCHER_PUBLISHER_CPU_LIMIT" $v.publisher.cpuLimit)
+  (list "TCAB_DISPATCHER_PUBLISHER_MEMORY_LIMIT" $v.publisher.memoryLimit)
   (list "TCAB_DRIVER_ARTIFACTS_URL" $dr.artifactsUrl)
   (list "TCAB_DRIVER_REPOS_URL" $dr.reposUrl)
   (list "TCAB_DRIVER_FINISH_DEADLINE_SECONDS" $dr.finishDeadlineSeconds)

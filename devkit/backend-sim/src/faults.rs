@@ -6,7 +6,14 @@
 //!   ends and only then applied, even if its caller gave up meanwhile (a
 //!   backend stuck on a database lock applies a claim late);
 //! - `error`: a request arriving during the window is answered 500 and
-//!   changes nothing.
+//!   changes nothing;
+//! - `status`: answered with the given status (400..=599) and the
+//!   contract's error body, changing nothing (a report the backend refuses);
+//! - `body`: the request is applied, and a 200 answer is replaced by the
+//!   given JSON (a claim committed whose answer is poisoned); with
+//!   `"merge": true` the JSON is a merge patch (RFC 7386) on the real answer,
+//!   so one field can be poisoned while the id and token stay the real ones.
+//!   Any other answer (a 204 empty claim, an error) passes unchanged.
 //!
 //! A rule names the paths it applies to; `*` matches one path segment
 //! (`/jobs/*/status`). Windows are real time (the dispatcher lives in real
@@ -23,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// What a fault does to a matching request.
+/// The `mode` of `POST /admin/faults`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultMode {
@@ -31,10 +38,16 @@ pub enum FaultMode {
     Stall,
     /// Answer 500 and change nothing.
     Error,
+    /// Answer `status` with the contract's error body and change nothing.
+    Status,
+    /// Apply it, then answer 200 with `body` instead (or `body` merged into
+    /// the answer, with `merge`).
+    Body,
 }
 
 /// The body of `POST /admin/faults`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FaultRequest {
     /// Path patterns (`*` = one segment).
     pub paths: Vec<String>,
@@ -42,12 +55,70 @@ pub struct FaultRequest {
     pub mode: FaultMode,
     /// How long the window lasts, from now.
     pub seconds: f64,
+    /// The status a `status` fault answers (400..=599).
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// The answer a `body` fault gives instead of a 200's own.
+    #[serde(default)]
+    pub body: Option<serde_json::Value>,
+    /// A `body` fault merges `body` into the real answer (RFC 7386) instead
+    /// of replacing it.
+    #[serde(default)]
+    pub merge: bool,
+}
+
+/// What a fault does to a matching request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Hold it until the window ends, then apply it.
+    Stall,
+    /// Answer 500 and change nothing.
+    Error,
+    /// Answer this status with the contract's error body, change nothing.
+    Status(StatusCode),
+    /// Apply it; a 200 answer becomes this body (merged into the answer's
+    /// own when `merge`).
+    Body {
+        /// The JSON answered (or merged).
+        body: serde_json::Value,
+        /// Merge instead of replace.
+        merge: bool,
+    },
+}
+
+impl Action {
+    fn of(req: &FaultRequest) -> Result<Action, String> {
+        match req.mode {
+            FaultMode::Stall => Ok(Action::Stall),
+            FaultMode::Error => Ok(Action::Error),
+            FaultMode::Status => match req.status.map(StatusCode::from_u16) {
+                Some(Ok(code)) if (400..=599).contains(&code.as_u16()) => Ok(Action::Status(code)),
+                _ => Err("mode status needs \"status\": a number in 400..=599".into()),
+            },
+            FaultMode::Body => match &req.body {
+                Some(body) => Ok(Action::Body {
+                    body: body.clone(),
+                    merge: req.merge,
+                }),
+                None => Err("mode body needs \"body\": the JSON to answer".into()),
+            },
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Action::Stall => "stall",
+            Action::Error => "error",
+            Action::Status(_) => "status",
+            Action::Body { .. } => "body",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
 struct Rule {
     paths: Vec<String>,
-    mode: FaultMode,
+    action: Action,
     until: Instant,
 }
 
@@ -59,6 +130,8 @@ pub struct Faults {
     held: Arc<Mutex<Vec<String>>>,
     stalled: Arc<AtomicU64>,
     errored: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
+    replaced: Arc<AtomicU64>,
 }
 
 /// What `GET /admin/faults` answers.
@@ -73,6 +146,10 @@ pub struct FaultsStatus {
     pub stalled: u64,
     /// Requests answered 500 so far.
     pub errored: u64,
+    /// Requests answered with a `status` fault's status so far.
+    pub refused: u64,
+    /// Answers replaced (or merged into) by a `body` fault so far.
+    pub replaced: u64,
 }
 
 /// One open window.
@@ -80,7 +157,7 @@ pub struct FaultsStatus {
 pub struct RuleStatus {
     /// Its path patterns.
     pub paths: Vec<String>,
-    /// `stall` or `error`.
+    /// `stall`, `error`, `status` or `body`.
     pub mode: &'static str,
     /// Real seconds left.
     pub seconds_left: f64,
@@ -124,10 +201,11 @@ impl Faults {
         if !req.seconds.is_finite() || req.seconds <= 0.0 || req.seconds > 3600.0 {
             return Err("seconds must be a number in (0, 3600]".into());
         }
+        let action = Action::of(&req)?;
         let until = now + Duration::from_secs_f64(req.seconds);
         self.lock().push(Rule {
             paths: req.paths,
-            mode: req.mode,
+            action,
             until,
         });
         Ok(())
@@ -143,13 +221,13 @@ impl Faults {
     }
 
     /// The fault a request to `path` meets at `now`, and until when.
-    pub fn find(&self, path: &str, now: Instant) -> Option<(FaultMode, Instant)> {
+    pub fn find(&self, path: &str, now: Instant) -> Option<(Action, Instant)> {
         let mut rules = self.lock();
         rules.retain(|r| r.until > now);
         rules
             .iter()
             .find(|r| r.paths.iter().any(|p| path_matches(p, path)))
-            .map(|r| (r.mode, r.until))
+            .map(|r| (r.action.clone(), r.until))
     }
 
     /// The open windows at `now` and what the faults did so far.
@@ -160,10 +238,7 @@ impl Faults {
             .filter(|r| r.until > now)
             .map(|r| RuleStatus {
                 paths: r.paths.clone(),
-                mode: match r.mode {
-                    FaultMode::Stall => "stall",
-                    FaultMode::Error => "error",
-                },
+                mode: r.action.name(),
                 seconds_left: r.until.saturating_duration_since(now).as_secs_f64(),
             })
             .collect();
@@ -172,6 +247,8 @@ impl Faults {
             held: self.held.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             stalled: self.stalled.load(Ordering::SeqCst),
             errored: self.errored.load(Ordering::SeqCst),
+            refused: self.refused.load(Ordering::SeqCst),
+            replaced: self.replaced.load(Ordering::SeqCst),
         }
     }
 
@@ -197,7 +274,45 @@ pub async fn apply(State(faults): State<Faults>, req: Request, next: Next) -> Re
     }
     match faults.find(&path, Instant::now()) {
         None => next.run(req).await,
-        Some((FaultMode::Error, _)) => {
+        Some((Action::Status(status), _)) => {
+            faults.refused.fetch_add(1, Ordering::SeqCst);
+            let code = match status.as_u16() {
+                400 => "bad_request",
+                401 => "unauthorized",
+                404 => "not_found",
+                409 => "conflict",
+                500..=599 => "internal",
+                _ => "injected",
+            };
+            let message = format!("injected fault: the backend answered {status}");
+            (
+                status,
+                axum::Json(serde_json::json!({"error": {"code": code, "message": message}})),
+            )
+                .into_response()
+        }
+        Some((Action::Body { body, merge }, _)) => {
+            let response = next.run(req).await;
+            if response.status() != StatusCode::OK {
+                return response;
+            }
+            faults.replaced.fetch_add(1, Ordering::SeqCst);
+            let body = if merge {
+                let (_, real) = response.into_parts();
+                let bytes = axum::body::to_bytes(real, usize::MAX)
+                    .await
+                    .unwrap_or_default();
+                let mut answer: serde_json::Value =
+                    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                json_patch::merge(&mut answer, &body);
+                answer
+            } else {
+                body
+            };
+            tracing::info!(%path, "injected body: a 200 answer replaced");
+            (StatusCode::OK, axum::Json(body)).into_response()
+        }
+        Some((Action::Error, _)) => {
             faults.errored.fetch_add(1, Ordering::SeqCst);
             (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -205,7 +320,7 @@ pub async fn apply(State(faults): State<Faults>, req: Request, next: Next) -> Re
         )
             .into_response()
         }
-        Some((FaultMode::Stall, until)) => {
+        Some((Action::Stall, until)) => {
             tracing::info!(%path, "injected stall: the request is held, then applied");
             let holding = faults.hold(&path);
             // Applied in its own task, so a caller that gives up does not
@@ -228,6 +343,46 @@ pub async fn apply(State(faults): State<Faults>, req: Request, next: Next) -> Re
 mod tests {
     use super::*;
 
+    fn request(paths: &[&str], mode: FaultMode, seconds: f64) -> FaultRequest {
+        FaultRequest {
+            paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+            mode,
+            seconds,
+            status: None,
+            body: None,
+            merge: false,
+        }
+    }
+
+    #[test]
+    fn status_and_body_faults_need_their_value() {
+        let faults = Faults::default();
+        let t0 = Instant::now();
+        let mut status = request(&["/jobs/*/status"], FaultMode::Status, 5.0);
+        assert!(faults.add(status.clone(), t0).is_err(), "no status");
+        status.status = Some(200);
+        assert!(
+            faults.add(status.clone(), t0).is_err(),
+            "not an error status"
+        );
+        status.status = Some(400);
+        faults.add(status, t0).unwrap();
+        assert_eq!(
+            faults.find("/jobs/a/status", t0).map(|(a, _)| a),
+            Some(Action::Status(StatusCode::BAD_REQUEST))
+        );
+        let mut body = request(&["/jobs/next"], FaultMode::Body, 5.0);
+        assert!(faults.add(body.clone(), t0).is_err(), "no body");
+        body.body = Some(serde_json::json!({"job": {"id": "../x"}}));
+        faults.add(body, t0).unwrap();
+        assert!(matches!(
+            faults.find("/jobs/next", t0),
+            Some((Action::Body { merge: false, .. }, _))
+        ));
+        let modes: Vec<&str> = faults.status(t0).rules.iter().map(|r| r.mode).collect();
+        assert_eq!(modes, ["status", "body"]);
+    }
+
     #[test]
     fn patterns_match_whole_segments() {
         assert!(path_matches("/jobs/next", "/jobs/next"));
@@ -243,17 +398,13 @@ mod tests {
         let t0 = Instant::now();
         faults
             .add(
-                FaultRequest {
-                    paths: vec!["/jobs/leases".into(), "/jobs/next".into()],
-                    mode: FaultMode::Error,
-                    seconds: 2.0,
-                },
+                request(&["/jobs/leases", "/jobs/next"], FaultMode::Error, 2.0),
                 t0,
             )
             .unwrap();
         assert_eq!(
             faults.find("/jobs/next", t0 + Duration::from_secs(1)),
-            Some((FaultMode::Error, t0 + Duration::from_secs(2)))
+            Some((Action::Error, t0 + Duration::from_secs(2)))
         );
         assert_eq!(faults.find("/jobs/active", t0), None);
         let status = faults.status(t0 + Duration::from_secs(1));
@@ -262,18 +413,7 @@ mod tests {
         assert!((status.rules[0].seconds_left - 1.0).abs() < 1e-6);
         assert!(faults.status(t0 + Duration::from_secs(2)).rules.is_empty());
         assert_eq!(faults.find("/jobs/next", t0 + Duration::from_secs(2)), None);
-        assert!(
-            faults
-                .add(
-                    FaultRequest {
-                        paths: vec![],
-                        mode: FaultMode::Stall,
-                        seconds: 1.0
-                    },
-                    t0
-                )
-                .is_err()
-        );
+        assert!(faults.add(request(&[], FaultMode::Stall, 1.0), t0).is_err());
         faults.clear();
         assert_eq!(faults.find("/jobs/leases", t0), None);
     }

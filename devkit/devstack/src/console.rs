@@ -187,6 +187,15 @@ impl Backend {
         .map(drop)
     }
 
+    /// Injects a backend fault given whole (`POST /admin/faults`), for the
+    /// modes that take more than a window: `{"mode": "status", "status":
+    /// 400, ...}`, `{"mode": "body", "body": {...}, "merge": true, ...}`.
+    pub async fn add_fault_rule(&self, rule: Value) -> anyhow::Result<()> {
+        self.call(reqwest::Method::POST, "/admin/faults", Some(rule))
+            .await
+            .map(drop)
+    }
+
     /// The backend's open fault windows and the requests held now
     /// (`GET /admin/faults`).
     pub async fn faults(&self) -> anyhow::Result<Value> {

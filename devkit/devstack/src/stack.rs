@@ -450,6 +450,15 @@ impl Stack {
         }
     }
 
+    /// Waits up to `limit` for a container to exit by itself; its exit code
+    /// (`None`: still running, killed by a signal, or never started).
+    pub async fn wait_exit(&mut self, c: Container, limit: Duration) -> Option<i32> {
+        match self.containers.get_mut(&c) {
+            Some(p) => p.wait_exit(limit).await,
+            None => None,
+        }
+    }
+
     /// A running container's process id.
     pub fn pid(&self, c: Container) -> Option<u32> {
         self.containers.get(&c).and_then(Proc::pid)

@@ -47,11 +47,12 @@ fn finished(job: &Value) -> bool {
 /// longer than the lease minus the gate age is applied late, and the
 /// requeue it does first returns two dispatched runs whose Jobs are alive
 /// but whose pods have not started (their image cannot be pulled yet): the
-/// late claim takes the first, the next claim the second, which then has
-/// two live Jobs. The stale claims' drivers are stopped at their first
-/// report (the backend refuses the token: 401), they exit, their Jobs end,
-/// no death is reported for them, and both runs finish through newer
-/// claims.
+/// late claim takes the first (its answer lost to the caller's timeout), the
+/// next claim the second. Since issue 18 the admitter deletes the second
+/// run's stale Job before that claim's Job, so it never has two live Jobs;
+/// the first run's stale driver is stopped at its first report (the backend
+/// refuses the token: 401), exits, its Job ends, no death is reported for
+/// it, and both runs finish through newer claims.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_stopped() {
     let t = TestStack::start(|o| {
@@ -143,26 +144,34 @@ async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_
         .expect("fail renewals");
 
     // The late claim requeued both lapsed runs and took the first; the
-    // second is claimed again once renewals succeed: two live Jobs.
-    let doubled = wait_for(
-        "a second live Job for the second run",
-        Duration::from_secs(40),
-        || async {
-            let live = live_jobs_of(&t, &x2).await?;
-            Ok((live.len() == 2).then_some(live))
-        },
-    )
-    .await
-    .unwrap_or_else(|e| t.fail(e));
-    let (_, stale_claim_2) = stale
+    // second is claimed again once renewals succeed. Before that claim's Job,
+    // the admitter deletes the second run's stale Job (issue 18): one live
+    // Job at a time, and the stale driver never starts.
+    let (stale_job_2, stale_claim_2) = stale
         .iter()
         .find(|(name, _)| name.contains(x2.as_str()))
         .cloned()
         .expect("the second run's first Job");
-    assert!(
-        doubled.iter().any(|(_, c)| *c == stale_claim_2),
-        "{doubled:?}"
-    );
+    let needle = format!("job_id={x2}");
+    wait_for(
+        "the second run's stale Job deleted before its new claim's Job",
+        Duration::from_secs(40),
+        || async {
+            let deleted = !common::lines_with(
+                &t.stack.log(tcab_devstack::Container::Admitter),
+                &["deleted a stale Job", &needle, &stale_job_2],
+            )
+            .is_empty();
+            let live: Vec<(String, String)> = live_jobs_of(&t, &x2)
+                .await?
+                .into_iter()
+                .filter(|(_, claim)| *claim != stale_claim_2)
+                .collect();
+            Ok((deleted && live.len() == 1).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
     admin
         .set_unpullable(DRIVER_IMAGE, false)
         .await
@@ -190,17 +199,15 @@ async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_
         verdict.reports.is_empty(),
         "no death or lost report: {context}"
     );
-    // The second run had two live Jobs: the race, its stale driver refused.
-    assert_eq!(verdict.races.len(), 1, "{context}");
-    let race = &verdict.races[0];
-    assert_eq!(
-        (race.job_id.as_str(), race.stale_claim.as_str()),
-        (x2.as_str(), stale_claim_2.as_str()),
-        "{context}"
-    );
+    // No run had two live Jobs: the second run's stale Job was deleted
+    // before its new claim's Job, its driver never having run.
+    assert!(verdict.races.is_empty(), "{context}");
     assert!(
-        race.stale_driver_ran,
-        "the stale driver started and was refused: {context}"
+        verdict
+            .requeues
+            .iter()
+            .any(|r| r.job_id == x2 && r.stale_claim == stale_claim_2 && !r.stale_driver_ran),
+        "the second run got its new Job after its stale one was deleted: {context}"
     );
     // The first run's stale Job had ended before its new claim got a Job.
     let (_, stale_claim_1) = stale
@@ -215,28 +222,32 @@ async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_
             .any(|r| r.job_id == x1 && r.stale_claim == stale_claim_1 && r.stale_driver_ran),
         "the first run got its new Job after its stale one ended: {context}"
     );
-    // Each stale claim was refused and its Job ended Failed; each run
-    // finished through another claim.
+    // The first run's stale claim was refused and its Job ended Failed; the
+    // second run's stale Job is gone; each run finished through another
+    // claim.
     let jobs = t.stack.cluster.jobs(None).await.expect("jobs");
     for (name, claim) in &stale {
-        let id = if name.contains(x1.as_str()) { &x1 } else { &x2 };
-        assert!(
-            record
-                .refused
-                .iter()
-                .any(|r| r.job_id == *id && r.claim == *claim),
-            "the stale claim {claim} of {id} was refused at its first report: {context}"
-        );
-        let job = jobs
-            .iter()
-            .find(|j| j["metadata"]["name"] == name.as_str())
-            .expect("the stale Job is kept (TTL)");
-        assert!(
-            job["status"]["conditions"].as_array().is_some_and(|cs| cs
-                .iter()
-                .any(|c| c["type"] == "Failed" && c["status"] == "True")),
-            "the stale Job {name} ended Failed: {job}"
-        );
+        let first = name.contains(x1.as_str());
+        let id = if first { &x1 } else { &x2 };
+        let job = jobs.iter().find(|j| j["metadata"]["name"] == name.as_str());
+        if first {
+            assert!(
+                record
+                    .refused
+                    .iter()
+                    .any(|r| r.job_id == *id && r.claim == *claim),
+                "the stale claim {claim} of {id} was refused at its first report: {context}"
+            );
+            let job = job.expect("the stale Job is kept (TTL)");
+            assert!(
+                job["status"]["conditions"].as_array().is_some_and(|cs| cs
+                    .iter()
+                    .any(|c| c["type"] == "Failed" && c["status"] == "True")),
+                "the stale Job {name} ended Failed: {job}"
+            );
+        } else {
+            assert!(job.is_none(), "the stale Job {name} was deleted: {job:?}");
+        }
         let done = record
             .entries
             .iter()

@@ -68,6 +68,9 @@ pub struct ClaimQueue {
     pub requests: u32,
     /// Answer every claim with this status instead.
     pub fail_with: Option<u16>,
+    /// Merged into every claimed job's object while set (a key set to null
+    /// is removed): a claim committed whose answer is poisoned.
+    pub poison: Option<Value>,
 }
 
 /// A run or publish job as the backend holds it.
@@ -94,6 +97,8 @@ pub struct BackendState {
     pub status_reports: Vec<(String, String, Value)>,
     pub lost_reports: Vec<(String, String)>,
     pub publish_lost_reports: Vec<(String, String)>,
+    /// `POST /publish-jobs/{id}/result`: (id, token presented, body).
+    pub publish_results: Vec<(String, String, Value)>,
     /// `GET /jobs/active` calls answered (or failed on purpose).
     pub active_reads: usize,
     /// Answer `GET /jobs/active` with this status instead.
@@ -159,6 +164,7 @@ impl MockBackend {
             .route("/jobs/{id}/status", post(status))
             .route("/jobs/{id}/lost", post(lost))
             .route("/publish-jobs/{id}/lost", post(publish_lost))
+            .route("/publish-jobs/{id}/result", post(publish_result))
             .with_state(App {
                 state: state.clone(),
                 run_release: rx,
@@ -239,6 +245,12 @@ impl MockBackend {
         self.lock().claims(lane).fail_with = status;
     }
 
+    /// Merges `patch` into every job a lane's claims hand out from now on
+    /// (`None` ends it): `{"launch_request": null}` drops a field.
+    pub fn poison_claims(&self, lane: Claims, patch: Option<Value>) {
+        self.lock().claims(lane).poison = patch;
+    }
+
     /// Claim requests received in a lane.
     pub fn requests(&self, lane: Claims) -> u32 {
         self.lock().claims(lane).requests
@@ -284,6 +296,21 @@ fn gate(s: &BackendState, headers: &HeaderMap) -> Option<Response> {
         .then(|| error(StatusCode::UNAUTHORIZED, "unauthorized"))
 }
 
+/// `job` with the lane's poison merged in, if any.
+fn poisoned(app: &App, lane: Claims, mut job: Value) -> Value {
+    let mut s = app.state.lock().expect("mock backend state");
+    if let (Some(patch), Some(fields)) = (s.claims(lane).poison.as_ref(), job.as_object_mut()) {
+        for (key, value) in patch.as_object().into_iter().flatten() {
+            if value.is_null() {
+                fields.remove(key);
+            } else {
+                fields.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    job
+}
+
 /// Pops the lane's next job (or fails) in one step; the request is counted
 /// already.
 #[allow(clippy::result_large_err)]
@@ -314,12 +341,14 @@ async fn claim_run(State(app): Shared, headers: HeaderMap) -> Response {
     match claim(&app, Claims::Run, &headers) {
         Err(r) => r,
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Some(id)) => axum::Json(json!({"job": {
-            "id": id, "token": token_for(&id), "queue_seq": 1, "harness": "h", "model": "m",
-            "attempt": 1, "launch_request": {"case": "c"},
-            "lease_expires_at": "2026-11-29T17:02:00Z"
-        }}))
-        .into_response(),
+        Ok(Some(id)) => {
+            let job = json!({
+                "id": id, "token": token_for(&id), "queue_seq": 1, "harness": "h", "model": "m",
+                "attempt": 1, "launch_request": {"case": "c"},
+                "lease_expires_at": "2026-11-29T17:02:00Z"
+            });
+            axum::Json(json!({"job": poisoned(&app, Claims::Run, job)})).into_response()
+        }
     }
 }
 
@@ -332,11 +361,13 @@ async fn claim_publish(State(app): Shared, headers: HeaderMap) -> Response {
     match claim(&app, Claims::Publish, &headers) {
         Err(r) => r,
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Some(id)) => axum::Json(json!({"publish_job": {
-            "id": id, "token": token_for(&id), "request": {"suite": "main"},
-            "lease_expires_at": "2026-11-29T17:02:00Z"
-        }}))
-        .into_response(),
+        Ok(Some(id)) => {
+            let job = json!({
+                "id": id, "token": token_for(&id), "request": {"suite": "main"},
+                "lease_expires_at": "2026-11-29T17:02:00Z"
+            });
+            axum::Json(json!({"publish_job": poisoned(&app, Claims::Publish, job)})).into_response()
+        }
     }
 }
 
@@ -478,6 +509,35 @@ async fn status(
     }
     row.state = new.clone();
     axum::Json(json!({"id": id, "state": new})).into_response()
+}
+
+/// `POST /publish-jobs/{id}/result` (per-job token): recorded; a dispatched
+/// publish of that token takes the outcome.
+async fn publish_result(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::Json<Value>,
+) -> Response {
+    let mut s = app.state.lock().expect("mock backend state");
+    if s.down {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    }
+    let token = http::bearer(&headers).to_owned();
+    s.publish_results
+        .push((id.clone(), token.clone(), body.0.clone()));
+    let Some(row) = s
+        .rows
+        .get_mut(&id)
+        .filter(|r| r.publish && r.token == token)
+    else {
+        return error(StatusCode::UNAUTHORIZED, "unauthorized");
+    };
+    if row.state != "dispatched" {
+        return error(StatusCode::CONFLICT, "conflict");
+    }
+    row.state = body["outcome"].as_str().unwrap_or("failed").to_owned();
+    axum::Json(json!({"id": id, "state": row.state})).into_response()
 }
 
 async fn lost(

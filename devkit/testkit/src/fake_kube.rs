@@ -60,6 +60,13 @@ pub struct KubeState {
     create_faults: HashMap<String, CreateFault>,
     /// Answer every Job read by name with this status instead.
     pub read_fault: Option<(u16, String, String)>,
+    /// Answer every Job delete with this status instead (deleting nothing).
+    pub delete_fault: Option<(u16, String, String)>,
+    /// Job creates with `dryRun=All` received, by name (answered 201 and not
+    /// stored, unless `dry_run_fault`; never counted as creates).
+    pub dry_runs: Vec<String>,
+    /// Answer every dry-run create with this status instead.
+    pub dry_run_fault: Option<(u16, String, String)>,
     /// Create requests received per kind (answered or not).
     pub create_requests: HashMap<String, u32>,
     /// Creates answered 201 per kind.
@@ -167,6 +174,9 @@ impl FakeKube {
             kind_of,
             create_faults: HashMap::new(),
             read_fault: None,
+            delete_fault: None,
+            dry_runs: vec![],
+            dry_run_fault: None,
             create_requests: HashMap::new(),
             creates: HashMap::new(),
             reads: 0,
@@ -345,11 +355,21 @@ async fn list_jobs(State(app): Shared, Query(q): Query<HashMap<String, String>>)
 async fn create(
     State(app): Shared,
     Path(ns): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
     axum::Json(job): axum::Json<Value>,
 ) -> Response {
     let Some(name) = job["metadata"]["name"].as_str().map(str::to_owned) else {
         return status(422, "Invalid", "metadata.name: Required value");
     };
+    if q.get("dryRun").map(String::as_str) == Some("All") {
+        // Validated and answered, nothing stored; create faults do not apply.
+        let mut s = lock(&app);
+        s.dry_runs.push(name);
+        if let Some((code, reason, message)) = s.dry_run_fault.clone() {
+            return status(code, &reason, &message);
+        }
+        return (axum::http::StatusCode::CREATED, axum::Json(job)).into_response();
+    }
     let (fault, mut release) = {
         let mut s = lock(&app);
         let kind = s.kind_of(&job);
@@ -408,6 +428,9 @@ async fn read(State(app): Shared, Path((_ns, name)): Path<(String, String)>) -> 
 async fn delete(State(app): Shared, Path((_ns, name)): Path<(String, String)>) -> Response {
     let mut s = lock(&app);
     s.deleted_jobs.push(name.clone());
+    if let Some((code, reason, message)) = s.delete_fault.clone() {
+        return status(code, &reason, &message);
+    }
     match s.jobs.remove(&name) {
         Some(job) => {
             s.pods
@@ -508,6 +531,7 @@ mod tests {
         let created = tokio::spawn(create(
             State(app),
             Path("ns".into()),
+            Query(HashMap::new()),
             axum::Json(job("a", "run")),
         ));
         crate::wait::eventually("the create to arrive", Duration::from_secs(5), || {

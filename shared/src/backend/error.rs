@@ -305,6 +305,12 @@ impl BackendError {
         self.0.code.as_deref()
     }
 
+    /// The client's own words about a malformed answer or a configuration
+    /// (naming the field, scrubbed of tokens); empty for the other kinds.
+    pub fn detail(&self) -> &str {
+        &self.0.detail
+    }
+
     /// The backend's error message (scrubbed of tokens), when it sent one.
     pub fn message(&self) -> Option<&str> {
         self.0.message.as_deref()

@@ -117,6 +117,54 @@ pub struct ClaimedPublish {
     pub lease_expires_at: Timestamp,
 }
 
+/// What a claim answered 200 came to: a job the dispatcher can make a Job
+/// of, or a poisoned answer (the backend committed the claim, but its body
+/// cannot become a Job).
+#[derive(Debug, Clone)]
+pub enum ClaimAnswer<T> {
+    /// Every field present, well-typed and checked.
+    Job(T),
+    /// Not usable; what could be read of it.
+    Poisoned(PoisonedClaim),
+}
+
+/// A claim answered 200 whose body breaks the contract: the id and token
+/// when the answer carried valid ones (so the claim can be reported failed
+/// with its own token), why the rest is unusable, and the answer's shape
+/// for the log. Its `Debug` never shows the token.
+#[derive(Debug, Clone)]
+pub struct PoisonedClaim {
+    /// The HTTP status the claim was answered with (a success).
+    pub status: u16,
+    /// The job id, when the answer carried a valid one.
+    pub id: Option<JobId>,
+    /// The per-job token, when the answer carried a usable one.
+    pub token: Option<Secret>,
+    /// Why the answer is unusable, naming the field (scrubbed of tokens;
+    /// never the value of a token field).
+    pub reason: String,
+    /// The answer's keys and value types (`{job: {id: string, ...}}`), never
+    /// a value.
+    pub shape: String,
+}
+
+/// The outcome a publisher (or the dispatcher, for a poisoned claim)
+/// reports with `POST /publish-jobs/{id}/result`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PublishOutcome {
+    Succeeded,
+    Failed,
+}
+
+/// Body of `POST /publish-jobs/{id}/result` (per-job token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PublishResult {
+    pub outcome: PublishOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
 /// Body of `POST /jobs/leases` and `POST /publish-jobs/leases`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LeaseRequest {

@@ -124,3 +124,37 @@ pub fn distinct_managed_by(dispatcher: &str, driver: &str) -> Result<(), ConfigE
     }
     Ok(())
 }
+
+/// A container's limit must be at least its request when both are set: the
+/// API server refuses every Job whose limit is below its request (pod
+/// validation, `ValidateResourceRequirements`), so such a setting would
+/// fail every create. `limit` and `request` are the variables and their
+/// values, already parsed as quantities.
+pub fn limit_at_least_request(
+    limit: (&'static str, Option<&str>),
+    request: (&'static str, &str),
+) -> Result<(), ConfigError> {
+    let (limit_var, Some(limit_text)) = limit else {
+        return Ok(());
+    };
+    let (request_var, request_text) = request;
+    // In thousandths, rounded: exact for any size a container asks for
+    // (the crate's own comparison converts binary and decimal suffixes
+    // through f32 and finds 1Gi below 1073741824).
+    let millis = |text: &str| {
+        super::kinds::parse_quantity(text)
+            .and_then(|q| q.to_bytes_f64())
+            .map(|v| (v * 1000.0).round())
+    };
+    let (Some(l), Some(r)) = (millis(limit_text), millis(request_text)) else {
+        return Ok(());
+    };
+    if l < r {
+        return Err(ConfigError::Invalid {
+            var: limit_var,
+            expected: format!("a limit at least {request_var} ({request_text})").into(),
+            got: limit_text.to_owned(),
+        });
+    }
+    Ok(())
+}

@@ -392,7 +392,29 @@ impl Kind for LabelValue {
     }
 }
 
-/// A Kubernetes resource quantity such as `250m`, `2`, `1Gi`, `512M`.
+/// The form every quantity the API server accepts takes: apimachinery's
+/// own expression, the one its `ErrFormatWrong` quotes
+/// (`staging/src/k8s.io/apimachinery/pkg/api/resource/quantity.go`). The
+/// parser below is looser in two ways this refuses: a number with no digit
+/// (`Mi`), and an exponent followed by a suffix (`1e3Mi`).
+const QUANTITY_FORM: &str = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$";
+
+/// A Kubernetes resource quantity, parsed with Kubernetes' own grammar:
+/// the text must have the form the API server accepts ([`QUANTITY_FORM`])
+/// and parse with `kube_quantity` (which knows the suffixes and gives the
+/// value compared in the limit-versus-request checks). `None` when it is not
+/// a quantity.
+pub fn parse_quantity(text: &str) -> Option<kube_quantity::ParsedQuantity> {
+    static FORM: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let form = FORM.get_or_init(|| regex::Regex::new(QUANTITY_FORM).expect("a valid expression"));
+    if !form.is_match(text) {
+        return None;
+    }
+    kube_quantity::ParsedQuantity::try_from(text).ok()
+}
+
+/// A Kubernetes resource quantity such as `250m`, `2`, `1Gi`, `512M`,
+/// greater than zero (see [`parse_quantity`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Quantity;
 
@@ -401,17 +423,11 @@ impl Kind for Quantity {
     type Default = &'static str;
 
     fn expected(&self) -> Cow<'static, str> {
-        "a Kubernetes quantity such as 250m, 2, 1Gi".into()
+        "a Kubernetes quantity above 0 such as 250m, 2, 1Gi".into()
     }
     fn parse(&self, text: &str) -> Result<String, String> {
-        let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-        let suffix = &text[digits.len()..];
-        let suffix_ok = matches!(
-            suffix,
-            "" | "m" | "k" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"
-        );
-        match digits.parse::<f64>() {
-            Ok(n) if suffix_ok && n > 0.0 && !digits.starts_with('+') => Ok(text.to_owned()),
+        match parse_quantity(text) {
+            Some(q) if q.to_bytes_f64().is_some_and(|v| v > 0.0) => Ok(text.to_owned()),
             _ => Err(text.to_owned()),
         }
     }

@@ -31,7 +31,10 @@ mod setting;
 mod startup;
 pub mod vars;
 
-pub use common::{BackendConfig, CommonConfig, LogFormat, at_most_half_lease, distinct_managed_by};
+pub use common::{
+    BackendConfig, CommonConfig, LogFormat, at_most_half_lease, distinct_managed_by,
+    limit_at_least_request,
+};
 pub use docs::{help_text, markdown_table, settings_json};
 pub use env::Env;
 pub use setting::{Declared, DefaultsCheck, Fallback, Setting};

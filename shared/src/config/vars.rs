@@ -72,18 +72,18 @@ declare! {
 
     pub const MAX_INFLIGHT: Setting<Whole<u32>> = Setting {
         name: "TCAB_DISPATCHER_MAX_INFLIGHT",
-        kind: Whole { min: 1u32 },
+        kind: Whole { min: 0u32 },
         fallback: Default(8),
         read_by: &[A],
-        doc: "Cap of the run lane: live driver Jobs at once.",
+        doc: "Cap of the run lane: live driver Jobs at once. 0 pauses the lane: no claims, while renewals and reports go on.",
     };
 
     pub const MAX_PUBLISH_INFLIGHT: Setting<Whole<u32>> = Setting {
         name: "TCAB_DISPATCHER_MAX_PUBLISH_INFLIGHT",
-        kind: Whole { min: 1u32 },
+        kind: Whole { min: 0u32 },
         fallback: Default(8),
         read_by: &[A],
-        doc: "Cap of the publish lane: live publisher Jobs at once.",
+        doc: "Cap of the publish lane: live publisher Jobs at once. 0 pauses the lane: no claims, while renewals and reports go on.",
     };
 
     pub const POLL_INTERVAL_SECONDS: Setting<Seconds> = Setting {
@@ -213,7 +213,7 @@ declare! {
         kind: Quantity,
         fallback: DefaultUnlessBlank("2"),
         read_by: &[A],
-        doc: "CPU limit of the driver container (over-limit CPU throttles, never kills). Empty sets none.",
+        doc: "CPU limit of the driver container (over-limit CPU throttles, never kills). Empty sets none. At least the CPU request.",
     };
 
     pub const DRIVER_MEMORY_LIMIT: Setting<Quantity> = Setting {
@@ -221,7 +221,39 @@ declare! {
         kind: Quantity,
         fallback: Optional,
         read_by: &[A],
-        doc: "Memory limit of the driver container; unset by default, because hitting it SIGKILLs the driver.",
+        doc: "Memory limit of the driver container; unset by default, because hitting it SIGKILLs the driver. At least the memory request.",
+    };
+
+    pub const PUBLISHER_CPU_REQUEST: Setting<Quantity> = Setting {
+        name: "TCAB_DISPATCHER_PUBLISHER_CPU_REQUEST",
+        kind: Quantity,
+        fallback: Default("100m"),
+        read_by: &[A],
+        doc: "CPU request of the publisher container: small, a publisher mostly waits on uploads and the backend.",
+    };
+
+    pub const PUBLISHER_MEMORY_REQUEST: Setting<Quantity> = Setting {
+        name: "TCAB_DISPATCHER_PUBLISHER_MEMORY_REQUEST",
+        kind: Quantity,
+        fallback: Default("256Mi"),
+        read_by: &[A],
+        doc: "Memory request of the publisher container (enough to keep it out of BestEffort without reserving a run's share).",
+    };
+
+    pub const PUBLISHER_CPU_LIMIT: Setting<Quantity> = Setting {
+        name: "TCAB_DISPATCHER_PUBLISHER_CPU_LIMIT",
+        kind: Quantity,
+        fallback: DefaultUnlessBlank("1"),
+        read_by: &[A],
+        doc: "CPU limit of the publisher container (throttles, never kills). Empty sets none. At least the CPU request.",
+    };
+
+    pub const PUBLISHER_MEMORY_LIMIT: Setting<Quantity> = Setting {
+        name: "TCAB_DISPATCHER_PUBLISHER_MEMORY_LIMIT",
+        kind: Quantity,
+        fallback: DefaultUnlessBlank("1Gi"),
+        read_by: &[A],
+        doc: "Memory limit of the publisher container: a publisher past it is broken, and failing it (reported lost, retried) protects the runs on its node. Empty sets none. At least the memory request.",
     };
 
     pub const JOB_TTL_SECONDS: Setting<Whole<i32>> = Setting {

@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tcab_shared::Secret;
 use tcab_shared::backend::client::RetryPolicy;
-use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobState, PublishState};
+use tcab_shared::backend::{
+    BackendClient, BackendError, BackendErrorKind, ClaimAnswer, JobState, PublishState,
+};
 use tcab_shared::retry::Sleeper;
 
 const CLAIM_RUN: &str = include_str!("../../../docs/contract/claim-run.json");
@@ -30,6 +32,7 @@ const LOST_OUTCOME: &str = include_str!("../../../docs/contract/lost-outcome.jso
 const STATUS_REPORT: &str = include_str!("../../../docs/contract/status-report.json");
 const STATUS_ACK: &str = include_str!("../../../docs/contract/status-ack.json");
 const ERROR: &str = include_str!("../../../docs/contract/error.json");
+const PUBLISH_RESULT: &str = include_str!("../../../docs/contract/publish-result.json");
 
 /// The service token the tests' client holds; it must never show in an error.
 const SERVICE_TOKEN: &str = "svc-TOKEN-5f0e9c1d7a";
@@ -457,6 +460,94 @@ async fn a_death_report_presents_the_per_job_token() {
     assert_eq!(seen.json(), parse(STATUS_REPORT));
     assert_eq!(ack.id, RUN_ID);
     assert_eq!(ack.state, JobState::Failed);
+}
+
+// ---- poisoned claims and failed publish results ----
+
+/// A claim answered 200 whose body cannot become a Job: the claim-answer
+/// call returns what it could read (a valid id and a usable token) beside
+/// why the rest is unusable and the answer's shape, never a value; the
+/// strict call keeps answering it as a malformed answer.
+#[tokio::test]
+async fn a_poisoned_claim_answer_keeps_its_id_and_token_and_names_why() {
+    let mut missing = parse(CLAIM_RUN);
+    missing["job"]
+        .as_object_mut()
+        .unwrap()
+        .remove("launch_request");
+    let mut bad_id = parse(CLAIM_PUBLISH);
+    bad_id["publish_job"]["id"] = json!("../etc");
+    let backend = Backend::start([
+        Reply::json(200, &missing.to_string()),
+        Reply::json(200, &bad_id.to_string()),
+        Reply::text(200, "<html>oops</html>"),
+        Reply::json(200, &missing.to_string()),
+        Reply::json(200, CLAIM_RUN),
+    ])
+    .await;
+    let client = backend.client();
+
+    let ClaimAnswer::Poisoned(p) = client.claim_run_answer().await.unwrap().unwrap() else {
+        panic!("a run without its launch request is poisoned");
+    };
+    assert_eq!(p.status, 200);
+    assert_eq!(p.id.as_deref(), Some(RUN_ID));
+    assert_eq!(p.token.as_ref().map(Secret::expose), Some(JOB_TOKEN));
+    assert!(p.reason.contains("launch_request"), "{}", p.reason);
+    assert!(
+        p.shape.contains("token: string") && !p.shape.contains(JOB_TOKEN),
+        "{}",
+        p.shape
+    );
+    assert!(
+        !format!("{p:?}").contains(JOB_TOKEN),
+        "Debug hides the token"
+    );
+
+    let ClaimAnswer::Poisoned(p) = client.claim_publish_answer().await.unwrap().unwrap() else {
+        panic!("an invalid id is poisoned");
+    };
+    assert_eq!(p.id, None, "an invalid id is not kept");
+    assert!(p.token.is_some());
+    assert!(p.reason.contains("publish_job.id"), "{}", p.reason);
+
+    let ClaimAnswer::Poisoned(p) = client.claim_run_answer().await.unwrap().unwrap() else {
+        panic!("a body that is not JSON is poisoned");
+    };
+    assert_eq!((p.id, p.token.is_none()), (None, true));
+    assert_eq!(p.shape, "not JSON");
+
+    let err = client.claim_run().await.unwrap_err();
+    assert!(err.is_malformed(), "{err:?}");
+    assert!(err.to_string().contains("launch_request"), "{err}");
+    assert_no_token(&err);
+
+    assert!(matches!(
+        client.claim_run_answer().await.unwrap(),
+        Some(ClaimAnswer::Job(run)) if run.id == RUN_ID
+    ));
+}
+
+#[tokio::test]
+async fn a_failed_publish_result_presents_the_per_job_token() {
+    let backend = Backend::start([Reply::json(200, r#"{"id": "x", "state": "failed"}"#)]).await;
+    let detail = "the dispatcher cannot make a Job of this claim: too large";
+    backend
+        .client()
+        .report_publish_failed(PUBLISH_ID, &Secret::new(JOB_TOKEN), detail)
+        .await
+        .unwrap();
+    let seen = backend.only_request();
+    assert_eq!(seen.method, Method::POST);
+    assert_eq!(seen.path, format!("/publish-jobs/{PUBLISH_ID}/result"));
+    assert_eq!(
+        seen.authorization.as_deref(),
+        Some(&*format!("Bearer {JOB_TOKEN}"))
+    );
+    assert_eq!(seen.json(), json!({"outcome": "failed", "detail": detail}));
+    // The documented result body has the same shape.
+    let example = parse(PUBLISH_RESULT);
+    assert!(example["outcome"].is_string() && example["detail"].is_string());
 }
 
 #[tokio::test]

@@ -52,3 +52,41 @@ fn every_documented_default_is_the_parsed_default() {
         .collect();
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// Quantities are read with Kubernetes' own grammar: every form the API
+/// server accepts, none it refuses (an exponent with a suffix, no digit,
+/// two points, an unknown suffix).
+#[test]
+fn quantities_follow_kubernetes_grammar() {
+    use tcab_shared::config::kinds::parse_quantity;
+    for ok in [
+        "250m", "2", "1.5", ".5", "5.", "1Gi", "512Mi", "1e3", "1E3", "1e-3", "+2", "2k", "1G",
+        "100000u", "3n",
+    ] {
+        assert!(parse_quantity(ok).is_some(), "{ok} is a quantity");
+    }
+    for bad in [
+        "1e3Mi", "Mi", "", "1.5.0", "4GB", "1 Gi", "lots", "1mm", "inf", "NaN", "0x10",
+    ] {
+        assert!(parse_quantity(bad).is_none(), "{bad:?} is not a quantity");
+    }
+}
+
+/// A limit below its request is refused naming both variables, whatever
+/// the suffixes; equal values and an unset limit are fine.
+#[test]
+fn a_limit_must_be_at_least_its_request() {
+    let check = |limit: Option<&str>, request: &str| {
+        limit_at_least_request(("LIMIT", limit), ("REQUEST", request))
+    };
+    assert!(check(Some("1Gi"), "1073741824").is_ok());
+    assert!(check(Some("1024Mi"), "1Gi").is_ok());
+    assert!(check(Some("2"), "2000m").is_ok());
+    assert!(check(None, "8Gi").is_ok());
+    let err = check(Some("1G"), "1Gi").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "LIMIT: expected a limit at least REQUEST (1Gi), got \"1G\""
+    );
+    assert!(check(Some("999m"), "1").is_err());
+}

@@ -71,6 +71,19 @@ fn every_documented_default_is_the_parsed_default() {
         .value(&vars::DRIVER_MEMORY_REQUEST, &j.memory_request)
         .optional(&vars::DRIVER_CPU_LIMIT, &j.cpu_limit)
         .optional(&vars::DRIVER_MEMORY_LIMIT, &j.memory_limit)
+        .value(
+            &vars::PUBLISHER_CPU_REQUEST,
+            &j.publisher_resources.cpu_request,
+        )
+        .value(
+            &vars::PUBLISHER_MEMORY_REQUEST,
+            &j.publisher_resources.memory_request,
+        )
+        .optional(&vars::PUBLISHER_CPU_LIMIT, &j.publisher_resources.cpu_limit)
+        .optional(
+            &vars::PUBLISHER_MEMORY_LIMIT,
+            &j.publisher_resources.memory_limit,
+        )
         .value(&vars::JOB_TTL_SECONDS, &j.ttl_seconds_after_finished)
         .value(
             &vars::DRIVER_ACTIVE_DEADLINE_SECONDS,
@@ -201,12 +214,7 @@ fn malformed_values_are_named_with_what_was_expected() {
         (
             "TCAB_DISPATCHER_MAX_INFLIGHT",
             "eight",
-            "TCAB_DISPATCHER_MAX_INFLIGHT: expected a whole number >= 1, got \"eight\"",
-        ),
-        (
-            "TCAB_DISPATCHER_MAX_INFLIGHT",
-            "0",
-            "TCAB_DISPATCHER_MAX_INFLIGHT: expected a whole number >= 1, got \"0\"",
+            "TCAB_DISPATCHER_MAX_INFLIGHT: expected a whole number >= 0, got \"eight\"",
         ),
         (
             "TCAB_DISPATCHER_MAX_PUBLISH_INFLIGHT",
@@ -258,6 +266,27 @@ fn malformed_values_are_named_with_what_was_expected() {
             "4GB",
             "TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT: expected a Kubernetes quantity",
         ),
+        // Kubernetes' grammar: an exponent takes no suffix, a number has a digit.
+        (
+            "TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST",
+            "1e3Mi",
+            "TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST: expected a Kubernetes quantity",
+        ),
+        (
+            "TCAB_DISPATCHER_PUBLISHER_MEMORY_REQUEST",
+            "Mi",
+            "TCAB_DISPATCHER_PUBLISHER_MEMORY_REQUEST: expected a Kubernetes quantity",
+        ),
+        (
+            "TCAB_DISPATCHER_PUBLISHER_CPU_LIMIT",
+            "1.5.0",
+            "TCAB_DISPATCHER_PUBLISHER_CPU_LIMIT: expected a Kubernetes quantity",
+        ),
+        (
+            "TCAB_DISPATCHER_DRIVER_CPU_REQUEST",
+            "0",
+            "TCAB_DISPATCHER_DRIVER_CPU_REQUEST: expected a Kubernetes quantity above 0",
+        ),
         (
             "TCAB_DRIVER_SECRETS",
             "good,Bad_Name",
@@ -291,6 +320,79 @@ fn malformed_values_are_named_with_what_was_expected() {
             "{var}={value:?}: got {got:?}, want prefix {want:?}"
         );
     }
+}
+
+/// Kubernetes quantities in every form the API server takes are accepted.
+#[test]
+fn quantities_in_each_of_kubernetes_forms_are_accepted() {
+    for q in [
+        "250m", "2", "1.5", "0.5Gi", "512Mi", "1e3", "1E3", "2k", "1G", "+1", "100000u", ".5",
+    ] {
+        let c = AdmitterConfig::from_vars(with(&[
+            ("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", q),
+            ("TCAB_DISPATCHER_DRIVER_CPU_LIMIT", ""),
+        ]));
+        assert!(c.is_ok(), "{q}: {c:?}");
+    }
+}
+
+/// A limit below its request is refused at start, naming both variables:
+/// the API server would refuse every Job built from it.
+#[test]
+fn a_limit_below_its_request_is_refused_naming_both() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[
+                ("TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST", "1Gi"),
+                ("TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT", "512Mi"),
+            ],
+            "TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT: expected a limit at least TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST (1Gi), got \"512Mi\"",
+        ),
+        (
+            &[("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", "2500m")],
+            "TCAB_DISPATCHER_DRIVER_CPU_LIMIT: expected a limit at least TCAB_DISPATCHER_DRIVER_CPU_REQUEST (2500m), got \"2\"",
+        ),
+        (
+            &[("TCAB_DISPATCHER_PUBLISHER_MEMORY_LIMIT", "200M")],
+            "TCAB_DISPATCHER_PUBLISHER_MEMORY_LIMIT: expected a limit at least TCAB_DISPATCHER_PUBLISHER_MEMORY_REQUEST (256Mi)",
+        ),
+        (
+            &[("TCAB_DISPATCHER_PUBLISHER_CPU_REQUEST", "1001m")],
+            "TCAB_DISPATCHER_PUBLISHER_CPU_LIMIT: expected a limit at least TCAB_DISPATCHER_PUBLISHER_CPU_REQUEST (1001m)",
+        ),
+    ];
+    for (extra, want) in cases {
+        let got = admitter_err(extra);
+        assert!(got.starts_with(want), "{extra:?}: got {got:?}");
+    }
+    // Equal, or a limit in another unit that is larger, is fine; no limit is fine.
+    for extra in [
+        &[
+            ("TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST", "1Gi"),
+            ("TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT", "1073741824"),
+        ][..],
+        &[
+            ("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", "2"),
+            ("TCAB_DISPATCHER_DRIVER_CPU_LIMIT", "2000m"),
+        ],
+        &[
+            ("TCAB_DISPATCHER_PUBLISHER_MEMORY_REQUEST", "2Gi"),
+            ("TCAB_DISPATCHER_PUBLISHER_MEMORY_LIMIT", ""),
+        ],
+    ] {
+        assert!(AdmitterConfig::from_vars(with(extra)).is_ok(), "{extra:?}");
+    }
+}
+
+/// A cap of 0 is accepted: it pauses the lane.
+#[test]
+fn a_cap_of_zero_is_a_paused_lane() {
+    let c = AdmitterConfig::from_vars(with(&[
+        ("TCAB_DISPATCHER_MAX_INFLIGHT", "0"),
+        ("TCAB_DISPATCHER_MAX_PUBLISH_INFLIGHT", "0"),
+    ]))
+    .expect("valid");
+    assert_eq!((c.max_inflight, c.max_publish_inflight), (0, 0));
 }
 
 /// Ages and timeouts that a lease must outlast are checked against it at

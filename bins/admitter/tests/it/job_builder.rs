@@ -10,7 +10,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use tcab_admitter::job_builder::{
     JobBuildError, JobSettings, MAX_DESCRIPTION_LEN, PUBLISHER_TERMINATION_GRACE_SECONDS,
-    SUBSCRIPTION_FILE_MODE, driver_job, publisher_job,
+    SUBSCRIPTION_FILE_MODE, Sizing, driver_job, publisher_job,
 };
 use tcab_shared::backend::types::{ClaimedPublish, ClaimedRun};
 use tcab_shared::names::{self, DRIVER_CONTAINER, PUBLISHER_CONTAINER};
@@ -33,6 +33,12 @@ fn settings() -> JobSettings {
         memory_request: "512Mi".into(),
         cpu_limit: Some("2".into()),
         memory_limit: None,
+        publisher_resources: Sizing {
+            cpu_request: "100m".into(),
+            memory_request: "256Mi".into(),
+            cpu_limit: Some("1".into()),
+            memory_limit: Some("1Gi".into()),
+        },
         ttl_seconds_after_finished: 3600,
         driver_active_deadline_seconds: 7200,
         publisher_active_deadline_seconds: 2700,
@@ -700,14 +706,29 @@ fn publisher_job_has_the_publisher_contract() {
     assert!(pod.volumes.is_none() && pod.security_context.is_none());
     assert!(pod.service_account_name.is_none());
 
+    // Its own sizing, not the driver's.
     let r = c.resources.as_ref().unwrap();
     assert_eq!(
         quantities(r.requests.as_ref()),
-        Some(BTreeMap::from([("cpu", "250m"), ("memory", "512Mi")]))
+        Some(BTreeMap::from([("cpu", "100m"), ("memory", "256Mi")]))
     );
     assert_eq!(
         quantities(r.limits.as_ref()),
-        Some(BTreeMap::from([("cpu", "2")]))
+        Some(BTreeMap::from([("cpu", "1"), ("memory", "1Gi")]))
+    );
+}
+
+#[test]
+fn a_publisher_without_limits_gets_requests_only() {
+    let mut s = settings();
+    s.publisher_resources.cpu_limit = None;
+    s.publisher_resources.memory_limit = None;
+    let job = publisher_job(&s, &publish()).unwrap();
+    let r = container(&job).resources.as_ref().unwrap();
+    assert!(r.limits.is_none());
+    assert_eq!(
+        quantities(r.requests.as_ref()),
+        Some(BTreeMap::from([("cpu", "100m"), ("memory", "256Mi")]))
     );
 }
 

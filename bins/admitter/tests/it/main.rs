@@ -7,6 +7,7 @@ mod cli;
 mod config;
 mod drain;
 mod job_builder;
+mod poison_and_stale;
 mod revision;
 mod run_loop;
 mod sims;

@@ -257,3 +257,67 @@ async fn no_claim_while_the_gate_is_closed() {
     .await;
     stop(trigger, handle).await;
 }
+
+/// Before its first claim the admitter dry-runs a Job of each lane: a Job
+/// the API server refuses (422) ends `run()` with the refusal naming the
+/// settings, and nothing is claimed.
+#[tokio::test]
+async fn a_job_the_api_server_refuses_at_the_dry_run_stops_the_start() {
+    let rig = Rig::start().await;
+    rig.backend.queue(Lane::Run, 1);
+    rig.kube.lock().dry_run_fault = Some((
+        422,
+        "Invalid".into(),
+        "Job.batch \"tcab-driver-tcab-dry-run-x\" is invalid: spec.template.spec.serviceAccountName: Invalid value: \"a..b\"".into(),
+    ));
+    let config = rig.config(&[("TCAB_DRIVER_SERVICE_ACCOUNT", "a..b")]);
+    let (_trigger, handle) = start(&rig, config);
+    let error = within("run() ends", handle)
+        .await
+        .expect("task")
+        .expect_err("refused");
+    let refused = error
+        .downcast_ref::<tcab_admitter::preflight::Refused>()
+        .expect("a refusal");
+    assert_eq!((refused.lane, refused.code), (Lane::Run, 422));
+    assert_eq!(refused.settings, ["TCAB_DRIVER_SERVICE_ACCOUNT"]);
+    assert_eq!(rig.backend.requests(Lane::Run), 0, "nothing claimed");
+    assert_eq!(rig.kube.lock().dry_runs.len(), 1);
+}
+
+/// A dry run without a telling answer (a 503) is tried again with the back-off
+/// and never stops the start; both lanes' Jobs are checked, then admitted.
+#[tokio::test]
+async fn an_unclear_dry_run_is_tried_again_and_admissions_follow() {
+    let rig = Rig::start().await;
+    rig.backend.queue(Lane::Run, 1);
+    rig.backend.queue(Lane::Publish, 1);
+    rig.kube.lock().dry_run_fault = Some((503, "ServiceUnavailable".into(), "try later".into()));
+    let (trigger, handle) = start(&rig, rig.config(&[]));
+    eventually("a dry run was tried", || {
+        !rig.kube.lock().dry_runs.is_empty()
+    })
+    .await;
+    assert_eq!(
+        rig.backend.requests(Lane::Run),
+        0,
+        "no claim before the check passed"
+    );
+    rig.kube.lock().dry_run_fault = None;
+    eventually("both lanes admit", || {
+        rig.kube.creates(Lane::Run) == 1 && rig.kube.creates(Lane::Publish) == 1
+    })
+    .await;
+    let dry = rig.kube.lock().dry_runs.clone();
+    assert!(
+        dry.iter()
+            .any(|n| n.starts_with("tcab-driver-tcab-dry-run-")),
+        "{dry:?}"
+    );
+    assert!(
+        dry.iter()
+            .any(|n| n.starts_with("tcab-publisher-tcab-dry-run-")),
+        "{dry:?}"
+    );
+    stop(trigger, handle).await;
+}

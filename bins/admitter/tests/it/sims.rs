@@ -196,10 +196,18 @@ async fn a_restarted_admitter_counts_the_jobs_already_there() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_answered_500_three_times_is_settled_at_once_and_never_holds_the_lane() {
     let sims = Sims::start().await;
-    sims.enqueue_runs(
-        2,
-        json!({"duration_ms": 100, "sandbox": false, "log_lines": 0}),
-    )
+    // One slot: had the failed create held it, the second run would wait
+    // for the lane (formerly 15 minutes) and the first for its lease to lapse.
+    let config = sims.config(&[
+        ("TCAB_PUBLISHER_IMAGE", ""),
+        ("TCAB_DISPATCHER_MAX_INFLIGHT", "1"),
+    ]);
+    let (trigger, handle) = sims.start_admitter(config);
+    // The start-up dry run is a create too: the faults are for the runs' Jobs.
+    tcab_testkit::wait::until("the start-up dry run", PATIENCE, || async {
+        let counters = sims.cluster.admin().counters().await.ok()?;
+        (counters.requests.get("create jobs").copied() == Some(1)).then_some(())
+    })
     .await;
     sims.cluster
         .admin()
@@ -213,13 +221,11 @@ async fn a_create_answered_500_three_times_is_settled_at_once_and_never_holds_th
         })
         .await
         .unwrap();
-    // One slot: had the failed create held it, the second run would wait
-    // for the lane (formerly 15 minutes) and the first for its lease to lapse.
-    let config = sims.config(&[
-        ("TCAB_PUBLISHER_IMAGE", ""),
-        ("TCAB_DISPATCHER_MAX_INFLIGHT", "1"),
-    ]);
-    let (trigger, handle) = sims.start_admitter(config);
+    sims.enqueue_runs(
+        2,
+        json!({"duration_ms": 100, "sandbox": false, "log_lines": 0}),
+    )
+    .await;
     // Without the backend's clock moving: no lease lapses, no requeue.
     sims.wait_for("both runs finished", "jobs", "succeeded", 2)
         .await;
@@ -239,8 +245,8 @@ async fn a_create_answered_500_three_times_is_settled_at_once_and_never_holds_th
     let requests = sims.cluster.admin().counters().await.unwrap().requests;
     assert_eq!(
         requests.get("create jobs").copied(),
-        Some(5),
-        "three failed creates, each read back and sent again, then one for the second run: {requests:?}"
+        Some(6),
+        "the start-up dry run, three failed creates, each read back and sent again, then one for the second run: {requests:?}"
     );
     assert_eq!(
         requests.get("get jobs").copied(),

@@ -22,7 +22,7 @@ async fn forbidden_list_is_logged_with_the_namespace_and_retried() {
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
     let mut granted = cluster(vec![sandbox("sb-a", "a")], jobs.clone());
     let (client, seen) = mock_client(Box::new(move |req| {
-        if req.method == Method::GET && req.uri == LIST_URI {
+        if req.method == Method::GET && is_pod_list(&req.uri) {
             calls += 1;
             if calls <= 2 {
                 return Answer::Json(403, status(403, "Forbidden"));
@@ -45,7 +45,7 @@ async fn forbidden_list_is_logged_with_the_namespace_and_retried() {
     );
     let seen = seen.lock().expect("log").clone();
     assert_eq!(seen.len(), 5, "three LISTs, one read, one DELETE: {seen:?}");
-    assert!(seen[..3].iter().all(|s| s.uri == LIST_URI));
+    assert!(seen[..3].iter().all(|s| s.uri == reap_list_uri(&["a"])));
     assert_eq!(seen[4].body["preconditions"]["uid"], "uid-sb-a");
 
     let text = logs.text();

@@ -67,7 +67,7 @@ async fn a_failed_drivers_sandboxes_are_listed_confirmed_and_deleted_once_then_n
     assert_eq!(
         requests(&seen),
         [
-            format!("GET {LIST_URI}"),
+            format!("GET {}", reap_list_uri(&["a"])),
             format!("GET {}", jobs_uri("a")),
             "DELETE /api/v1/namespaces/sandboxes/pods/sb-a?".to_string(),
         ],
@@ -99,7 +99,11 @@ async fn one_list_whatever_the_number_of_jobs_and_none_once_their_reaps_are_comp
     let first = r.tick().await;
     assert_eq!(first.due.reap.len(), 100);
     assert_eq!(first.completed.len(), 100, "no sandbox of them left");
-    assert_eq!(requests(&seen), [format!("GET {LIST_URI}")]);
+    let seen_now = requests(&seen);
+    assert!(
+        seen_now.len() == 1 && is_pod_list(&seen_now[0][4..]),
+        "{seen_now:?}"
+    );
     for _ in 0..3 {
         r.tick().await;
     }
@@ -117,7 +121,7 @@ async fn failed_deletes_are_retried_next_tick_and_404_is_fine() {
     let answered_jobs = jobs.clone();
     let mut round = 0;
     let (client, seen) = mock_client(Box::new(move |req| {
-        if req.method == Method::GET && req.uri == LIST_URI {
+        if req.method == Method::GET && is_pod_list(&req.uri) {
             round += 1;
             return Answer::Json(200, listed.clone());
         }
@@ -245,7 +249,7 @@ async fn a_view_that_stops_being_current_after_the_list_deletes_nothing() {
     let mut answer = cluster(vec![sandbox("sb-a", "a")], jobs.clone());
     // The watch fails while the LIST is answered.
     let (client, seen) = mock_client(Box::new(move |req| {
-        if req.uri == LIST_URI {
+        if is_pod_list(&req.uri) {
             failing.mark_failed("watch stream ended");
         }
         answer(req)
@@ -257,7 +261,7 @@ async fn a_view_that_stops_being_current_after_the_list_deletes_nothing() {
     assert!(report.deletes.is_empty() && report.plan.delete.is_empty());
     assert_eq!(
         requests(&seen),
-        [format!("GET {LIST_URI}")],
+        [format!("GET {}", reap_list_uri(&["a"]))],
         "no read, no DELETE"
     );
 }
@@ -332,7 +336,10 @@ async fn a_confirming_read_that_finds_a_live_job_of_the_same_id_stops_the_delete
     assert!(report.completed.is_empty());
     assert_eq!(
         requests(&seen),
-        [format!("GET {LIST_URI}"), format!("GET {}", jobs_uri("a"))]
+        [
+            format!("GET {}", reap_list_uri(&["a"])),
+            format!("GET {}", jobs_uri("a"))
+        ]
     );
 }
 
@@ -340,7 +347,7 @@ async fn a_confirming_read_that_finds_a_live_job_of_the_same_id_stops_the_delete
 async fn a_confirming_read_that_fails_stops_the_delete() {
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
     let (client, seen) = mock_client(Box::new(|req| {
-        if req.uri == LIST_URI {
+        if is_pod_list(&req.uri) {
             Answer::Json(200, pod_list(vec![sandbox("sb-a", "a")]))
         } else if confirm_id(&req.uri).is_some() {
             Answer::Json(500, status(500, "InternalError"))
@@ -551,7 +558,7 @@ async fn an_orphan_the_backend_still_drives_is_not_swept_even_with_no_grace() {
     assert_eq!(report.sweep, SweepOutcome::Driven(1));
     assert!(report.deletes.is_empty());
     assert_eq!(report.plan.keep[0].reason, KeepReason::DrivenByBackend);
-    assert_eq!(requests(&seen), [format!("GET {LIST_URI}")]);
+    assert_eq!(requests(&seen), [format!("GET {SWEEP_LIST_URI}")]);
 
     // The backend stops driving it: the next sweep reaps it.
     backend.set(Active::Driven(vec![]));
@@ -671,4 +678,85 @@ async fn a_sweep_whose_list_is_refused_waits_for_its_next_interval() {
     }
     assert_eq!(seen.lock().expect("log").len(), 1, "one refused LIST");
     assert_eq!(backend.calls(), 0, "no backend call without a LIST");
+}
+
+/// A dead driver's job id with sandbox pods of another managed-by value (a
+/// driver that labels with a fixed value of its own): the reap lists the
+/// pods by job id alone, deletes only the driver-managed sandboxes, leaves
+/// the others alone and reports them once.
+#[tokio::test]
+async fn sandboxes_of_another_managed_by_are_left_alone_and_reported_once() {
+    let jobs = vec![job("tcab-driver-a-1", "a", true)];
+    let pods = vec![
+        sandbox("sb-a", "a"),
+        pod("sb-a-fixed", "a", "some-driver", "2027-01-15T11:00:00Z"),
+        pod(
+            "tcab-driver-a-1-pod",
+            "a",
+            "tcab-dispatcher",
+            "2027-01-15T11:00:00Z",
+        ),
+    ];
+    let (client, seen) = mock_client(cluster(pods, jobs.clone()));
+    let mut r = reaper(client, cache(jobs));
+    let report = r.tick().await;
+    assert_eq!(requests(&seen)[0], format!("GET {}", reap_list_uri(&["a"])));
+    assert_eq!(
+        report.outcomes(),
+        [("sandboxes/sb-a".to_string(), DeleteOutcome::Deleted)]
+    );
+    assert_eq!(
+        report.mismatches.get("a").map(Vec::as_slice),
+        Some(&["sandboxes/sb-a-fixed".to_string()][..])
+    );
+    assert_eq!(report.completed, ids(&["a"]), "the reap of a is complete");
+    // Complete: nothing more is listed, and the mismatch is not reported again.
+    let again = r.tick().await;
+    assert_eq!(again.listed, None);
+    assert!(again.mismatches.is_empty());
+}
+
+/// A driver Job that fails while a reap's LIST (named by the ids due) is in
+/// flight is judged by the plan, but the LIST did not name its id: its reap
+/// is not complete until the next tick lists it and deletes its sandbox.
+#[tokio::test]
+async fn a_driver_failing_during_a_reaps_list_is_reaped_on_the_next_tick() {
+    let jobs = vec![
+        job("tcab-driver-a-1", "a", true),
+        job("tcab-driver-b-1", "b", false),
+    ];
+    let view = cache(jobs.clone());
+    let failing = view.clone();
+    let b_failed = job("tcab-driver-b-1", "b", true);
+    let mut answered = vec![jobs[0].clone(), b_failed.clone()];
+    answered.sort_by(|x, y| x.metadata.name.cmp(&y.metadata.name));
+    let mut answer = cluster(vec![sandbox("sb-a", "a"), sandbox("sb-b", "b")], answered);
+    let mut first = true;
+    let (client, seen) = mock_client(Box::new(move |req| {
+        if is_pod_list(&req.uri) && std::mem::take(&mut first) {
+            // Answered as its selector asks (job id a only), while b fails.
+            failing.apply(Event::Apply(b_failed.clone()));
+            return Answer::Json(200, pod_list(vec![sandbox("sb-a", "a")]));
+        }
+        answer(req)
+    }));
+    let mut r = reaper(client, view);
+    let report = r.tick().await;
+    assert_eq!(report.due.reap, ids(&["a"]));
+    assert_eq!(
+        report.outcomes(),
+        [("sandboxes/sb-a".to_string(), DeleteOutcome::Deleted)]
+    );
+    assert_eq!(
+        report.completed,
+        ids(&["a"]),
+        "b was not listed: not complete"
+    );
+    let report = r.tick().await;
+    assert_eq!(report.due.reap, ids(&["b"]));
+    assert_eq!(
+        report.outcomes(),
+        [("sandboxes/sb-b".to_string(), DeleteOutcome::Deleted)]
+    );
+    assert!(requests(&seen).contains(&format!("GET {}", reap_list_uri(&["b"]))));
 }

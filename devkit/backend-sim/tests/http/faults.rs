@@ -77,3 +77,81 @@ async fn an_errored_renewal_answers_500_and_changes_nothing() {
         .await;
     assert_eq!(a.status, 400);
 }
+
+#[tokio::test]
+async fn a_status_fault_answers_its_status_with_the_error_body_and_changes_nothing() {
+    let rig = Rig::start().await;
+    let id = rig.enqueue("h", "m", None).await;
+    let (_, token, _) = rig.claim().await.expect("claimable");
+    let a = rig
+        .post(
+            "/admin/faults",
+            json!({"paths": ["/jobs/*/status"], "mode": "status", "status": 400, "seconds": 30}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let a = rig
+        .report(
+            &id,
+            &token,
+            json!({"state": "failed", "failure_kind": "infrastructure", "detail": "x"}),
+        )
+        .await;
+    assert_error(&a, reqwest::StatusCode::BAD_REQUEST, "bad_request");
+    assert_eq!(rig.state(&id).await, "dispatched", "nothing changed");
+    let status = rig.get("/admin/faults").await.body;
+    assert_eq!(status["refused"], 1, "{status}");
+    assert_eq!(status["rules"][0]["mode"], "status");
+    // A status outside 400..=599, or none, is refused.
+    for bad in [
+        json!({"paths": ["/jobs/next"], "mode": "status", "seconds": 1}),
+        json!({"paths": ["/jobs/next"], "mode": "status", "status": 204, "seconds": 1}),
+    ] {
+        assert_eq!(rig.post("/admin/faults", bad).await.status, 400);
+    }
+}
+
+#[tokio::test]
+async fn a_body_fault_applies_the_call_and_answers_its_body_instead() {
+    let rig = Rig::start().await;
+    let first = rig.enqueue("h", "m", None).await;
+    let second = rig.enqueue("h", "m", None).await;
+    let a = rig
+        .post(
+            "/admin/faults",
+            json!({"paths": ["/jobs/next"], "mode": "body", "body": {"job": {"id": "../bad"}}, "seconds": 30}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let a = rig.post("/jobs/next", json!({})).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.body, json!({"job": {"id": "../bad"}}), "replaced whole");
+    assert_eq!(
+        rig.state(&first).await,
+        "dispatched",
+        "the claim was committed"
+    );
+
+    // Merged: one field poisoned, the id and token the real ones.
+    rig.post("/admin/faults/clear", json!({})).await;
+    rig.post(
+        "/admin/faults",
+        json!({"paths": ["/jobs/next"], "mode": "body", "merge": true,
+               "body": {"job": {"launch_request": null, "harness": 7}}, "seconds": 30}),
+    )
+    .await;
+    let a = rig.post("/jobs/next", json!({})).await;
+    assert_eq!(a.status, 200);
+    let job = &a.body["job"];
+    assert_eq!(job["id"], second.as_str());
+    assert!(job["token"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(job.get("launch_request").is_none(), "{job}");
+    assert_eq!(job["harness"], 7);
+    assert_eq!(rig.state(&second).await, "dispatched");
+    // An empty queue's 204 passes unchanged: nothing was committed.
+    let a = rig.post("/jobs/next", json!({})).await;
+    assert_eq!(a.status, 204);
+    assert_eq!(rig.get("/admin/faults").await.body["replaced"], 2);
+    let bad = json!({"paths": ["/jobs/next"], "mode": "body", "seconds": 1});
+    assert_eq!(rig.post("/admin/faults", bad).await.status, 400);
+}

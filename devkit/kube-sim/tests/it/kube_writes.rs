@@ -186,3 +186,77 @@ async fn kube_rs_dry_runs_validation_and_preconditions() {
     pods.delete("kp", &right).await.unwrap();
     assert_eq!(api_status(pods.get("kp").await.unwrap_err()).code, 404);
 }
+
+/// What the admitter's start-up dry run relies on: a dry-run create of a Job
+/// is validated like a real one, so a limit below its request, a service
+/// account name that is no DNS subdomain and a malformed quantity are
+/// refused, as upstream's ValidateResourceRequirements, ValidatePodSpec and
+/// the Quantity decoder refuse them.
+#[tokio::test]
+async fn a_dry_run_create_refuses_what_a_create_would() {
+    let s = sim().await;
+    let jobs: Api<Job> = Api::namespaced(s.kube_client(None).unwrap(), NS);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let job = |container: serde_json::Value, extra: serde_json::Value| {
+        let mut spec = json!({"restartPolicy": "Never", "containers": [container]});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        serde_json::from_value::<Job>(json!({"metadata": {"name": "dry"},
+            "spec": {"backoffLimit": 0, "template": {"spec": spec}}}))
+        .unwrap()
+    };
+    let c = |resources: serde_json::Value| json!({"name": "driver", "image": "d:1", "resources": resources});
+
+    let fine = job(
+        c(
+            json!({"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}),
+        ),
+        json!({"serviceAccountName": "tcab-driver"}),
+    );
+    jobs.create(&dry, &fine).await.expect("a valid Job passes");
+
+    let below = job(
+        c(json!({"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}})),
+        json!({}),
+    );
+    let st = api_status(jobs.create(&dry, &below).await.unwrap_err());
+    assert_eq!(
+        (st.code, st.reason.as_str()),
+        (422, "Invalid"),
+        "{}",
+        st.message
+    );
+    assert!(
+        st.message
+            .contains("spec.template.spec.containers[0].resources.requests")
+            && st
+                .message
+                .contains("must be less than or equal to memory limit of 1Gi"),
+        "{}",
+        st.message
+    );
+
+    let bad_sa = job(c(json!({})), json!({"serviceAccountName": "tcab..driver"}));
+    let st = api_status(jobs.create(&dry, &bad_sa).await.unwrap_err());
+    assert_eq!(st.code, 422, "{}", st.message);
+    assert!(
+        st.message.contains("spec.template.spec.serviceAccountName"),
+        "{}",
+        st.message
+    );
+
+    let bad_quantity = job(c(json!({"requests": {"memory": "1e3Mi"}})), json!({}));
+    let st = api_status(jobs.create(&dry, &bad_quantity).await.unwrap_err());
+    assert!(matches!(st.code, 400 | 422), "{} {}", st.code, st.message);
+    assert!(
+        st.message.contains("quantities must match"),
+        "{}",
+        st.message
+    );
+    // Nothing was stored by any of them.
+    assert_eq!(api_status(jobs.get("dry").await.unwrap_err()).code, 404);
+}

@@ -307,6 +307,7 @@ pub fn metric_call(call: Call) -> &'static str {
         "POST /jobs/{id}/status" => "report_death",
         "POST /jobs/{id}/lost" => "report_lost",
         "POST /publish-jobs/{id}/lost" => "report_publish_lost",
+        "POST /publish-jobs/{id}/result" => "report_publish_failed",
         _ => "other",
     }
 }
@@ -506,6 +507,7 @@ mod tests {
             ("POST /jobs/{id}/status", "report_death"),
             ("POST /jobs/{id}/lost", "report_lost"),
             ("POST /publish-jobs/{id}/lost", "report_publish_lost"),
+            ("POST /publish-jobs/{id}/result", "report_publish_failed"),
         ];
         for (call, name) in calls {
             assert_eq!(metric_call(call), name);

@@ -23,9 +23,10 @@ use exchange::{bearer, bound_message};
 
 use super::error::{BackendError, Call};
 use super::types::{
-    ActivePublish, ActivePublishes, ActiveRun, ActiveRuns, ClaimedPublish, ClaimedRun, FailureKind,
-    JobId, JobState, JobView, Lease, LeaseRenewal, LeaseRequest, LostOutcome, LostReport,
-    PublishClaim, RunClaim, SkippedEntry, StatusAck, StatusReport,
+    ActivePublish, ActivePublishes, ActiveRun, ActiveRuns, ClaimAnswer, ClaimedPublish, ClaimedRun,
+    FailureKind, JobId, JobState, JobView, Lease, LeaseRenewal, LeaseRequest, LostOutcome,
+    LostReport, PoisonedClaim, PublishClaim, PublishOutcome, PublishResult, RunClaim, SkippedEntry,
+    StatusAck, StatusReport,
 };
 use crate::clock::WallClock;
 use crate::names::is_label_value;
@@ -197,36 +198,102 @@ impl BackendClient {
         self.inner.timeout
     }
 
-    /// `POST /jobs/next`: claims the next claimable run; `None` on 204.
+    /// `POST /jobs/next`: claims the next claimable run; `None` on 204. An
+    /// answer that breaks the contract is a [`BackendErrorKind::Malformed`]
+    /// error (the admitter reads it with [`BackendClient::claim_run_answer`]).
+    ///
+    /// [`BackendErrorKind::Malformed`]: crate::backend::BackendErrorKind::Malformed
     pub async fn claim_run(&self) -> Result<Option<ClaimedRun>, BackendError> {
         const CALL: Call = "POST /jobs/next";
         let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
             return Ok(None);
         };
-        let claim: RunClaim = self.parse(CALL, None, &answer)?;
-        let run = claim.job;
-        self.check_id(CALL, None, &answer, "job.id", &run.id)?;
-        self.check_token(CALL, Some(&run.id), &answer, "job.token", &run.token)?;
-        Ok(Some(run))
+        let read = self.read_claim(CALL, "job", &answer, open_run);
+        read.map(Some).map_err(|(error, _)| error)
     }
 
-    /// `POST /publish-jobs/next`: claims the next queued publish; `None` on 204.
+    /// `POST /publish-jobs/next`, as [`BackendClient::claim_run`] does.
     pub async fn claim_publish(&self) -> Result<Option<ClaimedPublish>, BackendError> {
         const CALL: Call = "POST /publish-jobs/next";
         let Some(answer) = self.claim(CALL, "/publish-jobs/next").await? else {
             return Ok(None);
         };
-        let claim: PublishClaim = self.parse(CALL, None, &answer)?;
-        let publish = claim.publish_job;
-        self.check_id(CALL, None, &answer, "publish_job.id", &publish.id)?;
-        self.check_token(
+        let read = self.read_claim(CALL, "publish_job", &answer, open_publish);
+        read.map(Some).map_err(|(error, _)| error)
+    }
+
+    /// `POST /jobs/next`: claims the next claimable run; `None` on 204. A
+    /// 200 whose body breaks the contract is [`ClaimAnswer::Poisoned`] (the
+    /// backend committed the claim), not an error.
+    pub async fn claim_run_answer(&self) -> Result<Option<ClaimAnswer<ClaimedRun>>, BackendError> {
+        const CALL: Call = "POST /jobs/next";
+        let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
+            return Ok(None);
+        };
+        Ok(Some(answered(
+            self.read_claim(CALL, "job", &answer, open_run),
+        )))
+    }
+
+    /// `POST /publish-jobs/next`: claims the next queued publish; `None` on
+    /// 204; a 200 that breaks the contract is [`ClaimAnswer::Poisoned`].
+    pub async fn claim_publish_answer(
+        &self,
+    ) -> Result<Option<ClaimAnswer<ClaimedPublish>>, BackendError> {
+        const CALL: Call = "POST /publish-jobs/next";
+        let Some(answer) = self.claim(CALL, "/publish-jobs/next").await? else {
+            return Ok(None);
+        };
+        Ok(Some(answered(self.read_claim(
             CALL,
-            Some(&publish.id),
+            "publish_job",
             &answer,
-            "publish_job.token",
-            &publish.token,
-        )?;
-        Ok(Some(publish))
+            open_publish,
+        ))))
+    }
+
+    /// Reads a claim's answer: the job when it fits the contract, else the
+    /// malformed-answer error and what could be read of the answer
+    /// (`<key>.id` and `<key>.token` when valid) beside why the rest is
+    /// unusable.
+    fn read_claim<W: serde::de::DeserializeOwned, T>(
+        &self,
+        call: Call,
+        key: &str,
+        answer: &Answer,
+        open: impl FnOnce(W) -> (JobId, Secret, T),
+    ) -> Result<T, (BackendError, PoisonedClaim)> {
+        let checked = self.parse::<W>(call, None, answer).and_then(|wrapper| {
+            let (id, token, job) = open(wrapper);
+            self.check_id(call, None, answer, &format!("{key}.id"), &id)?;
+            self.check_token(call, Some(&id), answer, &format!("{key}.token"), &token)?;
+            Ok(job)
+        });
+        let error = match checked {
+            Ok(job) => return Ok(job),
+            Err(error) => error,
+        };
+        let value: Option<serde_json::Value> = serde_json::from_slice(&answer.body).ok();
+        let field = |name: &str| {
+            value
+                .as_ref()
+                .and_then(|v| v.get(key))
+                .and_then(|job| job.get(name))
+                .and_then(serde_json::Value::as_str)
+        };
+        let id = field("id").filter(|id| is_job_id(id)).map(str::to_owned);
+        let token = field("token")
+            .map(Secret::new)
+            .filter(|t| !t.is_empty() && HeaderValue::from_str(&bearer(t)).is_ok());
+        let reason = self.scrub(error.detail(), token.as_ref());
+        let poisoned = PoisonedClaim {
+            status: answer.status.as_u16(),
+            id,
+            token,
+            reason,
+            shape: value.as_ref().map_or_else(|| "not JSON".to_owned(), shape),
+        };
+        Err((error, poisoned))
     }
 
     /// `POST /jobs/leases`: renews the leases of `ids`; the answer leaves out
@@ -410,6 +477,34 @@ impl BackendClient {
         Ok(ack)
     }
 
+    /// `POST /publish-jobs/{id}/result` with the per-job `token`: a failed
+    /// result (`outcome: failed`, `detail`), which the dispatcher sends for
+    /// a claimed publish that cannot become a Job. 401 means the token is no
+    /// longer accepted, 409 that the publish is no longer dispatched.
+    pub async fn report_publish_failed(
+        &self,
+        id: &str,
+        token: &Secret,
+        detail: &str,
+    ) -> Result<(), BackendError> {
+        const CALL: Call = "POST /publish-jobs/{id}/result";
+        valid_input_id(CALL, id)?;
+        let body = to_body(&PublishResult {
+            outcome: PublishOutcome::Failed,
+            detail: Some(detail.to_owned()),
+        });
+        self.send(Request {
+            call: CALL,
+            method: Method::POST,
+            path: format!("/publish-jobs/{id}/result"),
+            job_id: Some(id),
+            body: Some(body),
+            job_token: Some(token),
+        })
+        .await?;
+        Ok(())
+    }
+
     async fn get(
         &self,
         call: Call,
@@ -451,6 +546,63 @@ impl BackendClient {
         let answer = self.post(call, path.into(), None, None).await?;
         Ok((answer.status != StatusCode::NO_CONTENT).then_some(answer))
     }
+}
+
+/// A claim's answer read: the job, or what could be read of a poisoned one.
+fn answered<T>(read: Result<T, (BackendError, PoisonedClaim)>) -> ClaimAnswer<T> {
+    match read {
+        Ok(job) => ClaimAnswer::Job(job),
+        Err((_, poisoned)) => ClaimAnswer::Poisoned(poisoned),
+    }
+}
+
+fn open_run(claim: RunClaim) -> (JobId, Secret, ClaimedRun) {
+    let run = claim.job;
+    (run.id.clone(), run.token.clone(), run)
+}
+
+fn open_publish(claim: PublishClaim) -> (JobId, Secret, ClaimedPublish) {
+    let publish = claim.publish_job;
+    (publish.id.clone(), publish.token.clone(), publish)
+}
+
+/// The most keys of one object, and the depth, a shape shows.
+const SHAPE_KEYS: usize = 24;
+const SHAPE_DEPTH: usize = 3;
+
+/// The shape of a JSON answer: its keys and the types of their values,
+/// never a value (`{job: {id: string, token: string, launch_request: {..}}}`).
+pub fn shape(value: &serde_json::Value) -> String {
+    fn walk(value: &serde_json::Value, depth: usize, out: &mut String) {
+        use serde_json::Value;
+        match value {
+            Value::Null => out.push_str("null"),
+            Value::Bool(_) => out.push_str("bool"),
+            Value::Number(_) => out.push_str("number"),
+            Value::String(_) => out.push_str("string"),
+            Value::Array(items) => out.push_str(&format!("array({})", items.len())),
+            Value::Object(_) if depth >= SHAPE_DEPTH => out.push_str("{..}"),
+            Value::Object(map) => {
+                out.push('{');
+                for (i, (k, v)) in map.iter().enumerate() {
+                    if i == SHAPE_KEYS {
+                        out.push_str(", ..");
+                        break;
+                    }
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&bound_message(k));
+                    out.push_str(": ");
+                    walk(v, depth + 1, out);
+                }
+                out.push('}');
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(value, 0, &mut out);
+    out
 }
 
 /// Whether `id` can be a backend job id: a non-empty label value.
@@ -600,6 +752,19 @@ mod tests {
             );
             assert!(!err.to_string().contains("pw"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_shape_shows_keys_and_types_never_values() {
+        let v = serde_json::json!({"job": {"id": "a", "token": "tok-secret", "n": 3,
+            "launch_request": {"deep": {"deeper": 1}}, "tags": [1, 2], "x": null, "b": true}});
+        let s = shape(&v);
+        assert_eq!(
+            s,
+            "{job: {b: bool, id: string, launch_request: {deep: {..}}, n: number, tags: array(2), token: string, x: null}}"
+        );
+        assert!(!s.contains("tok-secret"));
+        assert_eq!(shape(&serde_json::json!("x")), "string");
     }
 
     #[test]

@@ -50,4 +50,9 @@ impl MockBackend {
     pub fn queued(&self, lane: Lane) -> usize {
         self.0.queued(claims(lane))
     }
+
+    /// Merges `patch` into every job the lane hands out from now on.
+    pub fn poison_claims(&self, lane: Lane, patch: Option<serde_json::Value>) {
+        self.0.poison_claims(claims(lane), patch);
+    }
 }

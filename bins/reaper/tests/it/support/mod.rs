@@ -24,9 +24,33 @@ use tcab_testkit::backend::Row;
 pub const SANDBOXES: &str = "sandboxes";
 /// The dispatcher's namespace (its Jobs).
 pub const DISPATCHER_NS: &str = "dispatcher";
-/// The one LIST of sandbox pods a tick makes.
-pub const LIST_URI: &str =
+/// The LIST of sandbox pods a sweep makes: the driver's managed-by value.
+pub const SWEEP_LIST_URI: &str =
     "/api/v1/namespaces/sandboxes/pods?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dtcab-driver";
+
+/// The LIST of pods a reap of these job ids makes: the job-id label alone,
+/// so sandboxes of another managed-by value show up too.
+pub fn reap_list_uri(ids: &[&str]) -> String {
+    let selector = format!("tcab.dev/job-id in ({})", ids.join(","));
+    let encoded: String = selector
+        .chars()
+        .map(|c| match c {
+            '/' => "%2F".to_owned(),
+            ' ' => "+".to_owned(),
+            '(' => "%28".to_owned(),
+            ')' => "%29".to_owned(),
+            ',' => "%2C".to_owned(),
+            c => c.to_string(),
+        })
+        .collect();
+    format!("/api/v1/namespaces/sandboxes/pods?&labelSelector={encoded}")
+}
+
+/// Whether a request is a LIST of the sandbox namespace's pods (a reap's
+/// or a sweep's).
+pub fn is_pod_list(uri: &str) -> bool {
+    uri.starts_with("/api/v1/namespaces/sandboxes/pods?")
+}
 /// The service token the mock backend expects.
 pub use tcab_testkit::backend::SERVICE_TOKEN;
 
@@ -103,7 +127,7 @@ pub fn mock_client(mut respond: Responder) -> (Client, Arc<Mutex<Vec<Seen>>>) {
 /// confirming reads from `jobs` (filtered by the job id asked).
 pub fn cluster(mut pods: Vec<Value>, jobs: Vec<Job>) -> Responder {
     Box::new(move |req| match req.method {
-        Method::GET if req.uri == LIST_URI => Answer::Json(200, pod_list(pods.clone())),
+        Method::GET if is_pod_list(&req.uri) => Answer::Json(200, pod_list(pods.clone())),
         Method::GET => match confirm_id(&req.uri) {
             Some(id) => Answer::Json(200, job_list(&jobs, id)),
             None => Answer::Json(404, status(404, "NotFound")),

@@ -1,0 +1,402 @@
+//! The start-up check with the API server: before its first claim the
+//! admitter creates, with `dryRun=All`, one Job built from its settings (a
+//! driver Job, and a publisher Job while publishing is on). The API server
+//! validates it as it would any Job and stores nothing, so a setting it will
+//! always refuse (a name it does not accept, a limit below its request)
+//! stops the admitter at start, naming the settings, instead of failing
+//! every create while the claims bounce back queued.
+//!
+//! [`judge`] reads one dry run's answer (pure); [`check`] runs them, retrying
+//! what may pass by itself (a timeout, a 5xx, a 429, no connection, or a
+//! refusal that is not about the settings) with the shared back-off, logged
+//! once per step. Server-side dry run needs only the `create` permission the
+//! Role already grants.
+
+use crate::job_builder::{self, JobSettings};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use std::fmt;
+use std::time::Duration;
+use tcab_shared::backend::{ClaimedPublish, ClaimedRun};
+use tcab_shared::config::vars;
+use tcab_shared::kube_api::{CallError, Verb, call};
+use tcab_shared::retry::Backoff;
+use tcab_shared::runtime::CancellationToken;
+use tcab_shared::{Lane, Secret, error_chain};
+
+/// The back-off between dry runs that got no telling answer.
+pub const RETRY: Backoff = Backoff::doubling(Duration::from_secs(1), Duration::from_secs(30));
+
+/// The job id of the sample claims the checked Jobs are built from.
+pub const SAMPLE_ID: &str = "tcab-dry-run";
+
+/// What one dry run's answer says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The API server would create it (or validated it and found the name
+    /// taken: 409 comes after validation).
+    Passed,
+    /// The API server will refuse every such Job: the settings are wrong,
+    /// or the Role lacks `create` on Jobs.
+    Refused {
+        /// HTTP status.
+        code: u16,
+        /// The Status reason.
+        reason: String,
+        /// The Status message.
+        message: String,
+    },
+    /// No answer that tells (timeout, connection, 5xx, 429), or a refusal
+    /// that is not about the settings (a quota, a namespace being deleted):
+    /// try again.
+    Unclear(String),
+}
+
+/// Whether a 403's message is the API server's RBAC refusal of creating Jobs.
+fn lacks_job_create(message: &str) -> bool {
+    message.contains("cannot create resource \"jobs\"")
+}
+
+/// Reads a dry-run create's result: 400 and 422 are the settings' fault, a
+/// 403 saying the Role cannot create Jobs too; anything else may pass.
+pub fn judge<T>(result: Result<T, CallError>) -> Verdict {
+    match result {
+        Ok(_) => Verdict::Passed,
+        Err(error) if error.is_conflict() => Verdict::Passed,
+        Err(CallError::Kube(kube::Error::Api(status)))
+            if matches!(status.code, 400 | 422)
+                || (status.code == 403 && lacks_job_create(&status.message)) =>
+        {
+            Verdict::Refused {
+                code: status.code,
+                reason: status.reason.clone(),
+                message: status.message.clone(),
+            }
+        }
+        Err(error) => Verdict::Unclear(error_chain(&error)),
+    }
+}
+
+/// The settings a refusal's message points at, by the fields it names; all
+/// the Job settings of the lane when it names none of them.
+pub fn settings_named(lane: Lane, message: &str) -> Vec<&'static str> {
+    let driver = lane == Lane::Run;
+    let by_field: &[(&str, &[&'static str])] = &[
+        ("serviceAccountName", &[vars::DRIVER_SERVICE_ACCOUNT.name]),
+        ("envFrom", &[vars::DRIVER_SECRETS.name]),
+        ("secretName", &[vars::DRIVER_SUBSCRIPTION_SECRET.name]),
+        ("volumes", &[vars::DRIVER_SUBSCRIPTION_SECRET.name]),
+        ("mountPath", &[vars::DRIVER_SUBSCRIPTION_DIR.name]),
+        ("volumeMounts", &[vars::DRIVER_SUBSCRIPTION_DIR.name]),
+        ("fsGroup", &[vars::DRIVER_FS_GROUP.name]),
+        (
+            "terminationGracePeriodSeconds",
+            &[vars::DRIVER_TERMINATION_GRACE_SECONDS.name],
+        ),
+        ("ttlSecondsAfterFinished", &[vars::JOB_TTL_SECONDS.name]),
+        ("managed-by", &[vars::MANAGED_BY.name]),
+        (".env[", &["TCAB_K8S_*", "TCAB_CONTAINER_*"]),
+    ];
+    let resources: &[&'static str] = if driver {
+        &[
+            vars::DRIVER_CPU_REQUEST.name,
+            vars::DRIVER_MEMORY_REQUEST.name,
+            vars::DRIVER_CPU_LIMIT.name,
+            vars::DRIVER_MEMORY_LIMIT.name,
+        ]
+    } else {
+        &[
+            vars::PUBLISHER_CPU_REQUEST.name,
+            vars::PUBLISHER_MEMORY_REQUEST.name,
+            vars::PUBLISHER_CPU_LIMIT.name,
+            vars::PUBLISHER_MEMORY_LIMIT.name,
+        ]
+    };
+    let (image, deadline) = if driver {
+        (
+            vars::DRIVER_IMAGE.name,
+            vars::DRIVER_ACTIVE_DEADLINE_SECONDS.name,
+        )
+    } else {
+        (
+            vars::PUBLISHER_IMAGE.name,
+            vars::PUBLISHER_ACTIVE_DEADLINE_SECONDS.name,
+        )
+    };
+    let mut named: Vec<&'static str> = vec![];
+    fn add(named: &mut Vec<&'static str>, names: &[&'static str]) {
+        for name in names {
+            if !named.contains(name) {
+                named.push(name);
+            }
+        }
+    }
+    for (field, names) in by_field {
+        if message.contains(field) {
+            add(&mut named, names);
+        }
+    }
+    if message.contains("resources") {
+        add(&mut named, resources);
+    }
+    if message.contains(".image") {
+        add(&mut named, &[image]);
+    }
+    if message.contains("activeDeadlineSeconds") {
+        add(&mut named, &[deadline]);
+    }
+    if named.is_empty() {
+        add(&mut named, &[image]);
+        add(&mut named, resources);
+        if driver {
+            add(
+                &mut named,
+                &[
+                    vars::DRIVER_SERVICE_ACCOUNT.name,
+                    vars::DRIVER_SECRETS.name,
+                    vars::DRIVER_SUBSCRIPTION_SECRET.name,
+                    vars::DRIVER_SUBSCRIPTION_DIR.name,
+                    "TCAB_K8S_*",
+                    "TCAB_CONTAINER_*",
+                ],
+            );
+        }
+    }
+    named
+}
+
+/// The API server refused a Job built from the settings: the admitter
+/// cannot admit anything with them, and exits 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The lane whose Job was refused.
+    pub lane: Lane,
+    /// HTTP status.
+    pub code: u16,
+    /// The Status reason.
+    pub reason: String,
+    /// The Status message (the API server's words).
+    pub message: String,
+    /// The settings it points at.
+    pub settings: Vec<&'static str>,
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.lane {
+            Lane::Run => "driver",
+            Lane::Publish => "publisher",
+        };
+        if self.code == 403 {
+            return write!(
+                f,
+                "the API server refuses to create Jobs ({} {}: {}): the dispatcher's Role must grant create on jobs.batch",
+                self.code, self.reason, self.message
+            );
+        }
+        write!(
+            f,
+            "{}: the API server refuses a {what} Job built from these settings ({} {}: {})",
+            self.settings.join(", "),
+            self.code,
+            self.reason,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// A claim of each lane as the Jobs checked at start are built from: a
+/// sample id and token, an empty request.
+fn samples() -> (ClaimedRun, ClaimedPublish) {
+    let token = Secret::new("tcab-dry-run-token");
+    let lease = jiff::Timestamp::UNIX_EPOCH;
+    let run = ClaimedRun {
+        id: SAMPLE_ID.to_owned(),
+        token: token.clone(),
+        queue_seq: 0,
+        harness: "dry-run".to_owned(),
+        model: "dry-run".to_owned(),
+        case: None,
+        jam: None,
+        attempt: 1,
+        launch_request: json!({}),
+        lease_expires_at: lease,
+    };
+    let publish = ClaimedPublish {
+        id: SAMPLE_ID.to_owned(),
+        token,
+        request: json!({}),
+        lease_expires_at: lease,
+    };
+    (run, publish)
+}
+
+/// The Jobs the settings make, one per enabled lane.
+pub fn sample_jobs(settings: &JobSettings) -> Vec<(Lane, Job)> {
+    let (run, publish) = samples();
+    let mut jobs = vec![(Lane::Run, job_builder::driver_job(settings, &run))];
+    if let Ok(job) = job_builder::publisher_job(settings, &publish) {
+        jobs.push((Lane::Publish, job));
+    }
+    jobs
+}
+
+/// Dry-runs the create of each Job the settings make until each has a
+/// telling answer: `Ok` when all passed, the refusal otherwise. Unclear
+/// answers are retried with [`RETRY`] (each step logged once at warn) until
+/// `shutdown`, which ends the check with `Ok` (nothing will be claimed).
+pub async fn check(
+    jobs: &Api<Job>,
+    settings: &JobSettings,
+    kube_timeout: Duration,
+    shutdown: &CancellationToken,
+) -> Result<(), Refused> {
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    for (lane, job) in sample_jobs(settings) {
+        let mut failures: u32 = 0;
+        loop {
+            let result = call(Verb::Create, kube_timeout, jobs.create(&params, &job)).await;
+            match judge(result) {
+                Verdict::Passed => {
+                    tracing::info!(%lane, "start-up check: the API server accepts a Job built from the settings (dry run)");
+                    break;
+                }
+                Verdict::Refused {
+                    code,
+                    reason,
+                    message,
+                } => {
+                    let settings = settings_named(lane, &message);
+                    return Err(Refused {
+                        lane,
+                        code,
+                        reason,
+                        message,
+                        settings,
+                    });
+                }
+                Verdict::Unclear(why) => {
+                    failures = failures.saturating_add(1);
+                    let wait = RETRY.after(failures);
+                    tracing::warn!(
+                        %lane, error = %why, attempt = failures, retry_in_ms = wait.as_millis() as u64,
+                        "cannot check the Job settings with the API server yet (a dry-run create got no telling answer); no claim until it does"
+                    );
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(()),
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, reason: &str, message: &str) -> CallError {
+        CallError::Kube(kube::Error::Api(
+            kube::core::Status::failure(message, reason)
+                .with_code(code)
+                .boxed(),
+        ))
+    }
+
+    #[test]
+    fn settings_errors_and_a_role_without_create_are_refusals_the_rest_is_retried() {
+        assert_eq!(judge(Ok(())), Verdict::Passed);
+        assert_eq!(
+            judge::<()>(Err(api(409, "AlreadyExists", "exists"))),
+            Verdict::Passed
+        );
+        for code in [400, 422] {
+            assert!(matches!(
+                judge::<()>(Err(api(code, "Invalid", "bad"))),
+                Verdict::Refused { code: c, .. } if c == code
+            ));
+        }
+        let rbac = "jobs.batch is forbidden: User \"system:serviceaccount:tcab:tcab\" cannot create resource \"jobs\" in API group \"batch\" in the namespace \"tcab\"";
+        assert!(matches!(
+            judge::<()>(Err(api(403, "Forbidden", rbac))),
+            Verdict::Refused { code: 403, .. }
+        ));
+        for (code, message) in [
+            (403, "exceeded quota: jobs"),
+            (404, "namespaces \"x\" not found"),
+            (429, "slow down"),
+            (500, "etcd"),
+            (503, "unavailable"),
+        ] {
+            assert!(
+                matches!(
+                    judge::<()>(Err(api(code, "x", message))),
+                    Verdict::Unclear(_)
+                ),
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            judge::<()>(Err(CallError::TimedOut(Duration::from_secs(15)))),
+            Verdict::Unclear(_)
+        ));
+    }
+
+    #[test]
+    fn a_refusal_names_the_settings_of_the_fields_it_names() {
+        let sa = "Job.batch \"x\" is invalid: spec.template.spec.serviceAccountName: Invalid value: \"a..b\": a lowercase RFC 1123 subdomain";
+        assert_eq!(
+            settings_named(Lane::Run, sa),
+            [vars::DRIVER_SERVICE_ACCOUNT.name]
+        );
+        let limits = "spec.template.spec.containers[0].resources.requests: Invalid value: \"2Gi\": must be less than or equal to memory limit of 1Gi";
+        assert_eq!(
+            settings_named(Lane::Publish, limits),
+            [
+                vars::PUBLISHER_CPU_REQUEST.name,
+                vars::PUBLISHER_MEMORY_REQUEST.name,
+                vars::PUBLISHER_CPU_LIMIT.name,
+                vars::PUBLISHER_MEMORY_LIMIT.name
+            ]
+        );
+        let secret = "spec.template.spec.containers[0].envFrom[0].secretRef.name: Invalid value";
+        assert_eq!(
+            settings_named(Lane::Run, secret),
+            [vars::DRIVER_SECRETS.name]
+        );
+        let unknown = settings_named(Lane::Run, "something else entirely");
+        assert!(unknown.contains(&vars::DRIVER_IMAGE.name) && unknown.contains(&"TCAB_K8S_*"));
+    }
+
+    #[test]
+    fn the_refusal_reads_as_one_line_naming_the_settings() {
+        let refused = Refused {
+            lane: Lane::Run,
+            code: 422,
+            reason: "Invalid".into(),
+            message: "spec.template.spec.serviceAccountName: Invalid value".into(),
+            settings: vec![vars::DRIVER_SERVICE_ACCOUNT.name],
+        };
+        assert_eq!(
+            refused.to_string(),
+            "TCAB_DRIVER_SERVICE_ACCOUNT: the API server refuses a driver Job built from these settings (422 Invalid: spec.template.spec.serviceAccountName: Invalid value)"
+        );
+        let rbac = Refused {
+            code: 403,
+            reason: "Forbidden".into(),
+            ..refused
+        };
+        assert!(
+            rbac.to_string()
+                .contains("Role must grant create on jobs.batch")
+        );
+    }
+}
