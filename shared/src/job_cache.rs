@@ -555,8 +555,9 @@ impl OwnedJobs {
         let mut jobs: Vec<JobSummary> = state
             .jobs
             .values()
-            .filter(|j| j.job_id.as_deref() == Some(job_id))
             .cloned()
+            .chain(state.gone.values().map(Gone::entry))
+            .filter(|j| j.job_id.as_deref() == Some(job_id))
             .collect();
         jobs.sort_by(|a, b| a.name.cmp(&b.name));
         jobs

@@ -29,11 +29,13 @@ use crate::keeper_client::KeeperClient;
 use crate::plan::{self, StaleJob};
 use crate::settle::{self, Confirmation, End, GiveUp, Known, SettleEdges, SettleLimits};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 use std::fmt;
 use std::time::Duration;
 use tcab_shared::backend::{
-    BackendClient, BackendError, ClaimAnswer, ClaimedPublish, ClaimedRun, PoisonedClaim,
+    BackendClient, BackendError, ClaimAnswer, ClaimedPublish, ClaimedRun, FailureKind,
+    PoisonedClaim,
 };
 use tcab_shared::job_cache::JobSummary;
 use tcab_shared::kube_api::{Verb, call};
@@ -340,6 +342,9 @@ pub struct AdmitDeps<'a> {
     pub backend: &'a BackendClient,
     /// The Jobs API of the admitter's namespace.
     pub jobs: &'a Api<Job>,
+    /// The pods API of the admitter's namespace (a stale pod that outlived
+    /// its Job is deleted by name).
+    pub pods: &'a Api<Pod>,
     /// The token vault.
     pub vault: &'a KeeperClient,
     /// What the Job builders read.
@@ -531,9 +536,12 @@ async fn report_failed(
     detail: &str,
 ) -> PoisonReport {
     let result = match lane {
+        // The job's own data is at fault: failed as the job's own failure,
+        // which the backend does not retry (a retry would carry the same
+        // request and be poisoned again).
         Lane::Run => deps
             .backend
-            .report_death(job_id, token, detail)
+            .report_failed_run(job_id, token, FailureKind::Agent, detail)
             .await
             .map(|_| ()),
         Lane::Publish => {
@@ -557,14 +565,25 @@ async fn delete_stale(
 ) -> Vec<StaleDeletion> {
     let mut done = Vec::with_capacity(stale.len());
     for job in stale {
-        let result = match call(
-            Verb::Delete,
-            deps.kube_timeout,
-            deps.jobs.delete(&job.name, &DeleteParams::background()),
-        )
-        .await
-        {
-            Ok(_) => Ok(()),
+        let answer = match &job.pod {
+            // The Job is gone already; the pod that outlived it runs on.
+            Some(pod) => call(
+                Verb::Delete,
+                deps.kube_timeout,
+                deps.pods.delete(pod, &DeleteParams::default()),
+            )
+            .await
+            .map(drop),
+            None => call(
+                Verb::Delete,
+                deps.kube_timeout,
+                deps.jobs.delete(&job.name, &DeleteParams::background()),
+            )
+            .await
+            .map(drop),
+        };
+        let result = match answer {
+            Ok(()) => Ok(()),
             Err(error) if error.is_not_found() => Ok(()),
             Err(error) => Err(error_chain(&error)),
         };

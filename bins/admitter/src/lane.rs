@@ -17,6 +17,7 @@ use crate::lanes::LaneState;
 use crate::plan::{self, Decision, GateState, HoldReason, LaneInput, LaneSnapshot};
 use crate::run::AdmitterSettings;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use std::fmt;
 use std::sync::Arc;
@@ -35,6 +36,8 @@ pub struct Edges {
     pub backend: BackendClient,
     /// The Jobs API of the admitter's namespace.
     pub jobs: Api<Job>,
+    /// The pods API of the same namespace.
+    pub pods: Api<Pod>,
     /// The token vault and admission gate.
     pub vault: KeeperClient,
     /// The watch-backed view of the owned Jobs.
@@ -210,6 +213,7 @@ impl LaneAdmitter {
         AdmitDeps {
             backend: &edges.backend,
             jobs: &edges.jobs,
+            pods: &edges.pods,
             vault: &edges.vault,
             settings: &edges.settings.jobs,
             kube_timeout: edges.settings.kube_timeout,

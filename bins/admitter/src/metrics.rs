@@ -407,6 +407,7 @@ mod tests {
             stale: crate::plan::StaleJob {
                 name: "tcab-driver-a-1".into(),
                 claim: None,
+                pod: None,
             },
             result: Ok(()),
         }];

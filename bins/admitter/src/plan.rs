@@ -230,6 +230,9 @@ pub struct StaleJob {
     pub name: String,
     /// Its claim tag, when labelled.
     pub claim: Option<String>,
+    /// When the Job itself is gone and a pod of it runs on: that pod, which
+    /// is what to delete.
+    pub pod: Option<String>,
 }
 
 /// The stale Jobs of a fresh claim of `job_id` in `lane`, whose own Job is
@@ -246,10 +249,14 @@ pub fn stale_jobs(lane: Lane, job_id: &str, new_name: &str, seen: &[JobSummary])
                 && j.is_live()
                 && !j.deleting
                 && j.name != new_name
+                // A gone Job stands in the view by a pod of it: that pod is
+                // deleted, unless it is terminating already (or not known yet).
+                && (!j.gone || (j.orphan_pod.is_some() && j.terminating_pods == 0))
         })
         .map(|j| StaleJob {
             name: j.name.clone(),
             claim: j.claim.clone(),
+            pod: j.orphan_pod.clone().filter(|_| j.gone),
         })
         .collect();
     stale.sort_by(|a, b| a.name.cmp(&b.name));
@@ -344,7 +351,8 @@ mod tests {
             stale_jobs(Lane::Run, "a", new, &seen),
             [StaleJob {
                 name: old.name.clone(),
-                claim: Some("c1".into())
+                claim: Some("c1".into()),
+                pod: None,
             }],
             "only the live run Job of id a under claim c1, once"
         );
@@ -363,9 +371,32 @@ mod tests {
             stale_jobs(Lane::Run, "a", new, &[unlabelled]),
             [StaleJob {
                 name: "tcab-driver-a-old".into(),
-                claim: None
+                claim: None,
+                pod: None,
             }]
         );
+    }
+
+    #[test]
+    fn a_pod_that_outlived_its_stale_job_is_what_is_deleted() {
+        let new = "tcab-driver-a-c2";
+        let mut orphan = job("tcab-driver-a-c1", "a", "c1");
+        orphan.gone = true;
+        orphan.orphan_pod = Some("tcab-driver-a-c1-x7k".into());
+        assert_eq!(
+            stale_jobs(Lane::Run, "a", new, std::slice::from_ref(&orphan)),
+            [StaleJob {
+                name: orphan.name.clone(),
+                claim: Some("c1".into()),
+                pod: Some("tcab-driver-a-c1-x7k".into()),
+            }]
+        );
+        // Terminating already, or not known yet: nothing to delete.
+        let mut terminating = orphan.clone();
+        terminating.terminating_pods = 1;
+        let mut checking = orphan;
+        checking.orphan_pod = None;
+        assert!(stale_jobs(Lane::Run, "a", new, &[terminating, checking]).is_empty());
     }
 
     #[test]

@@ -199,10 +199,15 @@ impl Admitter {
         vault: KeeperClient,
         cache: OwnedJobs,
     ) -> Self {
+        let pods = match jobs.namespace() {
+            Some(ns) => Api::namespaced(jobs.clone().into_client(), ns),
+            None => Api::default_namespaced(jobs.clone().into_client()),
+        };
         let edges = Arc::new(Edges {
             settings,
             backend,
             jobs,
+            pods,
             vault,
             cache,
         });

@@ -122,7 +122,10 @@ async fn a_claim_missing_a_field_is_reported_failed_once_with_its_own_token() {
         ("run-0", token_for("run-0").as_str())
     );
     assert_eq!(body["state"], "failed");
-    assert_eq!(body["failure_kind"], "infrastructure");
+    assert_eq!(
+        body["failure_kind"], "agent",
+        "not retried: the same request would fail again"
+    );
     assert!(body["detail"].as_str().unwrap().contains("launch_request"));
     assert_eq!(rig.backend.row_state("run-0"), "failed");
     assert_eq!(rig.kube.creates(Lane::Run), 0, "no Job");

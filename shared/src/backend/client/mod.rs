@@ -455,12 +455,28 @@ impl BackendClient {
         token: &Secret,
         detail: &str,
     ) -> Result<StatusAck, BackendError> {
+        self.report_failed_run(id, token, FailureKind::Infrastructure, detail)
+            .await
+    }
+
+    /// `POST /jobs/{id}/status` with the per-job `token`: the run failed, as
+    /// `kind` says: `Infrastructure` (a dead driver: the backend retries it)
+    /// or `Agent` (the job's own failure, e.g. a claim whose request can
+    /// never become a Job: not retried, so a bad request does not come back
+    /// forever).
+    pub async fn report_failed_run(
+        &self,
+        id: &str,
+        token: &Secret,
+        kind: FailureKind,
+        detail: &str,
+    ) -> Result<StatusAck, BackendError> {
         const CALL: Call = "POST /jobs/{id}/status";
         valid_input_id(CALL, id)?;
         let body = to_body(&StatusReport {
             state: JobState::Failed,
             detail: Some(detail.to_owned()),
-            failure_kind: Some(FailureKind::Infrastructure),
+            failure_kind: Some(kind),
         });
         let answer = self
             .send(Request {
