@@ -396,6 +396,8 @@ fn no_live_sandbox_deleted(
     settings: &Settings,
     verdict: &mut Verdict,
 ) -> usize {
+    // Per job id, what keeps its run live: its live Jobs and its running
+    // driver pods (a pod whose Job was deleted with --cascade=orphan runs on).
     let mut live: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut ended: BTreeSet<String> = BTreeSet::new();
     let mut deleted: BTreeSet<String> = BTreeSet::new();
@@ -411,6 +413,14 @@ fn no_live_sandbox_deleted(
                 set.remove(&e.name);
                 ended.insert(e.uid.clone());
             }
+        } else if e.kind == "Pod" && managed == Some(settings.managed_by.as_str()) {
+            let set = live.entry(job_id).or_default();
+            let key = format!("pod {}", e.name);
+            if e.running && e.event != "DELETED" {
+                set.insert(key);
+            } else {
+                set.remove(&key);
+            }
         } else if e.kind == "Pod"
             && managed == Some(settings.driver_managed_by.as_str())
             && e.actor == Actor::Rbac
@@ -419,7 +429,7 @@ fn no_live_sandbox_deleted(
             && let Some(jobs) = live.get(&job_id).filter(|s| !s.is_empty())
         {
             verdict.violations.push(format!(
-                "sandbox {} of job {job_id} was deleted by the dispatcher at {} (timeline #{}) while Job(s) {jobs:?} were live",
+                "sandbox {} of job {job_id} was deleted by the dispatcher at {} (timeline #{}) while its run was live: {jobs:?}",
                 e.name, e.at, e.seq
             ));
         }
@@ -877,6 +887,28 @@ mod tests {
         assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
         assert!(v.violations[0].contains("sandbox s1 of job j"));
         assert_eq!(v.sandbox_deletes, 2);
+    }
+
+    #[test]
+    fn a_sandbox_deleted_while_a_driver_pod_runs_without_its_job_is_a_violation() {
+        let mut tl = Timeline::default();
+        tl.job(1, "ADDED", "a", "j", "c1", None);
+        tl.driver(2, "MODIFIED", "pa", "j", "a", true);
+        tl.sandbox(3, "ADDED", "s1", "j", Actor::Cluster, false);
+        // The Job is deleted with --cascade=orphan: its driver runs on.
+        tl.job(4, "DELETED", "a", "j", "c1", None);
+        tl.sandbox(5, "MODIFIED", "s1", "j", Actor::Rbac, true);
+        // Once the driver has stopped, a sweep may delete what is left.
+        tl.driver(6, "MODIFIED", "pa", "j", "a", false);
+        tl.sandbox(7, "ADDED", "s2", "j", Actor::Cluster, false);
+        tl.sandbox(8, "MODIFIED", "s2", "j", Actor::Rbac, true);
+        let v = check(&tl.0, &BackendRecord::default(), &Settings::default());
+        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert!(
+            v.violations[0].contains("sandbox s1 of job j"),
+            "{:?}",
+            v.violations
+        );
     }
 
     /// Job a (claim c1) lives; the backend requeued c1's lapsed lease and

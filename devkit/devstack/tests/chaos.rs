@@ -3,13 +3,18 @@
 //! list and watch of Jobs) and silent watches, hung API calls (a Job create
 //! whose answer never comes, pod lists and log reads), 429 storms, an
 //! API-server restart that compacts the watch history, backend stalls and
-//! 500s on claims, renewals, active lists and reports, and drivers
-//! OOM-killed mid-run. The cluster-side faults are scoped to the
-//! dispatcher's token, so the test's own reads stay clean.
+//! 500s on claims, renewals, active lists and reports, reports refused
+//! with 400, a backend clock that steps past every lease, drivers
+//! OOM-killed mid-run, and driver Jobs deleted by hand (with the usual
+//! propagation, and with `--cascade=orphan`). The cluster-side faults are
+//! scoped to the dispatcher's token, so the test's own reads stay clean.
 //!
 //! Nothing is lost: every job ends terminal, each run succeeded (or, if its
 //! driver was OOM-killed, failed as infrastructure and its one retry
-//! succeeded), each publish succeeded (or, if its claim was abandoned
+//! succeeded; if its Job was deleted by hand, its driver handed over and it
+//! ended from its record, or its retry succeeded; a Job deleted with
+//! `--cascade=orphan` changes nothing: its driver finishes the run), each
+//! publish succeeded (or, if its claim was abandoned
 //! before it had a Job, was reported lost and its one retry succeeded), no
 //! lane exceeded its cap, no sandbox is left; and the invariants hold by the
 //! cluster's and the backend's own records (see `tcab_devstack::invariants`):
@@ -92,6 +97,13 @@ enum Chaos {
     BackendError { paths: Vec<&'static str>, secs: f64 },
     /// OOM-kill a running original driver (the `pick`-th, cyclically).
     OomKill { pick: usize },
+    /// Delete the Job of a running original driver by hand (`kubectl delete
+    /// job`, with `--cascade=orphan` when `orphan`).
+    DeleteJob { pick: usize, orphan: bool },
+    /// The backend answers 400 to these paths (a report it keeps refusing).
+    BackendRefuse { paths: Vec<&'static str>, secs: f64 },
+    /// The backend's clock steps forward by this much (past every lease).
+    ClockStep { secs: u64 },
 }
 
 impl fmt::Display for Chaos {
@@ -112,6 +124,15 @@ impl fmt::Display for Chaos {
                 write!(f, "backend 500s {paths:?} for {secs:.1}s")
             }
             Chaos::OomKill { pick } => write!(f, "OOM-kill running driver #{pick}"),
+            Chaos::DeleteJob { pick, orphan } => write!(
+                f,
+                "delete the Job of running driver #{pick}{}",
+                if *orphan { " --cascade=orphan" } else { "" }
+            ),
+            Chaos::BackendRefuse { paths, secs } => {
+                write!(f, "backend 400s {paths:?} for {secs:.1}s")
+            }
+            Chaos::ClockStep { secs } => write!(f, "backend clock steps {secs}s ahead"),
         }
     }
 }
@@ -187,6 +208,19 @@ fn schedule(seed: u64) -> Vec<Step> {
             pick: rng.random_range(0..100),
         });
     }
+    for orphan in [false, true] {
+        faults.push(Chaos::DeleteJob {
+            pick: rng.random_range(0..100),
+            orphan,
+        });
+    }
+    faults.push(Chaos::BackendRefuse {
+        paths: vec![REPORT_PATH],
+        secs: rng.random_range(0.5..2.0),
+    });
+    faults.push(Chaos::ClockStep {
+        secs: rng.random_range(125..200),
+    });
     for _ in 0..3 {
         let extra = match rng.random_range(0..5) {
             0 => Chaos::JobOutage {
@@ -253,9 +287,13 @@ fn a_seed_draws_one_schedule_with_every_fault() {
             Chaos::BackendStall { .. } => "stall",
             Chaos::BackendError { .. } => "500",
             Chaos::OomKill { .. } => "oom",
+            Chaos::DeleteJob { orphan: false, .. } => "delete job",
+            Chaos::DeleteJob { orphan: true, .. } => "orphan job",
+            Chaos::BackendRefuse { .. } => "400",
+            Chaos::ClockStep { .. } => "clock step",
         })
         .collect();
-    assert_eq!(kinds.len(), 11, "{kinds:?}");
+    assert_eq!(kinds.len(), 15, "{kinds:?}");
     // Each container is started again after each kill, before the next kill.
     let mut down: Option<Container> = None;
     for s in &a {
@@ -402,11 +440,68 @@ async fn claims_have_jobs(t: &TestStack, since: jiff::Timestamp) -> anyhow::Resu
     Ok(Some(()))
 }
 
+/// The runs the chaos struck, by how.
+#[derive(Debug, Default)]
+struct Victims {
+    /// Their driver was OOM-killed.
+    oom: BTreeSet<String>,
+    /// Their Job was deleted by hand (background propagation).
+    deleted: BTreeSet<String>,
+    /// Their Job was deleted with `--cascade=orphan`.
+    orphaned: BTreeSet<String>,
+}
+
+impl Victims {
+    fn contains(&self, id: &str) -> bool {
+        self.oom.contains(id) || self.deleted.contains(id) || self.orphaned.contains(id)
+    }
+}
+
+/// The `pick`-th (cyclically) running, undeleted driver of an original run
+/// not struck yet: its job id, pod and Job name.
+async fn pick_running(
+    t: &TestStack,
+    pick: usize,
+    originals: &BTreeSet<String>,
+    victims: &Victims,
+) -> Option<(String, String, String)> {
+    let cluster = t.stack.cluster.clone();
+    let pods = retrying("listing the drivers", || {
+        cluster.pods(
+            "tcab",
+            Some("app.kubernetes.io/managed-by=tcab-dispatcher,tcab.dev/job-kind=run"),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let running: Vec<(String, String, String)> = pods
+        .iter()
+        .filter(|p| {
+            p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+                && p["metadata"]["deletionTimestamp"].is_null()
+                && !p["metadata"]["ownerReferences"].is_null()
+        })
+        .filter_map(|p| {
+            let labels = &p["metadata"]["labels"];
+            let id = labels["tcab.dev/job-id"].as_str()?;
+            let job = labels["job-name"].as_str()?;
+            (originals.contains(id) && !victims.contains(id)).then(|| {
+                (
+                    id.to_owned(),
+                    p["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+                    job.to_owned(),
+                )
+            })
+        })
+        .collect();
+    (!running.is_empty()).then(|| running[pick % running.len()].clone())
+}
+
 async fn carry_out(
     t: &mut TestStack,
     chaos: &Chaos,
     originals: &BTreeSet<String>,
-    victims: &mut BTreeSet<String>,
+    victims: &mut Victims,
 ) -> String {
     let admin = t.admin();
     let backend = t.stack.backend.clone();
@@ -440,46 +535,49 @@ async fn carry_out(
             .add_fault(paths, "error", *secs)
             .await
             .unwrap_or_else(|e| t.fail(e)),
-        Chaos::OomKill { pick } => {
-            let cluster = t.stack.cluster.clone();
-            let pods = retrying("listing the drivers", || {
-                cluster.pods(
-                    "tcab",
-                    Some("app.kubernetes.io/managed-by=tcab-dispatcher,tcab.dev/job-kind=run"),
-                )
-            })
+        Chaos::BackendRefuse { paths, secs } => backend
+            .add_fault_rule(
+                json!({"paths": paths, "mode": "status", "status": 400, "seconds": secs}),
+            )
             .await
-            .unwrap_or_else(|e| t.fail(e));
-            let running: Vec<(String, String)> = pods
-                .iter()
-                .filter(|p| {
-                    p["status"]["containerStatuses"][0]["state"]["running"].is_object()
-                        && p["metadata"]["deletionTimestamp"].is_null()
-                })
-                .filter_map(|p| {
-                    let id = p["metadata"]["labels"]["tcab.dev/job-id"].as_str()?;
-                    (originals.contains(id) && !victims.contains(id)).then(|| {
-                        (
-                            id.to_owned(),
-                            p["metadata"]["name"].as_str().unwrap_or("").to_owned(),
-                        )
-                    })
-                })
-                .collect();
-            if running.is_empty() {
+            .unwrap_or_else(|e| t.fail(e)),
+        Chaos::ClockStep { secs } => backend
+            .advance_clock(*secs)
+            .await
+            .unwrap_or_else(|e| t.fail(e)),
+        Chaos::OomKill { pick } => {
+            let Some((id, pod, _)) = pick_running(t, *pick, originals, victims).await else {
                 return format!("{chaos}: skipped, no original driver running");
-            }
-            let (id, pod) = &running[pick % running.len()];
+            };
             return match retrying("OOM-killing", || async {
-                Ok(admin.oom_kill("tcab", pod).await?)
+                Ok(admin.oom_kill("tcab", &pod).await?)
             })
             .await
             {
                 Ok(()) => {
-                    victims.insert(id.clone());
+                    victims.oom.insert(id.clone());
                     format!("{chaos}: pod {pod} of job {id}")
                 }
                 Err(e) => format!("{chaos}: pod {pod} could not be killed ({e})"),
+            };
+        }
+        Chaos::DeleteJob { pick, orphan } => {
+            let Some((id, _, job)) = pick_running(t, *pick, originals, victims).await else {
+                return format!("{chaos}: skipped, no original driver running");
+            };
+            let propagation = if *orphan { "Orphan" } else { "Background" };
+            let cluster = t.stack.cluster.clone();
+            return match retrying("deleting a Job", || cluster.delete_job(&job, propagation)).await
+            {
+                Ok(_) => {
+                    if *orphan {
+                        victims.orphaned.insert(id.clone());
+                    } else {
+                        victims.deleted.insert(id.clone());
+                    }
+                    format!("{chaos}: Job {job} of job {id}")
+                }
+                Err(e) => format!("{chaos}: Job {job} could not be deleted ({e})"),
             };
         }
         _ => {}
@@ -545,7 +643,7 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
     // result).
     let started = tokio::time::Instant::now();
     let mut done = Vec::new();
-    let mut victims = BTreeSet::new();
+    let mut victims = Victims::default();
     for step in &steps {
         tokio::time::sleep_until(started + Duration::from_millis(step.at_ms)).await;
         let what = carry_out(&mut t, &step.chaos, &originals, &mut victims).await;
@@ -675,12 +773,14 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
         doubled.is_empty(),
         "a backend job got two Jobs unexplained: {doubled:?}\n{context}"
     );
+    // Every job ever got a Job (by the cluster's own record: a Job deleted
+    // by hand is gone now), but a publish abandoned before it had one.
     let unclaimed_publishes = pubs
         .iter()
-        .filter(|p| !by_id.contains_key(p["id"].as_str().unwrap_or("")))
+        .filter(|p| !had_job.contains(p["id"].as_str().unwrap_or("")))
         .count();
     assert_eq!(
-        by_id.len(),
+        had_job.len(),
         runs.len() + pubs.len() - unclaimed_publishes,
         "every job but an abandoned publish got its Job\n{context}"
     );
@@ -704,15 +804,19 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
 }
 
 /// Every original run succeeded, except an OOM-killed one, which failed as
-/// infrastructure and whose single retry succeeded. Every original publish
-/// succeeded, except one whose claim was abandoned before any Job existed
-/// (a publish lease is not requeued: it is reported lost), whose single
-/// retry succeeded.
+/// infrastructure and whose single retry succeeded, and one whose Job was
+/// deleted by hand: its driver handed over on SIGTERM, so it ended from its
+/// record (failed as infrastructure with no retry, or succeeded), or it was
+/// reported dead and its single retry succeeded. A run whose Job was deleted
+/// with `--cascade=orphan` succeeded: its driver went on. Every original
+/// publish succeeded, except one whose claim was abandoned before any Job
+/// existed (a publish lease is not requeued: it is reported lost), whose
+/// single retry succeeded.
 fn check_outcomes(
     runs: &[Value],
     pubs: &[Value],
     originals: &BTreeSet<String>,
-    victims: &BTreeSet<String>,
+    victims: &Victims,
     had_job: &BTreeSet<&str>,
     context: &str,
 ) {
@@ -769,12 +873,18 @@ fn check_outcomes(
             continue;
         }
         assert!(
-            victims.contains(id),
-            "run {id} ended {} without being OOM-killed: {job}\n{context}",
+            victims.oom.contains(id) || victims.deleted.contains(id),
+            "run {id} ended {} without being OOM-killed or its Job deleted: {job}\n{context}",
             job["state"]
         );
         assert_eq!(job["failure_kind"], "infrastructure", "{job}\n{context}");
-        let retry = job["retry_id"].as_str().expect("a retry");
+        let Some(retry) = job["retry_id"].as_str() else {
+            assert!(
+                victims.deleted.contains(id) && job["finished_from_record"] == true,
+                "run {id} failed with no retry: {job}\n{context}"
+            );
+            continue;
+        };
         assert_eq!(
             by_id[retry]["state"], "succeeded",
             "the retry of {id} succeeded\n{context}"
@@ -784,7 +894,7 @@ fn check_outcomes(
     assert_eq!(
         runs.len(),
         RUNS + retries,
-        "only OOM-killed runs were retried: {}\n{context}",
+        "only OOM-killed runs and runs whose Job was deleted were retried: {}\n{context}",
         states(runs)
     );
 }
