@@ -1,0 +1,180 @@
+//! Starting and stopping: ready in order, nothing left behind however it
+//! ends, a failed start stops what it started and shows the logs' tails.
+
+use crate::support::{built_or_skip, group_alive, processes_mentioning};
+use std::time::Duration;
+use tcab_real_cluster::{ControlPlane, Failure, Settings, StartError};
+
+#[tokio::test]
+async fn without_the_binaries_the_error_says_how_to_build_them() {
+    let empty = tempfile::tempdir().unwrap();
+    let err = ControlPlane::start(Settings {
+        bin_dir: Some(empty.path().to_owned()),
+        ..Settings::default()
+    })
+    .await
+    .unwrap_err();
+    assert!(matches!(err, StartError::NotBuilt(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("run scripts/control-plane build"), "{msg}");
+    assert!(
+        msg.contains("etcd, kube-apiserver, kube-controller-manager, kube-scheduler"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn starts_ready_and_stops_in_order_leaving_nothing() {
+    if built_or_skip().is_none() {
+        return;
+    }
+    let cp = ControlPlane::start(Settings {
+        namespaces: vec!["one".into(), "two".into()],
+        ..Settings::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let times = cp.start_times();
+    println!("start times: {times:?}");
+    assert!(times.etcd_ready <= times.apiserver_ready);
+    assert!(times.apiserver_ready <= times.controllers_ready);
+    assert!(times.controllers_ready <= times.default_service_accounts);
+
+    // The admin reads what the start waited for.
+    let client = cp.admin_client().await.unwrap();
+    let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        kube::Api::namespaced(client, "two");
+    assert!(sas.get_opt("default").await.unwrap().is_some());
+
+    let work_dir = cp.work_dir.clone();
+    let pids = cp.pids();
+    assert_eq!(
+        pids.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler"
+        ]
+    );
+    assert!(pids.iter().all(|(_, pid)| group_alive(*pid)));
+
+    let report = cp.stop().await;
+    let order: Vec<&str> = report.0.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        order,
+        [
+            "kube-scheduler",
+            "kube-controller-manager",
+            "kube-apiserver",
+            "etcd"
+        ],
+        "{report:?}"
+    );
+    // Nothing needed SIGKILL: etcd went last, so the API server could finish.
+    assert!(
+        report.0.iter().all(|(_, how)| !how.starts_with("killed")),
+        "{report:?}"
+    );
+    for (name, pid) in &pids {
+        assert!(!group_alive(*pid), "{name} ({pid}) is still there");
+    }
+    assert!(!work_dir.exists(), "the temporary work dir was not removed");
+}
+
+#[tokio::test]
+async fn a_dropped_control_plane_leaves_no_process() {
+    if built_or_skip().is_none() {
+        return;
+    }
+    let cp = ControlPlane::start(Settings::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let work_dir = cp.work_dir.clone();
+    let pids = cp.pids();
+    assert_eq!(processes_mentioning(&work_dir).len(), 4);
+    drop(cp);
+    for (name, pid) in &pids {
+        assert!(!group_alive(*pid), "{name} ({pid}) is still there");
+    }
+    assert_eq!(processes_mentioning(&work_dir), []);
+}
+
+#[tokio::test]
+async fn a_component_that_cannot_start_stops_the_rest_and_shows_the_logs() {
+    if built_or_skip().is_none() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let err = ControlPlane::start(Settings {
+        work_dir: Some(work.path().to_owned()),
+        extra_args: tcab_real_cluster::ExtraArgs {
+            apiserver: vec!["--no-such-flag".into()],
+            ..Default::default()
+        },
+        ..Settings::default()
+    })
+    .await
+    .unwrap_err();
+    let StartError::Failed {
+        failure,
+        work_dir,
+        tails,
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(
+            failure,
+            Failure::Exited {
+                component: "kube-apiserver",
+                ..
+            }
+        ),
+        "{failure:?}"
+    );
+    assert_eq!(work_dir, work.path());
+    let api = tails
+        .0
+        .iter()
+        .find(|t| t.component == "kube-apiserver")
+        .expect("the API server's log tail");
+    assert!(
+        api.lines.contains("unknown flag: --no-such-flag"),
+        "{}",
+        api.lines
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("work dir kept at"), "{msg}");
+    assert!(msg.contains("--- etcd"), "{msg}");
+    // etcd, started before, was stopped.
+    assert_eq!(processes_mentioning(work.path()), []);
+}
+
+#[tokio::test]
+async fn a_start_not_ready_within_its_bound_stops_everything() {
+    if built_or_skip().is_none() {
+        return;
+    }
+    let err = ControlPlane::start(Settings {
+        // etcd comes up in under a second; the API server needs about three.
+        ready_timeout: Duration::from_millis(1500),
+        ..Settings::default()
+    })
+    .await
+    .unwrap_err();
+    let StartError::Failed {
+        failure, work_dir, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert!(matches!(failure, Failure::Timeout { .. }), "{failure:?}");
+    assert!(
+        work_dir.join("logs").is_dir(),
+        "the temporary work dir is kept"
+    );
+    assert_eq!(processes_mentioning(work_dir), []);
+    std::fs::remove_dir_all(work_dir).unwrap();
+}
