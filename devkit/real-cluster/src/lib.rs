@@ -21,8 +21,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Tests share one control plane per test process with [`shared`] and
-//! isolate themselves by namespace.
+//! Tests share one control plane per test binary (and nextest run) with
+//! [`shared_with`] and isolate themselves by namespace.
 
 mod access;
 mod bins;
@@ -42,7 +42,7 @@ pub use control_plane::{
 };
 pub use process::children_die_with_us;
 pub use settings::{ExtraArgs, Identity, Settings, Timings};
-pub use shared::{shared, shared_with};
+pub use shared::{DAEMON_ENV, IDLE_EXIT_ENV, SharedError, serve_shared, shared, shared_with};
 
 /// An error and all its sources on one line.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

@@ -61,6 +61,10 @@ struct Args {
     /// Run the API server without its watch cache (--watch-cache=false).
     #[arg(long)]
     no_watch_cache: bool,
+    /// Internal: be the owner of a shared control plane for tests
+    /// (`tcab_real_cluster::shared_with`), in this directory.
+    #[arg(long, hide = true, value_name = "DIR")]
+    serve_shared: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -96,6 +100,9 @@ fn parse_identity(s: &str) -> Result<Identity, String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(dir) = &args.serve_shared {
+        std::process::exit(tcab_real_cluster::serve_shared(dir).await);
+    }
     let settings = Settings {
         bin_dir: args.bin_dir,
         work_dir: args.work_dir,

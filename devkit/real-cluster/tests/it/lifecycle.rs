@@ -178,3 +178,68 @@ async fn a_start_not_ready_within_its_bound_stops_everything() {
     assert_eq!(processes_mentioning(work_dir), []);
     std::fs::remove_dir_all(work_dir).unwrap();
 }
+
+#[tokio::test]
+async fn components_die_with_a_killed_owner() {
+    if built_or_skip().is_none() {
+        return;
+    }
+    if !tcab_real_cluster::children_die_with_us() {
+        println!("SKIP: setpriv --pdeathsig is not available (util-linux)");
+        return;
+    }
+    // The binary for people: started, then SIGKILLed (no Drop, no stop), as a
+    // test binary killed on a timeout would be.
+    let work = tempfile::tempdir().unwrap();
+    let mut owner = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_tcab-control-plane"))
+            .arg("--work-dir")
+            .arg(work.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = owner.0.stdout.take().unwrap();
+    let up = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("Ctrl-C stops it"))
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_secs(90), up)
+            .await
+            .unwrap()
+            .unwrap(),
+        "the binary never said it was up"
+    );
+    let owner_pid = owner.0.id();
+    let components = || {
+        processes_mentioning(work.path())
+            .into_iter()
+            .filter(|(pid, _)| *pid != owner_pid)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(components().len(), 4, "{:?}", components());
+    owner.0.kill().unwrap();
+    owner.0.wait().unwrap();
+    tcab_testkit::wait::settled("no component left", Duration::from_secs(10), async || {
+        match components().as_slice() {
+            [] => Ok(()),
+            left => Err(format!("{left:?}")),
+        }
+    })
+    .await;
+}
+
+/// A child process killed when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
