@@ -6,6 +6,10 @@ use std::process::Command;
 /// The environment variable naming the bin dir (overrides the default).
 pub const BIN_ENV: &str = "TCAB_CONTROL_PLANE_BIN";
 
+/// Set to `1` (CI, after a successful `scripts/control-plane build`), a
+/// missing binary fails [`built_or_skip`] instead of skipping.
+pub const REQUIRED_ENV: &str = "TCAB_REAL_CLUSTER_REQUIRED";
+
 /// The binaries a start needs.
 pub const BINARIES: [&str; 4] = [
     "etcd",
@@ -74,5 +78,23 @@ pub fn binaries_present() -> Result<PathBuf, String> {
             missing.join(", "),
             dir.display()
         ))
+    }
+}
+
+/// For a test that needs the real control plane: the bin dir, or `None`
+/// after printing one `SKIP: ...` line naming `scripts/control-plane build`
+/// (the test then returns and passes). With `TCAB_REAL_CLUSTER_REQUIRED=1`
+/// a missing binary panics instead, so CI cannot skip the real tier by
+/// accident.
+pub fn built_or_skip() -> Option<PathBuf> {
+    match binaries_present() {
+        Ok(dir) => Some(dir),
+        Err(why) if std::env::var(REQUIRED_ENV).is_ok_and(|v| v == "1") => {
+            panic!("{why} ({REQUIRED_ENV}=1)")
+        }
+        Err(why) => {
+            println!("SKIP: {why}");
+            None
+        }
     }
 }

@@ -275,7 +275,7 @@ impl ControlPlane {
                         .logs
                         .all()
                         .into_iter()
-                        .filter(|(_, path)| path.exists())
+                        .filter(|(_, path)| std::fs::metadata(path).is_ok_and(|m| m.len() > 0))
                         .map(|(component, path)| LogTail {
                             component,
                             lines: crate::process::tail(&path, TAIL_LINES),
@@ -399,6 +399,11 @@ fn random_token() -> String {
 /// Keys, certificates and the token file; the kubeconfigs come once the API
 /// server's port is known.
 fn prepare(dir: &Path, settings: &Settings) -> Result<Prepared, PrepareError> {
+    // A fresh cluster every start, also in a given work dir used before.
+    match std::fs::remove_dir_all(dir.join("etcd")) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
     for sub in ["certs", "logs", "etcd", "kubeconfigs"] {
         std::fs::create_dir_all(dir.join(sub))?;
     }
@@ -455,15 +460,20 @@ fn prepare(dir: &Path, settings: &Settings) -> Result<Prepared, PrepareError> {
     let token_file = dir.join("certs/tokens.csv");
     std::fs::write(&token_file, csv)?;
     let logs = dir.join("logs");
+    let logs = Logs {
+        etcd: logs.join("etcd.log"),
+        apiserver: logs.join("kube-apiserver.log"),
+        controller_manager: logs.join("kube-controller-manager.log"),
+        scheduler: logs.join("kube-scheduler.log"),
+    };
+    // Each start's logs alone (a ready line from before must not count).
+    for (_, log) in logs.all() {
+        std::fs::write(log, "")?;
+    }
     Ok(Prepared {
         pki,
         token_file,
-        logs: Logs {
-            etcd: logs.join("etcd.log"),
-            apiserver: logs.join("kube-apiserver.log"),
-            controller_manager: logs.join("kube-controller-manager.log"),
-            scheduler: logs.join("kube-scheduler.log"),
-        },
+        logs,
         etcd_data: dir.join("etcd"),
         admin,
         controller_manager,

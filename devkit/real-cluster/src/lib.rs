@@ -35,7 +35,10 @@ mod shared;
 pub use access::{
     Access, ClientError, Credential, NOT_READY_TAINT, NodeAccess, WaitError, node_not_ready,
 };
-pub use bins::{BIN_ENV, BINARIES, binaries_present, default_bin_dir, workspace_root};
+pub use bins::{
+    BIN_ENV, BINARIES, REQUIRED_ENV, binaries_present, built_or_skip, default_bin_dir,
+    workspace_root,
+};
 pub use control_plane::{
     CONTROLLERS, ControlPlane, Failure, LogTail, LogTails, Logs, Ports, PrepareError,
     SERVICE_ACCOUNT_ISSUER, StartError, StartTimes, StopReport, TAIL_LINES,

@@ -16,7 +16,8 @@ pub struct Settings {
     pub bin_dir: Option<PathBuf>,
     /// The work dir (keys, tokens, kubeconfigs, logs, etcd's data). `None`: a
     /// fresh temporary directory, removed on a clean stop and kept after a
-    /// failed start. A given directory is created if missing and never removed.
+    /// failed start. A given directory is created if missing and never
+    /// removed; its `etcd/` is emptied at start (a fresh cluster each time).
     pub work_dir: Option<PathBuf>,
     /// Nodes that get a static token, as `system:node:<name>` in group
     /// `system:nodes`. The nodes themselves are played by a node agent that

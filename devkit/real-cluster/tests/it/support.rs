@@ -1,7 +1,7 @@
 //! What the tests share: the skip rule, the process's control plane and a
 //! namespace per test.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tcab_real_cluster::{Access, Identity, Settings};
 
@@ -11,16 +11,7 @@ pub const NODES: [&str; 2] = ["node-a", "node-b"];
 /// How long a test waits for what the control plane does by itself.
 pub const LIMIT: Duration = Duration::from_secs(30);
 
-/// The bin dir, or `None` after printing the SKIP line.
-pub fn built_or_skip() -> Option<PathBuf> {
-    match tcab_real_cluster::binaries_present() {
-        Ok(dir) => Some(dir),
-        Err(why) => {
-            println!("SKIP: {why}");
-            None
-        }
-    }
-}
+pub use tcab_real_cluster::built_or_skip;
 
 /// The settings of the shared control plane (every test gives the same).
 pub fn shared_settings() -> Settings {
