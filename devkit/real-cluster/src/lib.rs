@@ -45,7 +45,9 @@ pub use control_plane::{
 };
 pub use process::children_die_with_us;
 pub use settings::{ExtraArgs, Identity, Settings, Timings};
-pub use shared::{DAEMON_ENV, IDLE_EXIT_ENV, SharedError, serve_shared, shared, shared_with};
+pub use shared::{
+    DAEMON_ENV, IDLE_EXIT_ENV, SharedControlPlane, SharedError, serve_shared, shared, shared_with,
+};
 
 /// An error and all its sources on one line.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

@@ -58,19 +58,52 @@ struct Published {
     access: Access,
 }
 
-struct Held {
+/// A handle on a shared control plane: while any handle (in any process)
+/// lives, the owner keeps it running. Derefs to its [`Access`].
+pub struct SharedControlPlane {
     access: Access,
     /// Our shared lock on `users` (or, in-process, the control plane itself).
     _keep: Keep,
 }
 
-#[allow(dead_code)] // Held for their Drop (never run: the static lives on).
+impl std::fmt::Debug for SharedControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedControlPlane")
+            .field("api_url", &self.access.api_url)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for SharedControlPlane {
+    type Target = Access;
+    fn deref(&self) -> &Access {
+        &self.access
+    }
+}
+
+impl SharedControlPlane {
+    /// Attaches to the control plane for these settings in this test binary
+    /// and nextest run, starting its owner when there is none. [`shared_with`]
+    /// keeps one such handle per process; call this directly for a second
+    /// shared instance with other settings (e.g. `watch_cache: false` for the
+    /// probes that need it), kept in a static of your own.
+    pub async fn attach(settings: Settings) -> Result<SharedControlPlane, SharedError> {
+        attach(settings).await
+    }
+
+    /// How to reach it (also through `Deref`).
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+}
+
+#[allow(dead_code)] // Held for their Drop.
 enum Keep {
     Users(File),
     InProcess(Box<ControlPlane>),
 }
 
-static SHARED: OnceCell<Result<Held, Arc<SharedError>>> = OnceCell::const_new();
+static SHARED: OnceCell<Result<SharedControlPlane, Arc<SharedError>>> = OnceCell::const_new();
 
 /// The test binary's control plane with default settings; see [`shared_with`].
 pub async fn shared() -> Result<&'static Access, Arc<SharedError>> {
@@ -89,7 +122,7 @@ pub async fn shared_with(
         .get_or_init(|| async { attach(settings()).await.map_err(Arc::new) })
         .await;
     match held {
-        Ok(held) => Ok(&held.access),
+        Ok(held) => Ok(held.access()),
         Err(e) => Err(e.clone()),
     }
 }
@@ -135,7 +168,7 @@ fn shared_root() -> PathBuf {
     std::env::temp_dir().join("tcab-control-plane-shared")
 }
 
-async fn attach(mut settings: Settings) -> Result<Held, SharedError> {
+async fn attach(mut settings: Settings) -> Result<SharedControlPlane, SharedError> {
     settings.work_dir = None;
     let Some(owner) = owner_binary() else {
         eprintln!(
@@ -193,12 +226,20 @@ async fn attach_locked(
     settings: &Settings,
     deadline: Instant,
     limit: Duration,
-) -> Result<Held, SharedError> {
+) -> Result<SharedControlPlane, SharedError> {
     let published_path = dir.join("access.json");
     let users_path = dir.join("users");
     let read_published = || -> Option<Published> {
         serde_json::from_slice(&std::fs::read(&published_path).ok()?).ok()
     };
+    let log_path = dir.join("owner.log");
+    if dir.join("failed").exists() {
+        // An owner of this run failed to start it: the same answer, at once.
+        return Err(SharedError::Owner {
+            log: std::fs::read_to_string(&log_path).unwrap_or_default(),
+            path: log_path,
+        });
+    }
     let published = match read_published().filter(|p| alive(p.owner_pid)) {
         Some(p) => p,
         None => {
@@ -208,7 +249,6 @@ async fn attach_locked(
             let settings_path = dir.join("settings.json");
             let json = serde_json::to_vec_pretty(settings).unwrap_or_default();
             std::fs::write(&settings_path, json).map_err(io("writing", &settings_path))?;
-            let log_path = dir.join("owner.log");
             let log = File::create(&log_path).map_err(io("creating", &log_path))?;
             let log2 = log.try_clone().map_err(io("opening", &log_path))?;
             let mut child = {
@@ -250,13 +290,13 @@ async fn attach_locked(
     if !try_lock(&users, true).map_err(io("locking", &users_path))? {
         users.lock_shared().map_err(io("locking", &users_path))?;
     }
-    Ok(Held {
+    Ok(SharedControlPlane {
         access: published.access,
         _keep: Keep::Users(users),
     })
 }
 
-async fn in_process(settings: Settings) -> Result<Held, SharedError> {
+async fn in_process(settings: Settings) -> Result<SharedControlPlane, SharedError> {
     let root = shared_root().join("in-process");
     sweep(&root);
     let settings = Settings {
@@ -264,7 +304,7 @@ async fn in_process(settings: Settings) -> Result<Held, SharedError> {
         ..settings
     };
     let cp = ControlPlane::start(settings).await?;
-    Ok(Held {
+    Ok(SharedControlPlane {
         access: cp.access().clone(),
         _keep: Keep::InProcess(Box::new(cp)),
     })
@@ -336,7 +376,16 @@ async fn serve(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     };
     let lock = File::create(dir.join("lock"))?;
     let users = File::create(dir.join("users"))?;
-    let mut cp = ControlPlane::start(settings).await?;
+    let mut cp = match ControlPlane::start(settings).await {
+        Ok(cp) => cp,
+        Err(e) => {
+            // Later test processes of this run get this answer without a start.
+            let _ = std::fs::write(dir.join("failed"), crate::error_chain(&e));
+            // The logs stay; etcd's data (64 MB of WAL) tells nothing.
+            let _ = std::fs::remove_dir_all(dir.join("work/etcd"));
+            return Err(e.into());
+        }
+    };
     eprintln!(
         "control plane up at {} (pid {}); stops {idle_exit:?} after its last user",
         cp.api_url,

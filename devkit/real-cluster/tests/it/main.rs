@@ -4,4 +4,5 @@
 
 mod api;
 mod lifecycle;
+mod shared;
 mod support;
