@@ -58,14 +58,22 @@ pub struct Access {
     pub nodes: BTreeMap<String, Credential>,
     /// Per name: the settings' extra identities.
     pub identities: BTreeMap<String, Credential>,
+    /// The API server's static token file (CSV `token,user,uid,"groups"`).
+    pub token_file: PathBuf,
+    /// The rest of the node agent's ready line (e.g. `admin
+    /// http://127.0.0.1:PORT`), when the launcher runs the agent.
+    pub node_agent_ready: Option<String>,
 }
 
 /// The node agent's view: what it needs to play the nodes. Plain data, so
 /// the agent's crate need not know this one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeAccess {
     pub api_url: String,
     pub ca_cert: PathBuf,
+    /// The API server's token file, CSV `token,user,uid,"groups"`: node
+    /// `<name>`'s row is user `system:node:<name>`.
+    pub token_file: PathBuf,
     /// Node name to bearer token.
     pub tokens: BTreeMap<String, String>,
 }
@@ -127,6 +135,7 @@ impl Access {
         NodeAccess {
             api_url: self.api_url.clone(),
             ca_cert: self.ca_cert.clone(),
+            token_file: self.token_file.clone(),
             tokens: self
                 .nodes
                 .iter()
@@ -230,6 +239,15 @@ impl Access {
         wait_for_default_service_account(&client, namespace, limit).await
     }
 
+    /// The first `http://` or `https://` URL of the node agent's ready line
+    /// (its admin API, for tcab-node-agent).
+    pub fn node_agent_url(&self) -> Option<&str> {
+        self.node_agent_ready
+            .as_deref()?
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+    }
+
     /// Waits until every named Node is Ready with the not-ready taint
     /// removed (what the node lifecycle controller does once it has seen it
     /// Ready). The nodes are played by a node agent the caller started with
@@ -241,26 +259,29 @@ impl Access {
             "nodes {} Ready without the {NOT_READY_TAINT} taint",
             names.join(", ")
         );
-        poll(&what, limit, async || {
-            let mut pending = Vec::new();
-            for name in names {
-                match nodes.get_opt(name).await {
-                    Ok(Some(node)) => {
-                        if let Some(why) = node_not_ready(&node) {
-                            pending.push(format!("{name}: {why}"));
-                        }
-                    }
-                    Ok(None) => pending.push(format!("{name}: not registered")),
-                    Err(e) => pending.push(format!("{name}: {e}")),
+        poll(&what, limit, async || nodes_ready(&nodes, names).await).await
+    }
+}
+
+/// `Ok` when every named Node is Ready without the not-ready taint, else
+/// what each other one is at.
+pub(crate) async fn nodes_ready(nodes: &Api<Node>, names: &[String]) -> Result<(), String> {
+    let mut pending = Vec::new();
+    for name in names {
+        match nodes.get_opt(name).await {
+            Ok(Some(node)) => {
+                if let Some(why) = node_not_ready(&node) {
+                    pending.push(format!("{name}: {why}"));
                 }
             }
-            if pending.is_empty() {
-                Ok(())
-            } else {
-                Err(pending.join("; "))
-            }
-        })
-        .await
+            Ok(None) => pending.push(format!("{name}: not registered")),
+            Err(e) => pending.push(format!("{name}: {e}")),
+        }
+    }
+    if pending.is_empty() {
+        Ok(())
+    } else {
+        Err(pending.join("; "))
     }
 }
 

@@ -148,8 +148,11 @@ pub struct StartTimes {
     pub etcd_ready: Duration,
     pub apiserver_ready: Duration,
     pub controllers_ready: Duration,
-    /// The `default` ServiceAccount in every namespace asked for: the whole start.
+    /// The `default` ServiceAccount in every namespace asked for: the whole
+    /// start without a node agent.
     pub default_service_accounts: Duration,
+    /// Every node Ready and untainted, when the launcher runs the node agent.
+    pub nodes_ready: Option<Duration>,
 }
 
 /// The log path of each component.
@@ -159,6 +162,8 @@ pub struct Logs {
     pub apiserver: PathBuf,
     pub controller_manager: PathBuf,
     pub scheduler: PathBuf,
+    /// Written only when the launcher runs the node agent.
+    pub node_agent: PathBuf,
 }
 
 /// The ports in use.
@@ -387,6 +392,7 @@ impl Logs {
             ("kube-apiserver", self.apiserver.clone()),
             ("kube-controller-manager", self.controller_manager.clone()),
             ("kube-scheduler", self.scheduler.clone()),
+            ("node-agent", self.node_agent.clone()),
         ]
     }
 }
@@ -465,6 +471,7 @@ fn prepare(dir: &Path, settings: &Settings) -> Result<Prepared, PrepareError> {
         apiserver: logs.join("kube-apiserver.log"),
         controller_manager: logs.join("kube-controller-manager.log"),
         scheduler: logs.join("kube-scheduler.log"),
+        node_agent: logs.join("node-agent.log"),
     };
     // Each start's logs alone (a ready line from before must not count).
     for (_, log) in logs.all() {
@@ -517,7 +524,18 @@ impl Launch {
         args: Vec<String>,
         log: PathBuf,
     ) -> Result<(), Failure> {
-        let c = Component::spawn(component, &self.bin_dir.join(component), &args, &log)
+        let program = self.bin_dir.join(component);
+        self.spawn_program(component, &program, args, log)
+    }
+
+    fn spawn_program(
+        &mut self,
+        component: &'static str,
+        program: &Path,
+        args: Vec<String>,
+        log: PathBuf,
+    ) -> Result<(), Failure> {
+        let c = Component::spawn(component, program, &args, &log)
             .map_err(|source| Failure::Spawn { component, source })?;
         self.components.push(c);
         Ok(())
@@ -605,6 +623,11 @@ impl Launch {
             .await?;
         }
         times.default_service_accounts = self.started.elapsed();
+        let mut access = access;
+        if let Some(agent) = self.settings.node_agent.clone() {
+            access.node_agent_ready = self.start_node_agent(&agent, &access, &client).await?;
+            times.nodes_ready = Some(self.started.elapsed());
+        }
         let ports = Ports {
             etcd,
             apiserver: api_port,
@@ -612,6 +635,68 @@ impl Launch {
             scheduler: sched_port,
         };
         Ok((access, ports, times))
+    }
+
+    /// The node agent, then its ready line (if it has one) and every node
+    /// Ready without the not-ready taint.
+    async fn start_node_agent(
+        &mut self,
+        agent: &crate::settings::NodeAgent,
+        access: &Access,
+        client: &kube::Client,
+    ) -> Result<Option<String>, Failure> {
+        let node_access = self.work_dir.join("node-access.json");
+        let json = serde_json::to_vec_pretty(&access.node_access()).unwrap_or_default();
+        std::fs::write(&node_access, json).map_err(|source| Failure::Spawn {
+            component: "node-agent",
+            source,
+        })?;
+        let args: Vec<String> = if agent.args.is_empty() {
+            let mut args: Vec<String> = ["--api-url", "{api_url}", "--ca-file", "{ca_file}"]
+                .into_iter()
+                .chain(["--tokens", "{tokens}"])
+                .map(String::from)
+                .collect();
+            for n in &self.settings.nodes {
+                args.extend(["--node".to_owned(), n.clone()]);
+            }
+            args
+        } else {
+            agent.args.clone()
+        };
+        let args = args
+            .iter()
+            .map(|a| {
+                a.replace("{api_url}", &access.api_url)
+                    .replace("{ca_file}", &access.ca_cert.display().to_string())
+                    .replace("{tokens}", &access.token_file.display().to_string())
+                    .replace("{node_access}", &node_access.display().to_string())
+                    .replace("{work_dir}", &self.work_dir.display().to_string())
+            })
+            .collect();
+        let log = self.prepared.logs.node_agent.clone();
+        self.spawn_program("node-agent", &agent.program, args, log.clone())?;
+        let ready = match &agent.ready_prefix {
+            Some(prefix) => Some(
+                self.wait("the node agent's ready line", async || {
+                    crate::process::tail(&log, 200)
+                        .lines()
+                        .find_map(|l| l.strip_prefix(prefix.as_str()))
+                        .map(|rest| rest.trim().to_owned())
+                        .ok_or_else(|| format!("no `{prefix}` line yet"))
+                })
+                .await?,
+            ),
+            None => None,
+        };
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+        let names = self.settings.nodes.clone();
+        self.wait(
+            &format!("nodes {} Ready and untainted", names.join(", ")),
+            async || access::nodes_ready(&nodes, &names).await,
+        )
+        .await?;
+        Ok(ready)
     }
 
     /// etcd on port 0 (no race): the ready line names the port it bound.
@@ -730,6 +815,8 @@ impl Launch {
             scheduler: p.scheduler.clone(),
             nodes: p.nodes.clone(),
             identities: p.identities.clone(),
+            token_file: p.token_file.clone(),
+            node_agent_ready: None,
         };
         for c in [&access.admin, &access.controller_manager, &access.scheduler]
             .into_iter()

@@ -44,7 +44,7 @@ pub use control_plane::{
     SERVICE_ACCOUNT_ISSUER, StartError, StartTimes, StopReport, TAIL_LINES,
 };
 pub use process::children_die_with_us;
-pub use settings::{ExtraArgs, Identity, Settings, Timings};
+pub use settings::{ExtraArgs, Identity, NodeAgent, Settings, Timings};
 pub use shared::{
     DAEMON_ENV, IDLE_EXIT_ENV, SharedControlPlane, SharedError, serve_shared, shared, shared_with,
 };

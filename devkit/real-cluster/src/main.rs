@@ -58,6 +58,11 @@ struct Args {
     /// --terminated-pod-gc-threshold of the controller-manager.
     #[arg(long, default_value_t = 12500)]
     terminated_pod_gc_threshold: u32,
+    /// Run this node agent (e.g. target/debug/tcab-node-agent) for --nodes once
+    /// the control plane is ready, with `--api-url --ca-file --tokens --node ...`,
+    /// and wait until every node is Ready.
+    #[arg(long, value_name = "PROGRAM", requires = "nodes")]
+    node_agent: Option<PathBuf>,
     /// Run the API server without its watch cache (--watch-cache=false).
     #[arg(long)]
     no_watch_cache: bool,
@@ -121,6 +126,7 @@ async fn main() -> anyhow::Result<()> {
             terminated_pod_gc_threshold: args.terminated_pod_gc_threshold,
         },
         watch_cache: !args.no_watch_cache,
+        node_agent: args.node_agent.map(tcab_real_cluster::NodeAgent::new),
         ..Settings::default()
     };
     let bin_dir = match &settings.bin_dir {
@@ -154,6 +160,13 @@ async fn main() -> anyhow::Result<()> {
             "  node {name:<8} token {}  kubeconfig {}",
             c.token,
             c.kubeconfig.display()
+        );
+    }
+    if let Some(t) = times.nodes_ready {
+        println!(
+            "  nodes        Ready {:.1} s after the start; agent: {}",
+            t.as_secs_f64(),
+            cp.node_agent_ready.as_deref().unwrap_or("")
         );
     }
     for (name, c) in &cp.identities {

@@ -47,6 +47,40 @@ pub struct Settings {
     /// Extra command-line arguments per component, appended after ours (a
     /// repeated flag's last value wins for most flags). The escape hatch.
     pub extra_args: ExtraArgs,
+    /// A node agent to run as a fifth component once the control plane is
+    /// ready; the start then also waits until every node of `nodes` is Ready
+    /// without the not-ready taint. `None`: the caller starts one (with
+    /// `Access::node_access`) and calls `Access::wait_for_nodes`.
+    pub node_agent: Option<NodeAgent>,
+}
+
+/// How to run the node agent: a command line, so this crate needs nothing
+/// of the agent's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAgent {
+    /// Its executable (e.g. `target/debug/tcab-node-agent`).
+    pub program: PathBuf,
+    /// Its arguments, with `{api_url}`, `{ca_file}`, `{tokens}` (the API
+    /// server's token file, CSV `token,user,uid,"groups"`), `{node_access}`
+    /// (a JSON `NodeAccess`) and `{work_dir}` replaced. Empty: `--api-url
+    /// {api_url} --ca-file {ca_file} --tokens {tokens}` and `--node <name>`
+    /// for each of `Settings::nodes` (tcab-node-agent's command line).
+    pub args: Vec<String>,
+    /// The start of the stdout line that says it is up (its rest is kept as
+    /// `Access::node_agent_ready`); `None`: only the nodes are waited for.
+    pub ready_prefix: Option<String>,
+}
+
+impl NodeAgent {
+    /// `program` with the default arguments, ready at `node agent ready:`
+    /// (tcab-node-agent's first line).
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        NodeAgent {
+            program: program.into(),
+            args: Vec::new(),
+            ready_prefix: Some("node agent ready:".into()),
+        }
+    }
 }
 
 /// A static token identity.
@@ -115,6 +149,7 @@ impl Default for Settings {
             timings: Timings::default(),
             watch_cache: true,
             extra_args: ExtraArgs::default(),
+            node_agent: None,
         }
     }
 }

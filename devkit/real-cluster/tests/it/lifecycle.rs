@@ -247,3 +247,74 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A stand-in for the node agent: registers each node Ready with its own
+/// token (through the kubectl built beside the control plane), prints the
+/// agent's ready line and idles. Its arguments: kubectl, then the
+/// launcher's `{api_url} {ca_file} {tokens}`, then the node names.
+const FAKE_AGENT: &str = r#"
+set -e
+kubectl=$1; api=$2; ca=$3; tokens=$4; shift 4
+for n in "$@"; do
+  token=$(grep ",system:node:$n," "$tokens" | cut -d, -f1)
+  now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  printf '{"apiVersion":"v1","kind":"Node","metadata":{"name":"%s"},"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":"%s","lastTransitionTime":"%s"}]}}' "$n" "$now" "$now" |
+    "$kubectl" --server="$api" --certificate-authority="$ca" --token="$token" create -f -
+done
+echo "node agent ready: admin http://127.0.0.1:9"
+exec sleep 600
+"#;
+
+#[tokio::test]
+async fn a_node_agent_run_by_the_launcher_is_waited_for_and_stopped_first() {
+    let Some(bin) = built_or_skip() else {
+        return;
+    };
+    let kubectl = bin.join("kubectl");
+    if !kubectl.is_file() {
+        println!(
+            "SKIP: no kubectl in {} (scripts/control-plane build makes it)",
+            bin.display()
+        );
+        return;
+    }
+    let nodes = vec!["agent-1".to_owned(), "agent-2".to_owned()];
+    let mut args = vec![
+        "-c".to_owned(),
+        FAKE_AGENT.to_owned(),
+        "fake-agent".to_owned(),
+    ];
+    args.push(kubectl.display().to_string());
+    args.extend(["{api_url}", "{ca_file}", "{tokens}"].map(String::from));
+    args.extend(nodes.iter().cloned());
+    let cp = ControlPlane::start(Settings {
+        nodes: nodes.clone(),
+        node_agent: Some(tcab_real_cluster::NodeAgent {
+            program: "/bin/sh".into(),
+            args,
+            ready_prefix: Some("node agent ready:".into()),
+        }),
+        ..Settings::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(cp.start_times().nodes_ready.is_some());
+    assert_eq!(cp.node_agent_url(), Some("http://127.0.0.1:9"));
+    let client = cp.admin_client().await.unwrap();
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    for n in &nodes {
+        let node = api.get(n).await.unwrap();
+        assert_eq!(tcab_real_cluster::node_not_ready(&node), None, "{n}");
+    }
+    let pids = cp.pids();
+    assert_eq!(pids.last().map(|(n, _)| *n), Some("node-agent"));
+    let report = cp.stop().await;
+    assert_eq!(
+        report.0.first().map(|(n, _)| *n),
+        Some("node-agent"),
+        "{report:?}"
+    );
+    for (name, pid) in &pids {
+        assert!(!group_alive(*pid), "{name} ({pid}) is still there");
+    }
+}
