@@ -61,6 +61,10 @@ func run() int {
 	cfg.Name = *name
 	cfg.Dir = *dataDir
 	cfg.UnsafeNoFsync = *noFsync
+	// embed.NewConfig leaves this at 0 (only etcd's own flag parsing sets the
+	// default), and 0 logs every gRPC request as a slow-request warning: about
+	// 17 lines a second from an idle API server.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	cfg.LogLevel = *logLevel
 	if *quotaBytes > 0 {
 		cfg.QuotaBackendBytes = *quotaBytes
