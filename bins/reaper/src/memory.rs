@@ -20,7 +20,14 @@ use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::JobSummary;
+use tcab_shared::retry::{Backoff, PerKey};
 use tokio::time::Instant;
+
+/// The back-off of a job id whose reap keeps failing (a delete refused, a
+/// confirming read failing): 5 s doubling to 5 minutes; the other ids of the
+/// tick are not held by it.
+pub const REAP_BACKOFF: Backoff =
+    Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300));
 
 /// What a tick has to do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,12 +51,16 @@ impl Due {
 pub enum Attempt {
     /// Deleted, or already gone (404): that pod is reaped.
     Done,
-    /// Failed, skipped, or the pod changed: the reap of its id is not complete.
+    /// Skipped, or the pod changed: the reap of its id is not complete, and
+    /// the next tick tries again.
     NotDone,
+    /// A call for it failed: not complete, and its id waits out its own
+    /// back-off before it is tried again.
+    Failed,
 }
 
 /// The reaper's memory.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReapMemory {
     /// Keys of the dead driver Jobs whose sandboxes were all reaped.
     reaped: BTreeSet<String>,
@@ -61,6 +72,20 @@ pub struct ReapMemory {
     /// Job ids whose sandboxes of another managed-by value were warned
     /// about (once per id, while an owned Job carries it).
     mismatch_warned: BTreeSet<String>,
+    /// Job ids whose reap failed, each waiting out its own back-off.
+    backoffs: PerKey<String>,
+}
+
+impl Default for ReapMemory {
+    fn default() -> Self {
+        ReapMemory {
+            reaped: BTreeSet::new(),
+            failing: FailingSince::default(),
+            last_sweep: None,
+            mismatch_warned: BTreeSet::new(),
+            backoffs: PerKey::new(REAP_BACKOFF),
+        }
+    }
 }
 
 impl ReapMemory {
@@ -83,6 +108,8 @@ impl ReapMemory {
         self.failing.observe(jobs, now);
         let present: BTreeSet<&str> = jobs.iter().map(job_key).collect();
         self.reaped.retain(|key| present.contains(key.as_str()));
+        let ids: BTreeSet<&str> = jobs.iter().filter_map(|j| j.job_id.as_deref()).collect();
+        self.backoffs.retain(|id| ids.contains(id.as_str()));
 
         jobs.iter()
             .filter(|job| job.lane == Lane::Run && self.failing.is_stuck(job, now, margin))
@@ -103,6 +130,7 @@ impl ReapMemory {
                 IdVerdict::Reap { jobs, .. } => jobs.iter().any(|key| !self.reaped.contains(key)),
                 IdVerdict::Hold(_) => false,
             })
+            .filter(|(id, _)| self.backoffs.due(id, now))
             .map(|(id, _)| id.clone())
             .collect();
         let sweep = settings.orphan_sweep
@@ -122,10 +150,14 @@ impl ReapMemory {
     /// complete when every planned delete of it is [`Attempt::Done`] (or it
     /// had none: the LIST showed no sandbox of it left). Returns the job ids
     /// whose reap completed just now.
+    ///
+    /// An id with an attempt that failed waits out its own back-off before
+    /// it is due again (`now` starts it); one that completed forgets it.
     pub fn record(
         &mut self,
         verdicts: &BTreeMap<String, IdVerdict>,
         attempts: &[(String, Attempt)],
+        now: Instant,
     ) -> BTreeSet<String> {
         let mut completed = BTreeSet::new();
         for (id, verdict) in verdicts {
@@ -136,6 +168,14 @@ impl ReapMemory {
                 .iter()
                 .filter(|(attempt_id, _)| attempt_id == id)
                 .all(|(_, attempt)| *attempt == Attempt::Done);
+            let failed = attempts
+                .iter()
+                .any(|(attempt_id, attempt)| attempt_id == id && *attempt == Attempt::Failed);
+            if all_done {
+                self.backoffs.forget(id);
+            } else if failed {
+                self.backoffs.failed(id, now);
+            }
             if all_done && jobs.iter().any(|key| !self.reaped.contains(key)) {
                 self.reaped.extend(jobs.iter().cloned());
                 completed.insert(id.clone());
@@ -288,23 +328,36 @@ mod tests {
         assert_eq!(due.reap, BTreeSet::from(["a".to_owned()]));
         assert!(due.needs_list() && !due.sweep);
 
-        // One delete failed: not complete, still awaiting.
+        // One delete failed: not complete, still awaiting, after its own
+        // back-off (5 s), not at once.
         let partial = [
             ("a".to_owned(), Attempt::Done),
-            ("a".to_owned(), Attempt::NotDone),
+            ("a".to_owned(), Attempt::Failed),
         ];
-        assert!(memory.record(&verdicts, &partial).is_empty());
-        assert!(memory.due(&verdicts, t0, &settings()).needs_list());
+        assert!(memory.record(&verdicts, &partial, t0).is_empty());
+        assert!(
+            !memory
+                .due(&verdicts, t0 + Duration::from_secs(4), &settings())
+                .needs_list()
+        );
+        assert!(
+            memory
+                .due(&verdicts, t0 + Duration::from_secs(5), &settings())
+                .needs_list()
+        );
 
         // Every delete went through: both claims of the id are reaped.
         let done = [("a".to_owned(), Attempt::Done)];
         assert_eq!(
-            memory.record(&verdicts, &done),
+            memory.record(&verdicts, &done, Instant::now()),
             BTreeSet::from(["a".to_owned()])
         );
         assert!(memory.is_reaped("uid-tcab-driver-a-1") && memory.is_reaped("uid-tcab-driver-a-2"));
         assert!(!memory.due(&verdicts, t0, &settings()).needs_list());
-        assert!(memory.record(&verdicts, &done).is_empty(), "recorded once");
+        assert!(
+            memory.record(&verdicts, &done, Instant::now()).is_empty(),
+            "recorded once"
+        );
 
         // A newer claim fails: a new uid awaits, though the id was reaped before.
         let mut more = jobs.to_vec();
@@ -313,7 +366,7 @@ mod tests {
         let verdicts = judge_ids(&more, &dead);
         assert!(memory.due(&verdicts, t0, &settings()).reap.contains("a"));
         // A LIST that shows none of its sandboxes left completes it.
-        assert_eq!(memory.record(&verdicts, &[]).len(), 1);
+        assert_eq!(memory.record(&verdicts, &[], Instant::now()).len(), 1);
 
         // Jobs that left the view are forgotten; a restart starts empty.
         memory.observe(&[], t0, MARGIN);
@@ -337,7 +390,7 @@ mod tests {
             IdVerdict::Hold(KeepReason::PodsTerminating { .. })
         ));
         assert!(!memory.due(&verdicts, t0, &settings()).needs_list());
-        assert!(memory.record(&verdicts, &[]).is_empty());
+        assert!(memory.record(&verdicts, &[], Instant::now()).is_empty());
     }
 
     #[test]

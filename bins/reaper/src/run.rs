@@ -136,7 +136,15 @@ impl DeleteOutcome {
     pub fn attempt(&self) -> Attempt {
         match self {
             DeleteOutcome::Deleted | DeleteOutcome::AlreadyGone => Attempt::Done,
-            _ => Attempt::NotDone,
+            // A call for this job's reap failed: it backs off alone.
+            DeleteOutcome::Failed { .. }
+            | DeleteOutcome::Skipped(SkipReason::ConfirmReadFailed) => Attempt::Failed,
+            // Not the reap's own failure (the view, a keep reason, a pod
+            // replaced): the next tick decides.
+            DeleteOutcome::Changed
+            | DeleteOutcome::Skipped(SkipReason::ViewNotCurrent | SkipReason::Held(_)) => {
+                Attempt::NotDone
+            }
         }
     }
 }
@@ -417,7 +425,7 @@ impl Reaper {
             .into_iter()
             .filter(|(id, _)| plan::listed_all_of(&report.due.reap, report.due.sweep, id))
             .collect();
-        report.completed = self.memory.record(&listed, &attempts);
+        report.completed = self.memory.record(&listed, &attempts, Instant::now());
         for job_id in &report.completed {
             tracing::debug!(job_id, "no sandbox of this job left; its reap is complete");
         }

@@ -110,8 +110,8 @@ async fn one_list_whatever_the_number_of_jobs_and_none_once_their_reaps_are_comp
     assert_eq!(seen.lock().expect("log").len(), 1, "steady state: no call");
 }
 
-#[tokio::test]
-async fn failed_deletes_are_retried_next_tick_and_404_is_fine() {
+#[tokio::test(start_paused = true)]
+async fn failed_deletes_are_retried_after_their_backoff_and_404_is_fine() {
     let listed = pod_list(vec![
         sandbox("sb-1", "a"),
         sandbox("sb-2", "a"),
@@ -170,7 +170,10 @@ async fn failed_deletes_are_retried_next_tick_and_404_is_fine() {
         [("delete", "pods", Some(500)), ("delete", "pods", Some(403))]
     );
 
-    // Not complete: the next tick lists again and finishes it.
+    // Not complete: the job id backs off alone (no LIST at the next tick),
+    // then the tick after its back-off lists again and finishes it.
+    assert!(r.tick().await.due.reap.is_empty(), "backing off");
+    tokio::time::advance(std::time::Duration::from_secs(5)).await;
     let second = r.tick().await;
     let outcomes: Vec<_> = second.deletes.iter().map(|d| d.outcome.clone()).collect();
     assert_eq!(
@@ -343,7 +346,7 @@ async fn a_confirming_read_that_finds_a_live_job_of_the_same_id_stops_the_delete
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_confirming_read_that_fails_stops_the_delete() {
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
     let (client, seen) = mock_client(Box::new(|req| {
@@ -373,7 +376,10 @@ async fn a_confirming_read_that_fails_stops_the_delete() {
         ("list", "jobs", Some(500))
     );
     assert!(!requests(&seen).iter().any(|r| r.starts_with("DELETE")));
-    // The reap still awaits: the next tick tries again.
+    // The reap still awaits, on its own back-off: not at the next tick, but
+    // once 5 s have passed.
+    assert!(!r.tick().await.due.reap.contains("a"));
+    tokio::time::advance(std::time::Duration::from_secs(5)).await;
     assert!(r.tick().await.due.reap.contains("a"));
 }
 
