@@ -60,6 +60,9 @@ pub struct Access {
     pub identities: BTreeMap<String, Credential>,
     /// The API server's static token file (CSV `token,user,uid,"groups"`).
     pub token_file: PathBuf,
+    /// The API server's audit log (JSON lines), when it writes one.
+    #[serde(default)]
+    pub audit_log: Option<PathBuf>,
     /// The rest of the node agent's ready line (e.g. `admin
     /// http://127.0.0.1:PORT`), when the launcher runs the agent.
     pub node_agent_ready: Option<String>,

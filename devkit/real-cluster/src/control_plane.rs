@@ -376,6 +376,8 @@ impl Drop for ControlPlane {
 struct Prepared {
     pki: PkiFiles,
     token_file: PathBuf,
+    /// Where the API server writes its audit log, when it does.
+    audit_log: Option<PathBuf>,
     logs: Logs,
     etcd_data: PathBuf,
     admin: Credential,
@@ -477,9 +479,14 @@ fn prepare(dir: &Path, settings: &Settings) -> Result<Prepared, PrepareError> {
     for (_, log) in logs.all() {
         std::fs::write(log, "")?;
     }
+    let audit_log = settings.audit.then(|| dir.join("logs/audit.jsonl"));
+    if let Some(audit) = &audit_log {
+        std::fs::write(audit, "")?;
+    }
     Ok(Prepared {
         pki,
         token_file,
+        audit_log,
         logs,
         etcd_data: dir.join("etcd"),
         admin,
@@ -770,6 +777,23 @@ impl Launch {
             ),
             format!("--watch-cache={}", s.watch_cache),
         ];
+        let mut base = base;
+        if let Some(log) = &p.audit_log {
+            let policy = self.work_dir.join("certs/audit-policy.yaml");
+            std::fs::write(&policy, crate::AUDIT_POLICY).map_err(|source| Failure::Spawn {
+                component: "kube-apiserver",
+                source,
+            })?;
+            base.extend([
+                format!("--audit-policy-file={}", policy.display()),
+                format!("--audit-log-path={}", log.display()),
+                "--audit-log-format=json".into(),
+                // Each event is written before the request is answered, so
+                // a reader that saw an answer finds its event.
+                "--audit-log-mode=blocking".into(),
+                "--audit-log-maxbackup=0".into(),
+            ]);
+        }
         let extra = s.extra_args.apiserver.clone();
         let log = p.logs.apiserver.clone();
         for attempt in 1..=PORT_ATTEMPTS {
@@ -816,6 +840,7 @@ impl Launch {
             nodes: p.nodes.clone(),
             identities: p.identities.clone(),
             token_file: p.token_file.clone(),
+            audit_log: p.audit_log.clone(),
             node_agent_ready: None,
         };
         for c in [&access.admin, &access.controller_manager, &access.scheduler]

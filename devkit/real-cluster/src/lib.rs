@@ -45,6 +45,27 @@ pub use control_plane::{
 };
 pub use process::children_die_with_us;
 pub use settings::{ExtraArgs, Identity, NodeAgent, Settings, Timings};
+
+/// The API server's audit policy (with [`Settings::audit`]): every write to
+/// a Pod or a Job (and their status, and evictions) with the request and the
+/// object as it became, so the log is the cluster's timeline of who changed
+/// what and when; every other request of a ServiceAccount without bodies
+/// (the dispatcher's 403s show there); nothing else.
+pub const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: RequestResponse
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+    resources:
+      - group: ""
+        resources: ["pods", "pods/status", "pods/eviction"]
+      - group: "batch"
+        resources: ["jobs", "jobs/status"]
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+"#;
 pub use shared::{
     DAEMON_ENV, IDLE_EXIT_ENV, SharedControlPlane, SharedError, serve_shared, shared, shared_with,
 };

@@ -47,6 +47,12 @@ pub struct Settings {
     /// Extra command-line arguments per component, appended after ours (a
     /// repeated flag's last value wins for most flags). The escape hatch.
     pub extra_args: ExtraArgs,
+    /// The API server's audit log (`--audit-log-path`, one JSON event per
+    /// line, written before each request is answered): every write to a Pod
+    /// or a Job with the object as it became, and every request of a
+    /// ServiceAccount (its 403s included) without bodies. The cluster's own
+    /// record of who changed what, and when (see [`crate::AUDIT_POLICY`]).
+    pub audit: bool,
     /// A node agent to run as a fifth component once the control plane is
     /// ready; the start then also waits until every node of `nodes` is Ready
     /// without the not-ready taint. `None`: the caller starts one (with
@@ -149,6 +155,7 @@ impl Default for Settings {
             timings: Timings::default(),
             watch_cache: true,
             extra_args: ExtraArgs::default(),
+            audit: true,
             node_agent: None,
         }
     }

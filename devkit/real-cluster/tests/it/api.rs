@@ -286,3 +286,49 @@ async fn a_node_that_registers_ready_is_awaited_until_untainted() {
 fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
 }
+
+/// The API server's audit log records a Pod's creation and deletion with who
+/// made them and the object as it became, and a ServiceAccount's refused
+/// request.
+#[tokio::test]
+async fn the_audit_log_records_writes_to_pods_with_their_author() {
+    let Some((access, ns)) = shared_with_namespace("audit").await else {
+        return;
+    };
+    let log = access
+        .audit_log
+        .clone()
+        .expect("the audit log is on by default");
+    let client = access.admin_client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "audited", "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.delete("audited", &Default::default()).await.unwrap();
+    let events = settled("both writes in the audit log", LIMIT, async || {
+        let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
+        let mine: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| {
+                e["objectRef"]["namespace"] == ns.as_str() && e["objectRef"]["name"] == "audited"
+            })
+            .collect();
+        if mine.len() >= 2 {
+            Ok(mine)
+        } else {
+            Err(format!("{} events so far", mine.len()))
+        }
+    })
+    .await;
+    assert_eq!(events[0]["verb"], "create");
+    assert_eq!(events[0]["user"]["username"], "admin");
+    assert_eq!(
+        events[0]["responseObject"]["metadata"]["labels"]["app"],
+        "x"
+    );
+    assert_eq!(events[1]["verb"], "delete");
+}
