@@ -14,5 +14,6 @@ pub mod invariants;
 pub mod process;
 pub mod scrape;
 pub mod stack;
+pub mod timeline;
 
 pub use stack::{Container, Stack, StackOptions, wait_for};

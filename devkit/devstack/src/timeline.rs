@@ -1,0 +1,411 @@
+//! The cluster's own timeline on the real control plane: the API server's
+//! audit log (see `tcab_real_cluster::AUDIT_POLICY`) read into the same
+//! entries kube-sim's `GET /admin/audit` answers, so the invariants
+//! ([`crate::invariants`]) check a run on either cluster alike.
+//!
+//! Every change to a Pod or a Job goes through a request the audit log
+//! records once it completed, with its author and the object as it became.
+//! The entries follow from those records:
+//!
+//! - a create is `ADDED`, an update or patch (of the object or its status)
+//!   `MODIFIED`;
+//! - a delete answered with the object still there (finalizers, or a grace
+//!   period) is `MODIFIED` with `deleting`; answered with the object gone, or
+//!   with a success `Status`, it is `DELETED`;
+//! - a write that leaves an object with a `deletionTimestamp`, no finalizers
+//!   and no grace left ends it: `DELETED` (the last finalizer removed from a
+//!   terminating pod);
+//! - an eviction (`pods/eviction`) is `MODIFIED` with `deleting` on the
+//!   pod's last known state (the API server deletes it in the request);
+//! - the author: the dispatcher's user is [`Actor::Rbac`] (as kube-sim's RBAC
+//!   token), `admin` [`Actor::Admin`], every other user (the controllers,
+//!   the nodes, the drivers' ServiceAccount) [`Actor::Cluster`].
+//!
+//! Pure: text in, entries out.
+
+use jiff::Timestamp;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use tcab_kube_sim::audit::{Actor, AuditEntry};
+
+/// Reads an audit log (JSON lines) into the timeline of the Pods and Jobs of
+/// `namespaces`, in the order the requests completed. `dispatcher` is the
+/// user the dispatcher authenticates as
+/// (`system:serviceaccount:<ns>:<name>`).
+pub fn from_audit_log(text: &str, namespaces: &[&str], dispatcher: &str) -> Vec<AuditEntry> {
+    let mut events: Vec<(Timestamp, u64, usize, Value)> = text
+        .lines()
+        .enumerate()
+        .filter_map(|(line, l)| {
+            let event: Value = serde_json::from_str(l).ok()?;
+            let ns = event["objectRef"]["namespace"].as_str()?;
+            let resource = event["objectRef"]["resource"].as_str()?;
+            let ok = event["responseStatus"]["code"]
+                .as_u64()
+                .is_some_and(|c| (200..300).contains(&c));
+            let wanted = event["stage"] == "ResponseComplete"
+                && ok
+                && namespaces.contains(&ns)
+                && matches!(resource, "pods" | "jobs");
+            let at: Timestamp = event["stageTimestamp"].as_str()?.parse().ok()?;
+            let rv = event["responseObject"]["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            wanted.then_some((at, rv, line, event))
+        })
+        .collect();
+    events.sort_by_key(|e| (e.0, e.1, e.2));
+
+    let mut last: BTreeMap<(String, String, String), Value> = BTreeMap::new();
+    let mut out: Vec<AuditEntry> = Vec::new();
+    for (at, _, _, event) in events {
+        let r = &event["objectRef"];
+        let kind = match r["resource"].as_str() {
+            Some("pods") => "Pod",
+            _ => "Job",
+        };
+        let ns = r["namespace"].as_str().unwrap_or_default().to_owned();
+        let name = r["name"].as_str().unwrap_or_default().to_owned();
+        let key = (kind.to_owned(), ns.clone(), name.clone());
+        let response = &event["responseObject"];
+        let is_object = response["kind"].as_str() == Some(kind);
+        let actor = actor_of(event["user"]["username"].as_str().unwrap_or(""), dispatcher);
+        let verb = event["verb"].as_str().unwrap_or_default();
+        let subresource = r["subresource"].as_str().unwrap_or_default();
+        let (object, change) = match (verb, subresource) {
+            ("create", "eviction") => match last.get(&key) {
+                Some(obj) => (obj.clone(), Change::Evicted),
+                None => continue,
+            },
+            ("create", _) if is_object => (response.clone(), Change::Added),
+            ("update" | "patch", _) if is_object => (response.clone(), Change::Modified),
+            ("delete", _) if is_object => (response.clone(), Change::Deleted),
+            ("delete", _) => match last.get(&key) {
+                Some(obj) => (obj.clone(), Change::Gone),
+                None => continue,
+            },
+            _ => continue,
+        };
+        let (event_name, deleting, gone) = classify(&object, change);
+        if gone {
+            last.remove(&key);
+        } else {
+            last.insert(key, object.clone());
+        }
+        out.push(entry(
+            out.len() as u64 + 1,
+            at,
+            event_name,
+            kind,
+            ns,
+            name,
+            actor,
+            &object,
+            deleting,
+        ));
+    }
+    out
+}
+
+/// What a request did, before the object's state says more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Added,
+    Modified,
+    /// A delete answered with the object (still there, or its last state).
+    Deleted,
+    /// A delete answered with a `Status`: the object is gone.
+    Gone,
+    /// An eviction: the pod is being deleted.
+    Evicted,
+}
+
+/// The entry's event, whether the object is being deleted, and whether it
+/// is gone.
+fn classify(object: &Value, change: Change) -> (&'static str, bool, bool) {
+    let meta = &object["metadata"];
+    let deleting = !meta["deletionTimestamp"].is_null();
+    let finalizers = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+    let grace_left = meta["deletionGracePeriodSeconds"]
+        .as_i64()
+        .is_some_and(|g| g > 0);
+    // Still there while a finalizer or a grace period holds it.
+    let ends = deleting && !finalizers && !grace_left;
+    match change {
+        Change::Added => ("ADDED", deleting, false),
+        Change::Evicted => ("MODIFIED", true, false),
+        Change::Gone => ("DELETED", true, true),
+        Change::Deleted if finalizers || grace_left => ("MODIFIED", true, false),
+        Change::Deleted => ("DELETED", true, true),
+        Change::Modified if ends => ("DELETED", true, true),
+        Change::Modified => ("MODIFIED", deleting, false),
+    }
+}
+
+fn actor_of(user: &str, dispatcher: &str) -> Actor {
+    match user {
+        u if u == dispatcher => Actor::Rbac,
+        "admin" => Actor::Admin,
+        "" | "system:anonymous" => Actor::Anonymous,
+        _ => Actor::Cluster,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn entry(
+    seq: u64,
+    at: Timestamp,
+    event: &str,
+    kind: &str,
+    namespace: String,
+    name: String,
+    actor: Actor,
+    object: &Value,
+    deleting: bool,
+) -> AuditEntry {
+    let meta = &object["metadata"];
+    let labels = meta["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let status = &object["status"];
+    let (phase, running, finished, owner) = if kind == "Pod" {
+        (
+            status["phase"].as_str().map(str::to_owned),
+            status["containerStatuses"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["state"]["running"].is_object())),
+            None,
+            meta["ownerReferences"]
+                .as_array()
+                .and_then(|rs| rs.iter().find(|r| r["controller"] == true))
+                .and_then(|r| r["name"].as_str())
+                .map(str::to_owned),
+        )
+    } else {
+        let finished = status["conditions"].as_array().and_then(|cs| {
+            cs.iter()
+                .find(|c| {
+                    (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True"
+                })
+                .and_then(|c| c["type"].as_str())
+                .map(str::to_owned)
+        });
+        (None, false, finished, None)
+    };
+    AuditEntry {
+        seq,
+        at,
+        rv: meta["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        event: event.to_owned(),
+        kind: kind.to_owned(),
+        namespace,
+        name,
+        uid: meta["uid"].as_str().unwrap_or_default().to_owned(),
+        actor,
+        labels,
+        phase,
+        // A pod being deleted is not running any more once it is gone.
+        running: running && event != "DELETED",
+        deleting,
+        finished,
+        owner,
+    }
+}
+
+/// The most live Jobs of each lane (`tcab.dev/job-kind`) ever present at
+/// once in a timeline, as kube-sim's counters give them.
+pub fn max_live_jobs(timeline: &[AuditEntry]) -> BTreeMap<String, i64> {
+    let mut live: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    let mut max: BTreeMap<String, i64> = BTreeMap::new();
+    for e in timeline.iter().filter(|e| e.kind == "Job") {
+        let lane = e
+            .labels
+            .get("tcab.dev/job-kind")
+            .cloned()
+            .unwrap_or_else(|| "run".to_owned());
+        let is_live = e.event != "DELETED" && e.finished.is_none();
+        live.insert(e.uid.clone(), (lane.clone(), is_live));
+        let count = live.values().filter(|(l, on)| *l == lane && *on).count() as i64;
+        let slot = max.entry(lane).or_default();
+        *slot = (*slot).max(count);
+    }
+    max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const DISPATCHER: &str = "system:serviceaccount:t:tcab-dispatcher";
+
+    fn line(
+        at: &str,
+        user: &str,
+        verb: &str,
+        resource: &str,
+        sub: &str,
+        name: &str,
+        response: Value,
+    ) -> String {
+        let mut r = json!({"resource": resource, "namespace": "t", "name": name});
+        if !sub.is_empty() {
+            r["subresource"] = json!(sub);
+        }
+        json!({"stage": "ResponseComplete", "stageTimestamp": at, "verb": verb,
+               "user": {"username": user}, "objectRef": r,
+               "responseStatus": {"code": 200}, "responseObject": response})
+        .to_string()
+    }
+
+    fn pod(name: &str, rv: u64, extra: Value) -> Value {
+        let mut p = json!({"kind": "Pod", "metadata": {"name": name, "uid": format!("u-{name}"),
+            "resourceVersion": rv.to_string(), "labels": {"tcab.dev/job-id": "j"}}, "status": {}});
+        json_merge(&mut p, extra);
+        p
+    }
+
+    fn json_merge(into: &mut Value, from: Value) {
+        match (into, from) {
+            (Value::Object(a), Value::Object(b)) => {
+                for (k, v) in b {
+                    json_merge(a.entry(k).or_insert(Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    #[test]
+    fn a_pods_life_reads_as_the_sims_timeline() {
+        let log = [
+            line("2026-12-01T10:00:00.100Z", "system:serviceaccount:t:driver", "create", "pods", "", "sb", pod("sb", 1, json!({}))),
+            line("2026-12-01T10:00:00.200Z", "system:node:n1", "patch", "pods", "status", "sb",
+                pod("sb", 2, json!({"status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}}))),
+            // The dispatcher deletes it gracefully: still there.
+            line("2026-12-01T10:00:01.000Z", DISPATCHER, "delete", "pods", "", "sb",
+                pod("sb", 3, json!({"metadata": {"deletionTimestamp": "2026-12-01T10:00:31Z", "deletionGracePeriodSeconds": 30},
+                    "status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}}))),
+            // The kubelet's final delete: gone.
+            line("2026-12-01T10:00:02.000Z", "system:node:n1", "delete", "pods", "", "sb",
+                pod("sb", 4, json!({"metadata": {"deletionTimestamp": "2026-12-01T10:00:02Z", "deletionGracePeriodSeconds": 0}}))),
+            // Another namespace, and a refused request: not in the timeline.
+            line("2026-12-01T10:00:03.000Z", "admin", "create", "pods", "", "other", pod("other", 5, json!({}))).replace("\"namespace\":\"t\"", "\"namespace\":\"u\""),
+        ]
+        .join("\n");
+        let t = from_audit_log(&log, &["t"], DISPATCHER);
+        let seen: Vec<(&str, Actor, bool, bool)> = t
+            .iter()
+            .map(|e| (e.event.as_str(), e.actor, e.running, e.deleting))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("ADDED", Actor::Cluster, false, false),
+                ("MODIFIED", Actor::Cluster, true, false),
+                ("MODIFIED", Actor::Rbac, true, true),
+                ("DELETED", Actor::Cluster, false, true),
+            ]
+        );
+        assert_eq!(t[0].labels["tcab.dev/job-id"], "j");
+        assert_eq!(t.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_finalizer_removed_from_a_deleted_pod_ends_it_and_an_eviction_marks_it() {
+        let log = [
+            line("2026-12-01T10:00:00Z", "admin", "create", "pods", "", "p", pod("p", 1, json!({"metadata": {"finalizers": ["batch.kubernetes.io/job-tracking"]}}))),
+            line("2026-12-01T10:00:01Z", "admin", "create", "pods", "eviction", "p", json!({"kind": "Status", "status": "Success"})),
+            line("2026-12-01T10:00:02Z", "system:serviceaccount:kube-system:job-controller", "patch", "pods", "", "p",
+                pod("p", 3, json!({"metadata": {"deletionTimestamp": "2026-12-01T10:00:02Z", "deletionGracePeriodSeconds": 0, "finalizers": []}}))),
+        ]
+        .join("\n");
+        let t = from_audit_log(&log, &["t"], DISPATCHER);
+        let seen: Vec<(&str, Actor, bool)> = t
+            .iter()
+            .map(|e| (e.event.as_str(), e.actor, e.deleting))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("ADDED", Actor::Admin, false),
+                ("MODIFIED", Actor::Admin, true),
+                ("DELETED", Actor::Cluster, true)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_most_live_jobs_per_lane_are_counted() {
+        let job = |name: &str, kind: &str, rv: u64, finished: bool| {
+            let mut j = json!({"kind": "Job", "metadata": {"name": name, "uid": format!("u-{name}"),
+                "resourceVersion": rv.to_string(), "labels": {"tcab.dev/job-kind": kind}}, "status": {}});
+            if finished {
+                j["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+            }
+            j
+        };
+        let log = [
+            line(
+                "2026-12-01T10:00:00Z",
+                DISPATCHER,
+                "create",
+                "jobs",
+                "",
+                "a",
+                job("a", "run", 1, false),
+            ),
+            line(
+                "2026-12-01T10:00:01Z",
+                DISPATCHER,
+                "create",
+                "jobs",
+                "",
+                "b",
+                job("b", "run", 2, false),
+            ),
+            line(
+                "2026-12-01T10:00:02Z",
+                "system:kube-controller-manager",
+                "patch",
+                "jobs",
+                "status",
+                "a",
+                job("a", "run", 3, true),
+            ),
+            line(
+                "2026-12-01T10:00:03Z",
+                DISPATCHER,
+                "create",
+                "jobs",
+                "",
+                "c",
+                job("c", "run", 4, false),
+            ),
+            line(
+                "2026-12-01T10:00:04Z",
+                DISPATCHER,
+                "create",
+                "jobs",
+                "",
+                "p",
+                job("p", "publish", 5, false),
+            ),
+        ]
+        .join("\n");
+        let t = from_audit_log(&log, &["t"], DISPATCHER);
+        assert_eq!(
+            max_live_jobs(&t),
+            BTreeMap::from([("publish".to_owned(), 1), ("run".to_owned(), 2)])
+        );
+    }
+}
