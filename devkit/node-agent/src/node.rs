@@ -165,10 +165,10 @@ pub fn status(facts: &Facts, health: &Health, old: &Value, now: &str) -> Value {
         "capacity": facts.capacity,
         "allocatable": facts.allocatable,
         "conditions": conds,
-        "addresses": [
-            {"type": "InternalIP", "address": "127.0.0.1"},
-            {"type": "Hostname", "address": facts.name},
-        ],
+        // Only the InternalIP: the API server prefers a Hostname address
+        // for pods/log (`--kubelet-preferred-address-types` starts with
+        // Hostname), and node names do not resolve here.
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": facts.port}},
         "nodeInfo": {
             "machineID": facts.machine_id,
