@@ -7,4 +7,5 @@
 mod support;
 
 mod driver;
+mod lifecycle;
 mod nodes;

@@ -1,8 +1,9 @@
 //! Registration, heartbeats and the loss of a node.
 
 use crate::require_control_plane;
-use crate::support::{Rig, cond};
-use std::time::Duration;
+use crate::support::{NS, Rig, cond, plain_pod};
+use std::time::{Duration, Instant};
+use tcab_node_agent::{AdminClient, api};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_registers_turns_ready_and_heartbeats() {
@@ -37,6 +38,76 @@ async fn a_node_registers_turns_ready_and_heartbeats() {
     rig.until("a lease renewal", Duration::from_secs(5), || async {
         let l = rig.get(lease_path).await?;
         (l["spec"]["renewTime"] != first).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_node_goes_unknown_its_pods_get_the_taint_managers_disruption_target_and_it_comes_back()
+ {
+    let bin = require_control_plane!();
+    // Two nodes: a lone unreachable node is never evicted (its zone would be
+    // in full disruption).
+    let rig = Rig::start(&bin, &["n1", "n2"]).await;
+    rig.create_pod(&plain_pod("on-n1", "n1")).await;
+    rig.until("the pod Running", Duration::from_secs(30), || async {
+        let p = rig.pod("on-n1").await?;
+        (p["status"]["phase"] == "Running").then_some(())
+    })
+    .await;
+    let admin = AdminClient::new(&rig.agent.admin_url().unwrap());
+    let lost_at = Instant::now();
+    admin.lose_node("n1").await.unwrap();
+    let nodes = admin.nodes().await.unwrap();
+    assert_eq!(nodes[0]["up"], false, "{nodes}");
+    // The API server can no longer reach the kubelet for logs.
+    assert!(
+        api::get(
+            &rig.client,
+            &format!("/api/v1/namespaces/{NS}/pods/on-n1/log")
+        )
+        .await
+        .is_err(),
+        "no logs from a lost node"
+    );
+    let node = rig
+        .until("n1 Ready Unknown", Duration::from_secs(30), || async {
+            let n = rig.get("/api/v1/nodes/n1").await?;
+            (cond(&n["status"], "Ready")?["status"] == "Unknown").then_some(n)
+        })
+        .await;
+    let unknown_after = lost_at.elapsed();
+    assert_eq!(
+        cond(&node["status"], "Ready").unwrap()["reason"],
+        "NodeStatusUnknown"
+    );
+    let pod = rig
+        .until(
+            "the taint manager's DisruptionTarget",
+            Duration::from_secs(40),
+            || async {
+                let p = rig.pod("on-n1").await?;
+                let dt = cond(&p["status"], "DisruptionTarget")?;
+                (dt["reason"] == "DeletionByTaintManager").then_some(p)
+            },
+        )
+        .await;
+    let evicted_after = lost_at.elapsed();
+    eprintln!("n1 Unknown after {unknown_after:?}, its pod evicted after {evicted_after:?}");
+    assert!(pod["metadata"]["deletionTimestamp"].is_string());
+    // Nobody finishes it: it stays Terminating and Running.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = rig.pod("on-n1").await.expect("stays Terminating");
+    assert_eq!(p["status"]["phase"], "Running");
+    let n2 = rig.get("/api/v1/nodes/n2").await.unwrap();
+    assert_eq!(cond(&n2["status"], "Ready").unwrap()["status"], "True");
+
+    // Back: the kubelet restarts, finds its container gone, ends the pod
+    // and deletes it.
+    admin.restore_node("n1").await.unwrap();
+    rig.wait_node_ready("n1").await;
+    rig.until("the pod gone", Duration::from_secs(30), || async {
+        rig.pod("on-n1").await.is_none().then_some(())
     })
     .await;
 }
