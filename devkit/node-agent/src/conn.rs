@@ -68,6 +68,16 @@ impl Conn {
         cfg.connect_timeout = Some(Duration::from_secs(10));
         cfg.read_timeout = Some(Duration::from_secs(60));
         cfg.write_timeout = Some(Duration::from_secs(30));
+        // The API server names a request's field manager after the user
+        // agent's first word, as it does for a real kubelet.
+        cfg.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(concat!(
+                "kubelet/",
+                env!("CARGO_PKG_VERSION"),
+                " (linux) tcab-node-agent"
+            )),
+        ));
         kube::Client::try_from(cfg).context("building the API client")
     }
 }

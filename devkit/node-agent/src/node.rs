@@ -208,44 +208,44 @@ pub fn initial(
     node
 }
 
-/// Whether two statuses differ in more than their heartbeat times
-/// (`nodeStatusHasChanged`).
-pub fn changed(old: &Value, new: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(cs) = v["conditions"].as_array_mut() {
-            for c in cs {
-                if let Some(m) = c.as_object_mut() {
-                    m.remove("lastHeartbeatTime");
-                }
+/// `old` reduced to the fields `shape` has (recursively through maps): the
+/// part of the API's status the kubelet writes.
+fn project(old: &Value, shape: &Value) -> Value {
+    match (old, shape) {
+        (Value::Object(o), Value::Object(s)) => Value::Object(
+            s.iter()
+                .filter_map(|(k, sv)| o.get(k).map(|ov| (k.clone(), project(ov, sv))))
+                .collect(),
+        ),
+        _ => old.clone(),
+    }
+}
+
+fn without_heartbeats(status: &Value) -> Value {
+    let mut v = status.clone();
+    if let Some(cs) = v["conditions"].as_array_mut() {
+        for c in cs {
+            if let Some(m) = c.as_object_mut() {
+                m.remove("lastHeartbeatTime");
             }
         }
-        v
-    };
-    // Compare only what the kubelet writes.
-    let mine = |v: &Value| {
-        json!({
-            "capacity": v["capacity"], "allocatable": v["allocatable"],
-            "conditions": strip(v)["conditions"], "addresses": v["addresses"],
-            "daemonEndpoints": v["daemonEndpoints"], "nodeInfo": v["nodeInfo"],
-        })
-    };
-    mine(old) != mine(new)
+    }
+    v
+}
+
+/// Whether the kubelet's part of the status differs in more than its
+/// heartbeat times (`nodeStatusHasChanged`).
+pub fn changed(old: &Value, new: &Value) -> bool {
+    patch(&without_heartbeats(old), &without_heartbeats(new)).is_some()
 }
 
 /// The strategic merge patch of `nodes/status` from `old` to `new`
-/// (`PatchNodeStatus`); `None` when equal.
+/// (`PatchNodeStatus`); `None` when equal. Only the fields the kubelet
+/// writes are compared, so what others write (or the API server adds) is
+/// left alone.
 pub fn patch(old_status: &Value, new_status: &Value) -> Option<Value> {
-    // Only the fields the kubelet owns are compared, so images, volumes
-    // and others written by someone else are left alone.
-    let mut old_mine = serde_json::Map::new();
-    for k in new_status.as_object().into_iter().flatten().map(|(k, _)| k) {
-        if let Some(v) = old_status.get(k) {
-            old_mine.insert(k.clone(), v.clone());
-        }
-    }
     let p = smp::two_way(
-        &json!({"status": Value::Object(old_mine)}),
+        &json!({"status": project(old_status, new_status)}),
         &json!({"status": new_status}),
         smp::node_keys,
     );
@@ -355,6 +355,20 @@ mod tests {
             p["status"]["conditions"][0]["reason"],
             "KubeletHasInsufficientMemory"
         );
+    }
+
+    #[test]
+    fn fields_the_kubelet_does_not_write_are_no_change() {
+        let f = facts();
+        let h = Health::default();
+        let mine = status(&f, &h, &Value::Null, "t1");
+        let mut api = mine.clone();
+        api["nodeInfo"]["kubeProxyVersion"] = json!("");
+        api["images"] = json!([{"names": ["x"]}]);
+        api["conditions"][0]["lastHeartbeatTime"] = json!("t0");
+        assert!(!changed(&api, &status(&f, &h, &api, "t2")));
+        let p = patch(&api, &status(&f, &h, &api, "t2")).unwrap();
+        assert!(p["status"].get("images").is_none() && p["status"].get("nodeInfo").is_none());
     }
 
     #[test]

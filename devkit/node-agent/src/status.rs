@@ -276,6 +276,28 @@ fn container_status(pod: &Value, name: &str, state: &ContainerState) -> Value {
         "image": image,
         "imageID": "",
     });
+    // RecursiveReadOnlyMounts (GA): every container reports its mounts.
+    let mounts: Vec<Value> = spec["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let mut s = json!({"name": m["name"], "mountPath": m["mountPath"]});
+            if m["readOnly"] == true {
+                s["readOnly"] = json!(true);
+                // The runtime here supports recursive read-only mounts.
+                let rro = matches!(
+                    m["recursiveReadOnly"].as_str(),
+                    Some("Enabled" | "IfPossible")
+                );
+                s["recursiveReadOnly"] = json!(if rro { "Enabled" } else { "Disabled" });
+            }
+            s
+        })
+        .collect();
+    if !mounts.is_empty() {
+        c["volumeMounts"] = json!(mounts);
+    }
     if created {
         c["imageID"] = json!(image_id(image.as_str().unwrap_or("")));
         c["containerID"] = json!(container_id(uid, name));
