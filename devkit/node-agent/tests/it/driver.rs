@@ -101,7 +101,7 @@ async fn a_driver_job_runs_against_the_backend_completes_and_its_log_reads_throu
     let bin = require_control_plane!();
     let rig = Rig::start(&bin, &["n1"]).await;
     let (backend, id, token, launch) =
-        claimed_run(json!({"duration_ms": 1200, "log_lines": 3, "sandbox": true})).await;
+        claimed_run(json!({"duration_ms": 3000, "log_lines": 3, "sandbox": true})).await;
     rig.post(
         &format!("/api/v1/namespaces/{NS}/secrets"),
         &json!({"metadata": {"name": "job-token"}, "stringData": {"token": token}}),
@@ -110,6 +110,33 @@ async fn a_driver_job_runs_against_the_backend_completes_and_its_log_reads_throu
     grant_sandboxes(&rig).await;
     rig.create_job(&driver_job("tcab-driver-1", &backend.url(), &id, &launch))
         .await;
+    // Follow the log through the API server from the start: the stream
+    // ends when the container stops.
+    let running = rig
+        .job_pod_where("tcab-driver-1", "the driver Running", |p| {
+            p["status"]["phase"] == "Running"
+        })
+        .await;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(rig.client.clone(), NS);
+    let follow = {
+        let pods = pods.clone();
+        let name = running["metadata"]["name"].as_str().unwrap().to_string();
+        tokio::spawn(async move {
+            use futures::AsyncBufReadExt;
+            let params = kube::api::LogParams {
+                follow: true,
+                ..Default::default()
+            };
+            let stream = pods.log_stream(&name, &params).await.expect("a log stream");
+            let mut lines = stream.lines();
+            let mut seen = Vec::new();
+            while let Some(Ok(l)) = futures::StreamExt::next(&mut lines).await {
+                seen.push(l);
+            }
+            seen
+        })
+    };
 
     let job = rig
         .until("the Job Complete", Duration::from_secs(60), || async {
@@ -119,6 +146,16 @@ async fn a_driver_job_runs_against_the_backend_completes_and_its_log_reads_throu
         .await;
     assert_eq!(job["status"]["succeeded"], 1);
     assert_eq!(backend_state(&backend, &id).await, "succeeded");
+    let followed = tokio::time::timeout(Duration::from_secs(10), follow)
+        .await
+        .expect("the follow ends with the container")
+        .unwrap();
+    let starting = format!("fake driver for job {id} starting");
+    assert_eq!(followed.first(), Some(&starting), "{followed:?}");
+    assert_eq!(
+        followed.last().map(String::as_str),
+        Some("reported succeeded; exiting")
+    );
 
     let pod = rig.job_pods("tcab-driver-1").await.remove(0);
     let name = pod["metadata"]["name"].as_str().unwrap().to_string();
@@ -162,8 +199,6 @@ async fn a_driver_job_runs_against_the_backend_completes_and_its_log_reads_throu
     );
     assert!(full.contains("deleted sandbox pod"), "{full}");
     // tailLines, through kube-rs.
-    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
-        kube::Api::namespaced(rig.client.clone(), NS);
     let tail = pods
         .logs(
             &name,

@@ -1,6 +1,7 @@
 //! Registration, heartbeats and the loss of a node.
 
 use crate::require_control_plane;
+use crate::support::control_plane::{ControlPlane, Timings};
 use crate::support::{NS, Rig, cond, plain_pod};
 use std::time::{Duration, Instant};
 use tcab_node_agent::{AdminClient, api};
@@ -110,4 +111,73 @@ async fn a_lost_node_goes_unknown_its_pods_get_the_taint_managers_disruption_tar
         rig.pod("on-n1").await.is_none().then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_plays_the_nodes_of_the_api_servers_token_file_until_sigterm() {
+    use tokio::io::AsyncBufReadExt;
+    let bin = require_control_plane!();
+    let cp = ControlPlane::start(&bin, &["b1"], Timings::default())
+        .await
+        .unwrap_or_else(|e| panic!("the control plane did not start: {e:#}"));
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tcab-node-agent"))
+        .args([
+            "--api-url",
+            &cp.api_url,
+            "--lease-seconds",
+            "4",
+            "--node",
+            "b1,cpu=4,label.pool=cli",
+        ])
+        .arg("--ca-file")
+        .arg(&cp.ca_pem)
+        .arg("--tokens")
+        .arg(cp.tokens_file())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("a ready line within 30 s")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(
+        first.starts_with("node agent ready: admin http://127.0.0.1:"),
+        "{first}"
+    );
+    assert!(first.contains("b1 (kubelet port "), "{first}");
+    let admin_url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .trim_end_matches(';');
+    let nodes = AdminClient::new(admin_url).nodes().await.unwrap();
+    assert_eq!(
+        (nodes[0]["name"].as_str(), nodes[0]["up"].as_bool()),
+        (Some("b1"), Some(true))
+    );
+    let client = cp.admin();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let node = loop {
+        let n = api::get(&client, "/api/v1/nodes/b1").await.unwrap();
+        if let Some(n) =
+            n.filter(|n| cond(&n["status"], "Ready").is_some_and(|c| c["status"] == "True"))
+        {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "b1 never Ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(node["metadata"]["labels"]["pool"], "cli");
+    assert_eq!(node["status"]["capacity"]["cpu"], "4");
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("it stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
 }

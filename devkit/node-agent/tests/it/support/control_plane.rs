@@ -352,6 +352,11 @@ impl ControlPlane {
         }
     }
 
+    /// The API server's token file (CSV `token,user,uid,groups`).
+    pub fn tokens_file(&self) -> PathBuf {
+        self.dir.path().join("tokens.csv")
+    }
+
     /// The token of `system:node:<name>`.
     pub fn node_token(&self, name: &str) -> String {
         self.node_tokens[name].clone()
