@@ -8,7 +8,6 @@
 //! node. Everything started is stopped by PID, in reverse order, on drop.
 
 use anyhow::Context;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -36,17 +35,21 @@ impl Default for Timings {
     }
 }
 
-/// The directory of the built control plane binaries, or why there is none.
+/// The directory of the built control plane binaries
+/// (`TCAB_CONTROL_PLANE_BIN`, else `scripts/control-plane path`), or why
+/// there is none.
 pub fn bin_dir() -> Result<PathBuf, String> {
-    if let Ok(d) = std::env::var("TCAB_CONTROL_PLANE_BIN") {
-        return Ok(PathBuf::from(d));
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new(root.join("scripts/control-plane"))
-        .arg("path")
-        .output()
-        .map_err(|e| format!("scripts/control-plane path: {e}"))?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let dir = match std::env::var("TCAB_CONTROL_PLANE_BIN") {
+        Ok(d) => PathBuf::from(d),
+        Err(_) => {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let out = Command::new(root.join("scripts/control-plane"))
+                .arg("path")
+                .output()
+                .map_err(|e| format!("scripts/control-plane path: {e}"))?;
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
     for b in [
         "etcd",
         "kube-apiserver",
@@ -397,11 +400,6 @@ impl ControlPlane {
         kubeconfig(&path, &self.api_url, &self.ca_pem, &self.admin_token)
             .expect("admin kubeconfig");
         path
-    }
-
-    /// Reads an object as the admin.
-    pub async fn get(&self, path: &str) -> Option<Value> {
-        api::get(&self.admin(), path).await.ok().flatten()
     }
 
     /// Stops everything by PID, newest first (etcd last: the API server
