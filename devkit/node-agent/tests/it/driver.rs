@@ -1,7 +1,7 @@
 //! The fake driver in a real Job: env from a Secret through the API, the
 //! backend (backend-sim, in-process), a sandbox pod made with the pod's own
 //! ServiceAccount token, completion by the real Job controller, and its log
-//! through `pods/log`.
+//! through `pods/log`; then the fake publisher in a publisher Job.
 
 use crate::require_control_plane;
 use crate::support::{NS, Rig, is_true, state};
@@ -97,7 +97,8 @@ fn driver_job(name: &str, backend: &str, id: &str, launch: &Value) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_driver_job_runs_against_the_backend_completes_and_its_log_reads_through_the_api() {
+async fn a_driver_job_runs_against_the_backend_and_its_log_reads_through_the_api_and_a_publisher_posts()
+ {
     let bin = require_control_plane!();
     let rig = Rig::start(&bin, &["n1"]).await;
     let (backend, id, token, launch) =
@@ -252,4 +253,59 @@ async fn a_driver_job_runs_against_the_backend_completes_and_its_log_reads_throu
         l["items"].as_array()?.is_empty().then_some(())
     })
     .await;
+
+    // The fake publisher, in a publisher Job, posts its result.
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}/publish-jobs", backend.url()))
+        .bearer_auth(SERVICE_TOKEN)
+        .json(&json!({"request": {"release": "r1", "sim": {"duration_ms": 300}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "enqueue a publish");
+    let claim: Value = http
+        .post(format!("{}/publish-jobs/next", backend.url()))
+        .bearer_auth(SERVICE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let publish = &claim["publish_job"];
+    let pid = publish["id"].as_str().unwrap();
+    rig.create_job(&json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "tcab-publisher-1"},
+        "spec": {"backoffLimit": 0, "template": {
+            "metadata": {"labels": {"tcab.dev/job-kind": "publish"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "publisher", "image": "tcab/publisher:dev",
+                "env": [
+                    {"name": "TCAB_BACKEND_URL", "value": backend.url()},
+                    {"name": "TCAB_PUBLISH_JOB_ID", "value": pid},
+                    {"name": "TCAB_JOB_TOKEN", "value": publish["token"]},
+                    {"name": "TCAB_PUBLISH_REQUEST", "value": publish["request"].to_string()},
+                ]}]}}}
+    }))
+    .await;
+    rig.until(
+        "the publisher Job Complete",
+        Duration::from_secs(60),
+        || async {
+            let j = rig.job("tcab-publisher-1").await?;
+            is_true(&j["status"], "Complete").then_some(())
+        },
+    )
+    .await;
+    let view: Value = http
+        .get(format!("{}/publish-jobs/{pid}", backend.url()))
+        .bearer_auth(SERVICE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["state"], "succeeded", "{view}");
 }

@@ -150,6 +150,11 @@ async fn an_oom_kill_fails_the_job_through_failure_target_and_a_crash_keeps_its_
         .await;
     let ft = cond(&job["status"], "FailureTarget").expect("FailureTarget before Failed");
     assert_eq!(ft["reason"], "BackoffLimitExceeded");
+    let failed_at = cond(&job["status"], "Failed").unwrap()["lastTransitionTime"].clone();
+    assert!(
+        ft["lastTransitionTime"].as_str() <= failed_at.as_str(),
+        "FailureTarget first"
+    );
     assert_eq!(
         cond(&job["status"], "Failed").unwrap()["reason"],
         "BackoffLimitExceeded"
@@ -201,7 +206,9 @@ async fn a_node_pressure_eviction_keeps_the_pod_failed_and_evicted() {
     rig.create_pod(&plain_pod("victim", "n1")).await;
     running(&rig, "victim").await;
     let began = Instant::now();
-    rig.agent.evict(NS, "victim").unwrap();
+    // Through the admin API.
+    let admin = tcab_node_agent::AdminClient::new(&rig.agent.admin_url().unwrap());
+    admin.evict(NS, "victim").await.unwrap();
     let pod = rig
         .until(
             "the evicted pod Failed",
