@@ -89,7 +89,11 @@ impl Server {
             loop {
                 tokio::select! {
                     accepted = listener.accept() => {
-                        let Ok((tcp, _)) = accepted else { continue };
+                        let Ok((tcp, _)) = accepted else {
+                            // Out of descriptors or the like: do not spin.
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            continue;
+                        };
                         let acceptor = acceptor.clone();
                         let app = app.clone();
                         conns.spawn(async move {
