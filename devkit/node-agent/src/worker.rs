@@ -440,11 +440,14 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
     w.local.set_all(ContainerState::Running {
         started_at: started.clone(),
     });
+    // Faults for a running container are taken from here on (they wait in
+    // the channel until the program runs), so anyone who sees Running in the
+    // API can inject one.
+    life.pods.set_running(&w.uid, true);
     w.write().await;
     if w.gone {
         return;
     }
-    life.pods.set_running(&w.uid, true);
     let (term_tx, term_rx) = watch::channel(false);
     let log = life.pods.logs.get(&w.uid, &container);
     let host = AgentHost {
