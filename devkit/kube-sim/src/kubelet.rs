@@ -23,7 +23,6 @@
 //! is never set (the kubelet does not report it).
 
 use crate::clock::k8s_time;
-use crate::driver;
 use crate::events::{EventType, Source};
 use crate::images;
 use crate::objects::{self, deleting};
@@ -35,6 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use tcab_workloads::{Host, Program};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{mpsc, watch};
 
@@ -79,7 +79,9 @@ pub(crate) struct PodTask {
     pub(crate) running: bool,
 }
 
-/// What a pod's program sees: its pod, its env, a log, and SIGTERM.
+/// What a pod's program sees: its pod, its env, a log, and SIGTERM. It is
+/// the [`Host`] of the shared fake programs (tcab-workloads) on the sim:
+/// sim time, the sim's store, and pods created and deleted in-process.
 pub struct ProcCtx {
     /// The shared sim.
     pub sim: Arc<Sim>,
@@ -124,71 +126,69 @@ impl ProcCtx {
 
     /// Sleeps `sim` of sim time; returns `false` when SIGTERM cut it short.
     pub async fn sleep(&self, sim: Duration) -> bool {
-        tokio::select! {
-            _ = self.sim.clock.sleep(sim) => true,
-            _ = self.sigterm() => false,
-        }
+        tcab_workloads::sleep_unless_terminated(self, sim).await
     }
 }
 
-/// Which program a pod's container runs.
-#[derive(Debug, Clone, PartialEq)]
-enum Program {
-    Driver,
-    Publisher,
-    /// Runs for the given time (forever when `None`), exits with the code;
-    /// SIGTERM stops it at once with 143.
-    Plain {
-        run: Option<Duration>,
-        exit_code: i32,
-    },
+impl Host for ProcCtx {
+    fn env(&self, name: &str) -> Option<String> {
+        ProcCtx::env(self, name)
+    }
+
+    fn namespace(&self) -> &str {
+        &self.key.ns
+    }
+
+    fn log(&self, line: &str) {
+        ProcCtx::log(self, line)
+    }
+
+    fn now(&self) -> jiff::Timestamp {
+        self.sim.clock.now()
+    }
+
+    async fn sleep(&self, d: Duration) {
+        self.sim.clock.sleep(d).await
+    }
+
+    fn terminated(&self) -> bool {
+        ProcCtx::terminated(self)
+    }
+
+    async fn sigterm(&self) {
+        ProcCtx::sigterm(self).await
+    }
+
+    fn http(&self) -> &reqwest::Client {
+        &self.sim.http
+    }
+
+    async fn create_pod(&self, namespace: &str, pod: Value) -> Result<String, String> {
+        self.sim
+            .create_pod(namespace, pod)
+            .map(|p| objects::name(&p).to_string())
+            .map_err(|e| e.message)
+    }
+
+    async fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), String> {
+        self.sim
+            .delete_pod(namespace, name, None)
+            .map(|_| ())
+            .map_err(|e| e.message)
+    }
 }
 
-/// Annotation: how long a plain container runs, in (sim) seconds.
-pub const RUN_SECONDS: &str = "kube-sim.tcab.dev/run-seconds";
 /// Annotation: a plain container's exit code.
-pub const EXIT_CODE: &str = "kube-sim.tcab.dev/exit-code";
+pub use tcab_workloads::EXIT_CODE;
+/// Annotation: how long a plain container runs, in (sim) seconds.
+pub use tcab_workloads::RUN_SECONDS;
 
 fn program_for(sim: &Sim, pod: &Value) -> Program {
-    let kind = objects::label(pod, "tcab.dev/job-kind");
-    let name = objects::name(pod);
-    let owned = objects::controller_job(pod).is_some();
-    if owned && (kind == Some("run") || (kind.is_none() && name.starts_with("tcab-driver-"))) {
-        return Program::Driver;
-    }
-    if owned && (kind == Some("publish") || (kind.is_none() && name.starts_with("tcab-publisher-")))
-    {
-        return Program::Publisher;
-    }
-    let ann = &pod["metadata"]["annotations"];
-    let run = ann[RUN_SECONDS]
-        .as_str()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
-        .or(owned.then_some(sim.timing.default_job_pod_run));
-    let exit_code = ann[EXIT_CODE]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Program::Plain { run, exit_code }
+    Program::for_pod(pod, sim.timing.default_job_pod_run)
 }
 
 async fn run_program(program: Program, ctx: ProcCtx) -> i32 {
-    match program {
-        Program::Driver => driver::run_driver(&ctx).await,
-        Program::Publisher => driver::run_publisher(&ctx).await,
-        Program::Plain { run, exit_code } => {
-            let done = match run {
-                Some(d) => ctx.sleep(d).await,
-                None => {
-                    ctx.sigterm().await;
-                    false
-                }
-            };
-            if done { exit_code } else { 143 }
-        }
-    }
+    tcab_workloads::run(&program, &ctx).await
 }
 
 /// Counts a program in [`Sim::programs_running`] until it is dropped, which

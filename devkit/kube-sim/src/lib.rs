@@ -55,7 +55,9 @@
 //!   [`Timing::default_job_pod_run`], bare pods run until deleted) and exit
 //!   with `kube-sim.tcab.dev/exit-code` (default 0).
 //! - The fake driver follows docs/job-contract.md; its script is the `sim`
-//!   key of `TCAB_LAUNCH_REQUEST` ([`driver::Script`]). It retries backend
+//!   key of `TCAB_LAUNCH_REQUEST` ([`driver::Script`]). The programs live in
+//!   `tcab-workloads`, which the node agent (`devkit/node-agent`) runs too;
+//!   here they run in sim time ([`kubelet::ProcCtx`] is their host). It retries backend
 //!   errors other than 401/409 a few times; its terminal report is retried
 //!   until `TCAB_DRIVER_REPORT_DEADLINE_SECONDS` (sim time) when that is set.
 //!   It does not enforce `TCAB_DRIVER_FINISH_DEADLINE_SECONDS` (`hang`
@@ -86,11 +88,13 @@ pub mod clock;
 pub mod controller;
 pub mod deletion;
 pub mod discovery;
-pub mod driver;
+/// The fake driver and publisher, from the crate both kubelets of the rig share.
+pub use tcab_workloads::driver;
 pub mod events;
 pub mod faults;
 pub mod http;
-pub mod images;
+/// The kubelet's image rules, from the crate both kubelets of the rig share.
+pub use tcab_workloads::images;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod nodes;

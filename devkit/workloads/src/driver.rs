@@ -2,8 +2,9 @@
 //! driver and publisher Jobs. They follow docs/job-contract.md: env from the
 //! pod spec, reports to the backend with the per-job token, a sandbox pod,
 //! logs, SIGTERM handling, and a script from the `sim` key of the request.
+//! Every duration is on the [`Host`]'s clock.
 
-use crate::kubelet::ProcCtx;
+use crate::{Host, sleep_unless_terminated};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -69,20 +70,20 @@ enum CallError {
 }
 
 /// A backend client with the per-job token, retrying like the real driver.
-struct Backend<'a> {
-    ctx: &'a ProcCtx,
+struct Backend<'a, H> {
+    host: &'a H,
     base: String,
     token: String,
 }
 
-impl Backend<'_> {
+impl<H: Host> Backend<'_, H> {
     /// Posts with a few retries (short back-off) on errors other than 401/409.
     async fn post(&self, path: &str, body: Value) -> Result<(), CallError> {
         self.post_until(path, body, None).await
     }
 
     /// Posts, retrying errors other than 401/409: a few times, or, with a
-    /// deadline (sim time), until it passes, with back-off capped at 1 s.
+    /// deadline (on the host's clock), until it passes, with back-off capped at 1 s.
     async fn post_until(
         &self,
         path: &str,
@@ -90,32 +91,23 @@ impl Backend<'_> {
         deadline: Option<Duration>,
     ) -> Result<(), CallError> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
-        let started = self.ctx.sim.clock.now();
+        let started = self.host.now();
         let mut last = String::new();
         for attempt in 0u32.. {
             if attempt > 0 {
                 let out_of_time = match deadline {
-                    Some(d) => {
-                        self.ctx
-                            .sim
-                            .clock
-                            .now()
-                            .duration_since(started)
-                            .unsigned_abs()
-                            >= d
-                    }
+                    Some(d) => self.host.now().duration_since(started).unsigned_abs() >= d,
                     None => attempt >= 4,
                 };
                 if out_of_time {
                     break;
                 }
                 let pause = Duration::from_millis((50u64 << attempt.min(5)).min(1000));
-                self.ctx.sim.clock.sleep(pause).await;
+                self.host.sleep(pause).await;
             }
             let res = self
-                .ctx
-                .sim
-                .http
+                .host
+                .http()
                 .post(&url)
                 .bearer_auth(&self.token)
                 .json(&body)
@@ -139,7 +131,7 @@ const STATES: [&str; 4] = ["starting", "running", "validating", "storing"];
 type Sandbox = Option<(String, String)>;
 
 /// Runs the fake driver; returns the container's exit code.
-pub async fn run_driver(ctx: &ProcCtx) -> i32 {
+pub async fn run_driver<H: Host>(ctx: &H) -> i32 {
     let (Some(base), Some(id), Some(token)) = (
         ctx.env("TCAB_BACKEND_URL"),
         ctx.env("TCAB_JOB_ID"),
@@ -155,17 +147,21 @@ pub async fn run_driver(ctx: &ProcCtx) -> i32 {
     let sandbox_ns = ctx
         .env("TCAB_K8S_NAMESPACE")
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| ctx.key.ns.clone());
+        .unwrap_or_else(|| ctx.namespace().to_string());
     let report_deadline = ctx
         .env("TCAB_DRIVER_REPORT_DEADLINE_SECONDS")
         .and_then(|s| s.parse::<u64>().ok())
         .map(Duration::from_secs);
-    let backend = Backend { ctx, base, token };
+    let backend = Backend {
+        host: ctx,
+        base,
+        token,
+    };
     let status_path = format!("/jobs/{id}/status");
     let per_state = Duration::from_millis(script.duration_ms / STATES.len() as u64);
     let mut sandbox: Sandbox = None;
     let mut reached = "dispatched";
-    ctx.log(format!("fake driver for job {id} starting"));
+    ctx.log(&format!("fake driver for job {id} starting"));
     for state in STATES {
         if ctx.terminated() && !script.ignore_sigterm {
             return on_sigterm(ctx, &backend, &id, &script, reached, &sandbox).await;
@@ -178,30 +174,30 @@ pub async fn run_driver(ctx: &ProcCtx) -> i32 {
         match backend.post(&status_path, json!({"state": state})).await {
             Ok(()) => {}
             Err(CallError::Refused) => {
-                ctx.log(format!(
+                ctx.log(&format!(
                     "report {state} refused (401): the job was handed to another claim; exiting"
                 ));
-                delete_sandbox(ctx, &sandbox);
+                delete_sandbox(ctx, &sandbox).await;
                 return 1;
             }
             Err(CallError::Conflict) => {
-                ctx.log(format!("report {state} answered 409; carrying on"))
+                ctx.log(&format!("report {state} answered 409; carrying on"))
             }
             Err(CallError::Failed(why)) => {
-                ctx.log(format!("report {state} failed ({why}); carrying on"))
+                ctx.log(&format!("report {state} failed ({why}); carrying on"))
             }
         }
         reached = state;
-        ctx.log(format!("state {state}"));
+        ctx.log(&format!("state {state}"));
         if state == "starting" && script.sandbox {
-            sandbox = create_sandbox(ctx, &id, &managed_by, &sandbox_ns);
+            sandbox = create_sandbox(ctx, &id, &managed_by, &sandbox_ns).await;
         }
         if script.crash_at.as_deref() == Some(state) {
-            ctx.log(format!("crashing in state {state}"));
+            ctx.log(&format!("crashing in state {state}"));
             return 1;
         }
         for n in 0..script.log_lines {
-            ctx.log(format!("{state}: step {}/{}", n + 1, script.log_lines));
+            ctx.log(&format!("{state}: step {}/{}", n + 1, script.log_lines));
         }
         if script.hang && state == "running" {
             ctx.log("hanging");
@@ -216,7 +212,7 @@ pub async fn run_driver(ctx: &ProcCtx) -> i32 {
             return on_sigterm(ctx, &backend, &id, &script, reached, &sandbox).await;
         }
     }
-    delete_sandbox(ctx, &sandbox);
+    delete_sandbox(ctx, &sandbox).await;
     let body = if script.outcome == "failed" {
         json!({"state": "failed", "failure_kind": "agent", "detail": "the agent failed (scripted)"})
     } else {
@@ -227,25 +223,25 @@ pub async fn run_driver(ctx: &ProcCtx) -> i32 {
         .await
     {
         Ok(()) => {
-            ctx.log(format!("reported {}; exiting", script.outcome));
+            ctx.log(&format!("reported {}; exiting", script.outcome));
             0
         }
         Err(e) => {
-            ctx.log(format!("terminal report did not land: {e:?}"));
+            ctx.log(&format!("terminal report did not land: {e:?}"));
             1
         }
     }
 }
 
-/// Sleeps `sim` of sim time; `false` when SIGTERM cut it short (never, for
-/// a script that ignores SIGTERM).
-async fn pause(ctx: &ProcCtx, script: &Script, sim: Duration) -> bool {
+/// Sleeps `d` on the host's clock; `false` when SIGTERM cut it short
+/// (never, for a script that ignores SIGTERM).
+async fn pause<H: Host>(ctx: &H, script: &Script, d: Duration) -> bool {
     if !script.ignore_sigterm {
-        return ctx.sleep(sim).await;
+        return sleep_unless_terminated(ctx, d).await;
     }
     let was_terminated = ctx.terminated();
     tokio::select! {
-        _ = ctx.sim.clock.sleep(sim) => {}
+        _ = ctx.sleep(d) => {}
         _ = async {
             ctx.sigterm().await;
             if !was_terminated {
@@ -261,15 +257,17 @@ fn record(reached: &str) -> Value {
     json!({"state_reached": reached, "record": {"score": 0.5, "tests_passed": 1, "tests_total": 2}})
 }
 
-async fn on_sigterm(
-    ctx: &ProcCtx,
-    backend: &Backend<'_>,
+async fn on_sigterm<H: Host>(
+    ctx: &H,
+    backend: &Backend<'_, H>,
     id: &str,
     script: &Script,
     reached: &str,
     sandbox: &Sandbox,
 ) -> i32 {
-    ctx.log(format!("received SIGTERM in state {reached}; handing over"));
+    ctx.log(&format!(
+        "received SIGTERM in state {reached}; handing over"
+    ));
     if script.record {
         let _ = backend
             .post(&format!("/jobs/{id}/record"), record(reached))
@@ -278,13 +276,13 @@ async fn on_sigterm(
     let body = json!({"state": "failed", "failure_kind": "infrastructure",
         "detail": format!("driver terminated (SIGTERM) in state {reached}")});
     if let Err(e) = backend.post(&format!("/jobs/{id}/status"), body).await {
-        ctx.log(format!("failed report did not land: {e:?}"));
+        ctx.log(&format!("failed report did not land: {e:?}"));
     }
-    delete_sandbox(ctx, sandbox);
+    delete_sandbox(ctx, sandbox).await;
     143
 }
 
-fn create_sandbox(ctx: &ProcCtx, id: &str, managed_by: &str, ns: &str) -> Sandbox {
+async fn create_sandbox<H: Host>(ctx: &H, id: &str, managed_by: &str, ns: &str) -> Sandbox {
     let pod = json!({
         "metadata": {
             "generateName": "tcab-sandbox-",
@@ -293,33 +291,31 @@ fn create_sandbox(ctx: &ProcCtx, id: &str, managed_by: &str, ns: &str) -> Sandbo
         },
         "spec": {"restartPolicy": "Never", "containers": [{"name": "sandbox", "image": "tcab-sandbox:sim"}]},
     });
-    match ctx.sim.create_pod(ns, pod) {
-        Ok(p) => {
-            let name = crate::objects::name(&p).to_string();
-            ctx.log(format!("created sandbox pod {ns}/{name}"));
+    match ctx.create_pod(ns, pod).await {
+        Ok(name) => {
+            ctx.log(&format!("created sandbox pod {ns}/{name}"));
             Some((ns.to_string(), name))
         }
-        Err(e) => {
-            ctx.log(format!("could not create the sandbox pod: {}", e.message));
+        Err(message) => {
+            ctx.log(&format!("could not create the sandbox pod: {message}"));
             None
         }
     }
 }
 
-fn delete_sandbox(ctx: &ProcCtx, sandbox: &Sandbox) {
+async fn delete_sandbox<H: Host>(ctx: &H, sandbox: &Sandbox) {
     if let Some((ns, name)) = sandbox {
-        match ctx.sim.delete_pod(ns, name, None) {
-            Ok(_) => ctx.log(format!("deleted sandbox pod {ns}/{name}")),
-            Err(e) => ctx.log(format!(
-                "could not delete sandbox pod {ns}/{name}: {}",
-                e.message
+        match ctx.delete_pod(ns, name).await {
+            Ok(()) => ctx.log(&format!("deleted sandbox pod {ns}/{name}")),
+            Err(message) => ctx.log(&format!(
+                "could not delete sandbox pod {ns}/{name}: {message}"
             )),
         }
     }
 }
 
 /// Runs the fake publisher; returns the container's exit code.
-pub async fn run_publisher(ctx: &ProcCtx) -> i32 {
+pub async fn run_publisher<H: Host>(ctx: &H) -> i32 {
     let (Some(base), Some(id), Some(token)) = (
         ctx.env("TCAB_BACKEND_URL"),
         ctx.env("TCAB_PUBLISH_JOB_ID"),
@@ -329,17 +325,21 @@ pub async fn run_publisher(ctx: &ProcCtx) -> i32 {
         return 2;
     };
     let script = Script::from_request(ctx.env("TCAB_PUBLISH_REQUEST").as_deref());
-    let backend = Backend { ctx, base, token };
+    let backend = Backend {
+        host: ctx,
+        base,
+        token,
+    };
     let path = format!("/publish-jobs/{id}/result");
-    ctx.log(format!("fake publisher for publish job {id} starting"));
+    ctx.log(&format!("fake publisher for publish job {id} starting"));
     for n in 0..script.log_lines {
-        ctx.log(format!("publishing: step {}/{}", n + 1, script.log_lines));
+        ctx.log(&format!("publishing: step {}/{}", n + 1, script.log_lines));
     }
     let finished = if script.hang {
         ctx.sigterm().await;
         false
     } else {
-        ctx.sleep(Duration::from_millis(script.duration_ms)).await
+        sleep_unless_terminated(ctx, Duration::from_millis(script.duration_ms)).await
     };
     if script.crash_at.is_some() {
         ctx.log("crashing before the result");
@@ -369,7 +369,7 @@ pub async fn run_publisher(ctx: &ProcCtx) -> i32 {
             1
         }
         Err(e) => {
-            ctx.log(format!("result did not land: {e:?}"));
+            ctx.log(&format!("result did not land: {e:?}"));
             1
         }
     }

@@ -1,4 +1,5 @@
-//! Image references and pulls as the kubelet sees them
+//! Image references and pulls as the kubelet sees them, applied by both
+//! kubelets of the rig (kube-sim's and the node agent's)
 //! (pkg/kubelet/images/image_manager.go): a reference that does not parse
 //! is `InvalidImageName` and never pulled; a failed pull is `ErrImagePull`,
 //! and until its back-off (10 s doubling to 300 s) passes the container

@@ -1,0 +1,39 @@
+//! What runs in a container: the seam between the kubelet's pod worker and
+//! the program.
+//!
+//! The worker's contract with a container is small: it is started with its
+//! resolved env, a log to write to and a SIGTERM signal (the `Host` of
+//! tcab-workloads); it ends with an exit code; dropping it is SIGKILL.
+//! Today every container runs one of the rig's fake programs in-process
+//! ([`Workload::Fake`]). A later kind, a local binary run as a child
+//! process (the dispatcher's own pod), is one more variant here: spawn the
+//! binary with the env, copy its stdout and stderr lines into the log,
+//! send it SIGTERM when the host's SIGTERM fires, map its exit status
+//! (killed by signal N: 128+N) and kill it when the future is dropped
+//! (`kill_on_drop`). Nothing in the worker changes for it.
+
+use crate::Timing;
+use serde_json::Value;
+use tcab_workloads::Program;
+
+/// What a pod's (first) container runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Workload {
+    /// A fake program of tcab-workloads, run in-process.
+    Fake(Program),
+}
+
+impl Workload {
+    /// The workload of a pod: its program, chosen as kube-sim chooses it
+    /// (driver, publisher, or plain).
+    pub fn for_pod(pod: &Value, timing: &Timing) -> Workload {
+        Workload::Fake(Program::for_pod(pod, timing.job_pod_run))
+    }
+}
+
+/// Runs `workload` on `host`; returns the exit code.
+pub async fn run<H: tcab_workloads::Host>(workload: &Workload, host: &H) -> i32 {
+    match workload {
+        Workload::Fake(program) => tcab_workloads::run(program, host).await,
+    }
+}

@@ -1,0 +1,529 @@
+//! One pod on one node, from admission to its end: the kubelet's pod
+//! worker (pkg/kubelet/pod_workers.go) with the parts of `SyncPod` the rig
+//! needs.
+//!
+//! 1. the first status: `Pending`, every container waiting
+//!    `ContainerCreating`, `PodReadyToStartContainers` False;
+//! 2. volumes: a non-optional Secret volume whose Secret is missing keeps
+//!    it there, with a `FailedMount` Event, retried with the volume
+//!    manager's back-off (0.5 s doubling to 2m2s);
+//! 3. the sandbox: a pod IP, `PodReadyToStartContainers` True;
+//! 4. the image (pkg/kubelet/images): `InvalidImageName`, or for an image
+//!    marked unpullable `ErrImagePull`, then `ImagePullBackOff` until the
+//!    back-off passes;
+//! 5. the env (`makeEnvironmentVariables`): a missing Secret is
+//!    `CreateContainerConfigError`, retried after the worker's back-off;
+//! 6. the container runs its program (`Running`, Ready);
+//! 7. its end: the program's exit; on a graceful delete SIGTERM and
+//!    SIGKILL after max(grace, 2 s) (kuberuntime `killContainer`,
+//!    `minimumGracePeriodInSeconds`); an OOM kill (`OOMKilled`, 137); a
+//!    node-pressure eviction (grace 1 s, so 2 s; `Failed`, `Evicted`,
+//!    `DisruptionTarget`); then the terminal status, and for a pod being
+//!    deleted the DELETE with grace 0 and a UID precondition
+//!    (status_manager.go `syncPod`).
+//!
+//! Every status write is the status manager's: a GET of the pod, the
+//! kubelet's status merged into it, a strategic merge patch of
+//! `pods/status` with the UID.
+
+use crate::agent::NodeLife;
+use crate::api;
+use crate::env;
+use crate::host::AgentHost;
+use crate::runtime::{self, Workload};
+use crate::status::{self, ContainerState, Local, Stop};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tcab_workloads::images;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// What the kubelet can be told about a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signal {
+    /// The pod is being deleted: SIGTERM now, SIGKILL after `grace` (at
+    /// least 2 s); a shorter grace later brings the SIGKILL forward.
+    Term {
+        /// Time the program has to exit.
+        grace: Duration,
+    },
+    /// The pod left the API: stop at once (the minimum grace), no more
+    /// writes.
+    Gone,
+    /// The kernel's OOM killer: SIGKILL at once, `OOMKilled` 137.
+    Oom,
+    /// The container exits now with this code.
+    Crash {
+        /// Its exit code.
+        exit_code: i32,
+    },
+    /// From now on the program does not see SIGTERM (it hangs until the
+    /// SIGKILL).
+    Hang,
+    /// Node-pressure eviction by the kubelet.
+    Evict {
+        /// The eviction message.
+        message: String,
+    },
+}
+
+/// The runtime's minimum grace period (kuberuntime
+/// `minimumGracePeriodInSeconds`).
+pub const MIN_GRACE: Duration = Duration::from_secs(2);
+/// A node-pressure eviction's grace (`immediateEvictionGracePeriodSeconds`).
+pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
+/// How often a failed status write is retried before the worker moves on.
+const WRITE_ATTEMPTS: u32 = 6;
+
+/// The pod worker's view of its pod and what it wrote.
+struct Worker {
+    life: Arc<NodeLife>,
+    ns: String,
+    name: String,
+    uid: String,
+    local: Local,
+    /// The pod as the API last answered (with our latest status).
+    pod: Value,
+    /// The pod left the API (or was replaced): nothing more to write.
+    gone: bool,
+}
+
+/// Why a pod stopped before its container ran.
+enum Early {
+    Deleted,
+    Evicted(String),
+    Gone,
+}
+
+struct Pull {
+    failures: u32,
+    next_try: Option<Instant>,
+}
+
+fn deleting(pod: &Value) -> bool {
+    pod["metadata"]["deletionTimestamp"].is_string()
+}
+
+impl Worker {
+    fn now() -> String {
+        crate::node::k8s_now()
+    }
+
+    /// The status manager's sync: GET, merge, patch. Retries a few times;
+    /// marks the worker gone when the pod is.
+    async fn write(&mut self) {
+        if self.gone {
+            return;
+        }
+        let client = &self.life.client;
+        let path = api::pod_path(&self.ns, &self.name);
+        let mut pause = Duration::from_millis(100);
+        for attempt in 0..WRITE_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            let pod = match api::get(client, &path).await {
+                Ok(Some(p)) => p,
+                Ok(None) => {
+                    self.gone = true;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %self.name, error = %e, "reading the pod for its status failed");
+                    continue;
+                }
+            };
+            if pod["metadata"]["uid"] != self.uid.as_str() {
+                self.gone = true;
+                return;
+            }
+            let new = status::generate(&pod, &self.local, &Self::now());
+            let Some(patch) = status::patch(&pod, &new) else {
+                self.pod = pod;
+                return;
+            };
+            match api::patch_strategic(client, &format!("{path}/status"), &patch).await {
+                Ok(written) => {
+                    self.life.pods.remember(&written);
+                    self.pod = written;
+                    return;
+                }
+                Err(e) if e.not_found() => {
+                    self.gone = true;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %self.name, error = %e, "patching the pod's status failed")
+                }
+            }
+        }
+    }
+
+    /// After the terminal status: a pod being deleted is deleted with grace
+    /// 0 and its UID as precondition.
+    async fn delete_if_deleting(&mut self) {
+        if self.gone || !deleting(&self.pod) || !status::terminal(&self.pod) {
+            return;
+        }
+        delete_now(&self.life, &self.ns, &self.name, &self.uid).await;
+    }
+
+    fn set_waiting(&mut self, reason: &str, message: Option<&str>) {
+        self.local.set_all(status::waiting(reason, message));
+    }
+
+    fn event(&self, warning: bool, reason: &str, message: &str) {
+        self.life.recorder.pod(&self.pod, warning, reason, message);
+    }
+
+    /// The first missing non-optional Secret volume: (volume, secret).
+    async fn missing_secret_volume(&self) -> Option<(String, String)> {
+        for v in self.pod["spec"]["volumes"].as_array().into_iter().flatten() {
+            let Some(secret) = v["secret"]["secretName"].as_str() else {
+                continue;
+            };
+            if v["secret"]["optional"] == true {
+                continue;
+            }
+            let path = format!("/api/v1/namespaces/{}/secrets/{secret}", self.ns);
+            if let Ok(None) = api::get(&self.life.client, &path).await {
+                return Some((
+                    v["name"].as_str().unwrap_or("").to_string(),
+                    secret.to_string(),
+                ));
+            }
+        }
+        None
+    }
+
+    /// The first image that cannot be had yet: (reason, message, retry in).
+    fn image_trouble(
+        &self,
+        pulls: &mut HashMap<String, Pull>,
+    ) -> Option<(&'static str, String, Duration)> {
+        let timing = &self.life.shared.timing;
+        for c in self.pod["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let image = c["image"].as_str().unwrap_or("");
+            if let Err(msg) = images::check_reference(image) {
+                self.event(true, "InspectFailed", &msg);
+                self.event(
+                    true,
+                    "Failed",
+                    &format!("Error: {}", images::INVALID_IMAGE_NAME),
+                );
+                return Some((images::INVALID_IMAGE_NAME, msg, timing.retry));
+            }
+            if !self.life.shared.unpullable(image) {
+                pulls.remove(image);
+                continue;
+            }
+            let state = pulls.entry(image.to_string()).or_insert(Pull {
+                failures: 0,
+                next_try: None,
+            });
+            let now = Instant::now();
+            if let Some(next) = state.next_try
+                && now < next
+            {
+                let msg = format!("Back-off pulling image \"{image}\"");
+                self.event(false, "BackOff", &msg);
+                self.event(
+                    true,
+                    "Failed",
+                    &format!("Error: {}", images::IMAGE_PULL_BACK_OFF),
+                );
+                return Some((images::IMAGE_PULL_BACK_OFF, msg, next - now));
+            }
+            state.failures += 1;
+            let back_off = images::back_off(
+                state.failures,
+                timing.image_back_off,
+                timing.image_back_off_max,
+            );
+            state.next_try = Some(now + back_off);
+            let err = images::pull_error(image);
+            self.event(false, "Pulling", &format!("Pulling image \"{image}\""));
+            self.event(
+                true,
+                "Failed",
+                &format!("Failed to pull image \"{image}\": {err}"),
+            );
+            self.event(
+                true,
+                "Failed",
+                &format!("Error: {}", images::ERR_IMAGE_PULL),
+            );
+            // The pod worker comes back soon and finds the back-off running.
+            return Some((
+                images::ERR_IMAGE_PULL,
+                err,
+                Duration::from_secs(1).min(back_off),
+            ));
+        }
+        None
+    }
+
+    /// Steps 2 to 5, retried until the container can start.
+    async fn prepare(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Signal>,
+    ) -> Result<BTreeMap<String, String>, Early> {
+        let timing = self.life.shared.timing.clone();
+        let mut mount_failures = 0u32;
+        let mut pulls: HashMap<String, Pull> = HashMap::new();
+        loop {
+            if self.gone {
+                return Err(Early::Gone);
+            }
+            if deleting(&self.pod) {
+                return Err(Early::Deleted);
+            }
+            let wait;
+            if let Some((volume, secret)) = self.missing_secret_volume().await {
+                mount_failures += 1;
+                self.set_waiting(status::CONTAINER_CREATING, None);
+                self.event(
+                    true,
+                    "FailedMount",
+                    &format!("MountVolume.SetUp failed for volume \"{volume}\" : secret \"{secret}\" not found"),
+                );
+                wait = images::back_off(
+                    mount_failures,
+                    Duration::from_millis(500),
+                    Duration::from_secs(122),
+                );
+            } else {
+                if !self.local.sandbox_ready {
+                    self.local.sandbox_ready = true;
+                    self.local.pod_ip = Some(self.life.next_pod_ip());
+                }
+                if let Some((reason, message, retry)) = self.image_trouble(&mut pulls) {
+                    self.set_waiting(reason, Some(&message));
+                    wait = retry;
+                } else {
+                    let container = self.pod["spec"]["containers"][0].clone();
+                    let facts = env::Facts {
+                        pod_ip: self.local.pod_ip.clone().unwrap_or_default(),
+                        host_ip: self.local.host_ip.clone(),
+                    };
+                    match env::resolve(&self.pod, &container, &facts, &self.life.sources()).await {
+                        Ok(env) => return Ok(env),
+                        Err(msg) => {
+                            self.set_waiting(status::CREATE_CONTAINER_CONFIG_ERROR, Some(&msg));
+                            self.event(true, "Failed", &format!("Error: {msg}"));
+                            wait = timing.retry;
+                        }
+                    }
+                }
+            }
+            self.write().await;
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                sig = rx.recv() => match sig {
+                    Some(Signal::Term { .. }) => return Err(Early::Deleted),
+                    Some(Signal::Gone) | None => return Err(Early::Gone),
+                    Some(Signal::Evict { message }) => return Err(Early::Evicted(message)),
+                    Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang) => {}
+                },
+            }
+        }
+    }
+
+    /// The terminal status for a pod whose containers never ran (or were
+    /// lost), then the delete if it is being deleted.
+    async fn end_unstarted(&mut self, eviction: Option<String>) {
+        if let Some(message) = &eviction {
+            self.event(true, "Evicted", message);
+        }
+        self.local.eviction = eviction;
+        self.local.terminate(&Stop::unknown());
+        self.write().await;
+        self.delete_if_deleting().await;
+    }
+}
+
+/// The DELETE of a finished pod: grace 0, UID precondition.
+pub(crate) async fn delete_now(life: &NodeLife, ns: &str, name: &str, uid: &str) {
+    let options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
+        "gracePeriodSeconds": 0, "preconditions": {"uid": uid}});
+    match api::delete(&life.client, &api::pod_path(ns, name), &options).await {
+        Ok(_) => {}
+        Err(e) if e.not_found() || e.conflict() => {}
+        Err(e) => tracing::warn!(pod = %name, error = %e, "deleting the finished pod failed"),
+    }
+}
+
+/// Ends a pod whose containers the node lost (it was Running when this
+/// life of the node began): `ContainerStatusUnknown`, `Failed`, then the
+/// delete if it is being deleted.
+pub(crate) async fn end_lost(life: Arc<NodeLife>, pod: Value) {
+    let mut w = Worker {
+        ns: pod["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+        name: pod["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        uid: pod["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+        local: lost_local(&pod, &life.host_ip),
+        pod,
+        gone: false,
+        life,
+    };
+    w.write().await;
+    w.delete_if_deleting().await;
+}
+
+fn lost_local(pod: &Value, host_ip: &str) -> Local {
+    let mut l = Local::admitted(pod, host_ip);
+    l.pod_ip = pod["status"]["podIP"].as_str().map(str::to_string);
+    l.terminate(&Stop::unknown());
+    l
+}
+
+/// Runs one pod to its end.
+pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::UnboundedReceiver<Signal>) {
+    let mut w = Worker {
+        ns: pod["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+        name: pod["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        uid: pod["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+        local: Local::admitted(&pod, &life.host_ip),
+        pod,
+        gone: false,
+        life: life.clone(),
+    };
+    w.write().await;
+    let env = match w.prepare(&mut rx).await {
+        Ok(env) => env,
+        Err(Early::Deleted) => return w.end_unstarted(None).await,
+        Err(Early::Evicted(message)) => return w.end_unstarted(Some(message)).await,
+        Err(Early::Gone) => return,
+    };
+    // The container is created and started.
+    tokio::select! {
+        _ = tokio::time::sleep(life.shared.timing.start_delay) => {}
+        sig = rx.recv() => match sig {
+            Some(Signal::Evict { message }) => return w.end_unstarted(Some(message)).await,
+            Some(Signal::Gone) | None => return,
+            _ => return w.end_unstarted(None).await,
+        },
+    }
+    let container = w.pod["spec"]["containers"][0]["name"]
+        .as_str()
+        .unwrap_or("main")
+        .to_string();
+    for c in w.pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        let n = c["name"].as_str().unwrap_or("");
+        let image = c["image"].as_str().unwrap_or("");
+        w.event(
+            false,
+            "Pulled",
+            &format!("Container image \"{image}\" already present on machine"),
+        );
+        w.event(false, "Created", &format!("Created container: {n}"));
+        w.event(false, "Started", &format!("Started container {n}"));
+    }
+    let started = Worker::now();
+    w.local.set_all(ContainerState::Running {
+        started_at: started.clone(),
+    });
+    // Faults for a running container are taken from here on (they wait in
+    // the channel until the program runs), so anyone who sees Running in the
+    // API can inject one.
+    life.pods.set_running(&w.uid, true);
+    w.write().await;
+    if w.gone {
+        return;
+    }
+    let (term_tx, term_rx) = watch::channel(false);
+    let log = life.pods.logs.get(&w.uid, &container);
+    let host = AgentHost {
+        namespace: w.ns.clone(),
+        pod_name: w.name.clone(),
+        pod_uid: w.uid.clone(),
+        service_account: w.pod["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string(),
+        env,
+        log: log.clone(),
+        sigterm: term_rx,
+        http: life.shared.http.clone(),
+        conn: life.shared.conn.clone(),
+        node_client: life.client.clone(),
+        token: tokio::sync::Mutex::new(None),
+    };
+    let workload = Workload::for_pod(&w.pod, &life.shared.timing);
+    let mut program = Box::pin(async move { runtime::run(&workload, &host).await });
+    let mut kill_at: Option<Instant> = None;
+    let mut hang = false;
+    let mut gone = false;
+    let mut eviction: Option<String> = None;
+    let pod_for_events = w.pod.clone();
+    let term = |grace: Duration, kill_at: &mut Option<Instant>, hang: bool| {
+        if !*term_tx.borrow() {
+            life.recorder.pod(
+                &pod_for_events,
+                false,
+                "Killing",
+                &format!("Stopping container {container}"),
+            );
+            if !hang {
+                let _ = term_tx.send(true);
+            }
+        }
+        let at = Instant::now() + grace.max(MIN_GRACE);
+        *kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+    };
+    let stop = loop {
+        let kill_timer = async {
+            match kill_at {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            code = &mut program => break Stop::exited(code, &started, &Worker::now()),
+            _ = kill_timer => break Stop::killed(&started, &Worker::now()),
+            sig = rx.recv() => match sig {
+                Some(Signal::Term { grace }) => term(grace, &mut kill_at, hang),
+                Some(Signal::Gone) | None => {
+                    gone = true;
+                    term(Duration::ZERO, &mut kill_at, hang);
+                }
+                Some(Signal::Oom) => break Stop::oom(&started, &Worker::now()),
+                Some(Signal::Crash { exit_code }) => break Stop::exited(exit_code, &started, &Worker::now()),
+                Some(Signal::Hang) => hang = true,
+                Some(Signal::Evict { message }) => {
+                    w.event(true, "Evicted", &message);
+                    eviction = Some(message);
+                    term(EVICTION_GRACE, &mut kill_at, hang);
+                }
+            },
+        }
+    };
+    // A killed program has stopped for good before its pod says so.
+    drop(program);
+    log.finish();
+    life.pods.set_running(&w.uid, false);
+    if gone {
+        return;
+    }
+    w.local.eviction = eviction;
+    w.local.terminate(&stop);
+    w.write().await;
+    w.delete_if_deleting().await;
+}

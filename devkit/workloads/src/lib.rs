@@ -1,0 +1,226 @@
+//! # tcab-workloads: what runs inside a pod of the test rig
+//!
+//! One implementation of the fake programs, used by both clusters of the
+//! rig: kube-sim's simulated kubelets and the node agent that plays
+//! kubelets against a real API server.
+//!
+//! - [`driver::run_driver`]: the fake tcab driver (docs/job-contract.md),
+//!   scripted by the `sim` key of its launch request ([`driver::Script`]);
+//! - [`driver::run_publisher`]: the fake publisher;
+//! - the *plain* program: runs for the annotation [`RUN_SECONDS`] (or until
+//!   SIGTERM) and exits with [`EXIT_CODE`].
+//!
+//! [`Program::for_pod`] chooses the program of a pod the way both kubelets
+//! do; [`run`] runs it on a [`Host`]. The host is whoever runs the program:
+//! it gives the program its environment, a log, a clock, SIGTERM, its
+//! sandbox pods and an HTTP client for the backend. kube-sim's host works
+//! in sim time on its in-memory store; the node agent's in real time
+//! against a real API server.
+//!
+//! [`images`] holds the kubelet's image-reference and pull back-off rules,
+//! which both kubelets apply before a program starts.
+
+pub mod driver;
+pub mod images;
+
+use serde_json::Value;
+use std::future::Future;
+use std::time::Duration;
+
+/// Annotation: how long a plain container runs, in seconds (of the host's
+/// clock). Absent: a Job's pod runs for the host's default, a bare pod until
+/// it is deleted.
+pub const RUN_SECONDS: &str = "kube-sim.tcab.dev/run-seconds";
+/// Annotation: a plain container's exit code (default 0).
+pub const EXIT_CODE: &str = "kube-sim.tcab.dev/exit-code";
+
+/// What a program needs from whoever runs it.
+///
+/// Every method but the async ones is called often and must not block.
+pub trait Host: Send + Sync {
+    /// The value of an env variable of the container, as the kubelet
+    /// resolved it (literal values, Secret keys, the downward API).
+    fn env(&self, name: &str) -> Option<String>;
+    /// The pod's namespace.
+    fn namespace(&self) -> &str;
+    /// Appends a line to the container's log.
+    fn log(&self, line: &str);
+    /// The host's wall clock (sim time on kube-sim).
+    fn now(&self) -> jiff::Timestamp;
+    /// Waits `d` on the host's clock (SIGTERM does not cut it short).
+    fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send;
+    /// Whether SIGTERM has been delivered.
+    fn terminated(&self) -> bool;
+    /// Waits until SIGTERM is delivered (forever if it never is).
+    fn sigterm(&self) -> impl Future<Output = ()> + Send;
+    /// The HTTP client for the backend.
+    fn http(&self) -> &reqwest::Client;
+    /// Creates a pod in `namespace` (with the pod's own credentials);
+    /// returns its name, or the API's message.
+    fn create_pod(
+        &self,
+        namespace: &str,
+        pod: Value,
+    ) -> impl Future<Output = Result<String, String>> + Send;
+    /// Deletes a pod (default grace); `Err` carries the API's message.
+    fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// Sleeps `d` on the host's clock; `false` when SIGTERM cut it short.
+pub async fn sleep_unless_terminated<H: Host>(host: &H, d: Duration) -> bool {
+    tokio::select! {
+        _ = host.sleep(d) => true,
+        _ = host.sigterm() => false,
+    }
+}
+
+/// Which program a pod's container runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Program {
+    /// The fake tcab driver.
+    Driver,
+    /// The fake tcab publisher.
+    Publisher,
+    /// Runs for the given time (until SIGTERM when `None`) and exits with
+    /// the code; SIGTERM stops it at once with 143.
+    Plain {
+        /// How long it runs.
+        run: Option<Duration>,
+        /// Its exit code when it ran to the end.
+        exit_code: i32,
+    },
+}
+
+fn label<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
+    pod["metadata"]["labels"][key].as_str()
+}
+
+/// Whether the pod's controller (ownerReference with `controller: true`)
+/// is a batch/v1 Job.
+fn owned_by_job(pod: &Value) -> bool {
+    pod["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["controller"] == true && r["kind"] == "Job")
+}
+
+impl Program {
+    /// The program of a pod: a Job's pod labelled `tcab.dev/job-kind=run`
+    /// (or, without the label, named `tcab-driver-...`) runs the driver;
+    /// `publish` (or `tcab-publisher-...`) the publisher; anything else the
+    /// plain program, which runs for [`RUN_SECONDS`] (a Job's pod without
+    /// it for `job_pod_run`, a bare pod until deleted) and exits with
+    /// [`EXIT_CODE`].
+    pub fn for_pod(pod: &Value, job_pod_run: Duration) -> Program {
+        let kind = label(pod, "tcab.dev/job-kind");
+        let name = pod["metadata"]["name"].as_str().unwrap_or("");
+        let owned = owned_by_job(pod);
+        if owned && (kind == Some("run") || (kind.is_none() && name.starts_with("tcab-driver-"))) {
+            return Program::Driver;
+        }
+        if owned
+            && (kind == Some("publish") || (kind.is_none() && name.starts_with("tcab-publisher-")))
+        {
+            return Program::Publisher;
+        }
+        let ann = &pod["metadata"]["annotations"];
+        let run = ann[RUN_SECONDS]
+            .as_str()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64)
+            .or(owned.then_some(job_pod_run));
+        let exit_code = ann[EXIT_CODE]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        Program::Plain { run, exit_code }
+    }
+}
+
+/// Runs `program` on `host`; returns the container's exit code.
+pub async fn run<H: Host>(program: &Program, host: &H) -> i32 {
+    match program {
+        Program::Driver => driver::run_driver(host).await,
+        Program::Publisher => driver::run_publisher(host).await,
+        Program::Plain { run, exit_code } => {
+            let done = match run {
+                Some(d) => sleep_unless_terminated(host, *d).await,
+                None => {
+                    host.sigterm().await;
+                    false
+                }
+            };
+            if done { *exit_code } else { 143 }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job_pod(name: &str, labels: Value, annotations: Value) -> Value {
+        json!({"metadata": {"name": name, "labels": labels, "annotations": annotations,
+            "ownerReferences": [{"kind": "Job", "controller": true, "name": "j", "uid": "u"}]}})
+    }
+
+    #[test]
+    fn programs_follow_labels_names_and_annotations() {
+        let d = Duration::from_millis(100);
+        assert_eq!(
+            Program::for_pod(
+                &job_pod("x", json!({"tcab.dev/job-kind": "run"}), json!({})),
+                d
+            ),
+            Program::Driver
+        );
+        assert_eq!(
+            Program::for_pod(&job_pod("tcab-driver-1-a", json!({}), json!({})), d),
+            Program::Driver
+        );
+        assert_eq!(
+            Program::for_pod(&job_pod("tcab-publisher-1-a", json!({}), json!({})), d),
+            Program::Publisher
+        );
+        // A label other than run/publish wins over the name.
+        assert_eq!(
+            Program::for_pod(
+                &job_pod(
+                    "tcab-driver-1",
+                    json!({"tcab.dev/job-kind": "x"}),
+                    json!({})
+                ),
+                d
+            ),
+            Program::Plain {
+                run: Some(d),
+                exit_code: 0
+            }
+        );
+        // Not owned by a Job: never the driver; runs until deleted.
+        let bare =
+            json!({"metadata": {"name": "tcab-driver-1", "labels": {"tcab.dev/job-kind": "run"}}});
+        assert_eq!(
+            Program::for_pod(&bare, d),
+            Program::Plain {
+                run: None,
+                exit_code: 0
+            }
+        );
+        let annotated = job_pod("p", json!({}), json!({RUN_SECONDS: "2.5", EXIT_CODE: "3"}));
+        assert_eq!(
+            Program::for_pod(&annotated, d),
+            Program::Plain {
+                run: Some(Duration::from_millis(2500)),
+                exit_code: 3
+            }
+        );
+    }
+}
