@@ -44,9 +44,10 @@
 //!     vec![NodeSpec::new("node-1", "token-of-node-1")],
 //! ))
 //! .await?; // every Node is registered and its Lease made
-//! agent.oom_kill("tcab", "some-pod")?;
-//! agent.lose_node("node-1")?;
-//! agent.restore_node("node-1").await?;
+//! // Fault methods answer `Err(String)` saying why the fault could not be made.
+//! agent.oom_kill("tcab", "some-pod").map_err(anyhow::Error::msg)?;
+//! agent.lose_node("node-1").map_err(anyhow::Error::msg)?;
+//! agent.restore_node("node-1").await.map_err(anyhow::Error::msg)?;
 //! agent.shutdown().await;
 //! # Ok(()) }
 //! ```

@@ -23,8 +23,12 @@ const NS: &str = "tcab";
 async fn enqueue(http: &reqwest::Client, url: &str, runs: usize, publishes: usize) {
     let batch: Vec<_> = (0..runs)
         .map(|i| {
+            // Each run lasts 300 ms of real time (3 s at the cluster's
+            // speed of 10), long enough that a busy machine still fills the
+            // lane before the first run ends.
             json!({"harness": format!("h{}", i % 3), "model": "m", "case": format!("case-{i}"),
-                        "jam": null, "launch_request": {"case": format!("case-{i}")}})
+                        "jam": null, "launch_request": {"case": format!("case-{i}"),
+                        "sim": {"duration_ms": 3000, "log_lines": 0}}})
         })
         .collect();
     let answer = http
