@@ -161,7 +161,7 @@ label_values! {
     /// (`poisoned_claims_total`).
     pub enum PoisonResult: "result" {
         Ok => "ok", "reported failed";
-        Failed => "failed", "the report failed; the claim lapses";
+        Failed => "failed", "the report failed, and the claim lapses";
         None => "none", "the answer had no usable id and token to report with";
     }
 }
@@ -218,7 +218,7 @@ label_values! {
         Conflict => "conflict", "409 (already exists, a precondition, a state that does not fit)";
         Invalid => "invalid", "422 from the API server: the object is invalid";
         Throttled => "throttled", "429 from the API server";
-        Unavailable => "unavailable", "503 from the API server; 429 or 503 from the backend after its retry";
+        Unavailable => "unavailable", "503 from the API server, or 429 or 503 from the backend after its retry";
         Http4xx => "http_4xx", "any other 4xx";
         Http5xx => "http_5xx", "any other 5xx";
         Decode => "decode", "an answer that could not be read or breaks the contract";
@@ -285,7 +285,7 @@ label_values! {
         ClaimPublish => "claim_publish", "`POST /publish-jobs/next` (admitter)";
         RenewRunLeases => "renew_run_leases", "`POST /jobs/leases` (lease-keeper)";
         RenewPublishLeases => "renew_publish_leases", "`POST /publish-jobs/leases` (lease-keeper)";
-        ActiveRuns => "active_runs", "`GET /jobs/active` (lease-keeper; the reaper's orphan sweep)";
+        ActiveRuns => "active_runs", "`GET /jobs/active` (lease-keeper, and the reaper's orphan sweep)";
         ActivePublishes => "active_publishes", "`GET /publish-jobs/active` (lease-keeper)";
         GetJob => "get_job", "`GET /jobs/{id}` (lease-keeper, before a death report)";
         ReportDeath => "report_death", "`POST /jobs/{id}/status`: a death report (lease-keeper), a poisoned run's failed report (admitter)";
@@ -405,6 +405,15 @@ fn row<L: LabelValue>(on: &'static str) -> LabelRow {
     }
 }
 
+fn reasons(on: &'static str, which: &[ErrorReason]) -> LabelRow {
+    LabelRow {
+        label: ErrorReason::LABEL,
+        on,
+        values: which.iter().map(|v| (v.as_str(), v.meaning())).collect(),
+        text: "",
+    }
+}
+
 /// Every label and its values, in the order docs/metrics.md lists them.
 pub fn label_rows() -> Vec<LabelRow> {
     vec![
@@ -419,8 +428,13 @@ pub fn label_rows() -> Vec<LabelRow> {
         },
         row::<CallResult>("`lease_renewals_total`, `stale_job_deletes_total`"),
         row::<PoisonResult>("`poisoned_claims_total`"),
-        row::<ErrorReason>(
-            "`kube_api_errors_total`, `backend_errors_total`, `admission_errors_total`, `report_failures_total`",
+        reasons(
+            "`backend_errors_total`, `report_failures_total`, `admission_errors_total` (`step=\"claim\"`): a backend call's",
+            ErrorReason::BACKEND,
+        ),
+        reasons(
+            "`kube_api_errors_total`, `admission_errors_total` (`step=\"create\"`): a Kubernetes call's",
+            ErrorReason::KUBE,
         ),
         row::<PoisonReason>("`poisoned_claims_total`"),
         row::<ReapReason>("`sandboxes_reaped_total`"),
@@ -494,6 +508,8 @@ mod tests {
                 L::LABEL
             );
             assert!(!v.meaning().is_empty(), "{}: {t} has no meaning", L::LABEL);
+            // "; " separates the values in docs/metrics.md's table.
+            assert!(!v.meaning().contains("; "), "{}: {t}: {:?}", L::LABEL, v.meaning());
         }
     }
 
