@@ -509,7 +509,12 @@ mod tests {
             );
             assert!(!v.meaning().is_empty(), "{}: {t} has no meaning", L::LABEL);
             // "; " separates the values in docs/metrics.md's table.
-            assert!(!v.meaning().contains("; "), "{}: {t}: {:?}", L::LABEL, v.meaning());
+            assert!(
+                !v.meaning().contains("; "),
+                "{}: {t}: {:?}",
+                L::LABEL,
+                v.meaning()
+            );
         }
     }
 
