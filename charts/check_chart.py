@@ -6,7 +6,8 @@ PyPI package helm-python-sdk), validates every rendered manifest with
 kubernetes-validate in strict mode (the PodMonitor, a custom resource that
 package has no schema for, gets a structural check instead), asserts the
 structure the dispatcher relies on, checks the Grafana dashboard against
-docs/metrics.md, checks each container's environment and the chart's documented
+docs/metrics.md, runs promtool's check and unit tests on the alert rules as rendered
+(tests/alerts.test.yaml; a SKIP line without promtool), checks each container's environment and the chart's documented
 defaults against the binaries' declared variables (charts/settings.json, rendered
 from shared/src/config/vars.rs), compares the dispatcher Role with a golden file
 the e2e tests load into the simulated cluster's RBAC mode, and checks the root
