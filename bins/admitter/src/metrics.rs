@@ -375,8 +375,9 @@ impl AdmitterMetrics {
 
     /// Every lane's cap and deadline from the settings (a cap of 0 for a
     /// lane that is off), nothing in flight, the gate closed and the
-    /// figures stale until the lane's first tick, and every counter series
-    /// a lane can emit at 0.
+    /// figures stale until the lane's first tick (a lane that is off never
+    /// ticks: its figures are not stale), and every counter series a lane
+    /// can emit at 0.
     pub fn start(&self, settings: &AdmitterSettings) {
         *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = settings.lease_length;
         self.gate_max_age.set(settings.gate_max_age.as_secs_f64());
@@ -391,7 +392,11 @@ impl AdmitterMetrics {
             self.paused.get_or_create(&lane(l)).set(i64::from(paused));
             self.in_flight.get_or_create(&lane(l)).set(0);
             self.gate_open.get_or_create(&lane(l)).set(0);
-            self.stale.get_or_create(&lane(l)).set(1);
+            // Stale until the lane's first tick on a current view; a lane
+            // that is off has no figures to be stale.
+            self.stale
+                .get_or_create(&lane(l))
+                .set(i64::from(settings.enabled(l)));
             self.saturated.get_or_create(&lane(l)).set(0.0);
             self.oldest_age.get_or_create(&lane(l)).set(0.0);
             let deadline = match l {
@@ -1037,7 +1042,8 @@ mod tests {
             r#"tcab_dispatcher_stale_job_deletes_total{lane="publish",result="failed"} 0"#,
             r#"tcab_dispatcher_poisoned_claims_total{lane="publish",reason="too_large",result="ok"} 0"#,
             r#"tcab_dispatcher_lane_stale{lane="run"} 0"#,
-            r#"tcab_dispatcher_lane_stale{lane="publish"} 1"#,
+            // The publish lane is off: nothing of it to be stale.
+            r#"tcab_dispatcher_lane_stale{lane="publish"} 0"#,
             r#"tcab_dispatcher_lane_deadline_seconds{lane="run"} 21600"#,
             r#"tcab_dispatcher_lane_deadline_seconds{lane="publish"} 2700"#,
             "tcab_dispatcher_gate_max_age_seconds 60.0",
