@@ -6,7 +6,8 @@ PyPI package helm-python-sdk), validates every rendered manifest with
 kubernetes-validate in strict mode (the PodMonitor, a custom resource that
 package has no schema for, gets a structural check instead), asserts the
 structure the dispatcher relies on, checks the Grafana dashboard against
-docs/metrics.md, checks each container's environment and the chart's documented
+docs/metrics.md, runs promtool's check and unit tests on the alert rules as rendered
+(tests/alerts.test.yaml; a SKIP line without promtool), checks each container's environment and the chart's documented
 defaults against the binaries' declared variables (charts/settings.json, rendered
 from shared/src/config/vars.rs), compares the dispatcher Role with a golden file
 the e2e tests load into the simulated cluster's RBAC mode, and checks the root
@@ -32,6 +33,7 @@ import json
 import logging
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -171,6 +173,14 @@ def without(values: dict[str, Any], dotted: str) -> dict[str, Any]:
 
 
 PUBLISHER_IMAGE = "registry.example/tcab-publisher:3f2a9c1"
+MONITORING_NS = "monitoring"
+RUNBOOK_URL = "https://git.example/tcab-dispatcher/blob/main/docs/operations.md"
+# The operator's own variables of every container (a proxy, a CA bundle).
+EXTRA_ENV = [
+    {"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"},
+    {"name": "NO_PROXY", "value": ".svc,.cluster.local,10.0.0.0/8"},
+    {"name": "SSL_CERT_FILE", "value": "/etc/tcab/ca/ca.crt"},
+]
 TOKEN_VALUE = "not-a-real-service-token-7c1e"
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 
@@ -198,15 +208,27 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "token-rotated": merged({"backend": {"serviceToken": {"existingSecret": "", "value": TOKEN_VALUE + "-rotated"}}}),
     "image-digest": merged({"image": {"repository": "registry.example/tcab-dispatcher", "tag": "9d8e7f6", "digest": DIGEST}}),
     "metrics-off": merged({"metrics": {"enabled": False}}),
+    "existing-service-account": merged({"serviceAccount": {"create": False, "name": "tcab-ops"}}),
+    "alerts": merged({"metrics": {"prometheusRule": {"enabled": True}}}),
     # Every value set, and everything on (metrics, PodMonitor, dashboard); image.digest is
     # left to image-digest, since it hides the tag this scenario checks.
     "every-value": merged(
         {
             "image": {"repository": "registry.example/tcab-dispatcher", "tag": "9d8e7f6", "pullPolicy": "Always"},
             "backend": {"timeoutSeconds": 15},
+            "serviceAccount": {"create": True, "name": "tcab-dispatcher-sa", "annotations": {"iam.example/role": "tcab"}},
+            "extraEnv": EXTRA_ENV,
+            "extraVolumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
+            "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/tcab/ca", "readOnly": True}],
+            "containerSecurityContext": {"runAsUser": 10001, "seLinuxOptions": {"level": "s0:c123,c456"}},
             "dispatcher": {
                 "managedBy": "tcab-dispatcher-blue",
                 "pollIntervalSeconds": 2.5,
+                "kubeTimeoutSeconds": 20,
+                "watchTimeoutSeconds": 45,
+                "startGraceSeconds": 240,
+                "unschedulableGraceSeconds": 1200,
+                "terminatingMarginSeconds": 90,
                 "logFormat": "text",
                 "rustLog": "tcab=debug,info",
                 "vaultAddr": "127.0.0.1:50999",
@@ -255,11 +277,33 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "reaperPort": 9192,
                 "livenessProbe": {"initialDelaySeconds": 20, "periodSeconds": 15, "timeoutSeconds": 4, "failureThreshold": 8},
                 "readinessProbe": {"periodSeconds": 7, "timeoutSeconds": 2, "failureThreshold": 2, "successThreshold": 1},
-                "podMonitor": {"enabled": True, "labels": {"release": "prometheus"}, "interval": "30s", "scrapeTimeout": "10s"},
+                "podMonitor": {
+                    "enabled": True,
+                    "labels": {"release": "prometheus"},
+                    "interval": "30s",
+                    "scrapeTimeout": "10s",
+                    "namespace": MONITORING_NS,
+                    "relabelings": [{"targetLabel": "cluster", "replacement": "blue"}],
+                    "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "process_virtual_memory_bytes", "action": "drop"}],
+                },
                 "dashboard": {
                     "enabled": True,
                     "labels": {"grafana_dashboard": "1", "team": "benchmarks"},
                     "annotations": {"k8s-sidecar-target-directory": "/tmp/dashboards/tcab"},
+                    "namespace": MONITORING_NS,
+                },
+                "prometheusRule": {
+                    "enabled": True,
+                    "namespace": MONITORING_NS,
+                    "labels": {"release": "prometheus"},
+                    "alertLabels": {"team": "benchmarks"},
+                    "runbookUrl": RUNBOOK_URL,
+                    "gateClosedFor": "10m",
+                    "viewNotCurrentFor": "15m",
+                    "saturatedSeconds": 3600,
+                    "reportFailures": 5,
+                    "restarts": 3,
+                    "stuckMarginSeconds": 600,
                 },
             },
         }
@@ -273,6 +317,9 @@ EVERY_VALUE_ENV = {
         "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS": "2.5",
         "TCAB_DISPATCHER_LOG_FORMAT": "text",
         "RUST_LOG": "tcab=debug,info",
+        "TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS": "20",
+        "TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS": "45",
+        **{e["name"]: e["value"] for e in EXTRA_ENV},
     },
     "backend": {
         "TCAB_DISPATCHER_VAULT_ADDR": "127.0.0.1:50999",
@@ -315,6 +362,9 @@ EVERY_VALUE_ENV = {
         METRICS_ADDR: "[::]:9191",
         "TCAB_DISPATCHER_LOG_TAIL_LINES": "80",
         "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK": "false",
+        "TCAB_DISPATCHER_START_GRACE_SECONDS": "240",
+        "TCAB_DISPATCHER_UNSCHEDULABLE_GRACE_SECONDS": "1200",
+        "TCAB_DISPATCHER_TERMINATING_MARGIN_SECONDS": "90",
     },
     "reaper": {
         METRICS_ADDR: "[::]:9192",
@@ -323,6 +373,7 @@ EVERY_VALUE_ENV = {
         "TCAB_DISPATCHER_ORPHAN_SWEEP": "false",
         "TCAB_DISPATCHER_ORPHAN_GRACE_SECONDS": "1200",
         "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS": "900",
+        "TCAB_DISPATCHER_TERMINATING_MARGIN_SECONDS": "90",
     },
 }
 
@@ -350,6 +401,21 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("PodMonitor interval not a duration", merged({"metrics": {"podMonitor": {"interval": "30 seconds"}}}), ["/metrics/podMonitor/interval"]),
     ("metrics.listenHost a name", merged({"metrics": {"listenHost": "localhost"}}), ["/metrics/listenHost"]),
     ("liveness successThreshold", merged({"metrics": {"livenessProbe": {"successThreshold": 2}}}), ["successThreshold"]),
+    ("a privileged container", merged({"containerSecurityContext": {"privileged": True}}), ["/containerSecurityContext/privileged"]),
+    ("privilege escalation", merged({"containerSecurityContext": {"allowPrivilegeEscalation": True}}), ["/containerSecurityContext/allowPrivilegeEscalation"]),
+    ("a writable root filesystem", merged({"containerSecurityContext": {"readOnlyRootFilesystem": False}}), ["/containerSecurityContext/readOnlyRootFilesystem"]),
+    ("a container as root", merged({"containerSecurityContext": {"runAsUser": 0}}), ["/containerSecurityContext/runAsUser"]),
+    ("an added capability", merged({"containerSecurityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}), ["/containerSecurityContext/capabilities"]),
+    ("capabilities no longer all dropped", merged({"containerSecurityContext": {"capabilities": {"drop": ["NET_RAW"]}}}), ["/containerSecurityContext/capabilities/drop"]),
+    ("a pod as root", merged({"podSecurityContext": {"runAsUser": 0}}), ["/podSecurityContext/runAsUser"]),
+    ("a pod allowed to run as root", merged({"podSecurityContext": {"runAsNonRoot": False}}), ["/podSecurityContext/runAsNonRoot"]),
+    ("extraEnv naming a TCAB_ variable", merged({"extraEnv": [{"name": "TCAB_DISPATCHER_MAX_INFLIGHT", "value": "3"}]}), ["/extraEnv/0/name"]),
+    ("extraEnv without a name", merged({"extraEnv": [{"value": "x"}]}), ["/extraEnv/0"]),
+    ("an extra mount without a path", merged({"extraVolumeMounts": [{"name": "ca"}]}), ["/extraVolumeMounts/0"]),
+    ("a negative kube timeout", merged({"dispatcher": {"kubeTimeoutSeconds": -1}}), ["/dispatcher/kubeTimeoutSeconds"]),
+    ("a fractional watch timeout", merged({"dispatcher": {"watchTimeoutSeconds": 2.5}}), ["/dispatcher/watchTimeoutSeconds"]),
+    ("a PodMonitor namespace that is no name", merged({"metrics": {"podMonitor": {"namespace": "Monitoring!"}}}), ["/metrics/podMonitor/namespace"]),
+    ("an alert 'for' that is no duration", merged({"metrics": {"prometheusRule": {"gateClosedFor": "five minutes"}}}), ["/metrics/prometheusRule/gateClosedFor"]),
 ]
 # The second group is refused by the templates themselves (checked with the
 # schema removed, so the template layer is proven on its own), and the last
@@ -416,6 +482,54 @@ TEMPLATE_REFUSALS: list[tuple[str, dict[str, Any], list[str], bool]] = [
         merged({"image": {"digest": "latest"}}),
         ["image.digest: expected sha256:<64 lowercase hex digits>"],
         False,
+    ),
+    (
+        "extraEnv naming a TCAB_ variable",
+        merged({"extraEnv": [{"name": "TCAB_DISPATCHER_MAX_INFLIGHT", "value": "3"}]}),
+        ["extraEnv: TCAB_DISPATCHER_MAX_INFLIGHT is set by the chart"],
+        False,
+    ),
+    (
+        "extraEnv repeating RUST_LOG",
+        merged({"extraEnv": [{"name": "RUST_LOG", "value": "debug"}]}),
+        ["extraEnv: RUST_LOG is set by the chart"],
+        False,
+    ),
+    (
+        "a privileged container",
+        merged({"containerSecurityContext": {"privileged": True}}),
+        ["containerSecurityContext.privileged must stay false"],
+        False,
+    ),
+    (
+        "a writable root filesystem",
+        merged({"containerSecurityContext": {"readOnlyRootFilesystem": False}}),
+        ["containerSecurityContext.readOnlyRootFilesystem must stay true"],
+        False,
+    ),
+    (
+        "a container as root",
+        merged({"containerSecurityContext": {"runAsUser": 0}}),
+        ["containerSecurityContext.runAsUser must not be 0"],
+        False,
+    ),
+    (
+        "an added capability",
+        merged({"containerSecurityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}),
+        ["capabilities.add is refused"],
+        False,
+    ),
+    (
+        "no ServiceAccount created and none named",
+        merged({"serviceAccount": {"create": False}}),
+        ["serviceAccount.name is required when serviceAccount.create is false"],
+        True,
+    ),
+    (
+        "alert rules with metrics off",
+        merged({"metrics": {"enabled": False, "prometheusRule": {"enabled": True}}}),
+        ["metrics.prometheusRule.enabled needs metrics.enabled"],
+        True,
     ),
 ]
 
@@ -538,6 +652,18 @@ def fmt_rules(rules: set[tuple[str, str, str]]) -> str:
 # built-in Kubernetes schemas, so it gets a structural check against the fields
 # prometheus-operator's monitoring.coreos.com/v1 API defines (README: "Checks").
 POD_MONITOR = ("monitoring.coreos.com/v1", "PodMonitor")
+PROMETHEUS_RULE = ("monitoring.coreos.com/v1", "PrometheusRule")
+OPERATIONS_DOC = REPO / "docs" / "operations.md"
+ALERTS_TEST = CHART / "tests" / "alerts.test.yaml"
+# The alerts the chart ships, each with a runbook in docs/operations.md.
+ALERTS = [
+    "TcabDispatcherGateClosed",
+    "TcabDispatcherViewNotCurrent",
+    "TcabDispatcherLaneSaturated",
+    "TcabDispatcherReportsFailing",
+    "TcabDispatcherContainerRestarting",
+    "TcabDispatcherJobStuck",
+]
 PODMONITOR_SPEC_KEYS = {
     "selector",
     "namespaceSelector",
@@ -769,8 +895,8 @@ def main() -> int:
             left_out = 0
             for doc in docs:
                 label = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
-                if (doc.get("apiVersion"), doc.get("kind")) == POD_MONITOR:
-                    left_out += 1  # no schema in kubernetes-validate: podmonitor_structure checks it
+                if (doc.get("apiVersion"), doc.get("kind")) in (POD_MONITOR, PROMETHEUS_RULE):
+                    left_out += 1  # no schema in kubernetes-validate: checked structurally below
                     continue
                 try:
                     kv.validate(doc, kube_version, strict=True)
@@ -780,7 +906,7 @@ def main() -> int:
                 except kv.SchemaNotFoundError as err:
                     errors.append(f"{label}: {err.message}")
             assert not errors, "; ".join(errors)
-            return f"{len(docs) - left_out} manifests" + (f" (+{left_out} PodMonitor, checked structurally)" if left_out else "")
+            return f"{len(docs) - left_out} manifests" + (f" (+{left_out} custom resources, checked structurally)" if left_out else "")
 
         run.check(f"kubernetes-validate --strict {kube_version} [{name}]", do_validate)
 
@@ -935,13 +1061,15 @@ def main() -> int:
         assert set(pm) == {"apiVersion", "kind", "metadata", "spec"}, sorted(pm)
         meta = pm["metadata"]
         assert set(meta) <= {"name", "namespace", "labels", "annotations"}, sorted(meta)
-        assert meta["namespace"] == NAMESPACE and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", meta["name"]), meta
+        assert meta["namespace"] == MONITORING_NS and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", meta["name"]), meta
         assert meta["labels"].get("release") == "prometheus", meta["labels"]
         for key, value in meta["labels"].items():
             assert isinstance(value, str) and len(value) <= 63, f"label {key}={value!r}"
         spec = pm["spec"]
         assert set(spec) <= PODMONITOR_SPEC_KEYS, f"spec keys {sorted(set(spec) - PODMONITOR_SPEC_KEYS)} are not PodMonitor fields"
         assert set(spec["selector"]) == {"matchLabels"}, spec["selector"]
+        # In another namespace, it selects the pod in the release namespace.
+        assert spec.get("namespaceSelector") == {"matchNames": [NAMESPACE]}, spec.get("namespaceSelector")
         pod = r.deployment()["spec"]["template"]
         assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items(), "selects no dispatcher pod"
         port_names = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
@@ -954,14 +1082,129 @@ def main() -> int:
             assert set(e) <= PODMONITOR_ENDPOINT_KEYS, f"endpoint keys {sorted(set(e) - PODMONITOR_ENDPOINT_KEYS)}"
             assert e["path"] == "/metrics" and e["scheme"] == "http", e
             assert e["interval"] == "30s" and e["scrapeTimeout"] == "10s", e
+            assert e["relabelings"] == [{"targetLabel": "cluster", "replacement": "blue"}], e
+            assert e["metricRelabelings"][0]["action"] == "drop", e
             for key in ("interval", "scrapeTimeout"):
                 assert duration.fullmatch(e[key]) and e[key], f"{key} {e[key]!r} is not a Prometheus duration"
         assert not need("defaults").of_kind("PodMonitor"), "a PodMonitor by default"
         bare = render(chart, merged({"metrics": {"podMonitor": {"enabled": True}}})).of_kind("PodMonitor")[0]
         assert all(set(e) == {"port", "path", "scheme"} for e in bare["spec"]["podMetricsEndpoints"]), bare
+        assert bare["metadata"]["namespace"] == NAMESPACE and "namespaceSelector" not in bare["spec"], bare
         return f"{len(endpoints)} endpoints: " + ", ".join(sorted(port_names))
 
     run.check("PodMonitor (monitoring.coreos.com/v1, structural): scrapes the three ports; off by default", podmonitor_structure)
+
+    def service_account() -> None:
+        every = need("every-value")
+        sa = every.one("ServiceAccount")
+        assert sa["metadata"]["name"] == "tcab-dispatcher-sa", sa["metadata"]
+        assert sa["metadata"]["annotations"] == {"iam.example/role": "tcab"}, sa["metadata"]
+        assert every.deployment()["spec"]["template"]["spec"]["serviceAccountName"] == "tcab-dispatcher-sa"
+        existing = need("existing-service-account")
+        assert not existing.of_kind("ServiceAccount"), "a ServiceAccount created with serviceAccount.create false"
+        rb = existing.one("RoleBinding")
+        assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "tcab-ops", "namespace": NAMESPACE}], rb["subjects"]
+        assert existing.deployment()["spec"]["template"]["spec"]["serviceAccountName"] == "tcab-ops"
+
+    run.check("serviceAccount: create or not, a name of its own, annotations; the Role bound to it either way", service_account)
+
+    def extras() -> None:
+        r = need("every-value")
+        pod = r.deployment()["spec"]["template"]["spec"]
+        assert pod.get("volumes") == [{"name": "ca", "configMap": {"name": "corporate-ca"}}], pod.get("volumes")
+        for cname, c in r.containers().items():
+            assert c.get("volumeMounts") == [{"name": "ca", "mountPath": "/etc/tcab/ca", "readOnly": True}], cname
+            env = r.env(cname)
+            for e in EXTRA_ENV:
+                assert env.get(e["name"]) == e, f"{cname}: {e['name']} = {env.get(e['name'])}"
+        plain = need("defaults").deployment()["spec"]["template"]["spec"]
+        assert "volumes" not in plain and all("volumeMounts" not in c for c in plain["containers"]), "extras by default"
+
+    run.check("extraEnv, extraVolumes, extraVolumeMounts reach the pod and every container", extras)
+
+    def security_override() -> None:
+        r = need("every-value")
+        for cname, c in r.containers().items():
+            sc = c["securityContext"]
+            assert sc.get("runAsUser") == 10001 and sc.get("seLinuxOptions") == {"level": "s0:c123,c456"}, f"{cname}: {sc}"
+            assert (sc["readOnlyRootFilesystem"], sc["runAsNonRoot"], sc["allowPrivilegeEscalation"], sc["privileged"]) == (
+                True,
+                True,
+                False,
+                False,
+            ), f"{cname}: {sc}"
+            assert sc["capabilities"] == {"drop": ["ALL"]}, f"{cname}: {sc}"
+
+    run.check("containerSecurityContext: merged over the hardened one, which stays", security_override)
+
+    def every_setting_exposed() -> str:
+        declared = declared_settings()
+        r = need("every-value")
+        values = SCENARIOS["every-value"]
+        missing = []
+        for var in declared.variables:
+            for cname in declared.readers(var):
+                if var in r.env(cname):
+                    continue
+                left_out = LEFT_OUT.get((cname, var))
+                if left_out and left_out[0](values):
+                    continue
+                missing.append(f"{var} ({cname})")
+        assert not missing, f"no chart value renders {missing}"
+        return f"{len(declared.variables)} variables"
+
+    run.check("values: every variable the binaries declare has a chart value (every-value renders it for each reader)", every_setting_exposed)
+
+    def prometheus_rule() -> str:
+        r = need("every-value")
+        rules = r.of_kind("PrometheusRule")
+        assert len(rules) == 1, f"{len(rules)} PrometheusRules"
+        pr = rules[0]
+        assert (pr["apiVersion"], pr["kind"]) == PROMETHEUS_RULE, (pr["apiVersion"], pr["kind"])
+        assert set(pr) == {"apiVersion", "kind", "metadata", "spec"}, sorted(pr)
+        assert pr["metadata"]["namespace"] == MONITORING_NS, pr["metadata"]
+        assert pr["metadata"]["labels"].get("release") == "prometheus", pr["metadata"]["labels"]
+        assert set(pr["spec"]) == {"groups"}, sorted(pr["spec"])
+        (group,) = pr["spec"]["groups"]
+        assert set(group) == {"name", "rules"}, sorted(group)
+        names = [rule.get("alert") for rule in group["rules"]]
+        assert names == ALERTS, names
+        anchors = markdown_anchors(OPERATIONS_DOC.read_text(encoding="utf-8"))
+        for rule in group["rules"]:
+            assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, sorted(rule)
+            assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule["labels"]
+            assert rule["labels"]["team"] == "benchmarks", rule["labels"]
+            assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, sorted(rule["annotations"])
+            url, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+            assert url == RUNBOOK_URL, rule["annotations"]["runbook_url"]
+            assert anchor == rule["alert"].lower() and anchor in anchors, f"{rule['alert']}: no runbook #{anchor} in docs/operations.md"
+            assert 'namespace="tcab"' in rule["expr"], rule["expr"]
+        by = {rule["alert"]: rule for rule in group["rules"]}
+        assert by["TcabDispatcherGateClosed"]["for"] == "10m" and by["TcabDispatcherViewNotCurrent"]["for"] == "15m"
+        assert "> 3600" in by["TcabDispatcherLaneSaturated"]["expr"], by["TcabDispatcherLaneSaturated"]["expr"]
+        assert not need("defaults").of_kind("PrometheusRule"), "alert rules by default"
+        default_urls = {rule["annotations"]["runbook_url"] for rule in need("alerts").of_kind("PrometheusRule")[0]["spec"]["groups"][0]["rules"]}
+        assert all(u.startswith("docs/operations.md#") for u in default_urls), default_urls
+        return f"{len(names)} alerts, each with a runbook"
+
+    run.check("PrometheusRule (monitoring.coreos.com/v1, structural): the alerts, their runbooks, labels; off by default", prometheus_rule)
+
+    def promtool_tests() -> str:
+        promtool = shutil.which("promtool")
+        if not promtool:
+            raise Skip("promtool is not installed (Debian: apt-get install prometheus)")
+        (pr,) = need("alerts").of_kind("PrometheusRule")
+        with tempfile.TemporaryDirectory(prefix="tcab-alerts-") as tmp:
+            rules = Path(tmp) / "rules.yaml"
+            rules.write_text(yaml.safe_dump(pr["spec"], sort_keys=False), encoding="utf-8")
+            shutil.copy(ALERTS_TEST, Path(tmp) / ALERTS_TEST.name)
+            for args in (["check", "rules", str(rules)], ["test", "rules", str(Path(tmp) / ALERTS_TEST.name)]):
+                done = subprocess.run([promtool, *args], capture_output=True, text=True, cwd=tmp, check=False)
+                assert done.returncode == 0, f"promtool {' '.join(args[:2])}: {done.stdout}{done.stderr}"
+        version = subprocess.run([promtool, "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
+        return f"{ALERTS_TEST.relative_to(REPO)} ({version})"
+
+    run.check("alerts: promtool check rules and promtool test rules on the rendered rules", promtool_tests)
 
     def dashboard() -> str:
         doc_metrics = documented_metrics()
@@ -990,6 +1233,7 @@ def main() -> int:
         maps = r.of_kind("ConfigMap")
         assert len(maps) == 1, f"{len(maps)} ConfigMaps"
         cm = maps[0]
+        assert cm["metadata"]["namespace"] == MONITORING_NS, cm["metadata"]
         assert cm["metadata"]["labels"].get("grafana_dashboard") == "1", cm["metadata"]["labels"]
         assert cm["metadata"]["labels"].get("team") == "benchmarks", cm["metadata"]["labels"]
         assert cm["metadata"]["annotations"] == {"k8s-sidecar-target-directory": "/tmp/dashboards/tcab"}
@@ -1203,8 +1447,9 @@ def main() -> int:
         for name in SCENARIOS:
             r = need(name)
             passthrough = set(SCENARIOS[name].get("driver", {}).get("passthroughEnv", {}))
+            extra = {e["name"] for e in SCENARIOS[name].get("extraEnv", [])}
             for cname in CONTAINERS:
-                allowed = declared.per_container[cname]
+                allowed = declared.per_container[cname] | extra
                 if cname in declared.passthrough_containers:  # passed through to driver pods
                     bad = sorted(k for k in passthrough if not k.startswith(declared.passthrough_prefixes))
                     assert not bad, f"[{name}] passthrough keys {bad} lack the prefixes {declared.passthrough_prefixes}"
@@ -1417,6 +1662,15 @@ def main() -> int:
     tail = f", {run.skipped} skipped" if run.skipped else ""
     print(f"{run.passed} passed, {run.failed} failed{tail}")
     return 1 if run.failed else 0
+
+
+def markdown_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown document's headings."""
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", text, flags=re.M):
+        slug = re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
 
 
 def first_line(message: str) -> str:

@@ -23,8 +23,9 @@
 
 pub mod pods;
 
-use crate::kube_api::Verb;
+use crate::kube_api::{KubeCall, Verb};
 use crate::lane::Lane;
+use crate::metrics::labels::{ErrorReason, JobOutcome};
 use crate::names;
 use crate::retry::Backoff;
 use crate::tick::Wake;
@@ -37,7 +38,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use pods::{Gone, OwnedPod, gone_after_list, standing};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
@@ -317,6 +318,18 @@ pub fn watch_error_verb(error: &watcher::Error) -> Verb {
     }
 }
 
+/// Why a watch failed, for the API-errors metric: from the error's type
+/// and status code.
+pub fn watch_error_reason(error: &watcher::Error) -> ErrorReason {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => crate::kube_api::kube_reason(e),
+        watcher::Error::WatchError(status) => ErrorReason::of_status(status.code),
+        watcher::Error::NoResourceVersion => ErrorReason::Decode,
+    }
+}
+
 /// Work for the pod tracker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Check {
@@ -339,6 +352,65 @@ pub struct OwnedJobs {
     changed: Arc<watch::Sender<u64>>,
     /// The pod tracker's queue, when pods are tracked.
     checks: Option<mpsc::UnboundedSender<Check>>,
+    /// Told of each Job's start and end as the watch shows them (metrics).
+    milestones: Arc<OnceLock<MilestoneSink>>,
+}
+
+/// A moment in an owned Job's life, as the watch showed it: for metrics
+/// only (no decision reads it). Each is told once, from a watch event that
+/// shows the change itself (a relist tells nothing: it cannot tell what
+/// changed), so a restart never times a Job twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Milestone {
+    /// A pod of the Job turned ready (`status.ready` went from 0 above 0):
+    /// the run or publish is running.
+    Started {
+        /// The Job's lane.
+        lane: Lane,
+        /// `metadata.creationTimestamp`.
+        created_at: Timestamp,
+    },
+    /// The Job turned `Complete` or `Failed`.
+    Finished {
+        /// The Job's lane.
+        lane: Lane,
+        /// `Complete` or `Failed`.
+        outcome: JobOutcome,
+        /// `metadata.creationTimestamp`.
+        created_at: Timestamp,
+    },
+}
+
+/// What is told of each [`Milestone`].
+pub type MilestoneSink = Arc<dyn Fn(Milestone) + Send + Sync>;
+
+/// The milestone a watch event shows, comparing the entry before it
+/// (`None`: not in the view) with the Job after it.
+pub fn milestone(before: Option<&JobSummary>, after: &JobSummary) -> Option<Milestone> {
+    let created_at = after.created_at?;
+    let was_live = before.is_none_or(JobSummary::is_live);
+    match after.phase {
+        JobPhase::Live => {
+            let was_ready = before.is_some_and(|b| b.ready_pods > 0);
+            (after.ready_pods > 0 && !was_ready).then_some(Milestone::Started {
+                lane: after.lane,
+                created_at,
+            })
+        }
+        JobPhase::Succeeded | JobPhase::Failed if was_live && before.is_some() => {
+            let outcome = if after.phase == JobPhase::Succeeded {
+                JobOutcome::Succeeded
+            } else {
+                JobOutcome::Failed
+            };
+            Some(Milestone::Finished {
+                lane: after.lane,
+                outcome,
+                created_at,
+            })
+        }
+        _ => None,
+    }
 }
 
 impl Default for OwnedJobs {
@@ -362,7 +434,14 @@ impl OwnedJobs {
             finished: Arc::new(watch::channel(0).0),
             changed: Arc::new(watch::channel(0).0),
             checks,
+            milestones: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Tells `sink` of every [`Milestone`] from now on (once per cache: a
+    /// second sink is ignored).
+    pub fn on_milestone(&self, sink: MilestoneSink) {
+        let _ = self.milestones.set(sink);
     }
 
     /// A cache whose first list has completed with `jobs`: current, as a
@@ -413,6 +492,7 @@ impl OwnedJobs {
 
     /// Applies one Job watch event. Public so tests can feed a cache directly.
     pub fn apply(&self, event: Event<Job>) {
+        let mut told = None;
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         let (finished, listed, check) = match event {
             Event::Init => {
@@ -440,6 +520,7 @@ impl OwnedJobs {
             Event::Apply(job) => {
                 let summary = JobSummary::from_job(&job);
                 let name = summary.name.clone();
+                told = milestone(state.jobs.get(&name), &summary);
                 // A Job first seen already finished frees room too (its
                 // create was counted before the watch showed it).
                 let before = state.jobs.get(&name).is_none_or(JobSummary::is_live);
@@ -468,6 +549,9 @@ impl OwnedJobs {
             // The tracker lives as long as the watch task; a send fails only
             // once it was aborted, when nothing reads the view any more.
             let _ = checks.send(check);
+        }
+        if let (Some(milestone), Some(sink)) = (told, self.milestones.get()) {
+            sink(milestone);
         }
         self.announce(finished, listed.map(|n| (n, view)));
     }
@@ -548,6 +632,25 @@ impl OwnedJobs {
         state.live_in_lane(lane)
     }
 
+    /// The creation time of the oldest live Job of one lane (a Job gone
+    /// while its pod lives on counts, by its last state), scanned without
+    /// copying the cache; `None` when the lane has no live Job.
+    pub fn oldest_live(&self, lane: Lane) -> Option<Timestamp> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let jobs = state
+            .jobs
+            .values()
+            .filter(|j| j.lane == lane && j.is_live())
+            .filter_map(|j| j.created_at);
+        let gone = state
+            .gone
+            .values()
+            .map(Gone::entry)
+            .filter(|j| j.lane == lane)
+            .filter_map(|j| j.created_at);
+        jobs.chain(gone).min()
+    }
+
     /// The cached Jobs labelled with backend job `job_id`, sorted by name
     /// (the admitter's check for a stale Job of a fresh claim).
     pub fn with_job_id(&self, job_id: &str) -> Vec<JobSummary> {
@@ -621,7 +724,7 @@ impl OwnedJobs {
         };
         let gone = self.gone_names();
         if !gone.is_empty() {
-            tracing::info!(jobs = ?gone, "Jobs gone while a pod of theirs lives on: each still counts as live");
+            tracing::info!(jobs = %crate::telemetry::list(&gone), "Jobs gone while a pod of theirs lives on: each still counts as live");
         }
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
         self.finished.send_modify(|n| *n = n.wrapping_add(1));
@@ -723,7 +826,7 @@ async fn watch_jobs(api: Api<Job>, selector: String, settings: WatchSettings, ca
     let mut failures: u32 = 0;
     loop {
         let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
-        let error = loop {
+        let (verb, reason, error) = loop {
             match stream.next().await {
                 Some(Ok(event)) => {
                     if matches!(event, Event::InitDone) {
@@ -732,18 +835,45 @@ async fn watch_jobs(api: Api<Job>, selector: String, settings: WatchSettings, ca
                     cache.apply(event);
                 }
                 Some(Err(error)) => {
-                    crate::metrics::common().kube_api_error(watch_error_verb(&error));
-                    break error.to_string();
+                    break (
+                        watch_error_verb(&error),
+                        watch_error_reason(&error),
+                        crate::error_chain(&error),
+                    );
                 }
                 None => {
-                    crate::metrics::common().kube_api_error(Verb::Watch);
-                    break "the watch stream ended".to_owned();
+                    break (
+                        Verb::Watch,
+                        ErrorReason::Other,
+                        "the watch stream ended".to_owned(),
+                    );
                 }
             }
         };
+        crate::metrics::common().kube_api_error(verb, reason);
+        let was_current = cache.is_current();
         cache.mark_failed(&error);
         failures = failures.saturating_add(1);
-        tokio::time::sleep(backoff.after(failures)).await;
+        let wait = backoff.after(failures);
+        // The first failure of a current view is told by `mark_failed`; each
+        // attempt after it (and each at start, before any list completed)
+        // gets one line of its own, so an API server that cannot be reached
+        // says so once per back-off step.
+        if !was_current {
+            let what = match verb {
+                Verb::List => "cannot list the owned Jobs",
+                _ => "cannot watch the owned Jobs",
+            };
+            tracing::warn!(
+                selector = %selector,
+                attempt = failures,
+                reason = reason.as_str(),
+                %error,
+                retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "{what} from the Kubernetes API; listing them again after a back-off (nothing that depends on the Job view is done meanwhile)"
+            );
+        }
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -821,7 +951,7 @@ async fn list_pods(
     let params = ListParams::default()
         .labels(selector)
         .fields(pods::LIVE_PHASES);
-    crate::kube_api::call(Verb::List, limit, api.list(&params))
+    crate::kube_api::call(KubeCall::ListPods, limit, api.list(&params))
         .await
         .map(|list| list.items.iter().map(OwnedPod::from_pod).collect())
         .map_err(|e| crate::error_chain(&e))
@@ -831,7 +961,7 @@ async fn list_pods(
 /// it was (still live) until the next poll.
 async fn read_standing(api: &Api<Pod>, cache: &OwnedJobs, limit: Duration) {
     for (job, pod) in cache.standing_pods() {
-        match crate::kube_api::call(Verb::Get, limit, api.get_opt(&pod)).await {
+        match crate::kube_api::call(KubeCall::GetPod, limit, api.get_opt(&pod)).await {
             Ok(read) => cache.standing_read(&job, read.as_ref().map(OwnedPod::from_pod)),
             Err(error) => {
                 tracing::debug!(job, pod, error = %crate::error_chain(&error), "cannot read the pod that outlived its Job; it stays live");
@@ -926,6 +1056,94 @@ mod tests {
         cache.apply(Event::Apply(job("b", json!({}), json!({}))));
         cache.apply(Event::Delete(job("b", json!({}), json!({}))));
         assert!(wake.is_pending(), "a live Job deleted frees room");
+    }
+
+    #[test]
+    fn a_watch_event_tells_the_start_and_the_end_it_shows_once() {
+        let cache = OwnedJobs::new();
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = told.clone();
+        cache.on_milestone(Arc::new(move |m| sink.lock().expect("lock").push(m)));
+        let created: Timestamp = "2026-11-29T17:00:00Z".parse().expect("a time");
+        let publish = json!({"tcab.dev/job-kind": "publish"});
+        // A relist tells nothing, whatever the Job shows.
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(job(
+            "old",
+            json!({}),
+            json!({"active": 1, "ready": 1}),
+        )));
+        cache.apply(Event::InitDone);
+        cache.apply(Event::Apply(job(
+            "a",
+            json!({}),
+            json!({"active": 1, "ready": 0}),
+        )));
+        cache.apply(Event::Apply(job(
+            "a",
+            json!({}),
+            json!({"active": 1, "ready": 1}),
+        )));
+        cache.apply(Event::Apply(job(
+            "a",
+            json!({}),
+            json!({"active": 1, "ready": 1}),
+        )));
+        cache.apply(Event::Apply(job(
+            "p",
+            publish.clone(),
+            json!({"active": 1}),
+        )));
+        cache.apply(Event::Apply(job(
+            "p",
+            publish,
+            json!({"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}),
+        )));
+        cache.apply(Event::Apply(job(
+            "a",
+            json!({}),
+            json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
+        )));
+        // A Job first seen finished was never seen live: nothing to time.
+        cache.apply(Event::Apply(job(
+            "late",
+            json!({}),
+            json!({"conditions": [{"type": "Complete", "status": "True"}]}),
+        )));
+        assert_eq!(
+            *told.lock().expect("lock"),
+            [
+                Milestone::Started {
+                    lane: Lane::Run,
+                    created_at: created,
+                },
+                Milestone::Finished {
+                    lane: Lane::Publish,
+                    outcome: JobOutcome::Failed,
+                    created_at: created,
+                },
+                Milestone::Finished {
+                    lane: Lane::Run,
+                    outcome: JobOutcome::Succeeded,
+                    created_at: created,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_oldest_live_job_of_a_lane_is_found() {
+        let cache = OwnedJobs::listed([
+            job("a", json!({}), json!({"active": 1})),
+            job(
+                "done",
+                json!({}),
+                json!({"conditions": [{"type": "Complete", "status": "True"}]}),
+            ),
+        ]);
+        let created: Timestamp = "2026-11-29T17:00:00Z".parse().expect("a time");
+        assert_eq!(cache.oldest_live(Lane::Run), Some(created));
+        assert_eq!(cache.oldest_live(Lane::Publish), None);
     }
 
     #[test]

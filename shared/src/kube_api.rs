@@ -1,9 +1,13 @@
 //! Bounded Kubernetes API calls. Every non-watch call the binaries make goes
 //! through [`call`], so a request the API server accepted and never answers
-//! costs at most the configured timeout, never a whole loop, and every
-//! failure is counted in `tcab_dispatcher_kube_api_errors_total` by its verb
-//! (the watch of owned Jobs counts its own errors, in `job_cache`).
+//! costs at most the configured timeout, never a whole loop; every call is
+//! timed in `tcab_dispatcher_kube_request_duration_seconds` by call and
+//! outcome, and every failure is counted in
+//! `tcab_dispatcher_kube_api_errors_total` by its verb and reason (the watch
+//! of owned Jobs counts its own errors, in `job_cache`).
 
+use crate::metrics::labels::ErrorReason;
+pub use crate::metrics::labels::KubeCall;
 use std::future::Future;
 use std::time::Duration;
 
@@ -37,6 +41,15 @@ impl CallError {
         self.code() == Some(409)
     }
 
+    /// Why the call failed, for the error metrics: from the error's type
+    /// and the API server's status code, never from its text.
+    pub fn reason(&self) -> ErrorReason {
+        match self {
+            CallError::TimedOut(_) => ErrorReason::Timeout,
+            CallError::Kube(error) => kube_reason(error),
+        }
+    }
+
     /// Whether the call may have been applied anyway: no answer, or a
     /// server-side failure after which the write may still have landed.
     pub fn is_ambiguous(&self) -> bool {
@@ -44,6 +57,24 @@ impl CallError {
             Some(code) => code >= 500 || code == 429,
             None => true,
         }
+    }
+}
+
+/// Why a request of the Kubernetes client failed, by the error's type and
+/// the API server's status code.
+pub fn kube_reason(error: &kube::Error) -> ErrorReason {
+    match error {
+        kube::Error::Api(status) => ErrorReason::of_status(status.code),
+        // No answer: the connection could not be made or broke.
+        kube::Error::HyperError(_)
+        | kube::Error::Service(_)
+        | kube::Error::ReadEvents(_)
+        | kube::Error::RustlsTls(_) => ErrorReason::Connect,
+        kube::Error::SerdeError(_)
+        | kube::Error::FromUtf8(_)
+        | kube::Error::LinesCodecMaxLineLengthExceeded => ErrorReason::Decode,
+        kube::Error::BuildRequest(_) | kube::Error::HttpError(_) => ErrorReason::Request,
+        _ => ErrorReason::Other,
     }
 }
 
@@ -63,8 +94,15 @@ pub enum ClientError {
 /// The client every binary uses, from the kubeconfig or the in-cluster
 /// service account (see [`client_from`]).
 pub async fn client() -> Result<kube::Client, ClientError> {
+    client_with_url().await.map(|(client, _)| client)
+}
+
+/// The client every binary uses, and the API server's URL it talks to (for
+/// the start-up line, so an API server that cannot be reached is named).
+pub async fn client_with_url() -> Result<(kube::Client, String), ClientError> {
     let config = kube::Config::infer().await.map_err(ClientError::Config)?;
-    client_from(config)
+    let url = config.cluster_url.to_string();
+    Ok((client_from(config)?, url))
 }
 
 /// Builds a client from `config` with kube-rs's own retry layer off. That
@@ -120,17 +158,25 @@ pub fn counts_as_error(verb: Verb, error: &CallError) -> bool {
     )
 }
 
-/// Runs one API call of `verb` with a timeout (see [`bounded`]) and counts
-/// its failure, unless it is an expected answer ([`counts_as_error`]).
-pub async fn call<T, F>(verb: Verb, limit: Duration, request: F) -> Result<T, CallError>
+/// Runs one API call with a timeout (see [`bounded`]), times it by call and
+/// outcome, and counts its failure by verb and reason, unless it is an
+/// expected answer ([`counts_as_error`]).
+pub async fn call<T, F>(call: KubeCall, limit: Duration, request: F) -> Result<T, CallError>
 where
     F: Future<Output = Result<T, kube::Error>>,
 {
+    let started = tokio::time::Instant::now();
     let result = bounded(limit, request).await;
+    let metrics = crate::metrics::common();
+    let outcome = match &result {
+        Ok(_) => crate::metrics::OK,
+        Err(error) => error.reason().as_str(),
+    };
+    metrics.kube_call(call, outcome, started.elapsed());
     if let Err(error) = &result
-        && counts_as_error(verb, error)
+        && counts_as_error(call.verb(), error)
     {
-        crate::metrics::common().kube_api_error(verb);
+        metrics.kube_api_error(call.verb(), error.reason());
     }
     result
 }
@@ -198,40 +244,99 @@ mod tests {
         );
     }
 
-    /// The errors of `verb` counted so far in the process's metrics.
-    fn counted(verb: Verb) -> u64 {
+    /// The series of `name` with exactly these labels in the process's
+    /// metrics, 0 when absent.
+    fn scraped(name: &str, labels: &str) -> f64 {
         let text = crate::metrics::Exporter::new(crate::metrics::common()).encode();
-        let line = format!(
-            "tcab_dispatcher_kube_api_errors_total{{verb=\"{}\"}} ",
-            verb.as_str()
-        );
+        let line = format!("{name}{{{labels}}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&line))
-            .map_or(0, |v| v.parse().expect("a count"))
+            .map_or(0.0, |v| v.parse().expect("a number"))
+    }
+
+    fn counted(verb: Verb, reason: &str) -> f64 {
+        scraped(
+            "tcab_dispatcher_kube_api_errors_total",
+            &format!("verb=\"{}\",reason=\"{reason}\"", verb.as_str()),
+        )
+    }
+
+    fn timed(call: KubeCall, outcome: &str) -> f64 {
+        scraped(
+            "tcab_dispatcher_kube_request_duration_seconds_count",
+            &format!("call=\"{}\",outcome=\"{outcome}\"", call.as_str()),
+        )
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_call_counts_its_failure_by_verb() {
-        // Only this test makes calls of these verbs in this crate's tests, so
+    async fn a_call_is_timed_and_counts_its_failure_by_verb_and_reason() {
+        // Only this test makes calls of these kinds in this crate's tests, so
         // the counts move by what it does alone.
-        let (lists, creates) = (counted(Verb::List), counted(Verb::Create));
+        let lists = counted(Verb::List, "timeout");
+        let (refused, exists) = (
+            counted(Verb::Create, "forbidden"),
+            counted(Verb::Create, "conflict"),
+        );
+        let (listed, creates_ok) = (
+            timed(KubeCall::ListPods, "ok"),
+            timed(KubeCall::CreateJob, "conflict"),
+        );
         let limit = Duration::from_secs(1);
-        let ok = call(Verb::List, limit, async { Ok::<_, kube::Error>(1) }).await;
+        let ok = call(KubeCall::ListPods, limit, async { Ok::<_, kube::Error>(1) }).await;
         assert_eq!(ok.expect("ok"), 1);
-        assert_eq!(counted(Verb::List), lists, "a success is not counted");
-        let hung: Result<(), _> = call(Verb::List, limit, std::future::pending()).await;
-        assert!(matches!(hung, Err(CallError::TimedOut(_))));
-        assert_eq!(counted(Verb::List), lists + 1, "a timeout is counted");
-        let exists = call(Verb::Create, limit, async { Err::<(), _>(api_error(409)) }).await;
-        assert!(exists.expect_err("409").is_conflict());
         assert_eq!(
-            counted(Verb::Create),
-            creates,
+            timed(KubeCall::ListPods, "ok"),
+            listed + 1.0,
+            "a success is timed"
+        );
+        let hung: Result<(), _> = call(KubeCall::ListPods, limit, std::future::pending()).await;
+        assert!(matches!(hung, Err(CallError::TimedOut(_))));
+        assert_eq!(
+            counted(Verb::List, "timeout"),
+            lists + 1.0,
+            "a timeout is counted"
+        );
+        assert_eq!(timed(KubeCall::ListPods, "timeout"), 1.0);
+        let already = call(KubeCall::CreateJob, limit, async {
+            Err::<(), _>(api_error(409))
+        })
+        .await;
+        assert!(already.expect_err("409").is_conflict());
+        assert_eq!(
+            counted(Verb::Create, "conflict"),
+            exists,
             "AlreadyExists is an outcome"
         );
-        let refused = call(Verb::Create, limit, async { Err::<(), _>(api_error(403)) }).await;
-        assert_eq!(refused.expect_err("403").code(), Some(403));
-        assert_eq!(counted(Verb::Create), creates + 1);
+        assert_eq!(
+            timed(KubeCall::CreateJob, "conflict"),
+            creates_ok + 1.0,
+            "but it is timed"
+        );
+        let denied = call(KubeCall::CreateJob, limit, async {
+            Err::<(), _>(api_error(403))
+        })
+        .await;
+        assert_eq!(denied.expect_err("403").code(), Some(403));
+        assert_eq!(counted(Verb::Create, "forbidden"), refused + 1.0);
+    }
+
+    #[test]
+    fn errors_have_their_reason_from_their_type_and_code() {
+        let api = |code| CallError::Kube(api_error(code));
+        assert_eq!(
+            CallError::TimedOut(Duration::from_secs(1)).reason(),
+            ErrorReason::Timeout
+        );
+        assert_eq!(api(403).reason(), ErrorReason::Forbidden);
+        assert_eq!(api(422).reason(), ErrorReason::Invalid);
+        assert_eq!(api(500).reason(), ErrorReason::Http5xx);
+        let decode = serde_json::from_str::<u8>("x").expect_err("not a number");
+        assert_eq!(
+            CallError::Kube(kube::Error::SerdeError(decode)).reason(),
+            ErrorReason::Decode
+        );
+        let connect = kube::Error::Service("connection refused".into());
+        assert_eq!(CallError::Kube(connect).reason(), ErrorReason::Connect);
     }
 
     #[tokio::test]

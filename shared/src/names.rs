@@ -106,6 +106,56 @@ pub fn selector(key: &str, value: &str) -> String {
     format!("{key}={value}")
 }
 
+/// Environment variable names of a Job's pod (docs/job-contract.md): what
+/// the driver and the publisher read.
+pub mod job_env {
+    /// The backend URL (driver and publisher).
+    pub const BACKEND_URL: &str = "TCAB_BACKEND_URL";
+    /// Where the driver uploads the run tree.
+    pub const ARTIFACTS_URL: &str = "TCAB_DRIVER_ARTIFACTS_URL";
+    /// Where the driver uploads the bundle.
+    pub const REPOS_URL: &str = "TCAB_DRIVER_REPOS_URL";
+    /// The backend run id.
+    pub const JOB_ID: &str = "TCAB_JOB_ID";
+    /// The per-job token of this claim (driver and publisher).
+    pub const JOB_TOKEN: &str = "TCAB_JOB_TOKEN";
+    /// The claim's launch request as JSON.
+    pub const LAUNCH_REQUEST: &str = "TCAB_LAUNCH_REQUEST";
+    /// How long the run may take before the driver stops it.
+    pub const FINISH_DEADLINE: &str = "TCAB_DRIVER_FINISH_DEADLINE_SECONDS";
+    /// How long the driver keeps trying to land its terminal report.
+    pub const REPORT_DEADLINE: &str = "TCAB_DRIVER_REPORT_DEADLINE_SECONDS";
+    /// Always `kubernetes` here.
+    pub const RUNTIME: &str = "TCAB_DRIVER_RUNTIME";
+    /// The managed-by value the driver puts on its sandbox pods.
+    pub const DRIVER_MANAGED_BY: &str = "TCAB_DRIVER_MANAGED_BY";
+    /// The driver pod's own IP, from the downward API.
+    pub const POD_IP: &str = "TCAB_DRIVER_POD_IP";
+    /// The backend publish job id.
+    pub const PUBLISH_JOB_ID: &str = "TCAB_PUBLISH_JOB_ID";
+    /// The claim's publish request as JSON.
+    pub const PUBLISH_REQUEST: &str = "TCAB_PUBLISH_REQUEST";
+    /// Prefixes of the admitter's own variables passed through to the driver.
+    pub const PASSTHROUGH_PREFIXES: [&str; 2] = ["TCAB_K8S_", "TCAB_CONTAINER_"];
+
+    /// Every name above.
+    pub const ALL: [&str; 13] = [
+        BACKEND_URL,
+        ARTIFACTS_URL,
+        REPOS_URL,
+        JOB_ID,
+        JOB_TOKEN,
+        LAUNCH_REQUEST,
+        FINISH_DEADLINE,
+        REPORT_DEADLINE,
+        RUNTIME,
+        DRIVER_MANAGED_BY,
+        POD_IP,
+        PUBLISH_JOB_ID,
+        PUBLISH_REQUEST,
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

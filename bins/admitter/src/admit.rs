@@ -38,7 +38,8 @@ use tcab_shared::backend::{
     PoisonedClaim,
 };
 use tcab_shared::job_cache::JobSummary;
-use tcab_shared::kube_api::{Verb, call};
+use tcab_shared::kube_api::{KubeCall, call};
+use tcab_shared::metrics::labels::{ErrorReason, PoisonResult};
 use tcab_shared::{Lane, Secret, error_chain, names};
 use tokio::time::Instant;
 
@@ -52,29 +53,9 @@ use tokio::time::Instant;
 /// (etcd's) 1.5 MiB object limit.
 pub const MAX_REQUEST_BYTES: usize = 120 * 1024;
 
-/// Why a claim cannot become a Job for a reason of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoisonReason {
-    /// The claim's answer breaks the contract (a missing or mistyped field,
-    /// an invalid id, an unusable token).
-    Malformed,
-    /// Its request is over [`MAX_REQUEST_BYTES`].
-    TooLarge,
-    /// The API server refused its Job with 422 after the dry run at start
-    /// passed: the job's own data is invalid in a Job.
-    Invalid,
-}
-
-impl PoisonReason {
-    /// The `reason` label value: `malformed`, `too_large`, `invalid`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PoisonReason::Malformed => "malformed",
-            PoisonReason::TooLarge => "too_large",
-            PoisonReason::Invalid => "invalid",
-        }
-    }
-}
+/// Why a claim cannot become a Job for a reason of its own (the `reason`
+/// label of `poisoned_claims_total`, declared with the other label values).
+pub use tcab_shared::metrics::labels::PoisonReason;
 
 /// What became of reporting a poisoned claim failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,12 +74,17 @@ pub enum PoisonReport {
 
 impl PoisonReport {
     /// The `result` label value: `ok`, `failed`, `none`.
-    pub fn as_str(&self) -> &'static str {
+    pub fn result(&self) -> PoisonResult {
         match self {
-            PoisonReport::Reported => "ok",
-            PoisonReport::Failed(_) => "failed",
-            PoisonReport::Impossible { .. } => "none",
+            PoisonReport::Reported => PoisonResult::Ok,
+            PoisonReport::Failed(_) => PoisonResult::Failed,
+            PoisonReport::Impossible { .. } => PoisonResult::None,
         }
+    }
+
+    /// The `result` label value, as text.
+    pub fn as_str(&self) -> &'static str {
+        self.result().as_str()
     }
 }
 
@@ -231,6 +217,8 @@ pub enum CreateFailure {
         calls: u32,
         /// The first unclear answer.
         first: String,
+        /// Why it did not tell.
+        first_reason: ErrorReason,
     },
 }
 
@@ -250,6 +238,8 @@ pub struct Creation {
     pub claimed_at: Instant,
     /// The first answer that did not tell, once there was one.
     pub unclear: Option<String>,
+    /// Why it did not tell.
+    pub unclear_reason: Option<ErrorReason>,
     /// The claim's per-job token, to report the job failed should the API
     /// server refuse its Job with 422 (`None` in tests that build one).
     token: Option<Secret>,
@@ -284,6 +274,7 @@ impl Creation {
                 .unwrap_or_else(|| names::job_name(lane, job_id, claim)),
             claimed_at,
             unclear: None,
+            unclear_reason: None,
             token: None,
             job,
         }
@@ -315,6 +306,19 @@ impl Claimed {
         match self {
             Claimed::Run(_) => Lane::Run,
             Claimed::Publish(_) => Lane::Publish,
+        }
+    }
+
+    fn times(&self) -> ClaimTimes {
+        match self {
+            Claimed::Run(run) => ClaimTimes {
+                enqueued_at: run.enqueued_at,
+                lease_expires_at: run.lease_expires_at,
+            },
+            Claimed::Publish(publish) => ClaimTimes {
+                enqueued_at: publish.enqueued_at,
+                lease_expires_at: publish.lease_expires_at,
+            },
         }
     }
 
@@ -385,6 +389,11 @@ pub struct Admission {
     pub unsettled: Option<Creation>,
     /// Stale Jobs of the claimed job id, and what their deletes came to.
     pub stale: Vec<StaleDeletion>,
+    /// When the claimed job was enqueued and its lease runs out, when a job
+    /// was claimed (for the queue-wait metric).
+    pub claimed: Option<ClaimTimes>,
+    /// From sending the claim to its Job known to exist, when it is known now.
+    pub created_after: Option<Duration>,
 }
 
 impl From<LaneOutcome> for Admission {
@@ -393,8 +402,19 @@ impl From<LaneOutcome> for Admission {
             outcome,
             unsettled: None,
             stale: vec![],
+            claimed: None,
+            created_after: None,
         }
     }
+}
+
+/// A claim's times on the backend's clock, as its answer gave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimTimes {
+    /// When the job entered the queue, when the answer said so.
+    pub enqueued_at: Option<jiff::Timestamp>,
+    /// When the claim's lease runs out (the claim's time plus the lease).
+    pub lease_expires_at: jiff::Timestamp,
 }
 
 /// What the lane knows of a job id when it claims it: the cached Jobs of that
@@ -426,6 +446,21 @@ pub async fn admit(lane: Lane, deps: AdmitDeps<'_>, jobs_of_id: JobsOfId<'_>) ->
         Ok(None) => return LaneOutcome::Empty.into(),
         Err(error) => return LaneOutcome::ClaimFailed(error).into(),
     };
+    let times = claimed.times();
+    let mut admission = admit_claimed(lane, deps, jobs_of_id, claimed, claimed_at).await;
+    admission.claimed = Some(times);
+    admission
+}
+
+/// Makes a Job of a claimed job: the size check, the vault `Put`, the
+/// stale Jobs of its id deleted, its create settled.
+async fn admit_claimed(
+    lane: Lane,
+    deps: AdmitDeps<'_>,
+    jobs_of_id: JobsOfId<'_>,
+    claimed: Claimed,
+    claimed_at: Instant,
+) -> Admission {
     let job_id = claimed.id().to_owned();
     let claim = names::claim_tag(claimed.token().expose());
     let job_name = names::job_name(lane, &job_id, &claim);
@@ -568,14 +603,14 @@ async fn delete_stale(
         let answer = match &job.pod {
             // The Job is gone already; the pod that outlived it runs on.
             Some(pod) => call(
-                Verb::Delete,
+                KubeCall::DeletePod,
                 deps.kube_timeout,
                 deps.pods.delete(pod, &DeleteParams::default()),
             )
             .await
             .map(drop),
             None => call(
-                Verb::Delete,
+                KubeCall::DeleteJob,
                 deps.kube_timeout,
                 deps.jobs.delete(&job.name, &DeleteParams::background()),
             )
@@ -622,6 +657,7 @@ async fn conclude(
 ) -> Admission {
     if creation.unclear.is_none() {
         creation.unclear = settlement.first_unclear.clone();
+        creation.unclear_reason = settlement.first_unclear_reason;
     }
     let settled = |by| {
         creation.unclear.clone().map(|after| Settled {
@@ -630,6 +666,8 @@ async fn conclude(
             calls: settlement.calls,
         })
     };
+    let created_after =
+        matches!(settlement.end, End::Exists(_)).then(|| creation.claimed_at.elapsed());
     let outcome = match settlement.end {
         End::Exists(Confirmation::AlreadyExists) if creation.unclear.is_none() => {
             LaneOutcome::AlreadyExists {
@@ -689,6 +727,7 @@ async fn conclude(
                 GiveUp::Exhausted => CreateFailure::GaveUp {
                     calls: settlement.calls,
                     first: creation.unclear.clone().unwrap_or_default(),
+                    first_reason: creation.unclear_reason.unwrap_or(ErrorReason::Other),
                 },
             };
             LaneOutcome::CreateFailed {
@@ -706,10 +745,15 @@ async fn conclude(
                 },
                 unsettled: Some(creation),
                 stale: vec![],
+                claimed: None,
+                created_after: None,
             };
         }
     };
-    outcome.into()
+    Admission {
+        created_after,
+        ..outcome.into()
+    }
 }
 
 /// Drops the token of a claim that will have no Job (best effort: the

@@ -105,37 +105,10 @@ pub const SUBSCRIPTION_FILE_MODE: i32 = 0o440;
 /// a minute covers that with the backend client's retries to spare.
 pub const PUBLISHER_TERMINATION_GRACE_SECONDS: i64 = 60;
 
-/// Environment variable names of the contract (docs/job-contract.md).
-pub mod env {
-    /// The backend URL (driver and publisher).
-    pub const BACKEND_URL: &str = "TCAB_BACKEND_URL";
-    /// Where the driver uploads the run tree.
-    pub const ARTIFACTS_URL: &str = "TCAB_DRIVER_ARTIFACTS_URL";
-    /// Where the driver uploads the bundle.
-    pub const REPOS_URL: &str = "TCAB_DRIVER_REPOS_URL";
-    /// The backend run id.
-    pub const JOB_ID: &str = "TCAB_JOB_ID";
-    /// The per-job token of this claim (driver and publisher).
-    pub const JOB_TOKEN: &str = "TCAB_JOB_TOKEN";
-    /// The claim's launch request as JSON.
-    pub const LAUNCH_REQUEST: &str = "TCAB_LAUNCH_REQUEST";
-    /// How long the run may take before the driver stops it.
-    pub const FINISH_DEADLINE: &str = "TCAB_DRIVER_FINISH_DEADLINE_SECONDS";
-    /// How long the driver keeps trying to land its terminal report.
-    pub const REPORT_DEADLINE: &str = "TCAB_DRIVER_REPORT_DEADLINE_SECONDS";
-    /// Always `kubernetes` here.
-    pub const RUNTIME: &str = "TCAB_DRIVER_RUNTIME";
-    /// The managed-by value the driver puts on its sandbox pods.
-    pub const DRIVER_MANAGED_BY: &str = "TCAB_DRIVER_MANAGED_BY";
-    /// The driver pod's own IP, from the downward API.
-    pub const POD_IP: &str = "TCAB_DRIVER_POD_IP";
-    /// The backend publish job id.
-    pub const PUBLISH_JOB_ID: &str = "TCAB_PUBLISH_JOB_ID";
-    /// The claim's publish request as JSON.
-    pub const PUBLISH_REQUEST: &str = "TCAB_PUBLISH_REQUEST";
-    /// Prefixes of the admitter's own variables passed through to the driver.
-    pub const PASSTHROUGH_PREFIXES: [&str; 2] = ["TCAB_K8S_", "TCAB_CONTAINER_"];
-}
+/// Environment variable names of the contract (docs/job-contract.md),
+/// declared in the shared crate so the start-up check of unknown variables
+/// knows them too.
+pub use tcab_shared::names::job_env as env;
 
 /// Why a Job could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

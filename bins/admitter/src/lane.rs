@@ -9,7 +9,7 @@
 //! lane never delays the other.
 
 use crate::admit::{
-    self, Admission, AdmitDeps, CreateFailure, LaneOutcome, PoisonReport, StaleDeletion,
+    self, Admission, AdmitDeps, ClaimTimes, CreateFailure, LaneOutcome, PoisonReport, StaleDeletion,
 };
 use crate::gate::lane_gate;
 use crate::keeper_client::KeeperClient;
@@ -128,6 +128,16 @@ pub struct LaneReport {
     pub in_flight: u32,
     /// Stale Jobs of the claimed job id deleted (or not) before its Job.
     pub stale: Vec<StaleDeletion>,
+    /// The lane's cap.
+    pub cap: u32,
+    /// Whether the Job view was current when the tick counted (otherwise
+    /// `in_flight` is the count of a view it could not trust).
+    pub view_current: bool,
+    /// The times the claim's answer gave, when the tick claimed a job.
+    pub claimed: Option<ClaimTimes>,
+    /// For each claim whose Job became known to exist this tick (a fresh
+    /// one, or an earlier one settled now): from sending the claim to then.
+    pub claim_to_job: Vec<std::time::Duration>,
 }
 
 impl LaneReport {
@@ -232,9 +242,14 @@ impl LaneAdmitter {
                 resettled: vec![],
                 in_flight: 0,
                 stale: vec![],
+                cap: 0,
+                view_current: self.edges.cache.is_current(),
+                claimed: None,
+                claim_to_job: vec![],
             };
         }
-        let resettled = self.settle_leftovers().await;
+        let mut claim_to_job = vec![];
+        let resettled = self.settle_leftovers(&mut claim_to_job).await;
 
         // Decide as if the gate were open first: only when the lane could
         // admit is the gate worth asking (a full or idle lane makes no call).
@@ -252,6 +267,7 @@ impl LaneAdmitter {
         self.log_decision(&decision);
 
         let mut stale = vec![];
+        let mut claimed = None;
         let outcome = if decision.admits() {
             let cache = &self.edges.cache;
             let state = &self.state;
@@ -262,6 +278,8 @@ impl LaneAdmitter {
             };
             let mut admission = admit::admit(lane, self.deps(), &jobs_of_id).await;
             stale = std::mem::take(&mut admission.stale);
+            claimed = admission.claimed;
+            claim_to_job.extend(admission.created_after);
             self.settle_stale(&stale).await;
             Some(self.record(admission, false))
         } else {
@@ -274,6 +292,10 @@ impl LaneAdmitter {
             resettled,
             in_flight,
             stale,
+            cap: snapshot.input.cap,
+            view_current: snapshot.view.is_current(),
+            claimed,
+            claim_to_job,
         }
     }
 
@@ -315,7 +337,10 @@ impl LaneAdmitter {
 
     /// Forgets what the cache shows, then settles again each creation left
     /// unsettled by an earlier tick.
-    async fn settle_leftovers(&mut self) -> Vec<LaneOutcome> {
+    async fn settle_leftovers(
+        &mut self,
+        claim_to_job: &mut Vec<std::time::Duration>,
+    ) -> Vec<LaneOutcome> {
         let lane = self.lane;
         let now = Instant::now();
         let cache = &self.edges.cache;
@@ -345,6 +370,7 @@ impl LaneAdmitter {
         let mut outcomes = vec![];
         for creation in self.state.take_unsettled() {
             let admission = admit::resettle(creation, self.deps()).await;
+            claim_to_job.extend(admission.created_after);
             outcomes.push(self.record(admission, true));
         }
         outcomes
@@ -468,7 +494,14 @@ impl LaneAdmitter {
             }
             LaneOutcome::ClaimFailed(error) => {
                 state.record_claim_failure(now, retry);
-                tracing::error!(%lane, error = %error_chain(error), retry_in_ms = retry.as_millis() as u64, "claim failed");
+                tracing::error!(
+                    %lane,
+                    call = error.call().unwrap_or("claim"),
+                    reason = error.kind().reason().as_str(),
+                    error = %error_chain(error),
+                    retry_in_ms = retry.as_millis() as u64,
+                    "claim failed; the lane claims again after the back-off"
+                );
             }
             LaneOutcome::CreateFailed {
                 job_id,

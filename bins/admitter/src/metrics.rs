@@ -1,26 +1,82 @@
 //! The admitter's own metrics (docs/metrics.md): each lane's in-flight
-//! count and cap, its admissions by outcome, and its admission gate as the
-//! lane last read it. They are recorded from each lane's [`LaneReport`] at
-//! the loop's edge ([`MeteredLane`]); the decisions never read them.
+//! count and cap, whether those figures are stale, how long the lane has
+//! been saturated, its admissions by outcome and its admission errors by
+//! reason, its admission gate as the lane last read it, how long jobs waited
+//! in the backend's queue and how long a claim took to become a Job, and
+//! each Job's start and run time as the Job watch shows them. They are
+//! recorded from each lane's [`LaneReport`] at the loop's edge
+//! ([`MeteredLane`]), from the Job view's milestones and, for the values that
+//! are read rather than counted (ages), at each scrape; the decisions never
+//! read them. Every counter series a lane can emit is created at 0 at start.
 
-use crate::admit::LaneOutcome;
+use crate::admit::{CreateFailure, LaneOutcome};
 use crate::lane::{AdmissionResult, LaneAdmitter, LaneReport};
 use crate::plan::{Decision, HoldReason};
 use crate::run::AdmitterSettings;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::sync::Arc;
-use tcab_shared::Lane;
-use tcab_shared::metrics::Labels;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tcab_shared::job_cache::{Milestone, OwnedJobs};
+use tcab_shared::metrics::labels::{
+    AdmissionOutcome, AdmissionStep, CallResult, ErrorReason, JobOutcome, LabelValue, LoopName,
+    PoisonReason, PoisonResult,
+};
+use tcab_shared::metrics::{HistogramFamily, Labels, histogram_family_with, zero};
 use tcab_shared::tick::{Tick, TickOutcome};
+use tcab_shared::{Lane, WallClock};
+use tokio::time::Instant;
+
+/// Buckets of the queue wait (enqueue to claim), in seconds: a second to
+/// eight hours, since a deliberately ordered sweep can hold work for hours.
+pub const QUEUE_WAIT_BUCKETS: [f64; 14] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0,
+    28800.0,
+];
+
+/// Buckets of claim-to-Job, in seconds: the admitter's own work (a claim, a
+/// vault `Put`, a create and its settle), milliseconds normally, up to a
+/// settle that takes most of half a lease.
+pub const CLAIM_TO_JOB_BUCKETS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Buckets of Job-created-to-running, in seconds: a cached image starts in
+/// seconds, a pull or a scale-up takes minutes, the unschedulable grace is
+/// half an hour.
+pub const JOB_START_BUCKETS: [f64; 12] = [
+    1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
+];
+
+/// Buckets of a Job's run time (created to finished), in seconds: a publish
+/// in minutes, a run up to the driver's six-hour deadline.
+pub const JOB_DURATION_BUCKETS: [f64; 13] = [
+    10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, 21600.0,
+    43200.0,
+];
+
+fn queue_wait_histogram() -> Histogram {
+    Histogram::new(QUEUE_WAIT_BUCKETS)
+}
+fn claim_to_job_histogram() -> Histogram {
+    Histogram::new(CLAIM_TO_JOB_BUCKETS)
+}
+fn job_start_histogram() -> Histogram {
+    Histogram::new(JOB_START_BUCKETS)
+}
+fn job_duration_histogram() -> Histogram {
+    Histogram::new(JOB_DURATION_BUCKETS)
+}
 
 /// The `loop` label of a lane's loop: `admit_run`, `admit_publish`.
 pub fn loop_name(lane: Lane) -> &'static str {
     match lane {
-        Lane::Run => "admit_run",
-        Lane::Publish => "admit_publish",
+        Lane::Run => LoopName::AdmitRun.as_str(),
+        Lane::Publish => LoopName::AdmitPublish.as_str(),
     }
 }
 
@@ -29,14 +85,14 @@ pub fn loop_name(lane: Lane) -> &'static str {
 /// 0, counted each tick like a full lane) or `error`. A lane
 /// that holds before it would claim (its view not current, backing off,
 /// resting after an empty claim, disabled) made no attempt.
-pub fn outcome(result: AdmissionResult) -> Option<&'static str> {
+pub fn outcome(result: AdmissionResult) -> Option<AdmissionOutcome> {
     match result {
-        AdmissionResult::Created
-        | AdmissionResult::EmptyQueue
-        | AdmissionResult::GateClosed
-        | AdmissionResult::LaneFull
-        | AdmissionResult::Paused
-        | AdmissionResult::Error => Some(result.as_str()),
+        AdmissionResult::Created => Some(AdmissionOutcome::Created),
+        AdmissionResult::EmptyQueue => Some(AdmissionOutcome::EmptyQueue),
+        AdmissionResult::GateClosed => Some(AdmissionOutcome::GateClosed),
+        AdmissionResult::LaneFull => Some(AdmissionOutcome::LaneFull),
+        AdmissionResult::Paused => Some(AdmissionOutcome::Paused),
+        AdmissionResult::Error => Some(AdmissionOutcome::Error),
         AdmissionResult::ViewNotCurrent
         | AdmissionResult::BackingOff
         | AdmissionResult::Resting
@@ -46,12 +102,12 @@ pub fn outcome(result: AdmissionResult) -> Option<&'static str> {
 
 /// The outcome a settle of an earlier unsettled create came to, once it
 /// came to one: its Job exists (`created`) or never will (`error`).
-fn settled_outcome(settled: &LaneOutcome) -> Option<&'static str> {
+fn settled_outcome(settled: &LaneOutcome) -> Option<AdmissionOutcome> {
     match settled {
         LaneOutcome::Unsettled { .. } => None,
-        done if done.created().is_some() => Some(AdmissionResult::Created.as_str()),
-        LaneOutcome::Empty => Some(AdmissionResult::EmptyQueue.as_str()),
-        _ => Some(AdmissionResult::Error.as_str()),
+        done if done.created().is_some() => Some(AdmissionOutcome::Created),
+        LaneOutcome::Empty => Some(AdmissionOutcome::EmptyQueue),
+        _ => Some(AdmissionOutcome::Error),
     }
 }
 
@@ -59,7 +115,7 @@ fn settled_outcome(settled: &LaneOutcome) -> Option<&'static str> {
 /// stays unsettled is counted once, when it settles (`created` when its Job
 /// turns out to exist, `error` when it is given up), so each claim counts
 /// once and `created` counts every Job the admitter made.
-pub fn admissions(report: &LaneReport) -> Vec<&'static str> {
+pub fn admissions(report: &LaneReport) -> Vec<AdmissionOutcome> {
     let mut out = Vec::new();
     if !matches!(report.outcome, Some(LaneOutcome::Unsettled { .. }))
         && let Some(outcome) = outcome(report.result())
@@ -68,6 +124,26 @@ pub fn admissions(report: &LaneReport) -> Vec<&'static str> {
     }
     out.extend(report.resettled.iter().filter_map(settled_outcome));
     out
+}
+
+/// The step and reason of an admission that failed for want of a call's
+/// success (a poisoned claim is counted in `poisoned_claims_total`
+/// instead), from the typed errors.
+pub fn admission_error(outcome: &LaneOutcome) -> Option<(AdmissionStep, ErrorReason)> {
+    match outcome {
+        LaneOutcome::ClaimFailed(error) => Some((AdmissionStep::Claim, error.kind().reason())),
+        LaneOutcome::CreateFailed { reason, .. } => Some((
+            AdmissionStep::Create,
+            match reason {
+                CreateFailure::Build(_) => ErrorReason::Request,
+                CreateFailure::Api { code, .. } => ErrorReason::of_status(*code),
+                // Half the lease passed before the Job was known to exist.
+                CreateFailure::Lapsed { .. } => ErrorReason::Timeout,
+                CreateFailure::GaveUp { first_reason, .. } => *first_reason,
+            },
+        )),
+        _ => None,
+    }
 }
 
 /// The gate as the tick read it: open when the lane admitted, closed when
@@ -80,26 +156,132 @@ pub fn gate_reading(report: &LaneReport) -> Option<bool> {
     }
 }
 
+/// Whether a lane is saturated, and since when: at its cap while its last
+/// claim found work. Ends when a claim finds the queue empty, when the lane
+/// has room after a tick, or when it is paused; held as it was while the
+/// lane's figures are stale (its view not current).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Saturation {
+    /// Saturated since then.
+    pub since: Option<Instant>,
+    /// Whether the lane's last claim found a job.
+    pub found_work: bool,
+}
+
+impl Saturation {
+    /// The state after `report`, at `now` (pure).
+    pub fn after(self, report: &LaneReport, now: Instant) -> Saturation {
+        let found_work = match report.outcome.as_ref() {
+            Some(LaneOutcome::Empty) => false,
+            Some(LaneOutcome::ClaimFailed(_)) | None => self.found_work,
+            Some(_) => true,
+        };
+        let since = match &report.decision {
+            Decision::Hold(HoldReason::ViewNotCurrent { .. }) => self.since,
+            Decision::Hold(HoldReason::Disabled | HoldReason::Paused) => None,
+            _ => {
+                let cap = report.cap;
+                let created = u32::from(report.result() == AdmissionResult::Created);
+                let at_cap = cap > 0 && report.in_flight + created >= cap;
+                (at_cap && found_work).then(|| self.since.unwrap_or(now))
+            }
+        };
+        Saturation { since, found_work }
+    }
+}
+
+/// The queue wait of a claimed job: from its enqueue to the claim, both on
+/// the backend's clock (the claim's time is its lease's expiry less the
+/// lease it grants); `None` when the claim said nothing of its enqueue.
+pub fn queue_wait(report: &LaneReport, lease: Duration) -> Option<Duration> {
+    let claimed = report.claimed.as_ref()?;
+    let enqueued = claimed.enqueued_at?;
+    let lease = jiff::SignedDuration::try_from(lease).ok()?;
+    let claimed_at = claimed.lease_expires_at.checked_sub(lease).ok()?;
+    let waited = claimed_at.duration_since(enqueued);
+    Some(Duration::try_from(waited).unwrap_or(Duration::ZERO))
+}
+
+/// What the scrape reads afresh: the Job view and the wall clock.
+struct Reads {
+    jobs: OwnedJobs,
+    clock: WallClock,
+}
+
 /// The admitter's metric families.
-#[derive(Debug, Default)]
 pub struct AdmitterMetrics {
     in_flight: Family<Labels<1>, Gauge>,
     cap: Family<Labels<1>, Gauge>,
+    stale: Family<Labels<1>, Gauge>,
+    saturated: Family<Labels<1>, Gauge<f64, AtomicU64>>,
+    oldest_age: Family<Labels<1>, Gauge<f64, AtomicU64>>,
+    deadline: Family<Labels<1>, Gauge>,
+    gate_max_age: Gauge<f64, AtomicU64>,
     admissions: Family<Labels<2>, Counter>,
+    admission_errors: Family<Labels<3>, Counter>,
     gate_open: Family<Labels<1>, Gauge>,
     paused: Family<Labels<1>, Gauge>,
     stale_deletes: Family<Labels<2>, Counter>,
     poisoned: Family<Labels<3>, Counter>,
+    queue_wait: HistogramFamily<Labels<1>>,
+    claim_to_job: HistogramFamily<Labels<1>>,
+    job_start: HistogramFamily<Labels<1>>,
+    job_duration: HistogramFamily<Labels<2>>,
+    /// Each lane's saturation (run, publish).
+    saturation: Mutex<[Saturation; 2]>,
+    /// The lease the backend grants (the claim's time on its clock).
+    lease: Mutex<Duration>,
+    reads: OnceLock<Reads>,
+}
+
+impl std::fmt::Debug for AdmitterMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdmitterMetrics").finish_non_exhaustive()
+    }
 }
 
 fn lane(lane: Lane) -> Labels<1> {
     [("lane", lane.label_value())]
 }
 
+fn index(lane: Lane) -> usize {
+    match lane {
+        Lane::Run => 0,
+        Lane::Publish => 1,
+    }
+}
+
+impl Default for AdmitterMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl AdmitterMetrics {
     /// Empty families.
     pub fn new() -> Self {
-        Self::default()
+        AdmitterMetrics {
+            in_flight: Family::default(),
+            cap: Family::default(),
+            stale: Family::default(),
+            saturated: Family::default(),
+            oldest_age: Family::default(),
+            deadline: Family::default(),
+            gate_max_age: Gauge::default(),
+            admissions: Family::default(),
+            admission_errors: Family::default(),
+            gate_open: Family::default(),
+            paused: Family::default(),
+            stale_deletes: Family::default(),
+            poisoned: Family::default(),
+            queue_wait: histogram_family_with(queue_wait_histogram),
+            claim_to_job: histogram_family_with(claim_to_job_histogram),
+            job_start: histogram_family_with(job_start_histogram),
+            job_duration: histogram_family_with(job_duration_histogram),
+            saturation: Mutex::new([Saturation::default(); 2]),
+            lease: Mutex::new(Duration::ZERO),
+            reads: OnceLock::new(),
+        }
     }
 
     /// Registers the families (shared, not copied).
@@ -115,9 +297,39 @@ impl AdmitterMetrics {
             self.cap.clone(),
         );
         registry.register(
+            "tcab_dispatcher_lane_stale",
+            "1 while the lane's figures are stale: the admitter's Job view is not current, so its in-flight count is the last one it could trust",
+            self.stale.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_lane_saturated_seconds",
+            "Seconds the lane has been saturated (at its cap while its last claim found work); 0 while it is not",
+            self.saturated.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_lane_oldest_job_age_seconds",
+            "Age of the lane's oldest live Job (0 with none)",
+            self.oldest_age.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_lane_deadline_seconds",
+            "activeDeadlineSeconds of the lane's Jobs",
+            self.deadline.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_gate_max_age_seconds",
+            "The oldest a successful renewal may be for the gate to stay open (TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS)",
+            self.gate_max_age.clone(),
+        );
+        registry.register(
             "tcab_dispatcher_admissions",
             "Admission attempts of a lane by what came of them",
             self.admissions.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_admission_errors",
+            "Admissions that failed, by the step that failed and why",
+            self.admission_errors.clone(),
         );
         registry.register(
             "tcab_dispatcher_stale_job_deletes",
@@ -139,11 +351,36 @@ impl AdmitterMetrics {
             "1 while the admitter reads the lane's admission gate as open, 0 while closed",
             self.gate_open.clone(),
         );
+        registry.register(
+            "tcab_dispatcher_queue_wait_seconds",
+            "How long a claimed job waited in the backend's queue: from its enqueue to its claim, on the backend's clock",
+            self.queue_wait.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_claim_to_job_seconds",
+            "From sending a claim to its Job known to exist",
+            self.claim_to_job.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_job_start_seconds",
+            "From a Job's creation to its pod ready (status.ready first above 0), as the Job watch shows it",
+            self.job_start.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_job_duration_seconds",
+            "From a Job's creation to its Complete or Failed condition, as the Job watch shows it",
+            self.job_duration.clone(),
+        );
     }
 
-    /// Every lane's cap from the settings (0 for a lane that is off), and
-    /// nothing in flight and the gate closed until the lane's first tick.
+    /// Every lane's cap and deadline from the settings (a cap of 0 for a
+    /// lane that is off), nothing in flight, the gate closed and the
+    /// figures stale until the lane's first tick (a lane that is off never
+    /// ticks: its figures are not stale), and every counter series a lane
+    /// can emit at 0.
     pub fn start(&self, settings: &AdmitterSettings) {
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = settings.lease_length;
+        self.gate_max_age.set(settings.gate_max_age.as_secs_f64());
         for l in Lane::ALL {
             let cap = if settings.enabled(l) {
                 settings.cap(l)
@@ -155,6 +392,141 @@ impl AdmitterMetrics {
             self.paused.get_or_create(&lane(l)).set(i64::from(paused));
             self.in_flight.get_or_create(&lane(l)).set(0);
             self.gate_open.get_or_create(&lane(l)).set(0);
+            // Stale until the lane's first tick on a current view; a lane
+            // that is off has no figures to be stale.
+            self.stale
+                .get_or_create(&lane(l))
+                .set(i64::from(settings.enabled(l)));
+            self.saturated.get_or_create(&lane(l)).set(0.0);
+            self.oldest_age.get_or_create(&lane(l)).set(0.0);
+            let deadline = match l {
+                Lane::Run => settings.jobs.driver_active_deadline_seconds,
+                Lane::Publish => settings.jobs.publisher_active_deadline_seconds,
+            };
+            self.deadline.get_or_create(&lane(l)).set(deadline);
+        }
+        let lanes = Lane::ALL.iter().map(|l| l.label_value());
+        for l in Lane::ALL {
+            zero(&self.queue_wait, [lane(l)]);
+            zero(&self.claim_to_job, [lane(l)]);
+            zero(&self.job_start, [lane(l)]);
+        }
+        zero(
+            &self.job_duration,
+            lanes.clone().flat_map(|l| {
+                JobOutcome::ALL
+                    .iter()
+                    .map(move |o| [("lane", l), ("outcome", o.as_str())])
+            }),
+        );
+        zero(
+            &self.admissions,
+            lanes.clone().flat_map(|l| {
+                AdmissionOutcome::ALL
+                    .iter()
+                    .map(move |o| [("lane", l), ("outcome", o.as_str())])
+            }),
+        );
+        zero(
+            &self.admission_errors,
+            lanes.clone().flat_map(|l| {
+                let claim = ErrorReason::BACKEND.iter().map(move |r| {
+                    [
+                        ("lane", l),
+                        ("step", AdmissionStep::Claim.as_str()),
+                        ("reason", r.as_str()),
+                    ]
+                });
+                let create = ErrorReason::KUBE.iter().map(move |r| {
+                    [
+                        ("lane", l),
+                        ("step", AdmissionStep::Create.as_str()),
+                        ("reason", r.as_str()),
+                    ]
+                });
+                claim.chain(create)
+            }),
+        );
+        zero(
+            &self.stale_deletes,
+            lanes.clone().flat_map(|l| {
+                CallResult::ALL
+                    .iter()
+                    .map(move |r| [("lane", l), ("result", r.as_str())])
+            }),
+        );
+        zero(
+            &self.poisoned,
+            lanes.flat_map(|l| {
+                PoisonReason::ALL.iter().flat_map(move |reason| {
+                    PoisonResult::ALL.iter().map(move |result| {
+                        [
+                            ("lane", l),
+                            ("reason", reason.as_str()),
+                            ("result", result.as_str()),
+                        ]
+                    })
+                })
+            }),
+        );
+    }
+
+    /// Reads the Job view and the wall clock at each scrape from now on
+    /// (each lane's oldest live Job), and times each Job's start and run
+    /// from the view's milestones.
+    pub fn watch(self: &Arc<Self>, jobs: &OwnedJobs, clock: WallClock) {
+        let metrics = Arc::clone(self);
+        let at = clock.clone();
+        jobs.on_milestone(Arc::new(move |milestone| {
+            metrics.milestone(&milestone, &at)
+        }));
+        let _ = self.reads.set(Reads {
+            jobs: jobs.clone(),
+            clock,
+        });
+    }
+
+    /// Records one milestone of a Job's life, timed from its creation.
+    pub fn milestone(&self, milestone: &Milestone, clock: &WallClock) {
+        let since = |created: jiff::Timestamp| {
+            Duration::try_from(clock.now().duration_since(created)).unwrap_or(Duration::ZERO)
+        };
+        match milestone {
+            Milestone::Started {
+                lane: l,
+                created_at,
+            } => self
+                .job_start
+                .get_or_create(&lane(*l))
+                .observe(since(*created_at).as_secs_f64()),
+            Milestone::Finished {
+                lane: l,
+                outcome,
+                created_at,
+            } => self
+                .job_duration
+                .get_or_create(&[("lane", l.label_value()), ("outcome", outcome.as_str())])
+                .observe(since(*created_at).as_secs_f64()),
+        }
+    }
+
+    /// Sets what is read rather than counted, at `now`: each lane's
+    /// saturated seconds and the age of its oldest live Job.
+    pub fn refresh(&self, now: Instant) {
+        let saturation = *self.saturation.lock().unwrap_or_else(|e| e.into_inner());
+        for l in Lane::ALL {
+            let seconds = saturation[index(l)].since.map_or(0.0, |since| {
+                now.saturating_duration_since(since).as_secs_f64()
+            });
+            self.saturated.get_or_create(&lane(l)).set(seconds);
+            if let Some(reads) = self.reads.get() {
+                let age = reads.jobs.oldest_live(l).map_or(0.0, |created| {
+                    Duration::try_from(reads.clock.now().duration_since(created))
+                        .unwrap_or(Duration::ZERO)
+                        .as_secs_f64()
+                });
+                self.oldest_age.get_or_create(&lane(l)).set(age);
+            }
         }
     }
 
@@ -164,40 +536,67 @@ impl AdmitterMetrics {
         self.in_flight
             .get_or_create(&lane(l))
             .set(i64::from(report.in_flight));
+        self.stale
+            .get_or_create(&lane(l))
+            .set(i64::from(!report.view_current));
+        {
+            let mut saturation = self.saturation.lock().unwrap_or_else(|e| e.into_inner());
+            let state = &mut saturation[index(l)];
+            *state = state.after(report, Instant::now());
+        }
         if let Some(open) = gate_reading(report) {
             self.gate_open.get_or_create(&lane(l)).set(i64::from(open));
         }
         for deletion in &report.stale {
             let result = if deletion.result.is_ok() {
-                "ok"
+                CallResult::Ok
             } else {
-                "failed"
+                CallResult::Failed
             };
             self.stale_deletes
-                .get_or_create(&[("lane", l.label_value()), ("result", result)])
+                .get_or_create(&[("lane", l.label_value()), ("result", result.as_str())])
                 .inc();
         }
-        let poisoned = report
-            .outcome
-            .iter()
-            .chain(&report.resettled)
-            .filter_map(|o| match o {
-                LaneOutcome::Poisoned { reason, report, .. } => Some((reason, report)),
-                _ => None,
-            });
-        for (reason, result) in poisoned {
-            self.poisoned
-                .get_or_create(&[
-                    ("lane", l.label_value()),
-                    ("reason", reason.as_str()),
-                    ("result", result.as_str()),
-                ])
-                .inc();
+        let outcomes = report.outcome.iter().chain(&report.resettled);
+        for o in outcomes.clone() {
+            match o {
+                LaneOutcome::Poisoned { reason, report, .. } => {
+                    self.poisoned
+                        .get_or_create(&[
+                            ("lane", l.label_value()),
+                            ("reason", reason.as_str()),
+                            ("result", report.result().as_str()),
+                        ])
+                        .inc();
+                }
+                other => {
+                    if let Some((step, reason)) = admission_error(other) {
+                        self.admission_errors
+                            .get_or_create(&[
+                                ("lane", l.label_value()),
+                                ("step", step.as_str()),
+                                ("reason", reason.as_str()),
+                            ])
+                            .inc();
+                    }
+                }
+            }
         }
         for outcome in admissions(report) {
             self.admissions
-                .get_or_create(&[("lane", l.label_value()), ("outcome", outcome)])
+                .get_or_create(&[("lane", l.label_value()), ("outcome", outcome.as_str())])
                 .inc();
+        }
+        let lease = *self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(waited) = queue_wait(report, lease) {
+            self.queue_wait
+                .get_or_create(&lane(l))
+                .observe(waited.as_secs_f64());
+        }
+        for took in &report.claim_to_job {
+            self.claim_to_job
+                .get_or_create(&lane(l))
+                .observe(took.as_secs_f64());
         }
     }
 }
@@ -239,7 +638,19 @@ mod tests {
             resettled: vec![],
             in_flight: 3,
             stale: vec![],
+            cap: 8,
+            view_current: true,
+            claimed: None,
+            claim_to_job: vec![],
         }
+    }
+
+    /// The outcomes one tick counts, as their label values.
+    fn names(report: &LaneReport) -> Vec<&'static str> {
+        admissions(report)
+            .into_iter()
+            .map(AdmissionOutcome::as_str)
+            .collect()
     }
 
     fn admit() -> Decision {
@@ -326,19 +737,208 @@ mod tests {
             (report(hold(HoldReason::Paused), None), vec!["paused"]),
         ];
         for (report, want) in cases {
-            assert_eq!(admissions(&report), want, "{report:?}");
+            assert_eq!(names(&report), want, "{report:?}");
+        }
+    }
+
+    fn full(in_flight: u32) -> Decision {
+        hold(HoldReason::LaneFull { in_flight, cap: 8 })
+    }
+
+    fn at(report: &LaneReport, in_flight: u32) -> LaneReport {
+        LaneReport {
+            lane: report.lane,
+            decision: report.decision.clone(),
+            outcome: None,
+            resettled: vec![],
+            in_flight,
+            stale: vec![],
+            cap: report.cap,
+            view_current: report.view_current,
+            claimed: None,
+            claim_to_job: vec![],
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lane_is_saturated_at_its_cap_while_its_last_claim_found_work() {
+        let t0 = Instant::now();
+        let none = Saturation::default();
+        // A claim that found work and filled the lane (7 + 1 = 8).
+        let mut filled = report(admit(), Some(admitted("a")));
+        filled.in_flight = 7;
+        let s = none.after(&filled, t0);
+        assert_eq!(
+            s,
+            Saturation {
+                since: Some(t0),
+                found_work: true
+            }
+        );
+        // Full ticks keep the start.
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let s = s.after(&at(&report(full(8), None), 8), Instant::now());
+        assert_eq!(s.since, Some(t0));
+        // A freed slot refilled at once: still saturated, from the same start.
+        let s = s.after(&filled, Instant::now());
+        assert_eq!(s.since, Some(t0));
+        // A stale view holds the state as it was.
+        let blind = at(
+            &report(hold(HoldReason::ViewNotCurrent { why: "x".into() }), None),
+            8,
+        );
+        assert_eq!(s.after(&blind, Instant::now()), s);
+        // A claim that found the queue empty ends it, and a full lane after
+        // it is not saturated: its last claim found nothing.
+        let mut empty = report(admit(), Some(LaneOutcome::Empty));
+        empty.in_flight = 7;
+        let s = s.after(&empty, Instant::now());
+        assert_eq!(
+            s,
+            Saturation {
+                since: None,
+                found_work: false
+            }
+        );
+        assert_eq!(
+            s.after(&at(&report(full(8), None), 8), Instant::now())
+                .since,
+            None
+        );
+        // Room left after an admission: not at the cap.
+        let mut roomy = report(admit(), Some(admitted("b")));
+        roomy.in_flight = 2;
+        assert_eq!(none.after(&roomy, t0).since, None);
+        // A paused lane is never saturated.
+        let mut paused = at(&report(hold(HoldReason::Paused), None), 8);
+        paused.cap = 0;
+        let busy = Saturation {
+            since: Some(t0),
+            found_work: true,
+        };
+        assert_eq!(busy.after(&paused, t0).since, None);
+    }
+
+    #[test]
+    fn the_queue_wait_is_read_on_the_backends_clock() {
+        let ts = |s: &str| s.parse::<jiff::Timestamp>().expect("a time");
+        let mut claimed = report(admit(), Some(admitted("a")));
+        assert_eq!(
+            queue_wait(&claimed, Duration::from_secs(120)),
+            None,
+            "no claim"
+        );
+        claimed.claimed = Some(crate::admit::ClaimTimes {
+            enqueued_at: Some(ts("2026-11-29T17:00:00Z")),
+            lease_expires_at: ts("2026-11-29T17:07:30Z"),
+        });
+        // Claimed at 17:05:30 by the backend's clock: 330 s in the queue.
+        assert_eq!(
+            queue_wait(&claimed, Duration::from_secs(120)),
+            Some(Duration::from_secs(330))
+        );
+        // An enqueue after the claim (a lease longer than assumed) is 0.
+        assert_eq!(
+            queue_wait(&claimed, Duration::from_secs(600)),
+            Some(Duration::ZERO)
+        );
+        claimed.claimed = Some(crate::admit::ClaimTimes {
+            enqueued_at: None,
+            lease_expires_at: ts("2026-11-29T17:07:30Z"),
+        });
+        assert_eq!(queue_wait(&claimed, Duration::from_secs(120)), None);
+    }
+
+    #[test]
+    fn admission_errors_carry_the_failing_step_and_its_reason() {
+        let create = |reason| LaneOutcome::CreateFailed {
+            job_id: "a".into(),
+            job_name: "tcab-driver-a".into(),
+            reason,
+        };
+        let api = |code| CreateFailure::Api {
+            code,
+            reason: "R".into(),
+            message: "m".into(),
+        };
+        let cases = [
+            (
+                create(api(403)),
+                (AdmissionStep::Create, ErrorReason::Forbidden),
+            ),
+            (
+                create(api(500)),
+                (AdmissionStep::Create, ErrorReason::Http5xx),
+            ),
+            (
+                create(CreateFailure::Lapsed {
+                    age: Duration::from_secs(61),
+                }),
+                (AdmissionStep::Create, ErrorReason::Timeout),
+            ),
+            (
+                create(CreateFailure::GaveUp {
+                    calls: 8,
+                    first: "x".into(),
+                    first_reason: ErrorReason::Connect,
+                }),
+                (AdmissionStep::Create, ErrorReason::Connect),
+            ),
+        ];
+        for (outcome, want) in cases {
+            assert_eq!(admission_error(&outcome), Some(want), "{outcome:?}");
+        }
+        assert_eq!(admission_error(&admitted("a")), None);
+        assert_eq!(admission_error(&LaneOutcome::Empty), None);
+    }
+
+    #[test]
+    fn milestones_are_timed_from_the_jobs_creation() {
+        let metrics = AdmitterMetrics::new();
+        let mut exporter = Exporter::new(&Common::new());
+        metrics.register(exporter.registry_mut());
+        let created: jiff::Timestamp = "2026-11-29T17:00:00Z".parse().expect("a time");
+        let clock = WallClock::fixed(created + jiff::SignedDuration::from_secs(45));
+        metrics.milestone(
+            &Milestone::Started {
+                lane: Lane::Run,
+                created_at: created,
+            },
+            &clock,
+        );
+        let later = WallClock::fixed(created + jiff::SignedDuration::from_secs(900));
+        metrics.milestone(
+            &Milestone::Finished {
+                lane: Lane::Publish,
+                outcome: tcab_shared::metrics::labels::JobOutcome::Failed,
+                created_at: created,
+            },
+            &later,
+        );
+        let text = exporter.encode();
+        for line in [
+            r#"tcab_dispatcher_job_start_seconds_bucket{lane="run",le="30"} 0"#,
+            r#"tcab_dispatcher_job_start_seconds_bucket{lane="run",le="60"} 1"#,
+            r#"tcab_dispatcher_job_start_seconds_sum{lane="run"} 45.0"#,
+            r#"tcab_dispatcher_job_duration_seconds_count{lane="publish",outcome="failed"} 1"#,
+            r#"tcab_dispatcher_job_duration_seconds_sum{lane="publish",outcome="failed"} 900.0"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
         }
     }
 
     #[test]
     fn an_unsettled_create_counts_once_when_it_settles() {
         let first = report(admit(), Some(unsettled("a")));
-        assert_eq!(admissions(&first), Vec::<&str>::new(), "not yet known");
+        assert_eq!(names(&first), Vec::<&str>::new(), "not yet known");
         let mut later = report(hold(HoldReason::Disabled), None);
         later.resettled = vec![unsettled("a")];
-        assert_eq!(admissions(&later), Vec::<&str>::new(), "still unknown");
+        assert_eq!(names(&later), Vec::<&str>::new(), "still unknown");
         later.resettled = vec![admitted("a")];
-        assert_eq!(admissions(&later), ["created"]);
+        assert_eq!(names(&later), ["created"]);
         // A tick can admit a fresh claim and settle an older one.
         let mut both = report(admit(), Some(admitted("b")));
         both.resettled = vec![LaneOutcome::CreateFailed {
@@ -347,9 +947,10 @@ mod tests {
             reason: CreateFailure::GaveUp {
                 calls: 8,
                 first: "500".into(),
+                first_reason: ErrorReason::Http5xx,
             },
         }];
-        assert_eq!(admissions(&both), ["created", "error"]);
+        assert_eq!(names(&both), ["created", "error"]);
     }
 
     #[test]
@@ -382,8 +983,11 @@ mod tests {
         // No publisher image: the publish lane is off, its cap 0.
         let settings = AdmitterSettings::from_config(&config);
         metrics.start(&settings);
-        metrics.record(&report(admit(), Some(admitted("a"))));
-        metrics.record(&report(admit(), Some(admitted("b"))));
+        for name in ["a", "b"] {
+            let mut created = report(admit(), Some(admitted(name)));
+            created.claim_to_job = vec![Duration::from_millis(40)];
+            metrics.record(&created);
+        }
         let mut full = report(
             hold(HoldReason::LaneFull {
                 in_flight: 8,
@@ -430,6 +1034,24 @@ mod tests {
             r#"tcab_dispatcher_admissions_total{lane="run",outcome="error"} 1"#,
             r#"tcab_dispatcher_stale_job_deletes_total{lane="run",result="ok"} 1"#,
             r#"tcab_dispatcher_poisoned_claims_total{lane="run",reason="malformed",result="none"} 1"#,
+            // Created at 0 at the start, every value of every label.
+            r#"tcab_dispatcher_admissions_total{lane="publish",outcome="created"} 0"#,
+            r#"tcab_dispatcher_admissions_total{lane="run",outcome="empty_queue"} 0"#,
+            r#"tcab_dispatcher_admission_errors_total{lane="run",step="claim",reason="timeout"} 0"#,
+            r#"tcab_dispatcher_admission_errors_total{lane="publish",step="create",reason="forbidden"} 0"#,
+            r#"tcab_dispatcher_stale_job_deletes_total{lane="publish",result="failed"} 0"#,
+            r#"tcab_dispatcher_poisoned_claims_total{lane="publish",reason="too_large",result="ok"} 0"#,
+            r#"tcab_dispatcher_lane_stale{lane="run"} 0"#,
+            // The publish lane is off: nothing of it to be stale.
+            r#"tcab_dispatcher_lane_stale{lane="publish"} 0"#,
+            r#"tcab_dispatcher_lane_deadline_seconds{lane="run"} 21600"#,
+            r#"tcab_dispatcher_lane_deadline_seconds{lane="publish"} 2700"#,
+            "tcab_dispatcher_gate_max_age_seconds 60.0",
+            // The lane histograms are there, empty, from the start.
+            r#"tcab_dispatcher_queue_wait_seconds_count{lane="publish"} 0"#,
+            r#"tcab_dispatcher_claim_to_job_seconds_count{lane="run"} 2"#,
+            r#"tcab_dispatcher_job_start_seconds_count{lane="run"} 0"#,
+            r#"tcab_dispatcher_job_duration_seconds_count{lane="publish",outcome="succeeded"} 0"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),

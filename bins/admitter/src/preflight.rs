@@ -20,7 +20,7 @@ use std::fmt;
 use std::time::Duration;
 use tcab_shared::backend::{ClaimedPublish, ClaimedRun};
 use tcab_shared::config::vars;
-use tcab_shared::kube_api::{CallError, Verb, call};
+use tcab_shared::kube_api::{CallError, KubeCall, call};
 use tcab_shared::retry::Backoff;
 use tcab_shared::runtime::CancellationToken;
 use tcab_shared::{Lane, Secret, error_chain};
@@ -224,12 +224,14 @@ fn samples() -> (ClaimedRun, ClaimedPublish) {
         attempt: 1,
         launch_request: json!({}),
         lease_expires_at: lease,
+        enqueued_at: None,
     };
     let publish = ClaimedPublish {
         id: SAMPLE_ID.to_owned(),
         token,
         request: json!({}),
         lease_expires_at: lease,
+        enqueued_at: None,
     };
     (run, publish)
 }
@@ -261,7 +263,12 @@ pub async fn check(
     for (lane, job) in sample_jobs(settings) {
         let mut failures: u32 = 0;
         loop {
-            let result = call(Verb::Create, kube_timeout, jobs.create(&params, &job)).await;
+            let result = call(
+                KubeCall::CreateJob,
+                kube_timeout,
+                jobs.create(&params, &job),
+            )
+            .await;
             match judge(result) {
                 Verdict::Passed => {
                     tracing::info!(%lane, "start-up check: the API server accepts a Job built from the settings (dry run)");

@@ -16,12 +16,12 @@ use kube::Api;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
-use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::runtime::{CancellationToken, Supervisor};
 use tcab_shared::tick::TickOutcome;
+use tcab_shared::{Lane, WallClock};
 
 /// Calls (creates and reads) one settle of a create may make: enough for
 /// three unclear creates, each read back, and a fourth create.
@@ -275,6 +275,8 @@ pub async fn run(
     ));
     let mut exporter = Exporter::new(common());
     metrics.register(exporter.registry_mut());
+    let scraped = metrics.clone();
+    exporter.on_scrape(move || scraped.refresh(tokio::time::Instant::now()));
     let _endpoint = serve_if(config.common.metrics_addr, exporter, health.clone()).await?;
     let vault =
         KeeperClient::connect_lazy(config.common.vault_addr, KeeperClientSettings::default())
@@ -293,6 +295,7 @@ pub async fn run(
         &config.common.managed_by,
         WatchSettings::of(&config.common),
     );
+    metrics.watch(&cache, WallClock::system());
     let supervisor = Supervisor::new(&shutdown, &health, &cache, watch);
     tracing::info!(
         namespace = %deps.namespace,

@@ -21,7 +21,8 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
 use std::time::Duration;
 use tcab_shared::error_chain;
-use tcab_shared::kube_api::{CallError, Verb, call};
+use tcab_shared::kube_api::{CallError, KubeCall, call};
+use tcab_shared::metrics::labels::ErrorReason;
 use tokio::time::Instant;
 
 /// The two calls a settle makes.
@@ -213,6 +214,8 @@ pub struct Settlement {
     pub calls: u32,
     /// The first answer that did not tell, if any.
     pub first_unclear: Option<String>,
+    /// Why that answer did not tell (for the admission errors metric).
+    pub first_unclear_reason: Option<ErrorReason>,
     /// The claim's age when it ended.
     pub claim_age: Duration,
 }
@@ -250,12 +253,14 @@ pub async fn settle(
     let mut calls = 0u32;
     let mut creates = 0u32;
     let mut first_unclear: Option<String> = None;
+    let mut first_reason: Option<ErrorReason> = None;
     loop {
         let claim_age = claimed_at.elapsed();
         let done = |end: End, calls: u32, first_unclear: Option<String>| Settlement {
             end,
             calls,
             first_unclear,
+            first_unclear_reason: first_reason,
             claim_age,
         };
         match next_step(&known, calls, claim_age, &edges.limits) {
@@ -284,11 +289,12 @@ pub async fn settle(
                 calls += 1;
                 creates += 1;
                 let result = call(
-                    Verb::Create,
+                    KubeCall::CreateJob,
                     edges.kube_timeout,
                     edges.jobs.create(&PostParams::default(), job),
                 )
                 .await;
+                let reason = result.as_ref().err().map(CallError::reason);
                 match create_answer(result) {
                     CreateAnswer::Created => {
                         return done(End::Exists(Confirmation::Created), calls, first_unclear);
@@ -317,6 +323,7 @@ pub async fn settle(
                     }
                     CreateAnswer::Unclear(why) => {
                         first_unclear.get_or_insert_with(|| why.clone());
+                        first_reason = first_reason.or(reason);
                         known = Known::Unknown {
                             after: Call::Create,
                             why,
@@ -326,7 +333,8 @@ pub async fn settle(
             }
             Step::Read => {
                 calls += 1;
-                let result = call(Verb::Get, edges.kube_timeout, edges.jobs.get(name)).await;
+                let result = call(KubeCall::GetJob, edges.kube_timeout, edges.jobs.get(name)).await;
+                let reason = result.as_ref().err().map(CallError::reason);
                 match read_answer(result) {
                     ReadAnswer::Found => {
                         return done(End::Exists(Confirmation::Found), calls, first_unclear);
@@ -334,6 +342,7 @@ pub async fn settle(
                     ReadAnswer::NotFound => known = Known::Absent,
                     ReadAnswer::Unclear(why) => {
                         first_unclear.get_or_insert_with(|| why.clone());
+                        first_reason = first_reason.or(reason);
                         known = Known::Unknown {
                             after: Call::Read,
                             why,

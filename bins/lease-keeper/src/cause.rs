@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use std::fmt;
 use std::time::Duration;
 use tcab_shared::Lane;
+use tcab_shared::metrics::labels::Cause;
 use tcab_shared::names::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
 
 /// Longest text of a Kubernetes reason or message kept in a summary.
@@ -315,46 +316,46 @@ impl DeathCause {
     }
 
     /// A short snake_case kind for metrics and logs (see docs/metrics.md).
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> Cause {
         match self {
             DeathCause::Disrupted { reason, .. } => match reason.as_str() {
-                "EvictionByEvictionAPI" => "evicted",
-                "PreemptionByScheduler" => "preempted",
-                "DeletionByTaintManager" => "taint_deleted",
-                "TerminationByKubelet" => "kubelet_evicted",
-                "DeletionByPodGC" => "node_lost",
-                _ => "unknown",
+                "EvictionByEvictionAPI" => Cause::Evicted,
+                "PreemptionByScheduler" => Cause::Preempted,
+                "DeletionByTaintManager" => Cause::TaintDeleted,
+                "TerminationByKubelet" => Cause::KubeletEvicted,
+                "DeletionByPodGC" => Cause::NodeLost,
+                _ => Cause::Unknown,
             },
             DeathCause::PodFailed { reason, .. } => match reason.as_str() {
-                "Evicted" | "Shutdown" | "Terminated" => "kubelet_evicted",
-                r if r.starts_with("OutOf") => "kubelet_evicted",
-                "NodeLost" => "node_lost",
-                _ => "unknown",
+                "Evicted" | "Shutdown" | "Terminated" => Cause::KubeletEvicted,
+                r if r.starts_with("OutOf") => Cause::KubeletEvicted,
+                "NodeLost" => Cause::NodeLost,
+                _ => Cause::Unknown,
             },
-            DeathCause::OomKilled { .. } => "oom_killed",
-            DeathCause::ContainerExited { exit_code, .. } if *exit_code > 128 => "killed",
-            DeathCause::ContainerExited { .. } => "exit_code",
+            DeathCause::OomKilled { .. } => Cause::OomKilled,
+            DeathCause::ContainerExited { exit_code, .. } if *exit_code > 128 => Cause::Killed,
+            DeathCause::ContainerExited { .. } => Cause::ExitCode,
             DeathCause::ContainerWaiting { reason, .. } => match reason.as_str() {
-                "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" => "image_pull",
+                "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" => Cause::ImagePull,
                 "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError" => {
-                    "config_error"
+                    Cause::ConfigError
                 }
-                _ => "never_started",
+                _ => Cause::NeverStarted,
             },
             DeathCause::JobCondition { reason, .. } if reason == "DeadlineExceeded" => {
-                "deadline_exceeded"
+                Cause::DeadlineExceeded
             }
-            DeathCause::JobCondition { .. } => "unknown",
-            DeathCause::NeverStartedPod => "never_started",
-            DeathCause::PodDeleted { .. } => "pod_deleted",
-            DeathCause::Unknown => "unknown",
+            DeathCause::JobCondition { .. } => Cause::Unknown,
+            DeathCause::NeverStartedPod => Cause::NeverStarted,
+            DeathCause::PodDeleted { .. } => Cause::PodDeleted,
+            DeathCause::Unknown => Cause::Unknown,
             DeathCause::NeverStarted(failure) => match failure.kind {
-                StartFailureKind::ImagePull | StartFailureKind::InvalidImage => "image_pull",
-                StartFailureKind::ConfigError | StartFailureKind::CreateError => "config_error",
-                StartFailureKind::Unschedulable => "unschedulable",
+                StartFailureKind::ImagePull | StartFailureKind::InvalidImage => Cause::ImagePull,
+                StartFailureKind::ConfigError | StartFailureKind::CreateError => Cause::ConfigError,
+                StartFailureKind::Unschedulable => Cause::Unschedulable,
             },
-            DeathCause::Deleted { .. } => "job_deleted",
-            DeathCause::Stuck { .. } => "node_lost",
+            DeathCause::Deleted { .. } => Cause::JobDeleted,
+            DeathCause::Stuck { .. } => Cause::NodeLost,
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::error_chain;
 use tcab_shared::job_cache::JobSummary;
-use tcab_shared::kube_api::{CallError, Verb, call};
+use tcab_shared::kube_api::{CallError, KubeCall, call};
 use tcab_shared::names;
 use tcab_shared::names::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
 
@@ -48,7 +48,7 @@ impl Inspector {
     /// The newest pod of `job_name`, if it has one.
     pub async fn newest_pod(&self, job_name: &str) -> Result<Option<Pod>, CallError> {
         let params = ListParams::default().labels(&names::selector(names::JOB_NAME, job_name));
-        let pods = call(Verb::List, self.timeout, self.pods.list(&params)).await?;
+        let pods = call(KubeCall::ListPods, self.timeout, self.pods.list(&params)).await?;
         Ok(newest(pods.items))
     }
 
@@ -74,7 +74,13 @@ impl Inspector {
             ..LogParams::default()
         };
         let name = pod.name_any();
-        match call(Verb::Get, self.timeout, self.pods.logs(&name, &params)).await {
+        match call(
+            KubeCall::GetPodLog,
+            self.timeout,
+            self.pods.logs(&name, &params),
+        )
+        .await
+        {
             Ok(text) => LogTail::Read(text),
             // The pod, or the Node whose kubelet serves its log.
             Err(error) if error.is_not_found() => LogTail::Gone(format!(
@@ -87,7 +93,7 @@ impl Inspector {
 
     /// The Job named `name`, if it still exists.
     pub async fn job(&self, name: &str) -> Result<Option<Job>, CallError> {
-        call(Verb::Get, self.timeout, self.jobs.get_opt(name)).await
+        call(KubeCall::GetJob, self.timeout, self.jobs.get_opt(name)).await
     }
 
     /// The names of the live owned Jobs of one backend job, read from the
@@ -100,7 +106,7 @@ impl Inspector {
             names::selector(names::JOB_ID, job_id)
         );
         let list = call(
-            Verb::List,
+            KubeCall::ListJobs,
             self.timeout,
             self.jobs.list(&ListParams::default().labels(&selector)),
         )
@@ -123,7 +129,13 @@ impl Inspector {
             propagation_policy: Some(PropagationPolicy::Background),
             ..DeleteParams::default()
         };
-        match call(Verb::Delete, self.timeout, self.jobs.delete(name, &params)).await {
+        match call(
+            KubeCall::DeleteJob,
+            self.timeout,
+            self.jobs.delete(name, &params),
+        )
+        .await
+        {
             Ok(_) => Ok(()),
             Err(error) if error.is_not_found() => Ok(()),
             Err(error) => Err(error),

@@ -10,23 +10,41 @@ use crate::run::reports::{ReportTick, Reporter};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use tcab_shared::Lane;
-use tcab_shared::metrics::Labels;
+use tcab_shared::metrics::labels::{
+    CallResult, Cause, ErrorReason, LabelValue, LoopName, ReportKind,
+};
+use tcab_shared::metrics::{Labels, zero};
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
 
 /// The `loop` label of the renewal loop.
-pub const RENEW_LOOP: &str = "renew";
+pub const RENEW_LOOP: &str = LoopName::Renew.as_str();
 /// The `loop` label of the report loop.
-pub const REPORT_LOOP: &str = "report";
+pub const REPORT_LOOP: &str = LoopName::Report.as_str();
+
+/// Buckets of death-to-report, in seconds: the first sign of a failing Job
+/// to its death report landing. A report follows the pod's termination
+/// (its grace, 120 s for drivers), a node that is lost adds the margin, a
+/// pod that never starts its grace (5 to 30 minutes).
+pub const DEATH_TO_REPORT_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
 
 /// Each renewal call of a round and its `result` (`ok`, `failed`). The
 /// publish lane makes no call while publishing is off.
-pub fn renewal_results(report: &RenewalReport, publishing: bool) -> Vec<(Lane, &'static str)> {
-    let result = |renewed: &Option<_>| if renewed.is_some() { "ok" } else { "failed" };
+pub fn renewal_results(report: &RenewalReport, publishing: bool) -> Vec<(Lane, CallResult)> {
+    let result = |renewed: &Option<_>| {
+        if renewed.is_some() {
+            CallResult::Ok
+        } else {
+            CallResult::Failed
+        }
+    };
     let mut out = vec![(Lane::Run, result(&report.runs))];
     if publishing {
         out.push((Lane::Publish, result(&report.publishes)));
@@ -34,14 +52,31 @@ pub fn renewal_results(report: &RenewalReport, publishing: bool) -> Vec<(Lane, &
     out
 }
 
+/// The reports a lane can fail: a death report (runs only), a lost report.
+fn reports() -> impl Iterator<Item = (ReportKind, Lane)> {
+    [
+        (ReportKind::Death, Lane::Run),
+        (ReportKind::Lost, Lane::Run),
+        (ReportKind::Lost, Lane::Publish),
+    ]
+    .into_iter()
+}
+
 /// The lease-keeper's metric families.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KeeperMetrics {
     renewals: Family<Labels<2>, Counter>,
     deaths: Family<Labels<1>, Counter>,
     lost: Family<Labels<1>, Counter>,
     report_failures: Family<Labels<3>, Counter>,
     renewal_age: Family<Labels<1>, Gauge<f64, AtomicU64>>,
+    death_to_report: Histogram,
+}
+
+impl Default for KeeperMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 fn lane(lane: Lane) -> Labels<1> {
@@ -49,9 +84,42 @@ fn lane(lane: Lane) -> Labels<1> {
 }
 
 impl KeeperMetrics {
-    /// Empty families.
+    /// The families, each counter series the lease-keeper can emit at 0.
     pub fn new() -> Self {
-        Self::default()
+        let metrics = KeeperMetrics {
+            renewals: Family::default(),
+            deaths: Family::default(),
+            lost: Family::default(),
+            report_failures: Family::default(),
+            renewal_age: Family::default(),
+            death_to_report: Histogram::new(DEATH_TO_REPORT_BUCKETS),
+        };
+        zero(
+            &metrics.renewals,
+            Lane::ALL.iter().flat_map(|l| {
+                CallResult::ALL
+                    .iter()
+                    .map(move |r| [("lane", l.label_value()), ("result", r.as_str())])
+            }),
+        );
+        zero(
+            &metrics.deaths,
+            Cause::ALL.iter().map(|c| [("cause", c.as_str())]),
+        );
+        zero(&metrics.lost, Lane::ALL.iter().map(|l| lane(*l)));
+        zero(
+            &metrics.report_failures,
+            reports().flat_map(|(report, l)| {
+                ErrorReason::BACKEND.iter().map(move |reason| {
+                    [
+                        ("report", report.as_str()),
+                        ("lane", l.label_value()),
+                        ("reason", reason.as_str()),
+                    ]
+                })
+            }),
+        );
+        metrics
     }
 
     /// Registers the families (shared, not copied).
@@ -81,30 +149,40 @@ impl KeeperMetrics {
             "Death and lost reports that failed (the job backs off alone), by report, lane and reason",
             self.report_failures.clone(),
         );
+        registry.register(
+            "tcab_dispatcher_death_to_report_seconds",
+            "From a failing Job's first sign of failure to its death report landing",
+            self.death_to_report.clone(),
+        );
     }
 
     /// Records one renewal round.
     pub fn record_renewals(&self, report: &RenewalReport, publishing: bool) {
         for (l, result) in renewal_results(report, publishing) {
             self.renewals
-                .get_or_create(&[("lane", l.label_value()), ("result", result)])
+                .get_or_create(&[("lane", l.label_value()), ("result", result.as_str())])
                 .inc();
         }
     }
 
     /// Records the reports one report tick made.
     pub fn record_reports(&self, tick: &ReportTick) {
-        for (report, reason) in &tick.failed_reports {
+        for (report, kind) in &tick.failed_reports {
             self.report_failures
                 .get_or_create(&[
                     ("report", report.as_str()),
                     ("lane", report.lane().label_value()),
-                    ("reason", reason.as_str()),
+                    ("reason", kind.reason().as_str()),
                 ])
                 .inc();
         }
         for (_, cause) in &tick.reported_dead {
-            self.deaths.get_or_create(&[("cause", cause)]).inc();
+            self.deaths
+                .get_or_create(&[("cause", cause.as_str())])
+                .inc();
+        }
+        for delay in &tick.death_delays {
+            self.death_to_report.observe(delay.as_secs_f64());
         }
         for (l, reported) in [
             (Lane::Run, &tick.lost_runs),
@@ -204,11 +282,14 @@ mod tests {
         };
         assert_eq!(
             renewal_results(&both, true),
-            [(Lane::Run, "ok"), (Lane::Publish, "failed")]
+            [
+                (Lane::Run, CallResult::Ok),
+                (Lane::Publish, CallResult::Failed)
+            ]
         );
         assert_eq!(
             renewal_results(&both, false),
-            [(Lane::Run, "ok")],
+            [(Lane::Run, CallResult::Ok)],
             "no publish call while publishing is off"
         );
         let empty = RenewalReport {
@@ -217,7 +298,7 @@ mod tests {
         };
         assert_eq!(
             renewal_results(&empty, false),
-            [(Lane::Run, "ok")],
+            [(Lane::Run, CallResult::Ok)],
             "a round with nothing to renew still succeeds"
         );
     }
@@ -235,7 +316,15 @@ mod tests {
             true,
         );
         metrics.record_reports(&ReportTick {
-            reported_dead: vec![("a".into(), "oom_killed"), ("b".into(), "oom_killed")],
+            reported_dead: vec![
+                ("a".into(), Cause::OomKilled),
+                ("b".into(), Cause::OomKilled),
+            ],
+            death_delays: vec![Duration::from_millis(1700)],
+            failed_reports: vec![(
+                crate::run::reports::Report::Lost(Lane::Publish),
+                tcab_shared::backend::BackendErrorKind::Transport,
+            )],
             lost_runs: vec!["c".into()],
             lost_publishes: vec!["d".into(), "e".into()],
             ..ReportTick::default()
@@ -254,6 +343,14 @@ mod tests {
             r#"tcab_dispatcher_lost_reports_total{lane="publish"} 2"#,
             "# TYPE tcab_dispatcher_last_renewal_age_seconds gauge",
             r#"tcab_dispatcher_last_renewal_age_seconds{lane="run"} 2.5"#,
+            r#"tcab_dispatcher_report_failures_total{report="lost",lane="publish",reason="connect"} 1"#,
+            "tcab_dispatcher_death_to_report_seconds_count 1",
+            r#"tcab_dispatcher_death_to_report_seconds_bucket{le="2.5"} 1"#,
+            // Created at 0 from the start.
+            r#"tcab_dispatcher_death_reports_total{cause="evicted"} 0"#,
+            r#"tcab_dispatcher_death_reports_total{cause="unknown"} 0"#,
+            r#"tcab_dispatcher_lease_renewals_total{lane="run",result="failed"} 0"#,
+            r#"tcab_dispatcher_report_failures_total{report="death",lane="run",reason="timeout"} 0"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -266,25 +363,8 @@ mod tests {
         );
     }
 
-    /// The `cause` values docs/metrics.md lists.
-    fn documented_causes() -> Vec<String> {
-        let doc = include_str!("../../../docs/metrics.md");
-        let table = doc
-            .split("### Death causes")
-            .nth(1)
-            .expect("the death causes section");
-        table
-            .lines()
-            .filter_map(|l| l.strip_prefix("| `"))
-            .filter_map(|l| l.split('`').next())
-            .map(str::to_owned)
-            .collect()
-    }
-
     #[test]
-    fn every_death_cause_is_a_documented_label_value() {
-        let documented = documented_causes();
-        assert!(documented.len() >= 10, "{documented:?}");
+    fn every_death_cause_has_its_declared_kind() {
         let disrupted = |reason: &str| DeathCause::Disrupted {
             reason: reason.into(),
             message: String::new(),
@@ -350,6 +430,13 @@ mod tests {
             (condition("BackoffLimitExceeded"), "unknown"),
             (DeathCause::NeverStartedPod, "never_started"),
             (DeathCause::PodDeleted { failed: 1 }, "pod_deleted"),
+            (
+                DeathCause::Deleted {
+                    job: "tcab-driver-a-1".into(),
+                    evidence: None,
+                },
+                "job_deleted",
+            ),
             (DeathCause::Unknown, "unknown"),
             (never(StartFailureKind::ImagePull), "image_pull"),
             (never(StartFailureKind::InvalidImage), "image_pull"),
@@ -365,12 +452,12 @@ mod tests {
                 "node_lost",
             ),
         ];
+        let mut seen = std::collections::BTreeSet::new();
         for (cause, want) in cases {
-            assert_eq!(cause.kind(), want, "{cause:?}");
-            assert!(
-                documented.iter().any(|d| d == want),
-                "{want} is not in docs/metrics.md's causes {documented:?}"
-            );
+            assert_eq!(cause.kind().as_str(), want, "{cause:?}");
+            seen.insert(cause.kind());
         }
+        // Every declared kind (docs/metrics.md's table) is one a cause has.
+        assert_eq!(seen.len(), Cause::ALL.len(), "{seen:?}");
     }
 }

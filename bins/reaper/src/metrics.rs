@@ -7,22 +7,37 @@ use crate::run::TickReport;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use tcab_shared::metrics::Labels;
+use tcab_shared::metrics::labels::{LabelValue, LoopName, ReapReason};
+use tcab_shared::metrics::{Labels, zero};
 
 /// The `loop` label of the reaper's loop.
-pub const REAP_LOOP: &str = "reap";
+pub const REAP_LOOP: &str = LoopName::Reap.as_str();
 
 /// The reaper's metric families.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReaperMetrics {
     reaped: Family<Labels<1>, Counter>,
     mismatches: Counter,
 }
 
+impl Default for ReaperMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl ReaperMetrics {
-    /// Empty families.
+    /// The families, each reason's count at 0.
     pub fn new() -> Self {
-        Self::default()
+        let metrics = ReaperMetrics {
+            reaped: Family::default(),
+            mismatches: Counter::default(),
+        };
+        zero(
+            &metrics.reaped,
+            ReapReason::ALL.iter().map(|r| [("reason", r.as_str())]),
+        );
+        metrics
     }
 
     /// Registers the families (shared, not copied).
@@ -111,5 +126,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("# TYPE tcab_dispatcher_sandboxes_reaped_total counter"));
+        assert!(
+            text.lines()
+                .any(|l| l == "tcab_dispatcher_sandbox_mismatches_total 0"),
+            "{text}"
+        );
     }
 }

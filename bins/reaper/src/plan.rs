@@ -121,24 +121,10 @@ pub fn job_key(job: &JobSummary) -> &str {
     }
 }
 
-/// The two kinds of reap, as metrics count them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ReapKind {
-    /// The sandbox of a driver Job that failed (or was judged dead).
-    DriverFailed,
-    /// A sandbox no owned Job and no backend job accounts for.
-    Orphan,
-}
-
-impl ReapKind {
-    /// The metric label: `driver_failed` or `orphan`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReapKind::DriverFailed => "driver_failed",
-            ReapKind::Orphan => "orphan",
-        }
-    }
-}
+/// The two kinds of reap, as metrics count them (`driver_failed`,
+/// `orphan`: the `reason` label of `sandboxes_reaped_total`, declared with
+/// the other label values).
+pub use tcab_shared::metrics::labels::ReapReason as ReapKind;
 
 /// Why a pod is deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]

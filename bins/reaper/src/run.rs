@@ -26,10 +26,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, ViewState, WatchSettings};
-use tcab_shared::kube_api::{CallError, Verb, call};
+use tcab_shared::kube_api::{CallError, KubeCall, call};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::names;
 use tcab_shared::runtime::{CancellationToken, Supervisor};
+use tcab_shared::telemetry::list;
 use tcab_shared::tick::{Tick, TickOutcome};
 use tcab_shared::{WallClock, error_chain};
 use tokio::sync::watch;
@@ -338,7 +339,7 @@ impl Reaper {
         }
         tracing::debug!(
             namespace = %self.sandbox_namespace,
-            reap = ?report.due.reap,
+            reap = %list(&report.due.reap),
             sweep = report.due.sweep,
             "listing sandbox pods"
         );
@@ -412,7 +413,7 @@ impl Reaper {
             let pods = mismatched.get(&id).cloned().unwrap_or_default();
             tracing::warn!(
                 job_id = %id,
-                pods = %pods.join(","),
+                pods = %list(&pods),
                 expected = %self.settings.driver_managed_by,
                 "sandbox pods of a dead driver carry another managed-by value than TCAB_DRIVER_MANAGED_BY: left alone (not ours to match); if the driver labels its sandboxes with a fixed value, set TCAB_DRIVER_MANAGED_BY (the chart's driver.managedBy) to it"
             );
@@ -464,7 +465,7 @@ impl Reaper {
         let mut pods: BTreeMap<String, PodSummary> = BTreeMap::new();
         for selector in selectors {
             match call(
-                Verb::List,
+                KubeCall::ListPods,
                 self.kube_timeout,
                 self.pods.list(&ListParams::default().labels(&selector)),
             )
@@ -568,6 +569,8 @@ impl Reaper {
                 .collect()),
             Err(error) => {
                 tracing::warn!(
+                    call = error.call().unwrap_or("GET /jobs/active"),
+                    reason = error.kind().reason().as_str(),
                     error = %error_chain(&error),
                     next_sweep_in_seconds = self.settings.orphan_sweep_interval.as_secs(),
                     "cannot read the jobs the backend drives; no orphan is swept this round"
@@ -592,7 +595,7 @@ impl Reaper {
             names::selector(names::JOB_ID, job_id)
         );
         let read = call(
-            Verb::List,
+            KubeCall::ListJobs,
             self.kube_timeout,
             self.job_api.list(&ListParams::default().labels(&selector)),
         )
@@ -636,7 +639,7 @@ impl Reaper {
             Api::namespaced(self.pods.clone().into_client(), &pod.namespace)
         };
         match call(
-            Verb::Delete,
+            KubeCall::DeletePod,
             self.kube_timeout,
             pods.delete(&pod.name, &params),
         )

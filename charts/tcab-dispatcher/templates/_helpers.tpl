@@ -36,9 +36,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end -}}
 
-{{/* The dispatcher's ServiceAccount. */}}
+{{/* The dispatcher's ServiceAccount: serviceAccount.name, else the full name when the chart creates it. */}}
 {{- define "tcab-dispatcher.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
+{{- else if .Values.serviceAccount.create -}}
 {{- include "tcab-dispatcher.fullname" . -}}
+{{- else -}}
+{{- fail "serviceAccount.name is required when serviceAccount.create is false: the existing ServiceAccount the pod runs under" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The image of the three containers: repository@digest when a digest is set, else repository:tag. */}}
@@ -197,6 +203,8 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- $opt := list
   (list "TCAB_DISPATCHER_MANAGED_BY" $d.managedBy)
   (list "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS" $d.pollIntervalSeconds)
+  (list "TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS" $d.kubeTimeoutSeconds)
+  (list "TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS" $d.watchTimeoutSeconds)
   (list "TCAB_DISPATCHER_LOG_FORMAT" $d.logFormat)
   (list "RUST_LOG" $d.rustLog) -}}
 {{- if $backend -}}
@@ -241,7 +249,12 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- if eq $container "lease-keeper" -}}
 {{- $opt = concat $opt (list
   (list "TCAB_DISPATCHER_LOG_TAIL_LINES" $d.logTailLines)
-  (list "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK" $d.vaultAllowNonLoopback)) -}}
+  (list "TCAB_DISPATCHER_VAULT_ALLOW_NON_LOOPBACK" $d.vaultAllowNonLoopback)
+  (list "TCAB_DISPATCHER_START_GRACE_SECONDS" $d.startGraceSeconds)
+  (list "TCAB_DISPATCHER_UNSCHEDULABLE_GRACE_SECONDS" $d.unschedulableGraceSeconds)) -}}
+{{- end -}}
+{{- if or (eq $container "lease-keeper") (eq $container "reaper") -}}
+{{- $opt = append $opt (list "TCAB_DISPATCHER_TERMINATING_MARGIN_SECONDS" $d.terminatingMarginSeconds) -}}
 {{- end -}}
 {{- if eq $container "reaper" -}}
 {{- $opt = concat $opt (list
@@ -270,16 +283,46 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- $env = append $env (dict "name" $key "value" (include "tcab-dispatcher.envString" $value)) -}}
 {{- end -}}
 {{- end -}}
+{{- /* the operator's extra variables (all containers): never one the chart sets or a TCAB_* one */ -}}
+{{- $set := dict -}}
+{{- range $env -}}
+{{- $_ := set $set .name true -}}
+{{- end -}}
+{{- range $v.extraEnv -}}
+{{- if not .name -}}
+{{- fail "extraEnv: every entry needs a name" -}}
+{{- end -}}
+{{- if or (hasPrefix "TCAB_" .name) (hasKey $set .name) (has .name (list "POD_NAMESPACE" "RUST_LOG")) -}}
+{{- fail (printf "extraEnv: %s is set by the chart (TCAB_* variables and RUST_LOG are chart values: see the README's values table)" .name) -}}
+{{- end -}}
+{{- $env = append $env . -}}
+{{- end -}}
 {{- toYaml $env -}}
 {{- end -}}
 
-{{/* The hardened securityContext of each container. */}}
+{{/*
+The securityContext of each container: containerSecurityContext merged over the
+hardened one. What would weaken it is refused here as well as by the schema.
+*/}}
 {{- define "tcab-dispatcher.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-privileged: false
-capabilities:
-  drop:
-    - ALL
+{{- $hardened := dict "allowPrivilegeEscalation" false "readOnlyRootFilesystem" true "runAsNonRoot" true "privileged" false "capabilities" (dict "drop" (list "ALL")) -}}
+{{- $given := .Values.containerSecurityContext | default dict -}}
+{{- range $key, $want := (dict "allowPrivilegeEscalation" false "readOnlyRootFilesystem" true "runAsNonRoot" true "privileged" false) -}}
+{{- if and (hasKey $given $key) (ne (toString (get $given $key)) (toString $want)) -}}
+{{- fail (printf "containerSecurityContext.%s must stay %v: the dispatcher runs unprivileged, non-root, on a read-only root filesystem" $key $want) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (hasKey $given "runAsUser") (eq (int (get $given "runAsUser")) 0) -}}
+{{- fail "containerSecurityContext.runAsUser must not be 0: the dispatcher runs as a non-root user" -}}
+{{- end -}}
+{{- if hasKey $given "capabilities" -}}
+{{- $caps := get $given "capabilities" | default dict -}}
+{{- if get $caps "add" -}}
+{{- fail "containerSecurityContext.capabilities.add is refused: the dispatcher needs no capability" -}}
+{{- end -}}
+{{- if and (hasKey $caps "drop") (not (has "ALL" (get $caps "drop"))) -}}
+{{- fail "containerSecurityContext.capabilities.drop must keep ALL: the dispatcher needs no capability" -}}
+{{- end -}}
+{{- end -}}
+{{- mergeOverwrite $hardened (deepCopy $given) | toYaml -}}
 {{- end -}}

@@ -300,6 +300,7 @@ pub(crate) fn claim_run(tx: &Transaction<'_>, ctx: &Ctx) -> Result<Option<RunCla
             attempt: run.attempt,
             launch_request: run.launch_request,
             lease_expires_at: ts_from_ms(lease),
+            enqueued_at: ts_from_ms(run.enqueued_at),
         },
     }))
 }
@@ -789,6 +790,7 @@ pub(crate) fn claim_publish(
             token,
             request: p.request,
             lease_expires_at: ts_from_ms(lease),
+            enqueued_at: ts_from_ms(p.enqueued_at),
         },
     }))
 }

@@ -118,6 +118,9 @@ pub struct ClaimedRun {
     pub attempt: i64,
     pub launch_request: serde_json::Value,
     pub lease_expires_at: Timestamp,
+    /// When the run entered the queue (its first enqueue: a lapsed claim
+    /// returns it to the queue at its old place and time).
+    pub enqueued_at: Timestamp,
 }
 
 /// `200` of `POST /publish-jobs/next` (claim-publish.json).
@@ -133,6 +136,8 @@ pub struct ClaimedPublish {
     pub token: String,
     pub request: serde_json::Value,
     pub lease_expires_at: Timestamp,
+    /// When the publish entered the queue.
+    pub enqueued_at: Timestamp,
 }
 
 /// lease-renewal.json.

@@ -63,6 +63,8 @@ async fn the_containers_metrics_and_probes_follow_a_drain() {
     let mut t = TestStack::start(|o| {
         o.max_inflight = RUN_CAP;
         o.max_publish_inflight = PUBLISH_CAP;
+        o.extra_env
+            .push(("TCAB_DISPATCHER_LOG_FORMAT".into(), "json".into()));
     })
     .await;
     // Ready once each view is current and each loop has ticked; alive.
@@ -174,12 +176,51 @@ async fn the_containers_metrics_and_probes_follow_a_drain() {
     );
     let claims = after.value(
         "tcab_dispatcher_backend_request_duration_seconds_count",
-        &[("call", "claim_run"), ("status", "200")],
+        &[("call", "claim_run"), ("status", "200"), ("outcome", "ok")],
     );
     assert_eq!(
         claims,
         Some(RUNS as f64),
         "one answered claim per run admitted"
+    );
+
+    // Every claim said when its job was queued, and became a Job; every
+    // Job's end was seen by the watch; the lanes' figures are current and
+    // no lane is saturated once the queue is empty.
+    for (l, n) in [("run", RUNS), ("publish", PUBLISHES)] {
+        for name in [
+            "tcab_dispatcher_queue_wait_seconds_count",
+            "tcab_dispatcher_claim_to_job_seconds_count",
+        ] {
+            assert_eq!(lane(&after, name, l), Some(n as f64), "{name} {l}");
+        }
+        assert_eq!(lane(&after, "tcab_dispatcher_lane_stale", l), Some(0.0));
+        assert_eq!(
+            lane(&after, "tcab_dispatcher_lane_saturated_seconds", l),
+            Some(0.0)
+        );
+    }
+    let ended = wait_for("every Job's end timed", Duration::from_secs(20), || async {
+        let s = t.stack.scrape(Container::Admitter).await?;
+        let runs = s.value(
+            "tcab_dispatcher_job_duration_seconds_count",
+            &[("lane", "run"), ("outcome", "succeeded")],
+        );
+        Ok((runs == Some(RUNS as f64)).then_some(s))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let started = lane(&ended, "tcab_dispatcher_job_start_seconds_count", "run").unwrap_or(0.0);
+    assert!(
+        started > 0.0 && started <= RUNS as f64,
+        "runs seen starting: {started}"
+    );
+    assert_eq!(
+        after
+            .value("tcab_dispatcher_gate_max_age_seconds", &[])
+            .map(|v| v > 0.0),
+        Some(true),
+        "the gate's limit is exported"
     );
 
     let keeper = scrape(&t, Container::LeaseKeeper).await;
@@ -246,6 +287,44 @@ async fn the_containers_metrics_and_probes_follow_a_drain() {
         );
     }
     all_probes_pass(&t).await.unwrap_or_else(|e| t.fail(e));
+
+    // The JSON logs: one object per line, lists as JSON arrays, and no line
+    // of the Kubernetes client's own.
+    for c in Container::ALL {
+        let log = t.stack.log(c);
+        for line in log.lines() {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| {
+                t.fail(format!("{}: not a JSON line ({e}): {line}", c.binary()))
+            });
+            let target = value["target"].as_str().unwrap_or_default();
+            assert!(!target.starts_with("kube_client"), "{}: {line}", c.binary());
+        }
+    }
+    let renewed: Vec<serde_json::Value> = t
+        .stack
+        .log(Container::LeaseKeeper)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("renewed "))
+        })
+        .collect();
+    let listed = renewed
+        .iter()
+        .find(|v| v["started"].as_array().is_some_and(|a| !a.is_empty()))
+        .unwrap_or_else(|| {
+            t.fail(format!(
+                "no renewal line lists the ids it started: {renewed:?}"
+            ))
+        });
+    assert!(
+        listed["started"]
+            .as_array()
+            .is_some_and(|ids| ids.iter().all(serde_json::Value::is_string)),
+        "{listed}"
+    );
 }
 
 /// A container whose metrics address is taken stops at once, naming it.
@@ -333,4 +412,234 @@ async fn the_devstack_command_shows_the_dispatchers_view() {
         last.contains("deaths 0") && last.contains("lost 0") && last.contains("reaped 0"),
         "{last}"
     );
+}
+
+/// One row of docs/metrics.md's metrics table.
+struct Documented {
+    name: String,
+    kind: String,
+    labels: Vec<String>,
+    exported_by: String,
+}
+
+const METRICS_DOC: &str = include_str!("../../../docs/metrics.md");
+
+/// The metrics table of docs/metrics.md.
+fn documented_metrics() -> Vec<Documented> {
+    METRICS_DOC
+        .lines()
+        .filter(|l| l.starts_with("| `tcab_dispatcher_"))
+        .map(|row| {
+            let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+            Documented {
+                name: cells[0].trim_matches('`').to_owned(),
+                kind: cells[1].to_owned(),
+                labels: cells[2]
+                    .split(", ")
+                    .filter_map(|l| l.strip_prefix('`')?.strip_suffix('`'))
+                    .map(str::to_owned)
+                    .collect(),
+                exported_by: cells[3].to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// The values of `cell` (`` `v`: meaning; `w`: meaning ``), each with its
+/// meaning.
+fn values_of(cell: &str) -> Vec<(String, String)> {
+    cell.split("; ")
+        .filter_map(|part| {
+            let rest = part.strip_prefix('`')?;
+            let (value, meaning) = rest.split_once("`: ")?;
+            value
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+                .then(|| (value.to_owned(), meaning.to_owned()))
+        })
+        .collect()
+}
+
+/// The documented values of `label` on `metric` (its name without the
+/// `tcab_dispatcher_` prefix, as the label table names it), each with its
+/// meaning: every row of the label table for that label on that metric
+/// (or on "every metric" with it); the death causes from their own table.
+fn documented_values(metric: &str, label: &str) -> Vec<(String, String)> {
+    let short = metric.trim_start_matches("tcab_dispatcher_");
+    let mut out = Vec::new();
+    for row in METRICS_DOC
+        .lines()
+        .filter(|l| l.starts_with(&format!("| `{label}` | ")))
+    {
+        let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+        let on = cells[1];
+        if !(on.contains(&format!("`{short}`")) || on.starts_with("every metric")) {
+            continue;
+        }
+        if label == "cause" {
+            let causes = METRICS_DOC
+                .split("<!-- cause-table:start")
+                .nth(1)
+                .expect("the cause table");
+            out.extend(
+                causes
+                    .lines()
+                    .take_while(|l| !l.starts_with("<!-- cause-table:end"))
+                    .filter_map(|l| l.strip_prefix("| `"))
+                    .filter_map(|l| l.split_once('`'))
+                    .map(|(v, m)| (v.to_owned(), m.to_owned())),
+            );
+        } else {
+            out.extend(values_of(cells[2]));
+        }
+    }
+    out
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Before any work (its first list of Jobs held by an API server that never
+/// answers, so no loop has ticked), each container exports every counter
+/// docs/metrics.md lists for it, with every value of each of its labels,
+/// all at 0; and the lane and report histograms, empty. This is what lets
+/// `increase()` see the first death, lost report and reap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_containers_metrics_show_every_documented_counter_at_0() {
+    let t = TestStack::start(|_| {}).await;
+    // An API server that accepts connections and never answers.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a listener");
+    let hole_url = format!("http://{}", hole.local_addr().expect("an address"));
+    let _holding = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hole.accept().await {
+            held.push(socket);
+        }
+    });
+    let bins = tcab_devstack::binaries::bin_dir().expect("bin dir");
+    let documented = documented_metrics();
+    assert!(documented.len() > 25, "the metrics table");
+    for c in Container::ALL {
+        let short = c.binary().trim_start_matches("tcab-");
+        let mut env = t.stack.container_env(c);
+        let kubeconfig = t.dir.path().join(format!("hole-{short}.kubeconfig"));
+        for (k, v) in &mut env {
+            match k.as_str() {
+                "KUBECONFIG" => {
+                    let text = std::fs::read_to_string(&*v).expect("the stack's kubeconfig");
+                    let text: String = text
+                        .lines()
+                        .map(|l| match l.split_once("server:") {
+                            Some((indent, _)) => format!("{indent}server: {hole_url}\n"),
+                            None => format!("{l}\n"),
+                        })
+                        .collect();
+                    std::fs::write(&kubeconfig, text).expect("kubeconfig written");
+                    *v = kubeconfig.display().to_string();
+                }
+                "TCAB_DISPATCHER_METRICS_ADDR" => *v = format!("127.0.0.1:{}", free_port()),
+                "TCAB_DISPATCHER_VAULT_ADDR" => *v = format!("127.0.0.1:{}", free_port()),
+                _ => {}
+            }
+        }
+        // The admitter's dry run at start is bounded by this: no timeout
+        // (and no error counted) before the scrape.
+        env.push(("TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS".into(), "60".into()));
+        let addr = env
+            .iter()
+            .find(|(k, _)| k == "TCAB_DISPATCHER_METRICS_ADDR")
+            .map(|(_, v)| v.clone())
+            .expect("a metrics address");
+        let _child = tokio::process::Command::new(tcab_devstack::binaries::path(&bins, c.binary()))
+            .env_clear()
+            .envs(env)
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the container starts");
+        let url = format!("http://{addr}/metrics");
+        let text = wait_for(
+            "the fresh container's /metrics",
+            Duration::from_secs(30),
+            || {
+                let url = url.clone();
+                async move {
+                    Ok(match reqwest::get(&url).await {
+                        Ok(answer) if answer.status() == 200 => Some(answer.text().await?),
+                        _ => None,
+                    })
+                }
+            },
+        )
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+        let scrape = Scrape::parse(&text).expect("the text format");
+        let mut checked = 0;
+        for metric in &documented {
+            let exported = metric.exported_by == "all" || metric.exported_by.contains(short);
+            let series = match metric.kind.as_str() {
+                "counter" => metric.name.clone(),
+                // The lane and report histograms are created at start; those
+                // by call, status or loop appear at their first observation.
+                "histogram"
+                    if !metric
+                        .labels
+                        .iter()
+                        .any(|l| ["call", "status", "loop"].contains(&l.as_str())) =>
+                {
+                    format!("{}_count", metric.name)
+                }
+                _ => continue,
+            };
+            if !exported {
+                continue;
+            }
+            let samples: Vec<_> = scrape.matching(&series, &[]).collect();
+            assert!(
+                !samples.is_empty(),
+                "{}: no {series} in a fresh scrape:\n{text}",
+                c.binary()
+            );
+            for s in &samples {
+                assert_eq!(
+                    s.value,
+                    0.0,
+                    "{}: {series} {:?} is not 0",
+                    c.binary(),
+                    s.labels
+                );
+            }
+            for label in &metric.labels {
+                let seen: std::collections::BTreeSet<&str> = samples
+                    .iter()
+                    .filter_map(|s| s.labels.get(label))
+                    .map(String::as_str)
+                    .collect();
+                let want: std::collections::BTreeSet<String> =
+                    documented_values(&metric.name, label)
+                        .into_iter()
+                        // A backend call is there in the containers that make it.
+                        .filter(|(_, meaning)| label != "call" || meaning.contains(short))
+                        .map(|(v, _)| v)
+                        .collect();
+                assert!(
+                    !want.is_empty(),
+                    "{}: no documented values of {label}",
+                    metric.name
+                );
+                let want: std::collections::BTreeSet<&str> =
+                    want.iter().map(String::as_str).collect();
+                assert_eq!(seen, want, "{}: {series} by {label}", c.binary());
+            }
+            checked += 1;
+        }
+        assert!(checked >= 3, "{}: {checked} metrics checked", c.binary());
+    }
 }

@@ -345,7 +345,7 @@ async fn claim_run(State(app): Shared, headers: HeaderMap) -> Response {
             let job = json!({
                 "id": id, "token": token_for(&id), "queue_seq": 1, "harness": "h", "model": "m",
                 "attempt": 1, "launch_request": {"case": "c"},
-                "lease_expires_at": "2026-11-29T17:02:00Z"
+                "lease_expires_at": "2026-11-29T17:02:00Z", "enqueued_at": "2026-11-29T16:55:00Z"
             });
             axum::Json(json!({"job": poisoned(&app, Claims::Run, job)})).into_response()
         }
@@ -364,7 +364,7 @@ async fn claim_publish(State(app): Shared, headers: HeaderMap) -> Response {
         Ok(Some(id)) => {
             let job = json!({
                 "id": id, "token": token_for(&id), "request": {"suite": "main"},
-                "lease_expires_at": "2026-11-29T17:02:00Z"
+                "lease_expires_at": "2026-11-29T17:02:00Z", "enqueued_at": "2026-11-29T16:58:00Z"
             });
             axum::Json(json!({"publish_job": poisoned(&app, Claims::Publish, job)})).into_response()
         }

@@ -10,6 +10,7 @@
 //! their source; walk [`std::error::Error::source`] (or use
 //! [`crate::error_chain`]) for the underlying transport error.
 
+use crate::metrics::labels::ErrorReason;
 use std::fmt;
 use std::time::Duration;
 
@@ -88,6 +89,24 @@ impl BackendErrorKind {
             BackendErrorKind::Transport => "transport",
             BackendErrorKind::Timeout => "timeout",
             BackendErrorKind::Malformed => "malformed",
+        }
+    }
+
+    /// The `reason` label of the failure in the error metrics.
+    pub fn reason(self) -> ErrorReason {
+        match self {
+            BackendErrorKind::Config
+            | BackendErrorKind::InvalidJobId
+            | BackendErrorKind::InvalidToken => ErrorReason::Request,
+            BackendErrorKind::Unauthorized => ErrorReason::Unauthorized,
+            BackendErrorKind::NotFound => ErrorReason::NotFound,
+            BackendErrorKind::Conflict => ErrorReason::Conflict,
+            BackendErrorKind::Rejected => ErrorReason::Http4xx,
+            BackendErrorKind::Server => ErrorReason::Http5xx,
+            BackendErrorKind::Unavailable => ErrorReason::Unavailable,
+            BackendErrorKind::Transport => ErrorReason::Connect,
+            BackendErrorKind::Timeout => ErrorReason::Timeout,
+            BackendErrorKind::Malformed => ErrorReason::Decode,
         }
     }
 

@@ -99,6 +99,10 @@ pub struct ClaimedRun {
     /// What the driver is to run; passed to it serialized, untouched.
     pub launch_request: serde_json::Value,
     pub lease_expires_at: Timestamp,
+    /// When the job entered the queue, when the backend says (it feeds the
+    /// queue-wait metric only, so one that is absent or unreadable is none).
+    #[serde(default, deserialize_with = "lenient_timestamp")]
+    pub enqueued_at: Option<Timestamp>,
 }
 
 /// `POST /publish-jobs/next` answered 200.
@@ -115,6 +119,20 @@ pub struct ClaimedPublish {
     /// What the publisher is to release; passed to it serialized, untouched.
     pub request: serde_json::Value,
     pub lease_expires_at: Timestamp,
+    /// When the publish entered the queue, as for a run.
+    #[serde(default, deserialize_with = "lenient_timestamp")]
+    pub enqueued_at: Option<Timestamp>,
+}
+
+/// An optional timestamp that only feeds a metric: anything but an RFC 3339
+/// time (absent, `null`, a number, a malformed text) reads as none rather
+/// than poisoning the claim it came with.
+fn lenient_timestamp<'de, D>(deserializer: D) -> Result<Option<Timestamp>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(value.as_str().and_then(|text| text.parse().ok()))
 }
 
 /// What a claim answered 200 came to: a job the dispatcher can make a Job

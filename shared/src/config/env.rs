@@ -88,3 +88,121 @@ fn declared_name(name: &str) -> Option<&'static str> {
 fn is_passthrough(name: &str) -> bool {
     PASSTHROUGH_PREFIXES.iter().any(|p| name.starts_with(p))
 }
+
+/// A `TCAB_*` variable of the environment that nothing reads, and the
+/// known name closest to it (likely what was meant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unknown {
+    /// The variable as set.
+    pub name: String,
+    /// The closest known name (by edit distance).
+    pub closest: &'static str,
+}
+
+/// The `TCAB_*` names among `names` that no tcab program reads: not a
+/// declared variable (in any case), not a passthrough to the driver
+/// (`TCAB_K8S_*`, `TCAB_CONTAINER_*`), not one the driver or publisher
+/// reads in its pod; each with the known name closest to it. Sorted.
+pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<Unknown> {
+    let known: Vec<&'static str> = SETTINGS
+        .iter()
+        .map(|v| v.name())
+        .chain(crate::names::job_env::ALL)
+        .filter(|n| n.starts_with("TCAB_"))
+        .collect();
+    let mut unknown: Vec<Unknown> = names
+        .into_iter()
+        .filter(|n| n.starts_with("TCAB_"))
+        .filter(|n| !is_passthrough(n) && declared_name(n).is_none())
+        .filter(|n| !known.contains(n))
+        .filter_map(|n| {
+            let closest = known.iter().copied().min_by_key(|k| edit_distance(n, k))?;
+            Some(Unknown {
+                name: n.to_owned(),
+                closest,
+            })
+        })
+        .collect();
+    unknown.sort_by(|a, b| a.name.cmp(&b.name));
+    unknown.dedup();
+    unknown
+}
+
+/// The Levenshtein distance of two names (the fewest single-character
+/// inserts, deletes and substitutions that make one the other).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a = a.as_bytes();
+    let b = b.as_bytes();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    let mut current = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        current[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = previous[j] + usize::from(ca != cb);
+            current[j + 1] = substitute.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        std::mem::swap(&mut previous, &mut current);
+    }
+    previous[b.len()]
+}
+
+/// Logs a warning for each `TCAB_*` variable of the process environment
+/// that nothing reads, naming the closest known one (a misspelt variable is
+/// otherwise silently ignored, its default used).
+pub fn warn_unknown_variables() {
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    for unknown in unknown_variables(names.iter().map(String::as_str)) {
+        tracing::warn!(
+            variable = %unknown.name,
+            closest = unknown.closest,
+            "{} is set, but no tcab program reads it: ignored (did you mean {}?)",
+            unknown.name,
+            unknown.closest
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_distance_counts_the_fewest_edits() {
+        assert_eq!(edit_distance("", ""), 0);
+        assert_eq!(edit_distance("abc", "abc"), 0);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("INFLIHGT", "INFLIGHT"), 2);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
+
+    #[test]
+    fn an_unknown_tcab_variable_is_named_with_its_closest_known_one() {
+        let env = [
+            "TCAB_DISPATCHER_MAX_INFLIHGT",
+            "TCAB_BACKEND_URL",
+            "tcab_dispatcher_poll_interval_seconds",
+            "TCAB_K8S_SANDBOX_NODE_SELECTOR",
+            "TCAB_CONTAINER_IMAGE_PYTHON",
+            "TCAB_JOB_TOKEN",
+            "TCAB_DRIVER_RUNTIME",
+            "TCAB_PUBLISHER_IMG",
+            "PATH",
+            "RUST_LOG",
+        ];
+        assert_eq!(
+            unknown_variables(env),
+            [
+                Unknown {
+                    name: "TCAB_DISPATCHER_MAX_INFLIHGT".into(),
+                    closest: "TCAB_DISPATCHER_MAX_INFLIGHT",
+                },
+                Unknown {
+                    name: "TCAB_PUBLISHER_IMG".into(),
+                    closest: "TCAB_PUBLISHER_IMAGE",
+                },
+            ]
+        );
+    }
+}

@@ -126,7 +126,7 @@ declare! {
         kind: Text,
         fallback: Default(DEFAULT_LOG_FILTER),
         read_by: &[A, L, R],
-        doc: "Log filter in tracing's env-filter syntax, e.g. tcab=debug,info; a malformed one logs at info and says so. Read by the logging setup, not validated at start.",
+        doc: "Log filter in tracing's env-filter syntax, e.g. tcab=debug,info; a malformed one logs at info and says so. Read by the logging setup, not validated at start. The Kubernetes client's own error line is off unless the filter names kube_client (the dispatcher logs every failed call itself).",
     };
 
     pub const VAULT_ADDR: Setting<Address> = Setting {

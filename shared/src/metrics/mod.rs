@@ -11,14 +11,16 @@
 //! (a call's answer, a tick's report); no decision reads a metric.
 
 pub mod health;
+pub mod labels;
+pub mod process;
 pub mod server;
 
 pub use health::{Beat, Health, Timed, liveness, liveness_bound, readiness, timed};
 pub use server::{Endpoint, ServeError, serve, serve_if};
 
-use crate::backend::BackendErrorKind;
 use crate::config::{Binary, BuildInfo};
 use crate::kube_api::Verb;
+use labels::{BackendCall, ErrorReason, KubeCall, LabelValue};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,7 +31,8 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-/// Bucket bounds, in seconds, of every histogram (docs/metrics.md).
+/// Bucket bounds, in seconds, of the call and tick histograms
+/// (docs/metrics.md).
 pub const BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
@@ -37,7 +40,7 @@ pub const BUCKETS: [f64; 12] = [
 /// A label set of static values: `[("lane", "run")]`.
 pub type Labels<const N: usize> = [(&'static str, &'static str); N];
 
-/// A family of histograms with [`BUCKETS`].
+/// A family of histograms, each with the buckets its constructor gives.
 pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// A histogram with [`BUCKETS`].
@@ -53,29 +56,72 @@ where
     Family::new_with_constructor(histogram as fn() -> Histogram)
 }
 
-/// What one attempt of a backend call came to, for the `status` label.
+/// An empty family of histograms whose every member is made by `make`
+/// (a histogram with its own buckets).
+pub fn histogram_family_with<L>(make: fn() -> Histogram) -> HistogramFamily<L>
+where
+    L: Clone + std::hash::Hash + Eq,
+{
+    Family::new_with_constructor(make)
+}
+
+/// Creates each series of `family` at 0 (a counter) or empty (a histogram),
+/// so the first event is an increase from 0 that `increase()` and `rate()`
+/// see, rather than a series that appears at 1.
+pub fn zero<L, M, C>(family: &Family<L, M, C>, series: impl IntoIterator<Item = L>)
+where
+    L: Clone + std::hash::Hash + Eq,
+    C: prometheus_client::metrics::family::MetricConstructor<M>,
+{
+    for labels in series {
+        drop(family.get_or_create(&labels));
+    }
+}
+
+/// What one attempt of a backend call came to, for the `status` and
+/// `outcome` labels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BackendStatus {
     /// The backend answered with this HTTP status code.
     Code(u16),
-    /// No answer came: the kind of the failure (a timeout, or a connection
-    /// that failed or broke).
-    NoAnswer(BackendErrorKind),
+    /// No answer came: why (a timeout, or a connection that failed or broke).
+    NoAnswer(ErrorReason),
 }
 
 impl BackendStatus {
-    /// The label value: `200`, `503`, or the failure's kind when no answer
-    /// came (`timeout`, `transport`).
+    /// The `status` label value: `200`, `503`, or the reason no answer came
+    /// (`timeout`, `connect`).
     pub fn label(self) -> Cow<'static, str> {
         match self {
             BackendStatus::Code(code) => Cow::Owned(code.to_string()),
-            BackendStatus::NoAnswer(kind) => Cow::Borrowed(kind.as_str()),
+            BackendStatus::NoAnswer(reason) => Cow::Borrowed(reason.as_str()),
         }
+    }
+
+    /// The `outcome` label value: `ok` for a 1xx-3xx answer, else the
+    /// reason, in the backend client's terms (its
+    /// [`crate::backend::BackendErrorKind`]): 401 and 403 are a refused
+    /// token, 429 and 503 the backend being busy, any other 4xx `http_4xx`.
+    pub fn outcome(self) -> &'static str {
+        let reason = match self {
+            BackendStatus::Code(code) if code < 400 => return OK,
+            BackendStatus::Code(401 | 403) => ErrorReason::Unauthorized,
+            BackendStatus::Code(404) => ErrorReason::NotFound,
+            BackendStatus::Code(409) => ErrorReason::Conflict,
+            BackendStatus::Code(429 | 503) => ErrorReason::Unavailable,
+            BackendStatus::Code(400..=499) => ErrorReason::Http4xx,
+            BackendStatus::Code(_) => ErrorReason::Http5xx,
+            BackendStatus::NoAnswer(reason) => reason,
+        };
+        reason.as_str()
     }
 }
 
-/// The labels of the backend latency histogram: `call` and `status`.
-pub type BackendLabels = [(&'static str, Cow<'static, str>); 2];
+/// The `outcome` of a call that succeeded.
+pub const OK: &str = "ok";
+
+/// The labels of the backend latency histogram: `call`, `status`, `outcome`.
+pub type BackendLabels = [(&'static str, Cow<'static, str>); 3];
 
 /// The metrics every container exports (docs/metrics.md, "all").
 #[derive(Debug)]
@@ -83,8 +129,10 @@ pub struct Common {
     build_info: Family<Labels<3>, Gauge>,
     view_current: Gauge,
     tick_duration: HistogramFamily<Labels<1>>,
-    kube_api_errors: Family<Labels<1>, Counter>,
+    kube_api_errors: Family<Labels<2>, Counter>,
+    kube_request_duration: HistogramFamily<Labels<2>>,
     backend_request_duration: HistogramFamily<BackendLabels>,
+    backend_errors: Family<Labels<2>, Counter>,
 }
 
 impl Default for Common {
@@ -101,7 +149,9 @@ impl Common {
             view_current: Gauge::default(),
             tick_duration: histogram_family(),
             kube_api_errors: Family::default(),
+            kube_request_duration: histogram_family(),
             backend_request_duration: histogram_family(),
+            backend_errors: Family::default(),
         }
     }
 
@@ -124,18 +174,30 @@ impl Common {
         );
         registry.register(
             "tcab_dispatcher_kube_api_errors",
-            "Failed Kubernetes API requests and watch errors, by verb",
+            "Failed Kubernetes API requests and watch errors, by verb and reason",
             self.kube_api_errors.clone(),
         );
         registry.register(
+            "tcab_dispatcher_kube_request_duration_seconds",
+            "Time of one bounded Kubernetes API call, by call and outcome",
+            self.kube_request_duration.clone(),
+        );
+        registry.register(
             "tcab_dispatcher_backend_request_duration_seconds",
-            "Time of one HTTP attempt to the backend, by call and status",
+            "Time of one HTTP attempt to the backend, by call, status and outcome",
             self.backend_request_duration.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_backend_errors",
+            "Backend calls that failed (after the client's retry), by call and reason",
+            self.backend_errors.clone(),
         );
     }
 
-    /// Records which binary this is, its version and revision.
-    pub fn set_build_info(&self, binary: Binary, build: &BuildInfo) {
+    /// Records which binary this is, its version and revision, and creates
+    /// at 0 every error series the binary can emit: each verb and reason of
+    /// a Kubernetes call, each backend call it makes and reason.
+    pub fn start(&self, binary: Binary, build: &BuildInfo) {
         self.build_info
             .get_or_create(&[
                 ("version", build.version),
@@ -143,6 +205,22 @@ impl Common {
                 ("binary", binary.name()),
             ])
             .set(1);
+        zero(
+            &self.kube_api_errors,
+            Verb::ALL.iter().flat_map(|verb| {
+                ErrorReason::KUBE
+                    .iter()
+                    .map(move |reason| [("verb", verb.as_str()), ("reason", reason.as_str())])
+            }),
+        );
+        zero(
+            &self.backend_errors,
+            BackendCall::of(binary).flat_map(|call| {
+                ErrorReason::BACKEND
+                    .iter()
+                    .map(move |reason| [("call", call.as_str()), ("reason", reason.as_str())])
+            }),
+        );
     }
 
     /// Records whether the Job view is current.
@@ -158,17 +236,36 @@ impl Common {
     }
 
     /// Counts one failed Kubernetes API request or watch error.
-    pub fn kube_api_error(&self, verb: Verb) {
+    pub fn kube_api_error(&self, verb: Verb, reason: ErrorReason) {
         self.kube_api_errors
-            .get_or_create(&[("verb", verb.as_str())])
+            .get_or_create(&[("verb", verb.as_str()), ("reason", reason.as_str())])
             .inc();
     }
 
-    /// Records one HTTP attempt of the backend call `call`.
-    pub fn backend_attempt(&self, call: &'static str, status: BackendStatus, took: Duration) {
-        self.backend_request_duration
-            .get_or_create(&[("call", Cow::Borrowed(call)), ("status", status.label())])
+    /// Records one bounded Kubernetes call: `outcome` is [`OK`] or the
+    /// reason it failed.
+    pub fn kube_call(&self, call: KubeCall, outcome: &'static str, took: Duration) {
+        self.kube_request_duration
+            .get_or_create(&[("call", call.as_str()), ("outcome", outcome)])
             .observe(took.as_secs_f64());
+    }
+
+    /// Records one HTTP attempt of the backend call `call`.
+    pub fn backend_attempt(&self, call: BackendCall, status: BackendStatus, took: Duration) {
+        self.backend_request_duration
+            .get_or_create(&[
+                ("call", Cow::Borrowed(call.as_str())),
+                ("status", status.label()),
+                ("outcome", Cow::Borrowed(status.outcome())),
+            ])
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts one backend call that failed, after the client's retry.
+    pub fn backend_error(&self, call: BackendCall, reason: ErrorReason) {
+        self.backend_errors
+            .get_or_create(&[("call", call.as_str()), ("reason", reason.as_str())])
+            .inc();
     }
 }
 
@@ -198,6 +295,7 @@ impl Exporter {
     pub fn new(common: &Common) -> Self {
         let mut registry = Registry::default();
         common.register(&mut registry);
+        process::register(&mut registry);
         Exporter {
             registry,
             refresh: Vec::new(),
@@ -246,7 +344,7 @@ mod tests {
     fn the_common_metrics_encode_under_their_documented_names() {
         let common = Common::new();
         let exporter = Exporter::new(&common);
-        common.set_build_info(
+        common.start(
             Binary::Reaper,
             &BuildInfo {
                 version: "0.1.0",
@@ -255,18 +353,20 @@ mod tests {
         );
         common.set_view_current(true);
         common.observe_tick("reap", Duration::from_millis(30));
-        common.kube_api_error(Verb::Delete);
-        common.kube_api_error(Verb::Delete);
+        common.kube_api_error(Verb::Delete, ErrorReason::Forbidden);
+        common.kube_api_error(Verb::Delete, ErrorReason::Forbidden);
+        common.kube_call(KubeCall::DeletePod, OK, Duration::from_millis(3));
         common.backend_attempt(
-            "active_runs",
+            BackendCall::ActiveRuns,
             BackendStatus::Code(200),
             Duration::from_millis(7),
         );
         common.backend_attempt(
-            "claim_run",
-            BackendStatus::NoAnswer(BackendErrorKind::Timeout),
+            BackendCall::ClaimRun,
+            BackendStatus::NoAnswer(ErrorReason::Timeout),
             Duration::from_secs(10),
         );
+        common.backend_error(BackendCall::ActiveRuns, ErrorReason::Http5xx);
         let text = exporter.encode();
         for line in [
             "# TYPE tcab_dispatcher_build_info gauge",
@@ -279,16 +379,27 @@ mod tests {
             r#"tcab_dispatcher_tick_duration_seconds_bucket{loop="reap",le="+Inf"} 1"#,
             r#"tcab_dispatcher_tick_duration_seconds_count{loop="reap"} 1"#,
             "# TYPE tcab_dispatcher_kube_api_errors_total counter",
-            r#"tcab_dispatcher_kube_api_errors_total{verb="delete"} 2"#,
-            r#"tcab_dispatcher_backend_request_duration_seconds_count{call="active_runs",status="200"} 1"#,
-            r#"tcab_dispatcher_backend_request_duration_seconds_bucket{call="claim_run",status="timeout",le="5"} 0"#,
-            r#"tcab_dispatcher_backend_request_duration_seconds_bucket{call="claim_run",status="timeout",le="10"} 1"#,
+            r#"tcab_dispatcher_kube_api_errors_total{verb="delete",reason="forbidden"} 2"#,
+            // Created at 0 at the start: every verb and reason.
+            r#"tcab_dispatcher_kube_api_errors_total{verb="watch",reason="connect"} 0"#,
+            r#"tcab_dispatcher_kube_request_duration_seconds_count{call="delete_pod",outcome="ok"} 1"#,
+            r#"tcab_dispatcher_backend_request_duration_seconds_count{call="active_runs",status="200",outcome="ok"} 1"#,
+            r#"tcab_dispatcher_backend_request_duration_seconds_bucket{call="claim_run",status="timeout",outcome="timeout",le="5"} 0"#,
+            r#"tcab_dispatcher_backend_request_duration_seconds_bucket{call="claim_run",status="timeout",outcome="timeout",le="10"} 1"#,
+            "# TYPE tcab_dispatcher_backend_errors_total counter",
+            r#"tcab_dispatcher_backend_errors_total{call="active_runs",reason="http_5xx"} 1"#,
+            // The reaper makes one backend call: its other reasons at 0.
+            r#"tcab_dispatcher_backend_errors_total{call="active_runs",reason="timeout"} 0"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),
                 "missing {line:?} in:\n{text}"
             );
         }
+        assert!(
+            !text.contains(r#"backend_errors_total{call="claim_run""#),
+            "the reaper makes no claim:\n{text}"
+        );
         // Every bucket bound of docs/metrics.md, and no other.
         let bounds: Vec<&str> = text
             .lines()
@@ -303,6 +414,28 @@ mod tests {
                 "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10",
                 "30", "+Inf"
             ]
+        );
+    }
+
+    #[test]
+    fn a_backend_attempt_has_its_outcome() {
+        let outcome = |s| BackendStatus::outcome(s);
+        assert_eq!(outcome(BackendStatus::Code(200)), "ok");
+        assert_eq!(outcome(BackendStatus::Code(204)), "ok");
+        assert_eq!(outcome(BackendStatus::Code(401)), "unauthorized");
+        assert_eq!(outcome(BackendStatus::Code(403)), "unauthorized");
+        assert_eq!(outcome(BackendStatus::Code(409)), "conflict");
+        assert_eq!(outcome(BackendStatus::Code(429)), "unavailable");
+        assert_eq!(outcome(BackendStatus::Code(503)), "unavailable");
+        assert_eq!(outcome(BackendStatus::Code(500)), "http_5xx");
+        assert_eq!(outcome(BackendStatus::Code(422)), "http_4xx");
+        assert_eq!(
+            outcome(BackendStatus::NoAnswer(ErrorReason::Connect)),
+            "connect"
+        );
+        assert_eq!(
+            BackendStatus::NoAnswer(ErrorReason::Connect).label(),
+            "connect"
         );
     }
 

@@ -49,10 +49,12 @@ pub async fn bootstrap(
     common: &CommonConfig,
 ) -> anyhow::Result<Started> {
     telemetry::init(common.log_format, binary, build);
-    metrics::common().set_build_info(binary, build);
+    crate::config::warn_unknown_variables();
+    metrics::common().start(binary, build);
     install_tls_provider();
-    let kube = kube_api::client().await?;
+    let (kube, api_server) = kube_api::client_with_url().await?;
     let namespace = namespace(common, &kube);
+    tracing::info!(%api_server, %namespace, "using the Kubernetes API");
     let shutdown = shutdown::on_signals().context("cannot install the signal handlers")?;
     Ok(Started {
         kube,

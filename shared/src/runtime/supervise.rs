@@ -109,6 +109,12 @@ impl Supervisor {
     /// the number of ticks run, or the death that stopped the loops.
     pub async fn run(mut self, start: impl FnOnce(&mut Loops)) -> anyhow::Result<u64> {
         let mut death = None;
+        if !self.jobs.is_current() {
+            // Each failed attempt of the list says so itself (job_cache).
+            tracing::info!(
+                "waiting for the first complete list of the owned Jobs before the loops start"
+            );
+        }
         let listed = loop {
             tokio::select! {
                 () = self.jobs.wait_current() => break true,

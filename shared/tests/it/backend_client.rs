@@ -287,7 +287,34 @@ async fn claim_run_sends_the_service_token_and_parses_the_example() {
         parse(CLAIM_RUN)["job"]["launch_request"]
     );
     assert_eq!(run.lease_expires_at.to_string(), "2026-11-29T17:02:00Z");
+    assert_eq!(
+        run.enqueued_at.map(|t| t.to_string()).as_deref(),
+        Some("2026-11-29T16:51:37Z")
+    );
     assert!(!format!("{run:?}").contains(JOB_TOKEN));
+}
+
+#[tokio::test]
+async fn a_claim_without_a_readable_enqueue_time_is_still_a_claim() {
+    let backend = Backend::start([
+        Reply::json(200, &edit(CLAIM_RUN, "/job/enqueued_at", None)),
+        Reply::json(
+            200,
+            &edit(CLAIM_RUN, "/job/enqueued_at", Some(json!("last week"))),
+        ),
+        Reply::json(
+            200,
+            &edit(CLAIM_PUBLISH, "/publish_job/enqueued_at", Some(json!(17))),
+        ),
+    ])
+    .await;
+    let client = backend.client();
+    for _ in 0..2 {
+        let run = client.claim_run().await.unwrap().expect("a run");
+        assert_eq!(run.enqueued_at, None);
+    }
+    let publish = client.claim_publish().await.unwrap().expect("a publish");
+    assert_eq!(publish.enqueued_at, None);
 }
 
 #[tokio::test]
@@ -309,6 +336,10 @@ async fn claim_publish_sends_the_service_token_and_parses_the_example() {
         json!({"release": "2026-11-29", "suite": "main"})
     );
     assert_eq!(publish.lease_expires_at.to_string(), "2026-11-29T17:02:00Z");
+    assert_eq!(
+        publish.enqueued_at.map(|t| t.to_string()).as_deref(),
+        Some("2026-11-29T16:58:12Z")
+    );
 }
 
 #[tokio::test]
@@ -1157,28 +1188,40 @@ async fn a_renewal_that_is_not_the_contracts_200_body_fails() {
 
 // ---- the latency metric ----
 
-/// How many attempts of `call` answered `status` the process's metrics hold.
-fn attempts(call: &str, status: &str) -> u64 {
+/// How many attempts of `call` answered `status` (its outcome `outcome`)
+/// the process's metrics hold.
+fn attempts(call: &str, status: &str, outcome: &str) -> u64 {
+    count(&format!(
+        "tcab_dispatcher_backend_request_duration_seconds_count{{call=\"{call}\",status=\"{status}\",outcome=\"{outcome}\"}} "
+    ))
+}
+
+/// How many calls of `call` failed for `reason`.
+fn failures(call: &str, reason: &str) -> u64 {
+    count(&format!(
+        "tcab_dispatcher_backend_errors_total{{call=\"{call}\",reason=\"{reason}\"}} "
+    ))
+}
+
+fn count(prefix: &str) -> u64 {
     let text = tcab_shared::metrics::Exporter::new(tcab_shared::metrics::common()).encode();
-    let prefix = format!(
-        "tcab_dispatcher_backend_request_duration_seconds_count{{call=\"{call}\",status=\"{status}\"}} "
-    );
     text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
+        .find_map(|l| l.strip_prefix(prefix))
         .map_or(0, |v| v.parse().expect("a count"))
 }
 
-/// Each HTTP attempt is timed under the call's name and what it came to:
-/// a retried 503 and the 200 after it are two attempts, a hung backend a
-/// `timeout`, a refused connection `transport`. (Counts only grow, and other
-/// tests of this binary may run alongside, so each is checked to grow by at
-/// least what this test did.)
+/// Each HTTP attempt is timed under the call's name, its status and its
+/// outcome: a retried 503 and the 200 after it are two attempts, a hung
+/// backend a `timeout`, a refused connection `connect`; each call that
+/// failed is counted by its reason. (Counts only grow, and other tests of
+/// this binary may run alongside, so each is checked to grow by at least
+/// what this test did.)
 #[tokio::test]
-async fn every_attempt_is_timed_by_call_and_status() {
-    let before = |c, s| attempts(c, s);
+async fn every_attempt_is_timed_by_call_status_and_outcome() {
+    let before = |c, s, o| attempts(c, s, o);
     let (p503, p200) = (
-        before("active_publishes", "503"),
-        before("active_publishes", "200"),
+        before("active_publishes", "503", "unavailable"),
+        before("active_publishes", "200", "ok"),
     );
     let backend = Backend::start([
         Reply::status(503).retry_after("0"),
@@ -1190,10 +1233,11 @@ async fn every_attempt_is_timed_by_call_and_status() {
         .active_publishes()
         .await
         .expect("answered after a retry");
-    assert!(attempts("active_publishes", "503") > p503);
-    assert!(attempts("active_publishes", "200") > p200);
+    assert!(attempts("active_publishes", "503", "unavailable") > p503);
+    assert!(attempts("active_publishes", "200", "ok") > p200);
 
-    let timeouts = before("report_publish_lost", "timeout");
+    let timeouts = before("report_publish_lost", "timeout", "timeout");
+    let timed_out = failures("report_publish_lost", "timeout");
     let hung = Backend::start([Reply::hang()]).await;
     let client = client_for(&hung.url, Duration::from_millis(100));
     let err = client
@@ -1201,16 +1245,19 @@ async fn every_attempt_is_timed_by_call_and_status() {
         .await
         .unwrap_err();
     assert!(err.kind() == BackendErrorKind::Timeout, "{err:?}");
-    assert!(attempts("report_publish_lost", "timeout") > timeouts);
+    assert!(attempts("report_publish_lost", "timeout", "timeout") > timeouts);
+    assert!(failures("report_publish_lost", "timeout") > timed_out);
 
-    let refused = before("claim_publish", "transport");
+    let refused = before("claim_publish", "connect", "connect");
+    let unreachable = failures("claim_publish", "connect");
     let url = format!("http://{}", tcab_testkit::http::closed_addr());
     let err = client_for(&url, Duration::from_secs(2))
         .claim_publish()
         .await
         .unwrap_err();
     assert!(err.kind() == BackendErrorKind::Transport, "{err:?}");
-    assert!(attempts("claim_publish", "transport") > refused);
+    assert!(attempts("claim_publish", "connect", "connect") > refused);
+    assert!(failures("claim_publish", "connect") > unreachable);
 
     // The labels hold the call's name and the status, never a path with an
     // id or a token.

@@ -4,4 +4,5 @@
 mod backend_client;
 mod config;
 mod kube_client;
+mod metrics_docs;
 mod settings_docs;

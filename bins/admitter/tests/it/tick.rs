@@ -606,7 +606,7 @@ async fn a_create_answered_5xx_every_time_is_given_up_once_a_read_shows_no_job()
     match &report.run {
         Some(LaneOutcome::CreateFailed {
             job_id,
-            reason: CreateFailure::GaveUp { calls, first },
+            reason: CreateFailure::GaveUp { calls, first, .. },
             ..
         }) => {
             assert_eq!((job_id.as_str(), *calls), ("run-0", 8));

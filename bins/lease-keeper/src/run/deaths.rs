@@ -95,6 +95,11 @@ impl Reporter {
                     report
                         .reported_dead
                         .push((key.job_id.clone(), cause.kind()));
+                    if let Some(evidence) = self.evidence.get(&candidate.job_name) {
+                        report
+                            .death_delays
+                            .push(Instant::now().saturating_duration_since(evidence.first_sign));
+                    }
                     self.note(&key.job_id, &cause.summary(), now);
                 }
                 (DeathSettle::Requeued, _) => {
@@ -224,7 +229,7 @@ impl Reporter {
                     deleted.push(name);
                 }
                 Err(error) => {
-                    tracing::warn!(job = %name, error = %error_chain(&error), "cannot delete the Job whose pod never starts; retrying");
+                    tracing::warn!(job = %name, reason = error.reason().as_str(), error = %error_chain(&error), "cannot delete the Job whose pod never starts; retrying");
                 }
             }
         }

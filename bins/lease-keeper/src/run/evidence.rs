@@ -21,6 +21,9 @@ pub struct Evidence {
     pub log: LogTail,
     /// How many times the log was tried.
     pub log_attempts: u32,
+    /// When the Job first showed the sign of failure this was read at (for
+    /// the death-to-report metric).
+    pub first_sign: Instant,
 }
 
 /// Whether a pod ended well (`Succeeded`): a driver that exited 0.
@@ -74,6 +77,7 @@ impl Reporter {
                 pod,
                 log,
                 log_attempts: 1,
+                first_sign: self.failing.since(job).unwrap_or_else(Instant::now),
             },
         );
     }
@@ -123,10 +127,12 @@ impl Reporter {
                 .evidence
                 .get(&job.name)
                 .is_some_and(|e| matches!(e.log, LogTail::Read(_)));
+        let first_sign = self.failing.since(job).unwrap_or_else(Instant::now);
         let entry = self.evidence.entry(job.name.clone()).or_insert(Evidence {
             pod: None,
             log: log.clone(),
             log_attempts: 0,
+            first_sign,
         });
         entry.pod = Some(pod);
         if !keep_old_log {

@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use tcab_shared::Lane;
 use tcab_shared::backend::{JobId, SkippedEntry};
 use tcab_shared::error_chain;
+use tcab_shared::telemetry::list;
 use tokio::time::Instant;
 
 impl Reporter {
@@ -45,7 +46,7 @@ impl Reporter {
         let (active, skipped) = match active {
             Ok(active) => active,
             Err(error) => {
-                tracing::warn!(%lane, error = %error_chain(&error), "cannot read the lane's active list; its lost jobs are not judged this tick");
+                tracing::warn!(%lane, call = error.call().unwrap_or("active list"), reason = error.kind().reason().as_str(), error = %error_chain(&error), "cannot read the lane's active list; its lost jobs are not judged this tick");
                 return None;
             }
         };
@@ -160,7 +161,7 @@ impl Reporter {
         match self.inspector.live_jobs_of(&lost.job_id).await {
             Ok(live) if live.is_empty() => true,
             Ok(live) => {
-                tracing::warn!(job_id = %lost.job_id, jobs = ?live, "the Job view missed a live Job; not reported lost");
+                tracing::warn!(job_id = %lost.job_id, jobs = %list(&live), "the Job view missed a live Job; not reported lost");
                 false
             }
             Err(error) => {

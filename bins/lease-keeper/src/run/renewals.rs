@@ -11,6 +11,7 @@ use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, JobId};
 use tcab_shared::error_chain;
 use tcab_shared::job_cache::OwnedJobs;
+use tcab_shared::telemetry::list;
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
 
@@ -108,7 +109,7 @@ impl Renewer {
         if now != *last {
             let started: Vec<&JobId> = now.difference(last).collect();
             let stopped: Vec<&JobId> = last.difference(&now).collect();
-            tracing::info!(%lane, count = now.len(), ?started, ?stopped, "renewed {} {lane} leases", now.len());
+            tracing::info!(%lane, count = now.len(), started = %list(&started), stopped = %list(&stopped), "renewed {} {lane} leases", now.len());
             *last = now;
         } else {
             tracing::debug!(%lane, count = renewed.len(), "renewed {} {lane} leases (unchanged)", renewed.len());
@@ -138,7 +139,7 @@ async fn renew(
             if renewed.len() < plan.ids.len() {
                 let left: Vec<&JobId> =
                     plan.ids.iter().filter(|id| !renewed.contains(id)).collect();
-                tracing::debug!(%lane, job_ids = ?left, "not renewed: the backend no longer drives them");
+                tracing::debug!(%lane, job_ids = %list(&left), "not renewed: the backend no longer drives them");
             }
             Some(renewed)
         }
@@ -149,7 +150,7 @@ async fn renew(
             if was_failing {
                 tracing::debug!(%lane, error = %why, "lease renewal still failing");
             } else {
-                tracing::warn!(%lane, error = %why, "lease renewal failed; the {lane} gate is closed and nothing of the lane is judged lost until a renewal succeeds");
+                tracing::warn!(%lane, call = error.call().unwrap_or("lease renewal"), reason = error.kind().reason().as_str(), error = %why, "lease renewal failed; the {lane} gate is closed and nothing of the lane is judged lost until a renewal succeeds");
             }
             None
         }

@@ -33,6 +33,7 @@ use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobId}
 use tcab_shared::error_chain;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs};
+use tcab_shared::metrics::labels::{Cause, ReportKind};
 use tcab_shared::retry::{Backoff, PerKey};
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
@@ -42,7 +43,7 @@ use tokio::time::Instant;
 pub const REPORT_BACKOFF: Backoff =
     Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300));
 
-/// Which report a failure was of (the `report` label of its metric).
+/// Which report a failure was of (its `report` label is [`Report::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Report {
     /// A death report (`POST /jobs/{id}/status`) or the read before it.
@@ -52,12 +53,17 @@ pub enum Report {
 }
 
 impl Report {
-    /// The metric label: `death` or `lost`.
-    pub fn as_str(self) -> &'static str {
+    /// The `report` label: `death` or `lost`.
+    pub fn kind(self) -> ReportKind {
         match self {
-            Report::Death => "death",
-            Report::Lost(_) => "lost",
+            Report::Death => ReportKind::Death,
+            Report::Lost(_) => ReportKind::Lost,
         }
+    }
+
+    /// The `report` label, as text.
+    pub fn as_str(self) -> &'static str {
+        self.kind().as_str()
     }
 
     /// The lane the report is about.
@@ -95,7 +101,10 @@ pub struct ReportTick {
     /// Jobs deleted because their pod can never start.
     pub deleted: Vec<String>,
     /// Runs whose deaths were reported (job id, death kind for metrics).
-    pub reported_dead: Vec<(JobId, &'static str)>,
+    pub reported_dead: Vec<(JobId, Cause)>,
+    /// For each death reported with its evidence in hand: from the Job's
+    /// first sign of failure to the report landing.
+    pub death_delays: Vec<Duration>,
     /// Whether lost runs were judged this tick.
     pub judged_runs: bool,
     /// Whether lost publishes were judged this tick.
@@ -466,7 +475,7 @@ impl Reporter {
         };
         tracing::warn!(
             report = what.as_str(), lane = %what.lane(), job_id, status = error.status(),
-            reason = error.kind().as_str(), error = %error_chain(error),
+            reason = error.kind().reason().as_str(), error = %error_chain(error),
             "{} report failed; {after}",
             what.as_str(),
         );

@@ -290,7 +290,7 @@ fn exit_codes_above_128_read_as_the_signal_and_only_oomkilled_is_an_oom() {
         killed.summary(),
         "container driver killed by SIGKILL (exit code 137) (Error)"
     );
-    assert_eq!(killed.kind(), "killed");
+    assert_eq!(killed.kind().as_str(), "killed");
     let term = DeathCause::ContainerExited {
         container: s("driver"),
         exit_code: 143,
@@ -315,7 +315,7 @@ fn exit_codes_above_128_read_as_the_signal_and_only_oomkilled_is_an_oom() {
         container: s("driver"),
         exit_code: 137,
     };
-    assert_eq!(oom.kind(), "oom_killed");
+    assert_eq!(oom.kind().as_str(), "oom_killed");
     // The kubelet never sets `signal`: a pod that says 9 there still reads by its code.
     let job: Job = fixture("job-driver-failed.json");
     let mut pod: Pod = fixture("pod-exit-1.json");
@@ -431,7 +431,7 @@ fn a_kubelet_eviction_reads_as_such_with_the_pods_reason() {
         .unwrap(),
     );
     let cause = death_cause(&job, Some(&pod));
-    assert_eq!(cause.kind(), "kubelet_evicted");
+    assert_eq!(cause.kind().as_str(), "kubelet_evicted");
     let summary = cause.summary();
     assert!(
         summary.starts_with(
@@ -560,7 +560,7 @@ fn a_pod_that_cannot_start_names_the_fix() {
         "image pull failed for ghcr.io/tcab/driver:3f9c2e1: ImagePullBackOff: Back-off pulling image \"ghcr.io/tcab/driver:3f9c2e1\""
     );
     let cause = DeathCause::NeverStarted(failure);
-    assert_eq!(cause.kind(), "image_pull");
+    assert_eq!(cause.kind().as_str(), "image_pull");
     assert!(
         cause
             .summary()
@@ -591,7 +591,10 @@ fn a_pod_that_cannot_start_names_the_fix() {
             .summary()
             .contains("secret \"harness-keys\" not found")
     );
-    assert_eq!(DeathCause::NeverStarted(failure).kind(), "config_error");
+    assert_eq!(
+        DeathCause::NeverStarted(failure).kind().as_str(),
+        "config_error"
+    );
 }
 
 #[test]

@@ -293,7 +293,7 @@ async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
         .reports
         .reported_dead
         .iter()
-        .map(|(_, k)| *k)
+        .map(|(_, k)| k.as_str())
         .collect();
     kinds.sort();
     assert_eq!(kinds, ["evicted", "oom_killed", "pod_deleted"]);
@@ -744,7 +744,7 @@ async fn a_job_that_cannot_finish_failing_is_judged_dead() {
     );
     assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
     assert_eq!(report.reported_dead(), ["lostnode"]);
-    assert_eq!(report.reports.reported_dead[0].1, "node_lost");
+    assert_eq!(report.reports.reported_dead[0].1.as_str(), "node_lost");
     let detail = rig.backend.lock().status_reports[0].2["detail"]
         .as_str()
         .unwrap()
@@ -792,7 +792,7 @@ async fn a_pod_that_never_starts_is_failed_fast() {
     assert!(seen.elapsed() >= grace, "not within the grace");
     assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
     assert_eq!(report.reported_dead(), ["badimage"]);
-    assert_eq!(report.reports.reported_dead[0].1, "image_pull");
+    assert_eq!(report.reports.reported_dead[0].1.as_str(), "image_pull");
     assert_eq!(
         report.reports.deleted,
         std::slice::from_ref(&name),

@@ -8,4 +8,5 @@ mod kube_sim;
 mod logs;
 mod mock;
 mod run_loop;
+mod start_logs;
 mod support;

@@ -108,6 +108,17 @@ impl fmt::Debug for BackendClient {
     }
 }
 
+/// Counts a failed call in `tcab_dispatcher_backend_errors_total` by its
+/// call and reason (each public call passes its result through here once).
+fn counted<T>(result: Result<T, BackendError>) -> Result<T, BackendError> {
+    if let Err(error) = &result
+        && let Some(call) = error.call().and_then(metric_call)
+    {
+        crate::metrics::common().backend_error(call, error.kind().reason());
+    }
+    result
+}
+
 /// One call to make: what the retry loop and the status mapping need.
 struct Request<'a> {
     call: Call,
@@ -204,35 +215,50 @@ impl BackendClient {
     ///
     /// [`BackendErrorKind::Malformed`]: crate::backend::BackendErrorKind::Malformed
     pub async fn claim_run(&self) -> Result<Option<ClaimedRun>, BackendError> {
-        const CALL: Call = "POST /jobs/next";
-        let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
-            return Ok(None);
-        };
-        let read = self.read_claim(CALL, "job", &answer, open_run);
-        read.map(Some).map_err(|(error, _)| error)
+        counted(
+            async {
+                const CALL: Call = "POST /jobs/next";
+                let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
+                    return Ok(None);
+                };
+                let read = self.read_claim(CALL, "job", &answer, open_run);
+                read.map(Some).map_err(|(error, _)| error)
+            }
+            .await,
+        )
     }
 
     /// `POST /publish-jobs/next`, as [`BackendClient::claim_run`] does.
     pub async fn claim_publish(&self) -> Result<Option<ClaimedPublish>, BackendError> {
-        const CALL: Call = "POST /publish-jobs/next";
-        let Some(answer) = self.claim(CALL, "/publish-jobs/next").await? else {
-            return Ok(None);
-        };
-        let read = self.read_claim(CALL, "publish_job", &answer, open_publish);
-        read.map(Some).map_err(|(error, _)| error)
+        counted(
+            async {
+                const CALL: Call = "POST /publish-jobs/next";
+                let Some(answer) = self.claim(CALL, "/publish-jobs/next").await? else {
+                    return Ok(None);
+                };
+                let read = self.read_claim(CALL, "publish_job", &answer, open_publish);
+                read.map(Some).map_err(|(error, _)| error)
+            }
+            .await,
+        )
     }
 
     /// `POST /jobs/next`: claims the next claimable run; `None` on 204. A
     /// 200 whose body breaks the contract is [`ClaimAnswer::Poisoned`] (the
     /// backend committed the claim), not an error.
     pub async fn claim_run_answer(&self) -> Result<Option<ClaimAnswer<ClaimedRun>>, BackendError> {
-        const CALL: Call = "POST /jobs/next";
-        let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
-            return Ok(None);
-        };
-        Ok(Some(answered(
-            self.read_claim(CALL, "job", &answer, open_run),
-        )))
+        counted(
+            async {
+                const CALL: Call = "POST /jobs/next";
+                let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
+                    return Ok(None);
+                };
+                Ok(Some(answered(
+                    self.read_claim(CALL, "job", &answer, open_run),
+                )))
+            }
+            .await,
+        )
     }
 
     /// `POST /publish-jobs/next`: claims the next queued publish; `None` on
@@ -240,16 +266,21 @@ impl BackendClient {
     pub async fn claim_publish_answer(
         &self,
     ) -> Result<Option<ClaimAnswer<ClaimedPublish>>, BackendError> {
-        const CALL: Call = "POST /publish-jobs/next";
-        let Some(answer) = self.claim(CALL, "/publish-jobs/next").await? else {
-            return Ok(None);
-        };
-        Ok(Some(answered(self.read_claim(
-            CALL,
-            "publish_job",
-            &answer,
-            open_publish,
-        ))))
+        counted(
+            async {
+                const CALL: Call = "POST /publish-jobs/next";
+                let Some(answer) = self.claim(CALL, "/publish-jobs/next").await? else {
+                    return Ok(None);
+                };
+                Ok(Some(answered(self.read_claim(
+                    CALL,
+                    "publish_job",
+                    &answer,
+                    open_publish,
+                ))))
+            }
+            .await,
+        )
     }
 
     /// Reads a claim's answer: the job when it fits the contract, else the
@@ -299,13 +330,18 @@ impl BackendClient {
     /// `POST /jobs/leases`: renews the leases of `ids`; the answer leaves out
     /// the ids that are not driven.
     pub async fn renew_run_leases(&self, ids: &[JobId]) -> Result<LeaseRenewal, BackendError> {
-        self.renew("POST /jobs/leases", "/jobs/leases", ids).await
+        counted(async { self.renew("POST /jobs/leases", "/jobs/leases", ids).await }.await)
     }
 
     /// `POST /publish-jobs/leases`: renews the leases of the publishes `ids`.
     pub async fn renew_publish_leases(&self, ids: &[JobId]) -> Result<LeaseRenewal, BackendError> {
-        self.renew("POST /publish-jobs/leases", "/publish-jobs/leases", ids)
-            .await
+        counted(
+            async {
+                self.renew("POST /publish-jobs/leases", "/publish-jobs/leases", ids)
+                    .await
+            }
+            .await,
+        )
     }
 
     async fn renew(
@@ -363,51 +399,71 @@ impl BackendClient {
     /// entry that cannot be read (an unknown state, an invalid id) is left
     /// out and named in `skipped`, so the rest are judged.
     pub async fn active_runs(&self) -> Result<ActiveRuns, BackendError> {
-        const CALL: Call = "GET /jobs/active";
-        let answer = self.get(CALL, "/jobs/active".into(), None).await?;
-        let raw: RawList = self.parse(CALL, None, &answer)?;
-        let (jobs, skipped) = entries::<ActiveRun>(raw.list("jobs"), "jobs");
-        Ok(ActiveRuns {
-            now: raw.now,
-            jobs: jobs.into_iter().map(|(_, j)| j).collect(),
-            skipped,
-        })
+        counted(
+            async {
+                const CALL: Call = "GET /jobs/active";
+                let answer = self.get(CALL, "/jobs/active".into(), None).await?;
+                let raw: RawList = self.parse(CALL, None, &answer)?;
+                let (jobs, skipped) = entries::<ActiveRun>(raw.list("jobs"), "jobs");
+                Ok(ActiveRuns {
+                    now: raw.now,
+                    jobs: jobs.into_iter().map(|(_, j)| j).collect(),
+                    skipped,
+                })
+            }
+            .await,
+        )
     }
 
     /// `GET /publish-jobs/active`: the publishes the backend believes are
     /// driven, read as [`BackendClient::active_runs`] reads runs.
     pub async fn active_publishes(&self) -> Result<ActivePublishes, BackendError> {
-        const CALL: Call = "GET /publish-jobs/active";
-        let answer = self.get(CALL, "/publish-jobs/active".into(), None).await?;
-        let raw: RawList = self.parse(CALL, None, &answer)?;
-        let (publish_jobs, skipped) =
-            entries::<ActivePublish>(raw.list("publish_jobs"), "publish_jobs");
-        Ok(ActivePublishes {
-            now: raw.now,
-            publish_jobs: publish_jobs.into_iter().map(|(_, p)| p).collect(),
-            skipped,
-        })
+        counted(
+            async {
+                const CALL: Call = "GET /publish-jobs/active";
+                let answer = self.get(CALL, "/publish-jobs/active".into(), None).await?;
+                let raw: RawList = self.parse(CALL, None, &answer)?;
+                let (publish_jobs, skipped) =
+                    entries::<ActivePublish>(raw.list("publish_jobs"), "publish_jobs");
+                Ok(ActivePublishes {
+                    now: raw.now,
+                    publish_jobs: publish_jobs.into_iter().map(|(_, p)| p).collect(),
+                    skipped,
+                })
+            }
+            .await,
+        )
     }
 
     /// `GET /jobs/{id}`: one run's state.
     pub async fn get_job(&self, id: &str) -> Result<JobView, BackendError> {
-        const CALL: Call = "GET /jobs/{id}";
-        valid_input_id(CALL, id)?;
-        let answer = self.get(CALL, format!("/jobs/{id}"), Some(id)).await?;
-        let view: JobView = self.parse(CALL, Some(id), &answer)?;
-        self.check_same_job(CALL, id, &answer, "id", &view.id)?;
-        Ok(view)
+        counted(
+            async {
+                const CALL: Call = "GET /jobs/{id}";
+                valid_input_id(CALL, id)?;
+                let answer = self.get(CALL, format!("/jobs/{id}"), Some(id)).await?;
+                let view: JobView = self.parse(CALL, Some(id), &answer)?;
+                self.check_same_job(CALL, id, &answer, "id", &view.id)?;
+                Ok(view)
+            }
+            .await,
+        )
     }
 
     /// `POST /jobs/{id}/lost`: reports a run whose driver is gone.
     pub async fn report_lost(&self, id: &str, detail: &str) -> Result<LostOutcome, BackendError> {
-        self.lost(
-            "POST /jobs/{id}/lost",
-            format!("/jobs/{id}/lost"),
-            id,
-            detail,
+        counted(
+            async {
+                self.lost(
+                    "POST /jobs/{id}/lost",
+                    format!("/jobs/{id}/lost"),
+                    id,
+                    detail,
+                )
+                .await
+            }
+            .await,
         )
-        .await
     }
 
     /// `POST /publish-jobs/{id}/lost`: reports a publish whose publisher is gone.
@@ -416,13 +472,18 @@ impl BackendClient {
         id: &str,
         detail: &str,
     ) -> Result<LostOutcome, BackendError> {
-        self.lost(
-            "POST /publish-jobs/{id}/lost",
-            format!("/publish-jobs/{id}/lost"),
-            id,
-            detail,
+        counted(
+            async {
+                self.lost(
+                    "POST /publish-jobs/{id}/lost",
+                    format!("/publish-jobs/{id}/lost"),
+                    id,
+                    detail,
+                )
+                .await
+            }
+            .await,
         )
-        .await
     }
 
     async fn lost(
@@ -471,26 +532,31 @@ impl BackendClient {
         kind: FailureKind,
         detail: &str,
     ) -> Result<StatusAck, BackendError> {
-        const CALL: Call = "POST /jobs/{id}/status";
-        valid_input_id(CALL, id)?;
-        let body = to_body(&StatusReport {
-            state: JobState::Failed,
-            detail: Some(detail.to_owned()),
-            failure_kind: Some(kind),
-        });
-        let answer = self
-            .send(Request {
-                call: CALL,
-                method: Method::POST,
-                path: format!("/jobs/{id}/status"),
-                job_id: Some(id),
-                body: Some(body),
-                job_token: Some(token),
-            })
-            .await?;
-        let ack: StatusAck = self.parse_scrubbing(CALL, Some(id), &answer, Some(token))?;
-        self.check_same_job(CALL, id, &answer, "id", &ack.id)?;
-        Ok(ack)
+        counted(
+            async {
+                const CALL: Call = "POST /jobs/{id}/status";
+                valid_input_id(CALL, id)?;
+                let body = to_body(&StatusReport {
+                    state: JobState::Failed,
+                    detail: Some(detail.to_owned()),
+                    failure_kind: Some(kind),
+                });
+                let answer = self
+                    .send(Request {
+                        call: CALL,
+                        method: Method::POST,
+                        path: format!("/jobs/{id}/status"),
+                        job_id: Some(id),
+                        body: Some(body),
+                        job_token: Some(token),
+                    })
+                    .await?;
+                let ack: StatusAck = self.parse_scrubbing(CALL, Some(id), &answer, Some(token))?;
+                self.check_same_job(CALL, id, &answer, "id", &ack.id)?;
+                Ok(ack)
+            }
+            .await,
+        )
     }
 
     /// `POST /publish-jobs/{id}/result` with the per-job `token`: a failed
@@ -503,22 +569,27 @@ impl BackendClient {
         token: &Secret,
         detail: &str,
     ) -> Result<(), BackendError> {
-        const CALL: Call = "POST /publish-jobs/{id}/result";
-        valid_input_id(CALL, id)?;
-        let body = to_body(&PublishResult {
-            outcome: PublishOutcome::Failed,
-            detail: Some(detail.to_owned()),
-        });
-        self.send(Request {
-            call: CALL,
-            method: Method::POST,
-            path: format!("/publish-jobs/{id}/result"),
-            job_id: Some(id),
-            body: Some(body),
-            job_token: Some(token),
-        })
-        .await?;
-        Ok(())
+        counted(
+            async {
+                const CALL: Call = "POST /publish-jobs/{id}/result";
+                valid_input_id(CALL, id)?;
+                let body = to_body(&PublishResult {
+                    outcome: PublishOutcome::Failed,
+                    detail: Some(detail.to_owned()),
+                });
+                self.send(Request {
+                    call: CALL,
+                    method: Method::POST,
+                    path: format!("/publish-jobs/{id}/result"),
+                    job_id: Some(id),
+                    body: Some(body),
+                    job_token: Some(token),
+                })
+                .await?;
+                Ok(())
+            }
+            .await,
+        )
     }
 
     async fn get(
