@@ -586,10 +586,16 @@ async fn assert_never_started(t: &TestStack, id: &str, enqueued: Instant, parts:
         waited >= u64::from(START_GRACE_S),
         "judged after {waited} s, within the grace"
     );
-    assert!(
-        !lines_with(&keeper, &["deleted a Job whose pod can never start", id]).is_empty(),
-        "{keeper}"
-    );
+    // The line is written once the DELETE has answered, so the Job can be
+    // seen gone a moment before it is in the log.
+    wait_for("the deletion logged", LIMIT, || {
+        let keeper = t.stack.log(Container::LeaseKeeper);
+        let logged =
+            !lines_with(&keeper, &["deleted a Job whose pod can never start", id]).is_empty();
+        async move { Ok(logged.then_some(())) }
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
     assert!(t.sandboxes_of(id).await.is_empty());
 }
 
