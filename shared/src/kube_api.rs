@@ -94,13 +94,17 @@ pub enum ClientError {
 /// The client every binary uses, from the kubeconfig or the in-cluster
 /// service account (see [`client_from`]).
 pub async fn client() -> Result<kube::Client, ClientError> {
-    client_with_url().await.map(|(client, _)| client)
+    client_with_url(None).await.map(|(client, _)| client)
 }
 
 /// The client every binary uses, and the API server's URL it talks to (for
-/// the start-up line, so an API server that cannot be reached is named).
-pub async fn client_with_url() -> Result<(kube::Client, String), ClientError> {
-    let config = kube::Config::infer().await.map_err(ClientError::Config)?;
+/// the start-up line, so an API server that cannot be reached is named),
+/// sending `agent` as the `User-Agent` when given.
+pub async fn client_with_url(agent: Option<&str>) -> Result<(kube::Client, String), ClientError> {
+    let mut config = kube::Config::infer().await.map_err(ClientError::Config)?;
+    if let Some(agent) = agent.and_then(|a| http::HeaderValue::from_str(a).ok()) {
+        config.headers.push((http::header::USER_AGENT, agent));
+    }
     let url = config.cluster_url.to_string();
     Ok((client_from(config)?, url))
 }

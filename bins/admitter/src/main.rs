@@ -22,7 +22,7 @@ async fn main() -> anyhow::Result<()> {
     let deps = Deps {
         kube: started.kube,
         namespace: started.namespace,
-        backend: backend::client_from_config(&config.backend)
+        backend: backend::client_from_config(&config.backend, Binary::Admitter)
             .context("cannot build the backend client")?,
     };
     let result = run(config, deps, started.shutdown).await;

@@ -23,7 +23,7 @@ async fn main() -> anyhow::Result<()> {
     let deps = Deps {
         kube: started.kube,
         namespace: started.namespace,
-        backend: backend::client_from_config(&config.backend)
+        backend: backend::client_from_config(&config.backend, Binary::LeaseKeeper)
             .context("cannot build the backend client")?,
         vault_listener: grpc::bind(config.common.vault_addr, config.vault_allow_non_loopback)
             .await?,

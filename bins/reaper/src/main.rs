@@ -21,7 +21,10 @@ async fn main() -> anyhow::Result<()> {
     let config: ReaperConfig = config::load(ABOUT, &BUILD);
     let started = runtime::bootstrap(Binary::Reaper, &BUILD, &config.common).await?;
     // The backend is asked only by the orphan sweep (what it still drives).
-    let backend = config.backend.as_ref().map(backend::client_from_config);
+    let backend = config
+        .backend
+        .as_ref()
+        .map(|b| backend::client_from_config(b, Binary::Reaper));
     let backend = backend
         .transpose()
         .context("cannot build the backend client")?;

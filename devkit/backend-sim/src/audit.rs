@@ -6,7 +6,8 @@
 //!   time (the sim's clock without the test-clock offset, so it lines up with
 //!   other processes on the machine while `at` follows the test clock), the
 //!   call (`POST /jobs/{id}/status`), the caller's `User-Agent` (the
-//!   dispatcher's binaries send `tcab-dispatcher/<version>`; the fake drivers
+//!   dispatcher's binaries name themselves,
+//!   `tcab-admitter/<version>`; the fake drivers
 //!   send none), and the claim tag of the token in effect (the first 8 hex
 //!   digits of its SHA-256, the same tag the dispatcher puts on a Job's
 //!   `tcab.dev/claim` label).
@@ -181,5 +182,37 @@ mod tests {
         let c = Caller::new("POST", "/jobs/next", Some("tcab-dispatcher/1"));
         let seen = CALLER.scope(c.clone(), async { current_caller() }).await;
         assert_eq!(seen, Some(c));
+    }
+}
+
+/// Calls served, per caller `User-Agent` ("" without one) and route
+/// (`POST /jobs/{id}/status`): how many backend calls each dispatcher
+/// binary makes (the benchmarks read it from `GET /admin/calls`).
+#[derive(Debug, Default)]
+pub(crate) struct Calls(Mutex<CallCounts>);
+
+/// Calls per `User-Agent`, then per route.
+pub type CallCounts = std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>;
+
+impl Calls {
+    /// Counts one call of `route` by `agent`.
+    pub(crate) fn count(&self, agent: Option<&str>, route: &str) {
+        let agent: String = agent.unwrap_or_default().chars().take(MAX_AGENT).collect();
+        let mut calls = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *calls
+            .entry(agent)
+            .or_default()
+            .entry(route.to_owned())
+            .or_default() += 1;
+    }
+
+    /// The counts so far; with `reset`, starts again from none.
+    pub(crate) fn take(&self, reset: bool) -> CallCounts {
+        let mut calls = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if reset {
+            std::mem::take(&mut *calls)
+        } else {
+            calls.clone()
+        }
     }
 }

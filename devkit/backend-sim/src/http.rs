@@ -143,7 +143,8 @@ pub(crate) fn router(sim: Arc<Sim>, test_clock: bool) -> Router {
             .route("/admin/clock/advance", post(advance_clock))
             .route("/admin/faults", post(add_fault).get(list_faults))
             .route("/admin/faults/clear", post(clear_faults))
-            .route("/admin/history", get(audit_history));
+            .route("/admin/history", get(audit_history))
+            .route("/admin/calls", get(call_counts).post(call_counts_reset));
     }
     let faults = sim.faults.clone();
     router
@@ -156,7 +157,7 @@ pub(crate) fn router(sim: Arc<Sim>, test_clock: bool) -> Router {
             )
         })
         // Inside the fault layer, so a stalled request keeps its caller.
-        .layer(middleware::from_fn(with_caller))
+        .layer(middleware::from_fn_with_state(sim.clone(), with_caller))
         .layer(middleware::from_fn_with_state(faults, crate::faults::apply))
         .layer(middleware::from_fn(log_request))
         .with_state(sim)
@@ -164,11 +165,17 @@ pub(crate) fn router(sim: Arc<Sim>, test_clock: bool) -> Router {
 
 /// Serves the request with its caller known to the operations (see
 /// [`crate::audit`]).
-async fn with_caller(req: Request, next: Next) -> Response {
+async fn with_caller(State(sim): State<Arc<Sim>>, req: Request, next: Next) -> Response {
     let agent = req
         .headers()
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok());
+    if let Some(route) = req.extensions().get::<axum::extract::MatchedPath>()
+        && !route.as_str().starts_with("/admin/")
+    {
+        sim.calls
+            .count(agent, &format!("{} {}", req.method(), route.as_str()));
+    }
     let caller = crate::audit::Caller::new(req.method().as_str(), req.uri().path(), agent);
     crate::audit::CALLER.scope(caller, next.run(req)).await
 }
@@ -517,6 +524,19 @@ async fn list_faults(State(sim): State<Arc<Sim>>, headers: HeaderMap) -> ApiResu
 
 /// `GET /admin/history?after=N&limit=M`: history entries after position N
 /// (default 0), at most M (default and maximum 100000), with the refusals.
+/// `GET /admin/calls`: the calls served so far per caller `User-Agent` and
+/// route (`{"tcab-admitter/0.1.0": {"POST /jobs/next": 12}}`).
+async fn call_counts(State(sim): State<Arc<Sim>>, headers: HeaderMap) -> ApiResult {
+    require_service(&sim, &headers)?;
+    ok(StatusCode::OK, sim.calls.take(false))
+}
+
+/// `POST /admin/calls`: the same, and the counts start again from none.
+async fn call_counts_reset(State(sim): State<Arc<Sim>>, headers: HeaderMap) -> ApiResult {
+    require_service(&sim, &headers)?;
+    ok(StatusCode::OK, sim.calls.take(true))
+}
+
 async fn audit_history(
     State(sim): State<Arc<Sim>>,
     headers: HeaderMap,

@@ -28,6 +28,8 @@ pub(crate) struct Sim {
     pub(crate) faults: crate::faults::Faults,
     /// Per-job calls refused for their token (test admin only).
     pub(crate) refusals: crate::audit::Refusals,
+    /// Calls served per caller and route (test admin only).
+    pub(crate) calls: crate::audit::Calls,
 }
 
 impl Sim {
@@ -44,6 +46,7 @@ impl Sim {
             service_token_hash: ops::hash_token(service_token),
             faults: crate::faults::Faults::default(),
             refusals: crate::audit::Refusals::default(),
+            calls: crate::audit::Calls::default(),
         }
     }
 

@@ -1,90 +1,161 @@
 //! Footprint and steady-state benchmark (prints figures; asserts nothing).
 //!
-//! `cargo run --release -p tcab-devstack --example footprint [-- JOBS]`
+//! `cargo run --release -p tcab-devstack --example footprint [-- SIZES...]`
 //!
-//! Creates JOBS (default 10,000) owned Jobs that never get a pod, restarts the
-//! three containers so each lists them into its cache, then reports each
-//! container's resident memory, and the API and backend calls made over a
-//! number of ticks at steady state.
+//! For each size (default `1 10000 100000`): a fresh dev stack, that many
+//! owned Jobs that never get a pod (a fifth of them publishes), the three
+//! containers restarted so each lists them into its cache, then 10 s of
+//! steady state at a 1 s poll. Prints each container's resident memory
+//! (now and peak), the memory per cached Job from the smallest and largest
+//! sizes, and, per container, the Kubernetes requests (by verb and
+//! resource, from kube-sim's counters by `User-Agent`) and the backend
+//! calls (by route, from backend-sim's) over the window. Figure lines
+//! (`figure<TAB>...`) are for `scripts/bench-compare`.
 
 use clap::Parser;
+use futures::StreamExt;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tcab_devstack::{Container, Stack, StackOptions, wait_for};
 use tcab_kube_sim::AdminClient;
 
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
+/// The steady-state window and the poll interval in it.
+const WINDOW: Duration = Duration::from_secs(10);
+const POLL_SECONDS: f64 = 1.0;
 
-/// Resident memory of the three containers with JOBS owned Jobs, and their
-/// API and backend calls at steady state.
+/// Resident memory of the three containers with each number of owned Jobs,
+/// and their API and backend calls at steady state.
 #[derive(Parser)]
 #[command(name = "footprint")]
 struct Args {
-    /// Owned Jobs that never get a pod
-    #[arg(default_value_t = 10_000)]
+    /// Numbers of owned Jobs, one fresh stack each
+    #[arg(default_values_t = [1usize, 10_000, 100_000])]
+    sizes: Vec<usize>,
+}
+
+/// What one size measured.
+struct Measured {
     jobs: usize,
+    /// Per container: RSS and peak RSS in KiB.
+    memory: BTreeMap<&'static str, (u64, u64)>,
+    /// Per container: Kubernetes requests by `"<verb> <resource>"`.
+    kube: BTreeMap<&'static str, BTreeMap<String, u64>>,
+    /// Per container: backend calls by route.
+    backend: BTreeMap<&'static str, BTreeMap<String, u64>>,
+}
+
+fn figure(name: &str, value: f64, unit: &str) {
+    println!("figure\tfootprint\t{name}\t{value:.3}\t{unit}");
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Args { jobs } = Args::parse();
+    let Args { sizes } = Args::parse();
+    let mut all = Vec::new();
+    for jobs in sizes {
+        let m = measure(jobs).await?;
+        println!("\nresident memory with {} owned Jobs cached:", m.jobs);
+        for (binary, (rss, hwm)) in &m.memory {
+            println!(
+                "  {binary:<18} RSS {:>6.1} MiB   peak {:>6.1} MiB",
+                mib(*rss),
+                mib(*hwm)
+            );
+            figure(
+                &format!("{binary} rss at {} jobs", m.jobs),
+                mib(*rss),
+                "MiB",
+            );
+            figure(
+                &format!("{binary} peak at {} jobs", m.jobs),
+                mib(*hwm),
+                "MiB",
+            );
+        }
+        let ticks = WINDOW.as_secs_f64() / POLL_SECONDS;
+        println!(
+            "calls over {WINDOW:?} of steady state (poll {POLL_SECONDS} s: {ticks} ticks), per container:"
+        );
+        for c in Container::ALL {
+            let binary = c.binary();
+            let kube = m.kube.get(binary).cloned().unwrap_or_default();
+            let backend = m.backend.get(binary).cloned().unwrap_or_default();
+            let lists: u64 = kube
+                .iter()
+                .filter(|(k, _)| k.starts_with("list "))
+                .map(|(_, v)| v)
+                .sum();
+            let kube_total: u64 = kube.values().sum();
+            let backend_total: u64 = backend.values().sum();
+            println!(
+                "  {binary}: {kube_total} Kubernetes requests ({lists} LISTs), {backend_total} backend calls"
+            );
+            for (k, v) in kube.iter() {
+                println!(
+                    "    kube    {k:<28} {v:>4}  ({:.1} per tick)",
+                    *v as f64 / ticks
+                );
+            }
+            for (k, v) in backend.iter() {
+                println!(
+                    "    backend {k:<28} {v:>4}  ({:.1} per tick)",
+                    *v as f64 / ticks
+                );
+            }
+            figure(
+                &format!("{binary} kube requests per tick at {} jobs", m.jobs),
+                kube_total as f64 / ticks,
+                "requests",
+            );
+            figure(
+                &format!("{binary} kube lists at {} jobs", m.jobs),
+                lists as f64,
+                "requests",
+            );
+            figure(
+                &format!("{binary} backend calls per tick at {} jobs", m.jobs),
+                backend_total as f64 / ticks,
+                "calls",
+            );
+        }
+        all.push(m);
+    }
+    if let (Some(small), Some(large)) = (all.first(), all.last())
+        && large.jobs > small.jobs
+    {
+        println!(
+            "\nmemory per cached Job, from {} and {} Jobs (RSS difference / Job difference):",
+            small.jobs, large.jobs
+        );
+        for (binary, (rss, _)) in &large.memory {
+            let base = small.memory.get(binary).map_or(0, |m| m.0);
+            let per_job = (*rss as f64 - base as f64) * 1024.0 / (large.jobs - small.jobs) as f64;
+            println!("  {binary:<18} {per_job:>6.0} bytes per Job");
+            figure(&format!("{binary} bytes per job"), per_job, "bytes");
+        }
+    }
+    Ok(())
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+async fn measure(jobs: usize) -> anyhow::Result<Measured> {
     let dir = tempfile::tempdir()?;
     let mut options = StackOptions::new(dir.path());
-    options.poll_seconds = 1.0;
+    options.poll_seconds = POLL_SECONDS;
     let mut stack = Stack::start(options).await?;
     let admin = AdminClient::new(stack.cluster.url());
     admin.never_pod_next(jobs as u32).await?;
 
     let started = Instant::now();
-    let client = reqwest::Client::new();
-    let url = format!("{}/apis/batch/v1/namespaces/tcab/jobs", stack.cluster.url());
-    let token = std::fs::read_to_string(&stack.admin_kubeconfig)?;
-    let token = token
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: "))
-        .unwrap_or_default()
-        .to_owned();
-    let mut pending = futures_lite(jobs, move |i| {
-        let (client, url, token) = (client.clone(), url.clone(), token.clone());
-        async move {
-            let kind = if i % 5 == 0 { "publish" } else { "run" };
-            let job = json!({
-                "apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": format!("bench-{kind}-{i}"), "labels": {
-                    "app.kubernetes.io/managed-by": "tcab-dispatcher",
-                    "tcab.dev/job-kind": kind, "tcab.dev/job-id": format!("bench-{i}"),
-                    "tcab.dev/claim": "00000000"}},
-                "spec": {"backoffLimit": 0, "template": {
-                    "metadata": {"labels": {"app.kubernetes.io/managed-by": "tcab-dispatcher"}},
-                    "spec": {"restartPolicy": "Never", "containers": [{"name": "driver", "image": "bench"}]}}}
-            });
-            client
-                .post(url)
-                .bearer_auth(token)
-                .json(&job)
-                .send()
-                .await
-                .map(|r| r.status().is_success())
-        }
-    });
-    let mut created = 0;
-    while let Some(ok) = pending.next().await {
-        if matches!(ok, Ok(true)) {
-            created += 1;
-        }
-    }
-    println!("created {created} owned Jobs in {:.1?}", started.elapsed());
+    let created = create_jobs(&stack, jobs).await?;
+    println!(
+        "\n== {jobs} Jobs: created {created} owned Jobs in {:.1?}",
+        started.elapsed()
+    );
 
     for c in Container::ALL {
         stack.stop_container(c).await;
@@ -97,7 +168,7 @@ async fn main() -> anyhow::Result<()> {
     for c in Container::ALL {
         wait_for(
             "the cache to list every Job",
-            Duration::from_secs(120),
+            Duration::from_secs(300),
             || {
                 let found = stack.log(c).contains(&marker(c));
                 async move { Ok(found.then_some(())) }
@@ -105,57 +176,96 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?;
     }
+    // Settle: the first ticks after the list do their one-off work.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     admin.reset_counters().await?;
-    let backend_before = count_lines(&stack, "backend-sim.log");
-    let window = Duration::from_secs(10);
-    tokio::time::sleep(window).await;
+    stack.backend.calls(true).await?;
+    tokio::time::sleep(WINDOW).await;
 
-    println!(
-        "\nresident memory with {created} owned Jobs cached (debug builds are larger than release):"
-    );
-    for c in Container::ALL {
-        let pid = stack_pid(&mut stack, c);
-        let (rss, hwm) = rss_kib(pid);
-        println!(
-            "  {:<18} RSS {:>6.1} MiB   peak {:>6.1} MiB",
-            c.binary(),
-            rss as f64 / 1024.0,
-            hwm as f64 / 1024.0
-        );
-    }
     let counters = admin.counters().await?;
-    println!("\nAPI requests over {window:?} of steady state (poll 1 s, 3 containers):");
-    for (k, v) in &counters.requests {
-        println!("  {k:<24} {v}");
+    let backend = stack.backend.calls(false).await?;
+    let mut m = Measured {
+        jobs: created,
+        memory: BTreeMap::new(),
+        kube: BTreeMap::new(),
+        backend: BTreeMap::new(),
+    };
+    for c in Container::ALL {
+        let binary = c.binary();
+        let pid = stack.pid(c).unwrap_or(0);
+        m.memory.insert(binary, rss_kib(pid));
+        let mine = |agent: &String| agent.starts_with(&format!("{binary}/"));
+        let kube = counters
+            .requests_by_agent
+            .iter()
+            .filter(|(a, _)| mine(a))
+            .flat_map(|(_, calls)| calls.clone())
+            .collect();
+        m.kube.insert(binary, kube);
+        let calls = backend
+            .iter()
+            .filter(|(a, _)| mine(a))
+            .flat_map(|(_, calls)| calls.clone())
+            .collect();
+        m.backend.insert(binary, calls);
     }
-    let backend_lines = count_lines(&stack, "backend-sim.log").saturating_sub(backend_before);
-    println!("  (backend log lines in the window: {backend_lines})");
     stack.shutdown().await;
-    Ok(())
+    Ok(m)
 }
 
-fn count_lines(stack: &Stack, file: &str) -> usize {
-    std::fs::read_to_string(stack.options.run_dir.join(file))
-        .map(|t| t.lines().count())
-        .unwrap_or(0)
-}
-
-fn stack_pid(stack: &mut Stack, c: Container) -> u32 {
-    stack.pid(c).unwrap_or(0)
-}
-
-/// Runs `n` futures with at most 32 in flight, yielding results as they finish.
-fn futures_lite<F, Fut, T>(n: usize, make: F) -> futures::stream::BoxStream<'static, T>
-where
-    F: Fn(usize) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    use futures::StreamExt;
-    futures::stream::iter(0..n)
-        .map(make)
+/// Creates `jobs` owned Jobs through the API (32 in flight); answers how
+/// many were created.
+async fn create_jobs(stack: &Stack, jobs: usize) -> anyhow::Result<usize> {
+    let client = reqwest::Client::new();
+    let url = format!("{}/apis/batch/v1/namespaces/tcab/jobs", stack.cluster.url());
+    let kubeconfig = std::fs::read_to_string(&stack.admin_kubeconfig)?;
+    let token = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .unwrap_or_default()
+        .to_owned();
+    let created = futures::stream::iter(0..jobs)
+        .map(|i| {
+            let (client, url, token) = (client.clone(), url.clone(), token.clone());
+            async move {
+                let kind = if i % 5 == 0 { "publish" } else { "run" };
+                let job = json!({
+                    "apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": {"name": format!("bench-{kind}-{i}"), "labels": {
+                        "app.kubernetes.io/managed-by": "tcab-dispatcher",
+                        "tcab.dev/job-kind": kind, "tcab.dev/job-id": format!("bench-{i}"),
+                        "tcab.dev/claim": "00000000"}},
+                    "spec": {"backoffLimit": 0, "template": {
+                        "metadata": {"labels": {"app.kubernetes.io/managed-by": "tcab-dispatcher"}},
+                        "spec": {"restartPolicy": "Never",
+                                 "containers": [{"name": "driver", "image": "bench"}]}}}
+                });
+                client
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&job)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            }
+        })
         .buffer_unordered(32)
-        .boxed()
+        .filter(|ok| std::future::ready(*ok))
+        .count()
+        .await;
+    Ok(created)
 }
 
-use futures::StreamExt;
+/// Resident and peak resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}

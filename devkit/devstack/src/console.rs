@@ -3,6 +3,7 @@
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 /// The reference backend's console calls (docs/backend-contract.md).
 #[derive(Clone)]
@@ -148,6 +149,22 @@ impl Backend {
     pub async fn active_publishes(&self) -> anyhow::Result<Value> {
         self.call(reqwest::Method::GET, "/publish-jobs/active", None)
             .await
+    }
+
+    /// The calls the backend served per caller `User-Agent` and route
+    /// (`GET /admin/calls`, test admin only); with `reset`, its counts start
+    /// again from none (`POST`).
+    pub async fn calls(
+        &self,
+        reset: bool,
+    ) -> anyhow::Result<BTreeMap<String, BTreeMap<String, u64>>> {
+        let method = if reset {
+            reqwest::Method::POST
+        } else {
+            reqwest::Method::GET
+        };
+        let v = self.call(method, "/admin/calls", None).await?;
+        serde_json::from_value(v).context("/admin/calls: unreadable answer")
     }
 
     /// The backend's own record (`GET /admin/history`, test admin only):

@@ -35,9 +35,20 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use tcab_kube_sim::audit::{Actor, AuditEntry};
 
-/// What the dispatcher's binaries send as their `User-Agent` (followed by
-/// the version).
-pub const DISPATCHER_AGENT: &str = "tcab-dispatcher/";
+/// How the dispatcher's binaries begin their `User-Agent` (each names
+/// itself, followed by the version: `tcab-admitter/0.1.0`; a client built
+/// outside a binary sends `tcab-dispatcher/<version>`).
+pub const DISPATCHER_AGENTS: [&str; 4] = [
+    "tcab-admitter/",
+    "tcab-lease-keeper/",
+    "tcab-reaper/",
+    "tcab-dispatcher/",
+];
+
+/// Whether a `User-Agent` is one of the dispatcher's.
+pub fn is_dispatcher_agent(agent: &str) -> bool {
+    DISPATCHER_AGENTS.iter().any(|p| agent.starts_with(p))
+}
 
 /// The backend's own record (`GET /admin/history`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -300,9 +311,7 @@ pub fn reports(backend: &BackendRecord) -> Vec<Report> {
             || *call == format!("POST /publish-jobs/{}/lost", e.job_id);
         let dead = *call == format!("POST /jobs/{}/status", e.job_id)
             && e.state == "failed"
-            && e.caller
-                .as_deref()
-                .is_some_and(|c| c.starts_with(DISPATCHER_AGENT));
+            && e.caller.as_deref().is_some_and(|c| is_dispatcher_agent(c));
         let kind = match (lost, dead) {
             (true, _) => ReportKind::Lost,
             (_, true) => ReportKind::Dead,

@@ -77,6 +77,28 @@ async fn drains_200_runs_and_50_publishes_within_the_caps() {
         counters.requests
     );
 
+    // Each binary names itself to both APIs, so its calls can be told apart.
+    let agents: Vec<&String> = counters.requests_by_agent.keys().collect();
+    for c in Container::ALL {
+        assert!(
+            agents
+                .iter()
+                .any(|a| a.starts_with(&format!("{}/", c.binary()))),
+            "no Kubernetes request from {}: agents {agents:?}",
+            c.binary()
+        );
+    }
+    let calls = t.stack.backend.calls(false).await.expect("backend calls");
+    let claims = |agent: &str| {
+        calls
+            .iter()
+            .filter(|(a, _)| a.starts_with(agent))
+            .map(|(_, routes)| routes.get("POST /jobs/next").copied().unwrap_or(0))
+            .sum::<u64>()
+    };
+    assert!(claims("tcab-admitter/") >= 200, "backend calls {calls:?}");
+    assert_eq!(claims("tcab-lease-keeper/"), 0, "backend calls {calls:?}");
+
     let by_id = t.jobs_by_id().await;
     assert_eq!(by_id.len(), 250);
     assert!(

@@ -96,6 +96,10 @@ pub struct Counters {
     /// API requests by `"<verb> <resource>"`, e.g. `"list jobs"`, `"get pods/log"`
     /// (faulted ones included).
     pub requests: BTreeMap<String, u64>,
+    /// The same per client `User-Agent` (each dispatcher binary names
+    /// itself: `tcab-admitter/0.1.0`; "" for a client without one).
+    #[serde(default)]
+    pub requests_by_agent: BTreeMap<String, BTreeMap<String, u64>>,
     /// Requests (or open watches, for `silence`) each fault rule affected,
     /// by rule id.
     #[serde(default)]
@@ -275,6 +279,7 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
                 max_live_jobs: max,
                 live_jobs: live,
                 requests: sim.faults.requests(),
+                requests_by_agent: sim.faults.requests_by_agent(),
                 faults: sim.faults.affected(),
                 open_watches,
                 silent_watches,
@@ -481,7 +486,11 @@ impl AdminClient {
         let v = self
             .call(reqwest::Method::GET, "/admin/counters", None)
             .await?;
-        Ok(serde_json::from_value(v).unwrap_or_default())
+        serde_json::from_value(v.clone()).map_err(|e| AdminError::Status {
+            path: "/admin/counters".into(),
+            status: 200,
+            body: format!("undecodable counters ({e}): {v}"),
+        })
     }
 
     /// Zeroes the request counters and resets the max live Jobs.

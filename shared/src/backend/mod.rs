@@ -23,9 +23,15 @@ pub const LOOP_RETRY: RetryPolicy = RetryPolicy {
 };
 
 /// The backend client of a dispatcher binary, from its configuration.
-pub fn client_from_config(config: &BackendConfig) -> Result<BackendClient, BackendError> {
-    Ok(
-        BackendClient::new(&config.url, config.service_token.clone(), config.timeout)?
-            .with_retry_policy(LOOP_RETRY),
-    )
+pub fn client_from_config(
+    config: &BackendConfig,
+    binary: crate::config::Binary,
+) -> Result<BackendClient, BackendError> {
+    Ok(BackendClient::with_user_agent(
+        &config.url,
+        config.service_token.clone(),
+        config.timeout,
+        &binary.user_agent(),
+    )?
+    .with_retry_policy(LOOP_RETRY))
 }

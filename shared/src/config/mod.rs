@@ -65,6 +65,13 @@ impl Binary {
         }
     }
 
+    /// The `User-Agent` of the binary's Kubernetes and backend calls
+    /// (`tcab-admitter/0.1.0`): the API server's audit log and the
+    /// simulators' request counters tell the three containers apart by it.
+    pub fn user_agent(self) -> String {
+        format!("{}/{}", self.name(), env!("CARGO_PKG_VERSION"))
+    }
+
     /// The name without the `tcab-` prefix (the README's "read by" column).
     pub fn short_name(self) -> &'static str {
         match self {

@@ -52,7 +52,7 @@ pub async fn bootstrap(
     crate::config::warn_unknown_variables();
     metrics::common().start(binary, build);
     install_tls_provider();
-    let (kube, api_server) = kube_api::client_with_url().await?;
+    let (kube, api_server) = kube_api::client_with_url(Some(&binary.user_agent())).await?;
     let namespace = namespace(common, &kube);
     tracing::info!(%api_server, %namespace, "using the Kubernetes API");
     let shutdown = shutdown::on_signals().context("cannot install the signal handlers")?;

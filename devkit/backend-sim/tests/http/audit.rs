@@ -194,3 +194,53 @@ async fn bad_queries_are_refused_and_the_record_needs_the_test_admin() {
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test]
+async fn calls_are_counted_per_user_agent_and_route_and_reset() {
+    let rig = Rig::start().await;
+    let id = rig.enqueue("h", "m", None).await;
+    for agent in ["tcab-admitter/1", "tcab-lease-keeper/1"] {
+        let answer = rig
+            .http
+            .post(format!("{}/jobs/next", rig.base))
+            .bearer_auth(SERVICE)
+            .header("user-agent", agent)
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{}", answer.status());
+    }
+    let active = rig
+        .http
+        .get(format!("{}/jobs/active", rig.base))
+        .bearer_auth(SERVICE)
+        .header("user-agent", "tcab-lease-keeper/1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(active.status(), StatusCode::OK);
+    let counts = rig.get("/admin/calls").await;
+    assert_eq!(counts.status, StatusCode::OK, "{:?}", counts.body);
+    assert_eq!(
+        counts.body["tcab-admitter/1"]["POST /jobs/next"], 1,
+        "{}",
+        counts.body
+    );
+    assert_eq!(counts.body["tcab-lease-keeper/1"]["POST /jobs/next"], 1);
+    assert_eq!(counts.body["tcab-lease-keeper/1"]["GET /jobs/active"], 1);
+    // Per-job routes are counted by their template, not their id; the admin
+    // calls themselves are not counted.
+    assert!(!counts.body.to_string().contains(&id), "{}", counts.body);
+    assert!(
+        !counts.body.to_string().contains("/admin/"),
+        "{}",
+        counts.body
+    );
+    // POST answers the counts and starts again from none.
+    let taken = rig
+        .call(Method::POST, "/admin/calls", Some(SERVICE), None)
+        .await;
+    assert_eq!(taken.body["tcab-admitter/1"]["POST /jobs/next"], 1);
+    let after = rig.get("/admin/calls").await;
+    assert_eq!(after.body, json!({}));
+}

@@ -90,6 +90,8 @@ pub struct Faults {
     never_pod_names: Mutex<BTreeSet<String>>,
     never_pod_next: Mutex<u32>,
     requests: Mutex<BTreeMap<String, u64>>,
+    /// The same, per `User-Agent` ("" without one).
+    requests_by_agent: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
     watches: Mutex<HashMap<u64, OpenWatch>>,
     last_watch_id: AtomicU64,
     hung: AtomicU64,
@@ -307,11 +309,21 @@ impl Faults {
         false
     }
 
-    /// Counts one request (`"<verb> <resource>"`).
-    pub fn count_request(&self, verb: &str, resource: &str) {
-        *lock(&self.requests)
-            .entry(format!("{verb} {resource}"))
+    /// Counts one request (`"<verb> <resource>"`) of the client whose
+    /// `User-Agent` is `agent`.
+    pub fn count_request(&self, verb: &str, resource: &str, agent: Option<&str>) {
+        let key = format!("{verb} {resource}");
+        *lock(&self.requests).entry(key.clone()).or_default() += 1;
+        *lock(&self.requests_by_agent)
+            .entry(agent.unwrap_or_default().to_owned())
+            .or_default()
+            .entry(key)
             .or_default() += 1;
+    }
+
+    /// Requests so far per `User-Agent`, by `"<verb> <resource>"`.
+    pub fn requests_by_agent(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
+        lock(&self.requests_by_agent).clone()
     }
 
     /// Requests so far by `"<verb> <resource>"`.
@@ -323,6 +335,7 @@ impl Faults {
     /// longer apply (with their counts).
     pub fn reset_requests(&self) {
         lock(&self.requests).clear();
+        lock(&self.requests_by_agent).clear();
         let now = Instant::now();
         lock(&self.rules).retain(|r| r.live(now));
     }

@@ -255,7 +255,11 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
         }
     }
     let resource = info.resource_path();
-    sim.faults.count_request(info.verb, &resource);
+    let agent = req
+        .headers()
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    sim.faults.count_request(info.verb, &resource, agent);
     let token = bearer(req.headers()).map(str::to_string);
     let attrs = RequestAttrs {
         verb: info.verb,

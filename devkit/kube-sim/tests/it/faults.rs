@@ -685,3 +685,27 @@ async fn kubectl_shows_an_injected_error_and_waits_out_a_throttle() {
     );
     assert_eq!(s.admin().fault_affected(id).await.unwrap(), 2);
 }
+
+#[tokio::test]
+async fn requests_are_counted_per_user_agent_and_reset() {
+    let s = api_sim().await;
+    let url = jobs_url(&s);
+    for agent in ["tcab-admitter/1", "tcab-reaper/1", "tcab-reaper/1"] {
+        let answer = client()
+            .get(&url)
+            .header("user-agent", agent)
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{}", answer.status());
+    }
+    client().get(&url).send().await.unwrap();
+    let c = counters(&s).await;
+    assert_eq!(c.requests["list jobs"], 4, "{c:?}");
+    assert_eq!(c.requests_by_agent["tcab-admitter/1"]["list jobs"], 1);
+    assert_eq!(c.requests_by_agent["tcab-reaper/1"]["list jobs"], 2);
+    // A client without a User-Agent is counted under "".
+    assert_eq!(c.requests_by_agent[""]["list jobs"], 1, "{c:?}");
+    s.admin().reset_counters().await.unwrap();
+    assert!(counters(&s).await.requests_by_agent.is_empty());
+}

@@ -146,6 +146,17 @@ impl BackendClient {
         service_token: Secret,
         timeout: Duration,
     ) -> Result<Self, BackendError> {
+        Self::with_user_agent(base_url, service_token, timeout, USER_AGENT)
+    }
+
+    /// [`BackendClient::new`], sending `agent` as the `User-Agent` (each
+    /// binary names itself: [`crate::config::Binary::user_agent`]).
+    pub fn with_user_agent(
+        base_url: &str,
+        service_token: Secret,
+        timeout: Duration,
+        agent: &str,
+    ) -> Result<Self, BackendError> {
         let base = normalize_base_url(base_url)?;
         if service_token.is_empty() {
             return Err(BackendError::config("the service token is empty".into()));
@@ -162,7 +173,7 @@ impl BackendClient {
         }
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
+            .user_agent(agent)
             .timeout(timeout)
             .connect_timeout(timeout.min(MAX_CONNECT_TIMEOUT))
             .redirect(reqwest::redirect::Policy::none())
