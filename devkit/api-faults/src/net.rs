@@ -227,6 +227,18 @@ impl Drop for FaultConn {
 }
 
 impl FaultConn {
+    /// Reads the first bytes without taking them (e.g. to tell a TLS
+    /// handshake from plain HTTP); fails once the connection is cut.
+    pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        tokio::select! {
+            n = self.io.peek(buf) => n,
+            _ = self.cut.as_mut(), if !self.is_cut => {
+                self.is_cut = true;
+                Err(cut_error())
+            }
+        }
+    }
+
     /// Whether the connection was cut (registers the waker otherwise).
     fn poll_cut(&mut self, cx: &mut Context<'_>) -> bool {
         if !self.is_cut && self.cut.as_mut().poll(cx).is_ready() {
