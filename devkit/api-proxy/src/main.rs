@@ -15,8 +15,8 @@ use tcab_api_proxy::{ProxyOptions, RestartHook, UpstreamOptions};
     name = "tcab-api-proxy",
     version,
     about = "A proxy in front of a kube-apiserver that injects kube-sim's API faults (same admin API)",
-    after_help = "The first line on stdout is `listening on http://ADDR`; the admin API is under /admin/ there. \
-                  RUST_LOG sets the log filter (stderr).",
+    after_help = "The first line on stdout is `listening on URL` (https with --serve-cert; plain http works on \
+                  the same port too); the admin API is under /admin/ there. RUST_LOG sets the log filter (stderr).",
     args_override_self = true
 )]
 struct Args {
@@ -27,7 +27,14 @@ struct Args {
     /// e.g. the kube-apiserver's <cert-dir>/apiserver.crt
     #[arg(long, value_name = "PATH")]
     upstream_ca: Option<PathBuf>,
-    /// Address to listen on (plain HTTP); port 0 picks a free port
+    /// Serve HTTPS (beside plain HTTP, on the same port) with this certificate chain (PEM),
+    /// e.g. the kube-apiserver's own <cert-dir>/apiserver.crt; kubectl needs HTTPS to send its token
+    #[arg(long, value_name = "PATH", requires = "serve_key")]
+    serve_cert: Option<PathBuf>,
+    /// The private key of --serve-cert (PEM), e.g. <cert-dir>/apiserver.key
+    #[arg(long, value_name = "PATH", requires = "serve_cert")]
+    serve_key: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// Write a kubeconfig pointing at the proxy, with the token of --token (parent directories are created)
@@ -97,6 +104,11 @@ async fn main() -> anyhow::Result<()> {
         ca_pem,
     });
     opts.listen = args.listen;
+    if let (Some(cert), Some(key)) = (&args.serve_cert, &args.serve_key) {
+        let read =
+            |p: &PathBuf| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+        opts = opts.serve_tls(read(cert)?, read(key)?);
+    }
     for (name, token) in args.identity {
         opts = opts.identity(token, name);
     }
