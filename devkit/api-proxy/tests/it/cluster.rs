@@ -5,7 +5,9 @@
 //! SIGTERM).
 //!
 //! No controller manager, scheduler or nodes: the proxy's tests need only
-//! the API (ConfigMaps, RBAC, flow control).
+//! the API (ConfigMaps, RBAC, flow control). The launcher `tcab-real-cluster`
+//! starts the whole control plane but cannot restart its API server, which
+//! the restart-hook test does; this helper can.
 
 use anyhow::{Context, bail};
 use nix::sys::signal::{Signal, kill};
@@ -33,7 +35,17 @@ pub fn control_plane_bin() -> Option<PathBuf> {
 }
 
 /// Why the real tier cannot run here, in one line; `None` when it can.
+/// With `TCAB_REAL_CLUSTER_REQUIRED=1` (CI, once the build succeeded) a
+/// missing piece fails instead, as the launcher's tests do.
 pub fn missing() -> Option<String> {
+    let why = missing_piece()?;
+    if std::env::var("TCAB_REAL_CLUSTER_REQUIRED").as_deref() == Ok("1") {
+        panic!("the real tier is required (TCAB_REAL_CLUSTER_REQUIRED=1) but cannot run: {why}");
+    }
+    Some(why)
+}
+
+fn missing_piece() -> Option<String> {
     let Some(bin) = control_plane_bin() else {
         return Some("scripts/control-plane path failed".into());
     };
