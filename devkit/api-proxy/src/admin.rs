@@ -117,9 +117,17 @@ pub fn offered_elsewhere(method: &Method, segs: &[&str]) -> Option<&'static str>
         return None;
     }
     Some(match segs {
-        ["admin", "pods", _, _, "oom" | "kill" | "kubelet-evict"] => {
-            "a container's death is the kubelet's: on the real cluster the node agent's admin API \
-             kills, OOM-kills and node-pressure-evicts pods"
+        ["admin", "pods", _, _, "oom"] => {
+            "a container's death is the kubelet's: on the real cluster the node agent's admin \
+             API OOM-kills it (POST /pods/{ns}/{name}/oom)"
+        }
+        ["admin", "pods", _, _, "kill"] => {
+            "a container's death is the kubelet's: on the real cluster the node agent's admin \
+             API ends it (POST /pods/{ns}/{name}/crash {\"exit_code\": 137})"
+        }
+        ["admin", "pods", _, _, "kubelet-evict"] => {
+            "node-pressure eviction is the kubelet's: on the real cluster the node agent's \
+             admin API does it (POST /pods/{ns}/{name}/evict)"
         }
         ["admin", "pods", _, _, "evict"] => {
             "on the real cluster evict through the API itself: POST \
@@ -134,7 +142,7 @@ pub fn offered_elsewhere(method: &Method, segs: &[&str]) -> Option<&'static str>
         }
         ["admin", "nodes", _, "crash" | "restart"] => {
             "nodes are the node agent's: on the real cluster its admin API loses a node and \
-             brings it back"
+             brings it back (POST /nodes/{node}/lose, /nodes/{node}/restore)"
         }
         ["admin", "nodes", _, "delete" | "out-of-service"] => {
             "on the real cluster delete or taint the Node through the API itself (kubectl \
@@ -142,7 +150,7 @@ pub fn offered_elsewhere(method: &Method, segs: &[&str]) -> Option<&'static str>
         }
         ["admin", "images", "unpullable"] => {
             "image pulls are the kubelet's: on the real cluster the node agent's admin API \
-             makes an image unpullable"
+             makes an image unpullable (POST /images/unpullable)"
         }
         ["admin", "jobs", "never-pod"] => {
             "kube-sim alone holds back a Job's pods; on the real cluster a Job whose pod the \
