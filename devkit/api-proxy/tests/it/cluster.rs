@@ -2,7 +2,8 @@
 //! a test binary on free loopback ports (the flags of
 //! /work/notes/control-plane.md), stopped by PID when dropped: the API
 //! server first, etcd last (an API server whose etcd is gone hangs on
-//! SIGTERM).
+//! SIGTERM). Each runs under `setpriv --pdeathsig KILL`, so they die with the
+//! test's thread even when the test process is killed.
 //!
 //! No controller manager, scheduler or nodes: the proxy's tests need only
 //! the API (ConfigMaps, RBAC, flow control). The launcher `tcab-real-cluster`
@@ -69,6 +70,20 @@ fn token(user: &str) -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write(user.as_bytes());
     format!("{user}-{:016x}", h.finish())
+}
+
+/// A command for `program` that dies with the thread that starts it: under
+/// util-linux's `setpriv --pdeathsig KILL` (which execs it, same PID) where
+/// it exists, so a test process killed on a timeout leaves nothing running.
+fn command(program: &Path) -> Command {
+    match Path::new("/usr/bin/setpriv") {
+        setpriv if setpriv.is_file() => {
+            let mut c = Command::new(setpriv);
+            c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+            c
+        }
+        _ => Command::new(program),
+    }
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -179,7 +194,7 @@ impl Cluster {
 
         // etcd: its ready line names the port it bound.
         let etcd_out = d.join("etcd.out");
-        let mut etcd = Command::new(bin.join("etcd"))
+        let mut etcd = command(&bin.join("etcd"))
             .args(["--data-dir", "etcd", "--client-url", "http://127.0.0.1:0"])
             .args([
                 "--listen-peer-urls",
@@ -369,7 +384,7 @@ async fn start_apiserver(
         .create(true)
         .append(true)
         .open(log)?;
-    let child = Command::new(&cmd[0])
+    let child = command(Path::new(&cmd[0]))
         .args(&cmd[1..])
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
