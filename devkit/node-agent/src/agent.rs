@@ -130,7 +130,10 @@ impl Pods {
             .values()
             .find(|w| w.ns == ns && w.name == name)
             .ok_or_else(|| format!("no pod {ns}/{name} runs here"))?;
-        let needs_running = matches!(sig, Signal::Oom | Signal::Crash { .. } | Signal::Hang);
+        let needs_running = matches!(
+            sig,
+            Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. }
+        );
         if needs_running && !w.running {
             return Err(format!("the container of pod {ns}/{name} is not running"));
         }
@@ -832,6 +835,13 @@ impl Agent {
     /// Fault: the pod's container exits now with `exit_code`.
     pub fn crash(&self, ns: &str, pod: &str, exit_code: i32) -> Result<(), String> {
         self.handle().signal(ns, pod, Signal::Crash { exit_code })
+    }
+
+    /// Fault: the runtime stops the pod's container (SIGTERM, SIGKILL after
+    /// `grace`, at least 2 s) without the pod being deleted; the pod ends
+    /// with the container's exit (137 `Error` when it had to be killed).
+    pub fn kill(&self, ns: &str, pod: &str, grace: Duration) -> Result<(), String> {
+        self.handle().signal(ns, pod, Signal::Kill { grace })
     }
 
     /// Fault: the pod's program stops answering SIGTERM.

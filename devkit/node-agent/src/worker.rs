@@ -62,6 +62,12 @@ pub enum Signal {
     /// From now on the program does not see SIGTERM (it hangs until the
     /// SIGKILL).
     Hang,
+    /// The runtime stops the container without the pod being deleted:
+    /// SIGTERM now, SIGKILL after `grace` (at least 2 s).
+    Kill {
+        /// Time the program has to exit.
+        grace: Duration,
+    },
     /// Node-pressure eviction by the kubelet.
     Evict {
         /// The eviction message.
@@ -330,7 +336,7 @@ impl Worker {
                     Some(Signal::Term { .. }) => return Err(Early::Deleted),
                     Some(Signal::Gone) | None => return Err(Early::Gone),
                     Some(Signal::Evict { message }) => return Err(Early::Evicted(message)),
-                    Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang) => {}
+                    Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. }) => {}
                 },
             }
         }
@@ -414,7 +420,8 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
         sig = rx.recv() => match sig {
             Some(Signal::Evict { message }) => return w.end_unstarted(Some(message)).await,
             Some(Signal::Gone) | None => return,
-            _ => return w.end_unstarted(None).await,
+            Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. }) => {}
+            Some(Signal::Term { .. }) => return w.end_unstarted(None).await,
         },
     }
     let container = w.pod["spec"]["containers"][0]["name"]
@@ -499,7 +506,7 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
             code = &mut program => break Stop::exited(code, &started, &Worker::now()),
             _ = kill_timer => break Stop::killed(&started, &Worker::now()),
             sig = rx.recv() => match sig {
-                Some(Signal::Term { grace }) => term(grace, &mut kill_at, hang),
+                Some(Signal::Term { grace } | Signal::Kill { grace }) => term(grace, &mut kill_at, hang),
                 Some(Signal::Gone) | None => {
                     gone = true;
                     term(Duration::ZERO, &mut kill_at, hang);
