@@ -241,6 +241,103 @@ pub fn max_live_jobs(timeline: &[AuditEntry]) -> BTreeMap<String, i64> {
     max
 }
 
+/// The live (non-terminal) Jobs of each lane at the end of a timeline, as
+/// kube-sim's counters give them.
+pub fn live_jobs(timeline: &[AuditEntry]) -> BTreeMap<String, i64> {
+    let mut last: BTreeMap<&str, &AuditEntry> = BTreeMap::new();
+    for e in timeline.iter().filter(|e| e.kind == "Job") {
+        last.insert(e.uid.as_str(), e);
+    }
+    let mut live: BTreeMap<String, i64> = BTreeMap::new();
+    for e in last.values() {
+        if e.event != "DELETED" && e.finished.is_none() {
+            let lane = e
+                .labels
+                .get("tcab.dev/job-kind")
+                .cloned()
+                .unwrap_or_else(|| "run".to_owned());
+            *live.entry(lane).or_default() += 1;
+        }
+    }
+    live
+}
+
+/// The lines of an audit log (and of its rotated backups beside it,
+/// `audit-<time>.jsonl`, oldest first) that may concern `namespaces`: a
+/// cheap filter before [`from_audit_log`] parses them, as the log of a
+/// shared control plane holds every test's requests.
+pub fn read_audit_log(path: &std::path::Path, namespaces: &[&str]) -> std::io::Result<String> {
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    if let (Some(dir), Some(stem), Some(ext)) = (
+        path.parent(),
+        path.file_stem().and_then(|s| s.to_str()),
+        path.extension().and_then(|s| s.to_str()),
+    ) {
+        let prefix = format!("{stem}-");
+        let suffix = format!(".{ext}");
+        let mut backups: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(&suffix))
+            })
+            .collect();
+        // lumberjack names backups after their time: the names sort by age.
+        backups.sort();
+        files.extend(backups);
+    }
+    files.push(path.to_owned());
+    let needles: Vec<String> = namespaces
+        .iter()
+        .map(|ns| format!("\"namespace\":\"{ns}\""))
+        .collect();
+    let mut out = String::new();
+    for file in files {
+        let text = match std::fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for line in text.lines() {
+            if needles.iter().any(|n| line.contains(n.as_str())) {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The dispatcher's requests the API server refused with 403, from the
+/// audit log: `"<verb> <resource> <namespace>: <message>"` each.
+pub fn forbidden(text: &str, dispatcher: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.contains("403"))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["user"]["username"] == dispatcher
+                && e["responseStatus"]["code"] == 403
+                && e["stage"] == "ResponseComplete"
+        })
+        .map(|e| {
+            let r = &e["objectRef"];
+            let resource = match r["subresource"].as_str() {
+                Some(sub) => format!("{}/{sub}", r["resource"].as_str().unwrap_or("")),
+                None => r["resource"].as_str().unwrap_or("").to_owned(),
+            };
+            format!(
+                "{} {} {}: {}",
+                e["verb"].as_str().unwrap_or(""),
+                resource,
+                r["namespace"].as_str().unwrap_or("(cluster)"),
+                e["responseStatus"]["message"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,5 +504,49 @@ mod tests {
             max_live_jobs(&t),
             BTreeMap::from([("publish".to_owned(), 1), ("run".to_owned(), 2)])
         );
+        assert_eq!(
+            live_jobs(&t),
+            BTreeMap::from([("publish".to_owned(), 1), ("run".to_owned(), 2)])
+        );
+    }
+
+    #[test]
+    fn the_log_and_its_backups_are_read_for_the_namespaces_asked_and_403s_found() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let current = dir.path().join("audit.jsonl");
+        let in_t = |name: &str| {
+            line(
+                "2026-12-01T10:00:00Z",
+                DISPATCHER,
+                "create",
+                "jobs",
+                "",
+                name,
+                json!({}),
+            )
+        };
+        std::fs::write(
+            dir.path().join("audit-2026-12-01T09-00-00.000.jsonl"),
+            format!("{}\n", in_t("old")),
+        )
+        .unwrap();
+        let other = in_t("elsewhere").replace("\"namespace\":\"t\"", "\"namespace\":\"u\"");
+        let refused =
+            json!({"stage": "ResponseComplete", "verb": "list", "user": {"username": DISPATCHER},
+            "objectRef": {"resource": "secrets", "namespace": "t"},
+            "responseStatus": {"code": 403, "message": "secrets is forbidden"}})
+            .to_string();
+        std::fs::write(&current, format!("{}\n{other}\n{refused}\n", in_t("new"))).unwrap();
+        let text = read_audit_log(&current, &["t"]).unwrap();
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split("\"name\":\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(names, ["old", "new"], "{text}");
+        assert_eq!(
+            forbidden(&text, DISPATCHER),
+            ["list secrets t: secrets is forbidden"]
+        );
+        assert!(forbidden(&text, "someone-else").is_empty());
     }
 }

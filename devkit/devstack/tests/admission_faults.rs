@@ -61,7 +61,7 @@ async fn admitter_metric(t: &TestStack, name: &str, with: &[(&str, &str)]) -> f6
 /// the stale one: one live Job for the run, which then finishes once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job() {
-    let t = TestStack::start(|_| {}).await;
+    let t = TestStack::start(common::ClusterKind::Sim, |_| {}).await;
     t.admin().never_pod_next(1).await.expect("never-pod");
     let id = t
         .stack
@@ -123,7 +123,7 @@ async fn a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job() {
 /// with its own token, naming the field; it is not handed out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poisoned_claim_is_reported_failed_once() {
-    let t = TestStack::start(|_| {}).await;
+    let t = TestStack::start(common::ClusterKind::Sim, |_| {}).await;
     t.stack
         .backend
         .add_fault_rule(
@@ -169,7 +169,7 @@ async fn a_poisoned_claim_is_reported_failed_once() {
 /// the variable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_limit_below_its_request_exits_2_naming_the_variable() {
-    let mut t = TestStack::start(|o| {
+    let mut t = TestStack::start(common::ClusterKind::Sim, |o| {
         o.extra_env = vec![
             ("TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST".into(), "1Gi".into()),
             ("TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT".into(), "512Mi".into()),
@@ -199,7 +199,7 @@ async fn a_memory_limit_below_its_request_exits_2_naming_the_variable() {
 /// setting, before any claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_setting_the_api_server_refuses_at_the_dry_run_exits_2_before_any_claim() {
-    let mut t = TestStack::start(|o| {
+    let mut t = TestStack::start(common::ClusterKind::Sim, |o| {
         o.extra_env = vec![("TCAB_DRIVER_SERVICE_ACCOUNT".into(), "tcab..driver".into())];
     })
     .await;
@@ -231,7 +231,7 @@ async fn a_setting_the_api_server_refuses_at_the_dry_run_exits_2_before_any_clai
 /// say the lane is paused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cap_of_zero_admits_nothing_while_renewals_go_on() {
-    let mut t = TestStack::start(|_| {}).await;
+    let mut t = TestStack::start(common::ClusterKind::Sim, |_| {}).await;
     let running = t
         .stack
         .backend

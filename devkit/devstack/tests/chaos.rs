@@ -595,7 +595,7 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
     // Shown by the test runner when the test fails.
     eprintln!("{}", describe(seed, &steps, &[]));
 
-    let mut t = TestStack::start(|o| {
+    let mut t = TestStack::start(common::ClusterKind::Sim, |o| {
         o.max_inflight = RUN_CAP;
         o.max_publish_inflight = PUBLISH_CAP;
         // The orphan sweep runs every 2 s with a 3 s grace, under stale views.

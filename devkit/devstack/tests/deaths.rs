@@ -114,7 +114,7 @@ async fn assert_pod_gone(t: &TestStack, id: &str) {
 /// `Evicted`). Their sandboxes are reaped; a live run's is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evictions_and_preemptions_are_reported_as_such_with_the_log_tail() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.cluster_speed = 4.0;
         o.cluster_nodes = 3;
@@ -228,7 +228,7 @@ async fn evictions_and_preemptions_are_reported_as_such_with_the_log_tail() {
 /// eviction and carries the log tail read at the first sign.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicted_driver_whose_handover_fails_is_reported_as_evicted() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.cluster_speed = 4.0;
     })
@@ -270,7 +270,7 @@ async fn an_evicted_driver_whose_handover_fails_is_reported_as_evicted() {
 /// kubelet served at the first sign, and its sandbox is reaped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_noexecute_taint_on_a_live_node_is_reported_with_the_log_tail() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.cluster_speed = 4.0;
     })
@@ -334,7 +334,7 @@ async fn a_noexecute_taint_on_a_live_node_is_reported_with_the_log_tail() {
 /// names the deadline (why the pod was deleted), with the log tail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_past_its_deadline_is_reported_as_such() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.cluster_speed = 4.0;
         set_env(o, "TCAB_DISPATCHER_DRIVER_ACTIVE_DEADLINE_SECONDS", "8");
@@ -375,7 +375,7 @@ async fn a_driver_past_its_deadline_is_reported_as_such() {
 /// the sandbox. A run on another node is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_node_is_judged_dead_after_grace_and_margin() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.cluster_speed = 100.0;
         o.cluster_nodes = 3;
@@ -495,7 +495,7 @@ async fn a_lost_node_is_judged_dead_after_grace_and_margin() {
 /// disruption and why the log could not be read. The sandbox is reaped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_node_whose_node_is_deleted_is_reported_from_the_first_sign() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         // Not judged stuck meanwhile: the Job turns Failed first.
         set_env(o, "TCAB_DISPATCHER_TERMINATING_MARGIN_SECONDS", "60");
@@ -599,7 +599,7 @@ async fn assert_never_started(t: &TestStack, id: &str, enqueued: Instant, parts:
 /// reported lost once its lease lapses, naming the cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_that_cannot_be_pulled_fails_fast() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.cluster_speed = 4.0;
     })
@@ -660,7 +660,7 @@ async fn an_image_that_cannot_be_pulled_fails_fast() {
 /// (CreateContainerConfigError): failed fast, naming the Secret.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_secret_fails_fast() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.cluster_speed = 4.0;
         set_env(o, "TCAB_DRIVER_SECRETS", "no-such-secret");
@@ -689,7 +689,7 @@ async fn a_missing_secret_fails_fast() {
 /// failed fast after the unschedulable grace, naming the resource.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unschedulable_request_fails_fast() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         set_env(o, "TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST", "64Gi");
     })
@@ -719,7 +719,7 @@ async fn an_unschedulable_request_fails_fast() {
 /// reads as SIGKILL), with the log tail; both sandboxes reaped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oom_kill_and_a_sigkill_are_worded_as_the_kubelet_does() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.cluster_speed = 4.0;
     })
@@ -816,7 +816,7 @@ async fn a_publisher_oom_killed(t: &TestStack) -> String {
 /// its lease lapses, and the detail names the dead pod's reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_publish_names_the_publisher_pods_reason() {
-    let t = TestStack::start(small_graces).await;
+    let t = TestStack::start(common::ClusterKind::Sim, small_graces).await;
     let id = a_publisher_oom_killed(&t).await;
     let before = t.stack.backend.publish_job(&id).await.expect("publish");
     assert_eq!(before["state"], "dispatched", "not before its lease lapses");
@@ -839,7 +839,7 @@ async fn a_lost_publish_names_the_publisher_pods_reason() {
 /// again, it is reported lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_publish_is_judged_on_a_tick_whose_publish_renewal_failed() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.rust_log = "info,tcab_lease_keeper=debug".into();
     })
@@ -910,7 +910,7 @@ async fn job_name_of(t: &TestStack, id: &str) -> String {
 /// it ends its own report stands; then the next run is admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_deleted_with_cascade_orphan_is_still_a_live_run() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.max_inflight = 1;
         o.orphan_grace_seconds = 1;
@@ -1016,7 +1016,7 @@ async fn a_job_deleted_with_cascade_orphan_is_still_a_live_run() {
 /// dispatcher, with that tail. Its orphaned sandbox goes with the sweep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_deleted_by_hand_is_reported_with_its_evidence() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         small_graces(o);
         o.cluster_speed = 4.0;
         // The sandbox of a run whose Job is gone is the orphan sweep's.

@@ -55,7 +55,7 @@ fn finished(job: &Value) -> bool {
 /// it, and both runs finish through newer claims.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_stopped() {
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         o.lease_seconds = 10;
         // Image pull back-offs (10 s doubling, in sim time) pass quickly.
         o.cluster_speed = 20.0;
@@ -281,7 +281,7 @@ async fn state_of(t: &TestStack, id: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_list_and_watch_outage_starts_no_second_driver_reports_nothing_and_reaps_nothing() {
     const OUTAGE_S: f64 = 33.0;
-    let mut t = TestStack::start(|o| {
+    let mut t = TestStack::start(common::ClusterKind::Sim, |o| {
         o.orphan_grace_seconds = 1;
         o.extra_env.push((
             "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS".into(),
@@ -443,7 +443,7 @@ async fn driver_pod(t: &TestStack, id: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_kubernetes_calls_stall_neither_the_other_lane_nor_the_renewals() {
     const KUBE_TIMEOUT_S: i64 = 20;
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(common::ClusterKind::Sim, |o| {
         o.extra_env.push((
             "TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS".into(),
             KUBE_TIMEOUT_S.to_string(),

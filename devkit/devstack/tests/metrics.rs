@@ -60,7 +60,7 @@ async fn all_probes_pass(t: &TestStack) -> anyhow::Result<Option<()>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_containers_metrics_and_probes_follow_a_drain() {
-    let mut t = TestStack::start(|o| {
+    let mut t = TestStack::start(common::ClusterKind::Sim, |o| {
         o.max_inflight = RUN_CAP;
         o.max_publish_inflight = PUBLISH_CAP;
     })
@@ -251,7 +251,7 @@ async fn the_containers_metrics_and_probes_follow_a_drain() {
 /// A container whose metrics address is taken stops at once, naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_metrics_address_stops_the_container_naming_it() {
-    let t = TestStack::start(|_| {}).await;
+    let t = TestStack::start(common::ClusterKind::Sim, |_| {}).await;
     wait_for("every probe to pass", Duration::from_secs(30), || {
         all_probes_pass(&t)
     })
