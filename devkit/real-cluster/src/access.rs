@@ -253,6 +253,8 @@ impl Access {
             .as_deref()?
             .split_whitespace()
             .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+            // `admin http://127.0.0.1:PORT; nodes: ...`
+            .map(|w| w.trim_end_matches([';', ',']))
     }
 
     /// Restarts the API server of a shared control plane (see
