@@ -8,7 +8,7 @@
 //! The entries follow from those records:
 //!
 //! - a create is `ADDED`, an update or patch (of the object or its status)
-//!   `MODIFIED`;
+//!   `MODIFIED`; a dry run (`dryRun=All`, the admitter's preflight) nothing;
 //! - a delete answered with the object still there (finalizers, or a grace
 //!   period) is `MODIFIED` with `deleting`; answered with the object gone, or
 //!   with a success `Status`, it is `DELETED`;
@@ -43,8 +43,13 @@ pub fn from_audit_log(text: &str, namespaces: &[&str], dispatcher: &str) -> Vec<
             let ok = event["responseStatus"]["code"]
                 .as_u64()
                 .is_some_and(|c| (200..300).contains(&c));
+            // A dry run (the admitter's preflight Job) changes nothing.
+            let dry_run = event["requestURI"]
+                .as_str()
+                .is_some_and(|u| u.contains("dryRun="));
             let wanted = event["stage"] == "ResponseComplete"
                 && ok
+                && !dry_run
                 && namespaces.contains(&ns)
                 && matches!(resource, "pods" | "jobs");
             let at: Timestamp = event["stageTimestamp"].as_str()?.parse().ok()?;
@@ -508,6 +513,25 @@ mod tests {
             live_jobs(&t),
             BTreeMap::from([("publish".to_owned(), 1), ("run".to_owned(), 2)])
         );
+    }
+
+    #[test]
+    fn a_dry_run_create_is_no_job() {
+        let job = json!({"kind": "Job", "metadata": {"name": "preflight", "uid": "u-p",
+            "resourceVersion": "", "labels": {"tcab.dev/job-kind": "run"}}, "status": {}});
+        let mut dry: Value = serde_json::from_str(&line(
+            "2026-12-01T10:00:00Z",
+            DISPATCHER,
+            "create",
+            "jobs",
+            "",
+            "preflight",
+            job,
+        ))
+        .unwrap();
+        dry["requestURI"] = json!("/apis/batch/v1/namespaces/t/jobs?dryRun=All");
+        let t = from_audit_log(&dry.to_string(), &["t"], DISPATCHER);
+        assert!(t.is_empty(), "{t:?}");
     }
 
     #[test]
