@@ -488,7 +488,7 @@ pub fn sandbox_role_rules(template: &str) -> anyhow::Result<Vec<PolicyRule>> {
         "the sandbox Role template has no rules: block"
     );
     let block: Vec<&str> = lines
-        .take_while(|l| l.starts_with(' ') || l.starts_with('-'))
+        .take_while(|l| l.starts_with(' ') || l.starts_with("- "))
         .collect();
     anyhow::ensure!(
         !block.iter().any(|l| l.contains("{{")),

@@ -29,7 +29,8 @@ use std::collections::BTreeMap;
 use tcab_kube_sim::audit::{Actor, AuditEntry};
 
 /// Reads an audit log (JSON lines) into the timeline of the Pods and Jobs of
-/// `namespaces`, in the order the requests completed. `dispatcher` is the
+/// `namespaces`, in the order the writes were committed (their
+/// resourceVersion), else the order the requests completed. `dispatcher` is the
 /// user the dispatcher authenticates as
 /// (`system:serviceaccount:<ns>:<name>`).
 pub fn from_audit_log(text: &str, namespaces: &[&str], dispatcher: &str) -> Vec<AuditEntry> {
@@ -61,10 +62,27 @@ pub fn from_audit_log(text: &str, namespaces: &[&str], dispatcher: &str) -> Vec<
         })
         .collect();
     events.sort_by_key(|e| (e.0, e.1, e.2));
+    // The order of the writes is etcd's revision (every write's
+    // resourceVersion): two requests may complete in the other order than
+    // they were committed (a Job's `Complete` committed first, a patch of
+    // it committed just before but answered after), and by completion time
+    // the older state would come last. A record with no revision (a delete
+    // answered with a Status, an eviction) stays after the writes that had
+    // completed before it.
+    let mut high = 0;
+    let mut keyed: Vec<((u64, usize), Timestamp, Value)> = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, (at, rv, _, event))| {
+            high = high.max(rv);
+            (((if rv > 0 { rv } else { high }), i), at, event)
+        })
+        .collect();
+    keyed.sort_by_key(|e| e.0);
 
     let mut last: BTreeMap<(String, String, String), Value> = BTreeMap::new();
     let mut out: Vec<AuditEntry> = Vec::new();
-    for (at, _, _, event) in events {
+    for (_, at, event) in keyed {
         let r = &event["objectRef"];
         let kind = match r["resource"].as_str() {
             Some("pods") => "Pod",
@@ -513,6 +531,41 @@ mod tests {
             live_jobs(&t),
             BTreeMap::from([("publish".to_owned(), 1), ("run".to_owned(), 2)])
         );
+    }
+
+    #[test]
+    fn writes_are_ordered_by_revision_not_by_when_they_were_answered() {
+        let job = |rv: u64, finished: bool| {
+            let mut j = json!({"kind": "Job", "metadata": {"name": "a", "uid": "u-a",
+                "resourceVersion": rv.to_string(), "labels": {"tcab.dev/job-kind": "run"}}, "status": {}});
+            if finished {
+                j["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+            }
+            j
+        };
+        let at = |ms: u32| format!("2026-12-01T10:00:00.{ms:03}Z");
+        let log = [
+            line(&at(0), DISPATCHER, "create", "jobs", "", "a", job(1, false)),
+            // Committed at 3, answered last.
+            line(&at(9), "admin", "patch", "jobs", "", "a", job(3, false)),
+            line(
+                &at(5),
+                "system:serviceaccount:kube-system:job-controller",
+                "update",
+                "jobs",
+                "status",
+                "a",
+                job(4, true),
+            ),
+        ]
+        .join("\n");
+        let t = from_audit_log(&log, &["t"], DISPATCHER);
+        assert_eq!(
+            t.iter().map(|e| e.rv).collect::<Vec<_>>(),
+            [1, 3, 4],
+            "{t:?}"
+        );
+        assert!(live_jobs(&t).is_empty(), "{t:?}");
     }
 
     #[test]
