@@ -543,6 +543,7 @@ async fn a_lost_node_whose_node_is_deleted_is_reported_from_the_first_sign(kind:
         .as_str()
         .unwrap_or_default()
         .to_owned();
+    let crashed_at = Instant::now();
     t.admin().crash_node(&node).await.expect("crash");
     wait_for("the first sign captured", limit(&t), || async {
         let log = t.stack.log(Container::LeaseKeeper);
@@ -559,6 +560,11 @@ async fn a_lost_node_whose_node_is_deleted_is_reported_from_the_first_sign(kind:
                 .all(|p| !p["metadata"]["deletionTimestamp"].is_null()),
         "captured at the taint manager's deletion: {pods:?}"
     );
+    eprintln!(
+        "{kind}: first sign captured {:?} after the crash",
+        crashed_at.elapsed()
+    );
+    let deleted_at = Instant::now();
     t.admin().delete_node(&node).await.expect("delete the node");
 
     let job = t
@@ -566,6 +572,10 @@ async fn a_lost_node_whose_node_is_deleted_is_reported_from_the_first_sign(kind:
             j["state"] != "running"
         })
         .await;
+    eprintln!(
+        "{kind}: reported {:?} after the Node was deleted",
+        deleted_at.elapsed()
+    );
     assert_reported_dead(&t, &job);
     let d = detail(&job);
     assert!(
