@@ -503,9 +503,25 @@ async fn status_loop(
             _ = node.health_changed.notified() => {}
         }
         facts.port = node.port.load(Ordering::Relaxed);
+        // As the kubelet's tryUpdateNodeStatus, from the Node as it is now:
+        // the node lifecycle controller sets the conditions Unknown when
+        // it missed the heartbeats (an API-server restart longer than the
+        // node-monitor grace), and only a status that differs from what it
+        // wrote puts Ready back.
+        let mut current_differs = false;
+        if let Ok(Some(n)) =
+            api::get(&node.client, &format!("/api/v1/nodes/{}", node.spec.name)).await
+            && n["status"]["conditions"] != last["conditions"]
+        {
+            last = n["status"].clone();
+            current_differs = true;
+        }
         let health = *lock(&node.health);
         let new = node::status(&facts, &health, &last, &node::k8s_now());
-        if !node::changed(&last, &new) && reported.elapsed() < timing.status_report {
+        if !current_differs
+            && !node::changed(&last, &new)
+            && reported.elapsed() < timing.status_report
+        {
             continue;
         }
         let Some(p) = node::patch(&last, &new) else {
