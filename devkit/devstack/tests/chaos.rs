@@ -368,8 +368,9 @@ async fn dump_records(t: &TestStack) {
     }
 }
 
-/// Retries an admin call while the simulated API server is down (its
-/// restart closes the port for a while).
+/// Retries an admin call while the API server is down (its restart
+/// closes the port for a while: kube-sim's, or the fault proxy's while the
+/// launcher restarts kube-apiserver).
 async fn retrying<T, F, Fut>(what: &str, mut call: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
@@ -521,7 +522,11 @@ async fn carry_out(
         })
         .await
         .unwrap_or_else(|e| t.fail(e));
-        return format!("{chaos} (kube-sim rule {id})");
+        let whose = match t.kind() {
+            ClusterKind::Sim => "kube-sim",
+            ClusterKind::Real => "fault proxy",
+        };
+        return format!("{chaos} ({whose} rule {id})");
     }
     match chaos {
         Chaos::Kill(c) => t.stack.kill_container(*c).await,
@@ -675,7 +680,7 @@ async fn random_container_kills_during_a_drain_lose_nothing(kind: ClusterKind) {
     let context = describe(seed, &steps, &done);
     // Count-bound rules that met no request would stay armed: end them.
     let admin = t.admin();
-    retrying("clearing kube-sim faults", || async {
+    retrying("clearing the API faults", || async {
         Ok(admin.clear_faults().await?)
     })
     .await
