@@ -1,5 +1,6 @@
 //! Thin HTTP clients for what the dev stack and its tests drive: the reference
-//! backend's console calls, and the simulated cluster's API and admin endpoints.
+//! backend's console calls, and the cluster's API and admin endpoints (kube-sim,
+//! or on the real control plane the fault proxy's plain-HTTP side).
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -320,6 +321,23 @@ impl Cluster {
             .send()
             .await?;
         answer(resp, &format!("PATCH {path}")).await
+    }
+
+    /// DELETE a path of the API with a body (`DeleteOptions`).
+    pub async fn delete(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        let resp = self
+            .http
+            .delete(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await?;
+        answer(resp, &format!("DELETE {path}")).await
+    }
+
+    /// The namespace it acts in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// Deletes a Job of the stack's namespace as `kubectl delete job` does,

@@ -13,10 +13,15 @@ pub const MARKER: &str = ".tcab-devstack";
 #[command(
     name = "tcab-devstack",
     version,
-    about = "The dispatcher, the simulated cluster and the reference backend on this machine",
+    about = "The dispatcher, a Kubernetes cluster (simulated, or the real control plane) and the reference backend on this machine",
     args_override_self = true
 )]
 pub struct Args {
+    /// The cluster: `sim` (kube-sim, embedded and fast) or `real` (the
+    /// upstream control plane built from Go modules, with the node agent
+    /// playing two nodes; the first run builds it)
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = crate::ClusterKind::Sim)]
+    pub cluster: crate::ClusterKind,
     /// Where logs, kubeconfigs and the backend's database go; a directory this
     /// command made before is cleared, any other non-empty one is refused
     #[arg(long, value_name = "PATH", default_value = ".devstack")]
@@ -142,6 +147,14 @@ mod tests {
             (d.dir, d.runs, d.publishes, d.exit_when_drained),
             (PathBuf::from(".devstack"), 12, 3, false)
         );
+        assert_eq!(d.cluster, crate::ClusterKind::Sim, "kube-sim by default");
+        assert_eq!(
+            args(&["--cluster", "real"]).unwrap().cluster,
+            crate::ClusterKind::Real
+        );
+        let e = args(&["--cluster", "kind"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+        assert!(e.to_string().contains("'kind'"), "{e}");
         assert_eq!(args(&["--runs", "1", "--runs", "2"]).unwrap().runs, 2);
         assert_eq!(
             args(&["--help"]).unwrap_err().kind(),

@@ -10,8 +10,22 @@ async fn main() -> anyhow::Result<()> {
     // Bad flags: clap's message and exit status 2; --help and --version: exit 0.
     let args = Args::parse();
     let dir = demo::prepare_dir(&args.dir).unwrap_or_else(|e| exit_2(&e));
-    println!("starting the dev stack in {} ...", dir.display());
-    let mut stack = Stack::start(StackOptions::new(&dir)).await?;
+    if args.cluster.is_real()
+        && let Err(e) = tcab_devstack::real::ensure_built()
+    {
+        eprintln!("tcab-devstack: {e:#}");
+        std::process::exit(1);
+    }
+    println!(
+        "starting the dev stack ({} cluster) in {} ...",
+        args.cluster,
+        dir.display()
+    );
+    let mut options = StackOptions::new(&dir);
+    options.cluster = args.cluster;
+    // A control plane of its own, stopped with the stack.
+    options.shared_control_plane = false;
+    let mut stack = Stack::start(options).await?;
     let drained = tcab_devstack::stack::run_demo(&mut stack, &args, Duration::from_secs(2)).await;
     stack.shutdown().await;
     if !drained? {

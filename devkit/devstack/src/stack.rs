@@ -3,8 +3,10 @@
 //! together exactly as the chart wires them in a real pod.
 
 use crate::binaries;
+use crate::cluster::{ClusterAdmin, ClusterKind};
 use crate::console::{Backend, Cluster};
 use crate::process::{Proc, Spec, tail};
+use crate::real::RealCluster;
 use crate::scrape::{DispatcherView, Scrape};
 use anyhow::{Context, bail};
 use kube::config::Kubeconfig;
@@ -45,9 +47,18 @@ impl Container {
 pub struct StackOptions {
     /// Where logs, the database and kubeconfigs go.
     pub run_dir: PathBuf,
-    /// The dispatcher's namespace.
+    /// The cluster: kube-sim (the default) or the real control plane.
+    pub cluster: ClusterKind,
+    /// On the real control plane: the test binary's shared one (true, the
+    /// default; the namespaces then get random names) or one of the stack's
+    /// own (`tcab-devstack --cluster real`).
+    pub shared_control_plane: bool,
+    /// The dispatcher's namespace (on a shared control plane, a random
+    /// `tcab-<hex>` replaces it at start).
     pub namespace: String,
-    /// The sandbox namespace (`TCAB_K8S_NAMESPACE`).
+    /// The sandbox namespace (`TCAB_K8S_NAMESPACE`; on a shared control
+    /// plane, the dispatcher's random one, or another random one when it
+    /// differs).
     pub sandbox_namespace: String,
     /// Cap of the run lane.
     pub max_inflight: u32,
@@ -71,9 +82,11 @@ pub struct StackOptions {
     pub extra_env: Vec<(String, String)>,
     /// How many times faster than real time the simulated cluster runs
     /// (`--speed` of kube-sim: its grace periods, tolerations, pod GC and
-    /// the fake drivers' scripts).
+    /// the fake drivers' scripts). The real control plane runs in real
+    /// time with the launcher's short timings.
     pub cluster_speed: f64,
-    /// How many nodes the simulated cluster has (each 3920m CPU, 15Gi, 110 pods).
+    /// How many nodes the simulated cluster has (each 3920m CPU, 15Gi, 110
+    /// pods). The real control plane has [`crate::real::NODES`].
     pub cluster_nodes: usize,
 }
 
@@ -82,6 +95,8 @@ impl StackOptions {
     pub fn new(run_dir: impl Into<PathBuf>) -> Self {
         StackOptions {
             run_dir: run_dir.into(),
+            cluster: ClusterKind::Sim,
+            shared_control_plane: true,
             namespace: "tcab".into(),
             sandbox_namespace: "tcab".into(),
             max_inflight: 8,
@@ -105,17 +120,24 @@ pub const SERVICE_TOKEN: &str = "devstack-service-token";
 /// The token the dispatcher presents to the simulated cluster (bound to the chart's Role).
 pub const DISPATCHER_TOKEN: &str = "devstack-dispatcher-token";
 
-/// A running dev stack. Dropping it kills every process.
+/// A running dev stack. Dropping it kills every process (and, on the real
+/// control plane, deletes its namespaces).
 pub struct Stack {
     pub options: StackOptions,
     /// The reference backend's console.
     pub backend: Backend,
-    /// The simulated cluster, with its admin token.
+    /// The cluster's API (and on kube-sim its admin endpoints), with the
+    /// admin token.
     pub cluster: Cluster,
     /// kubeconfig with the admin token (for kubectl).
     pub admin_kubeconfig: PathBuf,
     /// kubeconfig the dispatcher uses.
     pub dispatcher_kubeconfig: PathBuf,
+    /// The token the dispatcher presents (the fault rules scoped to the
+    /// dispatcher name it).
+    pub dispatcher_token: String,
+    /// The stack's part of the real control plane.
+    pub real: Option<RealCluster>,
     bins: PathBuf,
     vault_addr: String,
     /// Each container's metrics address (127.0.0.1, a port of its own).
@@ -148,7 +170,8 @@ fn free_port() -> anyhow::Result<u16> {
     bail!("no free port between 20000 and 32000")
 }
 
-fn kubeconfig_token(path: &Path) -> anyhow::Result<String> {
+/// The bearer token of a kubeconfig's first user.
+pub fn kubeconfig_token(path: &Path) -> anyhow::Result<String> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let config = Kubeconfig::from_yaml(&text).context("kubeconfig is not YAML")?;
@@ -169,14 +192,84 @@ fn write_kubeconfig(path: &Path, server: &str, token: &str, namespace: &str) -> 
     kubeconfig::write_config(path, &config).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Starts kube-sim (under the chart's Role when `options.rbac`), writes its
+/// kubeconfigs; returns it, its console and the dispatcher's token.
+async fn start_sim(
+    bins: &Path,
+    options: &StackOptions,
+    admin_kubeconfig: &Path,
+    dispatcher_kubeconfig: &Path,
+) -> anyhow::Result<(Proc, Cluster, String)> {
+    let dir = &options.run_dir;
+    let mut args = vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--kubeconfig-out".into(),
+        admin_kubeconfig.display().to_string(),
+        "--namespace".into(),
+        options.namespace.clone(),
+        "--speed".into(),
+        options.cluster_speed.to_string(),
+        "--nodes".into(),
+        options.cluster_nodes.to_string(),
+    ];
+    if options.rbac {
+        let role = golden_role();
+        if !role.is_file() {
+            bail!(
+                "the chart's golden Role {} is missing (charts/check_chart.py --update-golden writes it)",
+                role.display()
+            );
+        }
+        args.extend([
+            "--rbac-role".into(),
+            role.display().to_string(),
+            "--rbac-token".into(),
+            DISPATCHER_TOKEN.into(),
+        ]);
+    }
+    let (kube_proc, kube_url) = Proc::start(
+        Spec {
+            name: "kube-sim".into(),
+            program: binaries::path(bins, "tcab-kube-sim"),
+            args,
+            env: vec![("RUST_LOG".into(), "info".into())],
+            log: dir.join("kube-sim.log"),
+        },
+        true,
+    )
+    .await?;
+    let kube_url = kube_url.context("kube url")?;
+    let admin_token = kubeconfig_token(admin_kubeconfig)?;
+    let token = if options.rbac {
+        DISPATCHER_TOKEN
+    } else {
+        admin_token.as_str()
+    };
+    write_kubeconfig(dispatcher_kubeconfig, &kube_url, token, &options.namespace)?;
+    let cluster = Cluster::new(&kube_url, &admin_token, &options.namespace);
+    Ok((kube_proc, cluster, token.to_owned()))
+}
+
 impl Stack {
     /// Starts everything and waits until each process is up.
-    pub async fn start(options: StackOptions) -> anyhow::Result<Stack> {
+    pub async fn start(mut options: StackOptions) -> anyhow::Result<Stack> {
         let bins = binaries::bin_dir()?;
         binaries::ensure_built(&bins)?;
         std::fs::create_dir_all(&options.run_dir)
             .with_context(|| format!("creating {}", options.run_dir.display()))?;
         let dir = options.run_dir.clone();
+        if options.cluster.is_real() && options.shared_control_plane {
+            // Namespaces of its own on the shared control plane.
+            let id = format!("{:08x}", rand::random::<u32>());
+            let separate = options.sandbox_namespace != options.namespace;
+            options.namespace = format!("tcab-{id}");
+            options.sandbox_namespace = if separate {
+                format!("tcab-sandbox-{id}")
+            } else {
+                options.namespace.clone()
+            };
+        }
 
         let db = dir.join("backend.db");
         let (backend_proc, backend_url) = Proc::start(
@@ -203,59 +296,38 @@ impl Stack {
         let backend_url = backend_url.context("backend url")?;
 
         let admin_kubeconfig = dir.join("kubeconfig");
-        let mut args = vec![
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--kubeconfig-out".into(),
-            admin_kubeconfig.display().to_string(),
-            "--namespace".into(),
-            options.namespace.clone(),
-            "--speed".into(),
-            options.cluster_speed.to_string(),
-            "--nodes".into(),
-            options.cluster_nodes.to_string(),
-        ];
-        if options.rbac {
-            let role = golden_role();
-            if !role.is_file() {
-                bail!(
-                    "the chart's golden Role {} is missing (charts/check_chart.py --update-golden writes it)",
-                    role.display()
-                );
-            }
-            args.extend([
-                "--rbac-role".into(),
-                role.display().to_string(),
-                "--rbac-token".into(),
-                DISPATCHER_TOKEN.into(),
-            ]);
-        }
-        let (kube_proc, kube_url) = Proc::start(
-            Spec {
-                name: "kube-sim".into(),
-                program: binaries::path(&bins, "tcab-kube-sim"),
-                args,
-                env: vec![("RUST_LOG".into(), "info".into())],
-                log: dir.join("kube-sim.log"),
-            },
-            true,
-        )
-        .await?;
-        let kube_url = kube_url.context("kube url")?;
-        let admin_token = kubeconfig_token(&admin_kubeconfig)?;
         let dispatcher_kubeconfig = dir.join("kubeconfig-dispatcher");
-        let token = if options.rbac {
-            DISPATCHER_TOKEN
-        } else {
-            admin_token.as_str()
+        let mut sims = vec![backend_proc];
+        let (cluster, dispatcher_token, real) = match options.cluster {
+            ClusterKind::Sim => {
+                let (kube_proc, cluster, token) =
+                    start_sim(&bins, &options, &admin_kubeconfig, &dispatcher_kubeconfig).await?;
+                sims.push(kube_proc);
+                (cluster, token, None)
+            }
+            ClusterKind::Real => {
+                let real = RealCluster::start(
+                    &bins,
+                    !options.shared_control_plane,
+                    &dir,
+                    &options.namespace,
+                    &options.sandbox_namespace,
+                    &dispatcher_kubeconfig,
+                    &admin_kubeconfig,
+                )
+                .await?;
+                let cluster = real.console(&options.namespace);
+                (cluster, real.dispatcher_token.clone(), Some(real))
+            }
         };
-        write_kubeconfig(&dispatcher_kubeconfig, &kube_url, token, &options.namespace)?;
 
         let mut stack = Stack {
             backend: Backend::new(&backend_url, SERVICE_TOKEN),
-            cluster: Cluster::new(&kube_url, &admin_token, &options.namespace),
+            cluster,
             admin_kubeconfig,
             dispatcher_kubeconfig,
+            dispatcher_token,
+            real,
             bins,
             vault_addr: format!("127.0.0.1:{}", free_port()?),
             metrics_addrs: Container::ALL
@@ -269,7 +341,7 @@ impl Stack {
                     .build()
                     .context("building the HTTP client")?
             },
-            sims: vec![backend_proc, kube_proc],
+            sims,
             containers: BTreeMap::new(),
             options,
         };
@@ -344,6 +416,14 @@ impl Stack {
                     ]
                     .map(|(k, v)| (k.to_owned(), v)),
                 );
+                if self.real.is_some() {
+                    // The drivers make their sandboxes as their own
+                    // ServiceAccount (kube-sim lets any pod do it).
+                    env.push((
+                        "TCAB_DRIVER_SERVICE_ACCOUNT".into(),
+                        crate::real::DRIVER_SA.into(),
+                    ));
+                }
             }
             Container::LeaseKeeper => {
                 env.extend(backend.map(|(k, v)| (k.to_owned(), v)));
@@ -483,13 +563,83 @@ impl Stack {
         Ok(())
     }
 
-    /// Stops everything politely.
+    /// Stops everything politely (on the real control plane, deletes the
+    /// stack's namespaces; a control plane of its own stops too).
     pub async fn shutdown(mut self) {
         for c in Container::ALL {
             self.stop_container(c).await;
         }
         for p in &mut self.sims {
             p.stop(Duration::from_secs(5)).await;
+        }
+        if let Some(real) = self.real.take() {
+            real.stop().await;
+        }
+    }
+
+    /// Which cluster the stack runs on.
+    pub fn kind(&self) -> ClusterKind {
+        self.options.cluster
+    }
+
+    /// The dispatcher's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.options.namespace
+    }
+
+    /// The cluster's admin interface (see [`crate::cluster`]).
+    pub fn admin(&self) -> ClusterAdmin {
+        match &self.real {
+            Some(real) => ClusterAdmin::real(real.admin()),
+            None => ClusterAdmin::sim(self.cluster.url()),
+        }
+    }
+
+    /// What says the dispatcher was refused by RBAC: each container's log
+    /// lines naming a 403 (`Forbidden`), and on the real control plane the
+    /// 403s the API server's audit log records for the dispatcher's user.
+    pub fn forbidden(&self) -> Vec<String> {
+        let mut found: Vec<String> = Container::ALL
+            .into_iter()
+            .flat_map(|c| {
+                self.log(c)
+                    .lines()
+                    .filter(|l| is_forbidden(l))
+                    .map(|l| format!("{}: {l}", c.binary()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if let Some(real) = &self.real {
+            found.extend(
+                real.forbidden()
+                    .into_iter()
+                    .map(|r| format!("audit log: 403 {r}")),
+            );
+        }
+        found
+    }
+}
+
+/// Whether a log line tells of an API request refused by RBAC (a 403
+/// `Forbidden` status, as kube-rs renders it).
+pub fn is_forbidden(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    lower.contains("forbidden") && (lower.contains("403") || lower.contains("is forbidden"))
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if let Some(real) = self.real.take() {
+            // The containers first, so nothing recreates what goes.
+            for p in self.containers.values_mut() {
+                if let Some(pid) = p.pid() {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+            real.stop_blocking();
         }
     }
 }
@@ -537,10 +687,22 @@ pub async fn run_demo(
     for i in 0..args.publishes {
         stack.backend.enqueue_publish(demo::demo_publish(i)).await?;
     }
+    let cluster = match &stack.real {
+        None => format!("kube-sim {}", stack.cluster.url()),
+        Some(real) => format!(
+            "real control plane {} (Kubernetes from Go modules), the dispatcher through the fault proxy {}\n           node agent (nodes {}) {}\n           control plane logs {}",
+            real.access.api_url,
+            real.proxy.url(),
+            crate::real::NODES.join(", "),
+            real.agent_url,
+            real.access.work_dir.join("logs").display()
+        ),
+    };
     println!(
-        "\ndev stack up\n  backend  {}  (service token {SERVICE_TOKEN})\n  cluster  {}\n  kubectl  kubectl --kubeconfig {} get jobs,pods\n  logs     {}/*.log\n  metrics  admitter {}\n           lease-keeper {}\n           reaper {}\n           (/healthz and /readyz beside each)\n\nenqueued {} runs and {} publishes; enqueue more with\n  curl -H 'Authorization: Bearer {SERVICE_TOKEN}' -H 'Content-Type: application/json' \\\n    -d '{{\"harness\":\"h\",\"model\":\"m\",\"case\":\"c\",\"jam\":null,\"launch_request\":{{\"sim\":{{\"duration_ms\":2000}}}}}}' {}/jobs\nCtrl-C stops everything.\n",
+        "\ndev stack up\n  backend  {}  (service token {SERVICE_TOKEN})\n  cluster  {}\n  kubectl  {} --kubeconfig {} get jobs,pods\n  logs     {}/*.log\n  metrics  admitter {}\n           lease-keeper {}\n           reaper {}\n           (/healthz and /readyz beside each)\n\nenqueued {} runs and {} publishes; enqueue more with\n  curl -H 'Authorization: Bearer {SERVICE_TOKEN}' -H 'Content-Type: application/json' \\\n    -d '{{\"harness\":\"h\",\"model\":\"m\",\"case\":\"c\",\"jam\":null,\"launch_request\":{{\"sim\":{{\"duration_ms\":2000}}}}}}' {}/jobs\nCtrl-C stops everything.\n",
         stack.backend.url(),
-        stack.cluster.url(),
+        cluster,
+        crate::real::kubectl(),
         stack.admin_kubeconfig.display(),
         stack.options.run_dir.display(),
         stack.metrics_url(Container::Admitter),

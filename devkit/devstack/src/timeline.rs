@@ -8,7 +8,7 @@
 //! The entries follow from those records:
 //!
 //! - a create is `ADDED`, an update or patch (of the object or its status)
-//!   `MODIFIED`;
+//!   `MODIFIED`; a dry run (`dryRun=All`, the admitter's preflight) nothing;
 //! - a delete answered with the object still there (finalizers, or a grace
 //!   period) is `MODIFIED` with `deleting`; answered with the object gone, or
 //!   with a success `Status`, it is `DELETED`;
@@ -29,7 +29,8 @@ use std::collections::BTreeMap;
 use tcab_kube_sim::audit::{Actor, AuditEntry};
 
 /// Reads an audit log (JSON lines) into the timeline of the Pods and Jobs of
-/// `namespaces`, in the order the requests completed. `dispatcher` is the
+/// `namespaces`, in the order the writes were committed (their
+/// resourceVersion), else the order the requests completed. `dispatcher` is the
 /// user the dispatcher authenticates as
 /// (`system:serviceaccount:<ns>:<name>`).
 pub fn from_audit_log(text: &str, namespaces: &[&str], dispatcher: &str) -> Vec<AuditEntry> {
@@ -43,8 +44,13 @@ pub fn from_audit_log(text: &str, namespaces: &[&str], dispatcher: &str) -> Vec<
             let ok = event["responseStatus"]["code"]
                 .as_u64()
                 .is_some_and(|c| (200..300).contains(&c));
+            // A dry run (the admitter's preflight Job) changes nothing.
+            let dry_run = event["requestURI"]
+                .as_str()
+                .is_some_and(|u| u.contains("dryRun="));
             let wanted = event["stage"] == "ResponseComplete"
                 && ok
+                && !dry_run
                 && namespaces.contains(&ns)
                 && matches!(resource, "pods" | "jobs");
             let at: Timestamp = event["stageTimestamp"].as_str()?.parse().ok()?;
@@ -56,10 +62,27 @@ pub fn from_audit_log(text: &str, namespaces: &[&str], dispatcher: &str) -> Vec<
         })
         .collect();
     events.sort_by_key(|e| (e.0, e.1, e.2));
+    // The order of the writes is etcd's revision (every write's
+    // resourceVersion): two requests may complete in the other order than
+    // they were committed (a Job's `Complete` committed first, a patch of
+    // it committed just before but answered after), and by completion time
+    // the older state would come last. A record with no revision (a delete
+    // answered with a Status, an eviction) stays after the writes that had
+    // completed before it.
+    let mut high = 0;
+    let mut keyed: Vec<((u64, usize), Timestamp, Value)> = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, (at, rv, _, event))| {
+            high = high.max(rv);
+            (((if rv > 0 { rv } else { high }), i), at, event)
+        })
+        .collect();
+    keyed.sort_by_key(|e| e.0);
 
     let mut last: BTreeMap<(String, String, String), Value> = BTreeMap::new();
     let mut out: Vec<AuditEntry> = Vec::new();
-    for (at, _, _, event) in events {
+    for (_, at, event) in keyed {
         let r = &event["objectRef"];
         let kind = match r["resource"].as_str() {
             Some("pods") => "Pod",
@@ -241,6 +264,103 @@ pub fn max_live_jobs(timeline: &[AuditEntry]) -> BTreeMap<String, i64> {
     max
 }
 
+/// The live (non-terminal) Jobs of each lane at the end of a timeline, as
+/// kube-sim's counters give them.
+pub fn live_jobs(timeline: &[AuditEntry]) -> BTreeMap<String, i64> {
+    let mut last: BTreeMap<&str, &AuditEntry> = BTreeMap::new();
+    for e in timeline.iter().filter(|e| e.kind == "Job") {
+        last.insert(e.uid.as_str(), e);
+    }
+    let mut live: BTreeMap<String, i64> = BTreeMap::new();
+    for e in last.values() {
+        if e.event != "DELETED" && e.finished.is_none() {
+            let lane = e
+                .labels
+                .get("tcab.dev/job-kind")
+                .cloned()
+                .unwrap_or_else(|| "run".to_owned());
+            *live.entry(lane).or_default() += 1;
+        }
+    }
+    live
+}
+
+/// The lines of an audit log (and of its rotated backups beside it,
+/// `audit-<time>.jsonl`, oldest first) that may concern `namespaces`: a
+/// cheap filter before [`from_audit_log`] parses them, as the log of a
+/// shared control plane holds every test's requests.
+pub fn read_audit_log(path: &std::path::Path, namespaces: &[&str]) -> std::io::Result<String> {
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    if let (Some(dir), Some(stem), Some(ext)) = (
+        path.parent(),
+        path.file_stem().and_then(|s| s.to_str()),
+        path.extension().and_then(|s| s.to_str()),
+    ) {
+        let prefix = format!("{stem}-");
+        let suffix = format!(".{ext}");
+        let mut backups: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(&suffix))
+            })
+            .collect();
+        // lumberjack names backups after their time: the names sort by age.
+        backups.sort();
+        files.extend(backups);
+    }
+    files.push(path.to_owned());
+    let needles: Vec<String> = namespaces
+        .iter()
+        .map(|ns| format!("\"namespace\":\"{ns}\""))
+        .collect();
+    let mut out = String::new();
+    for file in files {
+        let text = match std::fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for line in text.lines() {
+            if needles.iter().any(|n| line.contains(n.as_str())) {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The dispatcher's requests the API server refused with 403, from the
+/// audit log: `"<verb> <resource> <namespace>: <message>"` each.
+pub fn forbidden(text: &str, dispatcher: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.contains("403"))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["user"]["username"] == dispatcher
+                && e["responseStatus"]["code"] == 403
+                && e["stage"] == "ResponseComplete"
+        })
+        .map(|e| {
+            let r = &e["objectRef"];
+            let resource = match r["subresource"].as_str() {
+                Some(sub) => format!("{}/{sub}", r["resource"].as_str().unwrap_or("")),
+                None => r["resource"].as_str().unwrap_or("").to_owned(),
+            };
+            format!(
+                "{} {} {}: {}",
+                e["verb"].as_str().unwrap_or(""),
+                resource,
+                r["namespace"].as_str().unwrap_or("(cluster)"),
+                e["responseStatus"]["message"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,5 +527,103 @@ mod tests {
             max_live_jobs(&t),
             BTreeMap::from([("publish".to_owned(), 1), ("run".to_owned(), 2)])
         );
+        assert_eq!(
+            live_jobs(&t),
+            BTreeMap::from([("publish".to_owned(), 1), ("run".to_owned(), 2)])
+        );
+    }
+
+    #[test]
+    fn writes_are_ordered_by_revision_not_by_when_they_were_answered() {
+        let job = |rv: u64, finished: bool| {
+            let mut j = json!({"kind": "Job", "metadata": {"name": "a", "uid": "u-a",
+                "resourceVersion": rv.to_string(), "labels": {"tcab.dev/job-kind": "run"}}, "status": {}});
+            if finished {
+                j["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+            }
+            j
+        };
+        let at = |ms: u32| format!("2026-12-01T10:00:00.{ms:03}Z");
+        let log = [
+            line(&at(0), DISPATCHER, "create", "jobs", "", "a", job(1, false)),
+            // Committed at 3, answered last.
+            line(&at(9), "admin", "patch", "jobs", "", "a", job(3, false)),
+            line(
+                &at(5),
+                "system:serviceaccount:kube-system:job-controller",
+                "update",
+                "jobs",
+                "status",
+                "a",
+                job(4, true),
+            ),
+        ]
+        .join("\n");
+        let t = from_audit_log(&log, &["t"], DISPATCHER);
+        assert_eq!(
+            t.iter().map(|e| e.rv).collect::<Vec<_>>(),
+            [1, 3, 4],
+            "{t:?}"
+        );
+        assert!(live_jobs(&t).is_empty(), "{t:?}");
+    }
+
+    #[test]
+    fn a_dry_run_create_is_no_job() {
+        let job = json!({"kind": "Job", "metadata": {"name": "preflight", "uid": "u-p",
+            "resourceVersion": "", "labels": {"tcab.dev/job-kind": "run"}}, "status": {}});
+        let mut dry: Value = serde_json::from_str(&line(
+            "2026-12-01T10:00:00Z",
+            DISPATCHER,
+            "create",
+            "jobs",
+            "",
+            "preflight",
+            job,
+        ))
+        .unwrap();
+        dry["requestURI"] = json!("/apis/batch/v1/namespaces/t/jobs?dryRun=All");
+        let t = from_audit_log(&dry.to_string(), &["t"], DISPATCHER);
+        assert!(t.is_empty(), "{t:?}");
+    }
+
+    #[test]
+    fn the_log_and_its_backups_are_read_for_the_namespaces_asked_and_403s_found() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let current = dir.path().join("audit.jsonl");
+        let in_t = |name: &str| {
+            line(
+                "2026-12-01T10:00:00Z",
+                DISPATCHER,
+                "create",
+                "jobs",
+                "",
+                name,
+                json!({}),
+            )
+        };
+        std::fs::write(
+            dir.path().join("audit-2026-12-01T09-00-00.000.jsonl"),
+            format!("{}\n", in_t("old")),
+        )
+        .unwrap();
+        let other = in_t("elsewhere").replace("\"namespace\":\"t\"", "\"namespace\":\"u\"");
+        let refused =
+            json!({"stage": "ResponseComplete", "verb": "list", "user": {"username": DISPATCHER},
+            "objectRef": {"resource": "secrets", "namespace": "t"},
+            "responseStatus": {"code": 403, "message": "secrets is forbidden"}})
+            .to_string();
+        std::fs::write(&current, format!("{}\n{other}\n{refused}\n", in_t("new"))).unwrap();
+        let text = read_audit_log(&current, &["t"]).unwrap();
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split("\"name\":\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(names, ["old", "new"], "{text}");
+        assert_eq!(
+            forbidden(&text, DISPATCHER),
+            ["list secrets t: secrets is forbidden"]
+        );
+        assert!(forbidden(&text, "someone-else").is_empty());
     }
 }

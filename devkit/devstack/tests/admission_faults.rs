@@ -2,11 +2,13 @@
 //! when the backend's clock steps past a lease, a poisoned claim ends once,
 //! settings the API server refuses stop the admitter with exit code 2, and a
 //! cap of 0 pauses a lane while renewals go on. The three real binaries as
-//! processes against kube-sim (under the chart's Role) and backend-sim.
+//! processes against kube-sim (`::sim`) or the real control plane (`::real`),
+//! under the chart's Role, and backend-sim.
 
+#[macro_use]
 mod common;
 
-use common::{TestStack, run};
+use common::{ClusterKind, TestStack, run};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tcab_devstack::{Container, wait_for};
@@ -59,9 +61,12 @@ async fn admitter_metric(t: &TestStack, name: &str, with: &[(&str, &str)]) -> f6
 /// backend call: the admitter's next claim makes the backend requeue the run
 /// and hand it out again. Before the new claim's Job, the admitter deletes
 /// the stale one: one live Job for the run, which then finishes once.
+// kube-sim only: it needs a Job that never gets a pod, which cannot be
+// arranged on the real control plane (its Job controller gives every Job its
+// pod; see `UNSUPPORTED`'s "never_pod" in the devstack's cluster module).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job() {
-    let t = TestStack::start(|_| {}).await;
+    let t = TestStack::start(ClusterKind::Sim, |_| {}).await;
     t.admin().never_pod_next(1).await.expect("never-pod");
     let id = t
         .stack
@@ -121,9 +126,8 @@ async fn a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job() {
 /// A publish claim the backend committed but answered without its request
 /// (the body fault merges a null in): the admitter reports it failed once,
 /// with its own token, naming the field; it is not handed out again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poisoned_claim_is_reported_failed_once() {
-    let t = TestStack::start(|_| {}).await;
+async fn a_poisoned_claim_is_reported_failed_once(kind: ClusterKind) {
+    let t = TestStack::start(kind, |_| {}).await;
     t.stack
         .backend
         .add_fault_rule(
@@ -167,9 +171,8 @@ async fn a_poisoned_claim_is_reported_failed_once() {
 /// A driver memory limit below its request: the API server would refuse
 /// every Job, so the admitter stops at start, exit code 2, one line naming
 /// the variable.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_memory_limit_below_its_request_exits_2_naming_the_variable() {
-    let mut t = TestStack::start(|o| {
+async fn a_memory_limit_below_its_request_exits_2_naming_the_variable(kind: ClusterKind) {
+    let mut t = TestStack::start(kind, |o| {
         o.extra_env = vec![
             ("TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST".into(), "1Gi".into()),
             ("TCAB_DISPATCHER_DRIVER_MEMORY_LIMIT".into(), "512Mi".into()),
@@ -197,9 +200,10 @@ async fn a_memory_limit_below_its_request_exits_2_naming_the_variable() {
 /// not the API server's (no DNS subdomain: two dots in a row): the dry run
 /// at start is refused with 422, and the admitter exits 2 naming the
 /// setting, before any claim.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_setting_the_api_server_refuses_at_the_dry_run_exits_2_before_any_claim() {
-    let mut t = TestStack::start(|o| {
+async fn a_setting_the_api_server_refuses_at_the_dry_run_exits_2_before_any_claim(
+    kind: ClusterKind,
+) {
+    let mut t = TestStack::start(kind, |o| {
         o.extra_env = vec![("TCAB_DRIVER_SERVICE_ACCOUNT".into(), "tcab..driver".into())];
     })
     .await;
@@ -229,9 +233,8 @@ async fn a_setting_the_api_server_refuses_at_the_dry_run_exits_2_before_any_clai
 /// A cap of 0 pauses the run lane: running runs keep their leases renewed
 /// (the lease-keeper reads no cap), nothing new is claimed, and the metrics
 /// say the lane is paused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cap_of_zero_admits_nothing_while_renewals_go_on() {
-    let mut t = TestStack::start(|_| {}).await;
+async fn a_cap_of_zero_admits_nothing_while_renewals_go_on(kind: ClusterKind) {
+    let mut t = TestStack::start(kind, |_| {}).await;
     let running = t
         .stack
         .backend
@@ -290,3 +293,10 @@ async fn a_cap_of_zero_admits_nothing_while_renewals_go_on() {
     let run_state = t.stack.backend.job(&running).await.expect("the run");
     assert_eq!(run_state["state"], "running");
 }
+
+on_both_clusters!(
+    a_poisoned_claim_is_reported_failed_once,
+    a_memory_limit_below_its_request_exits_2_naming_the_variable,
+    a_setting_the_api_server_refuses_at_the_dry_run_exits_2_before_any_claim,
+    a_cap_of_zero_admits_nothing_while_renewals_go_on,
+);

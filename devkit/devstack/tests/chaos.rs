@@ -24,11 +24,16 @@
 //! a job only after the backend requeued a claim under which nothing ran.
 //!
 //! The schedule is drawn from a seed (printed, with the schedule, on
-//! failure); `TCAB_CHAOS_SEED=<n>` replays one.
+//! failure); `TCAB_CHAOS_SEED=<n>` replays one. It runs on kube-sim
+//! (`::sim`) and on the real control plane (`::real`: the API faults through
+//! the fault proxy, the restart a real kube-apiserver restart, the OOM kills
+//! the node agent's; half the runs and publishes, as it runs in real time),
+//! the invariants checked on the API server's audit log there.
 
+#[macro_use]
 mod common;
 
-use common::{TestStack, run, states, terminal};
+use common::{ClusterKind, TestStack, run, states, terminal};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -36,12 +41,15 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
-use tcab_devstack::stack::DISPATCHER_TOKEN;
 use tcab_devstack::{Container, wait_for};
 use tcab_kube_sim::{ApiFaultMode, FaultRule};
 
 const RUNS: usize = 80;
 const PUBLISHES: usize = 20;
+/// The reduced scale on the real control plane (real time, one shared
+/// control plane on 2 cores): the same schedule over half the drain.
+const REAL_RUNS: usize = 40;
+const REAL_PUBLISHES: usize = 10;
 const RUN_CAP: u32 = 4;
 const PUBLISH_CAP: u32 = 3;
 /// Every Kubernetes call but the watch gives up after this.
@@ -360,8 +368,9 @@ async fn dump_records(t: &TestStack) {
     }
 }
 
-/// Retries an admin call while the simulated API server is down (its
-/// restart closes the port for a while).
+/// Retries an admin call while the API server is down (its restart
+/// closes the port for a while: kube-sim's, or the fault proxy's while the
+/// launcher restarts kube-apiserver).
 async fn retrying<T, F, Fut>(what: &str, mut call: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
@@ -374,9 +383,10 @@ where
     .await
 }
 
-/// The dispatcher-scoped kube-sim rule of a fault step.
-fn rule_of(chaos: &Chaos) -> Option<FaultRule> {
-    let scoped = |mode| FaultRule::new(mode).token(DISPATCHER_TOKEN);
+/// The dispatcher-scoped rule of a fault step (kube-sim's, or the fault
+/// proxy's in front of the real API server), `token` the dispatcher's.
+fn rule_of(chaos: &Chaos, token: &str) -> Option<FaultRule> {
+    let scoped = |mode| FaultRule::new(mode).token(token);
     Some(match chaos {
         Chaos::JobOutage { secs } => scoped(ApiFaultMode::Error500)
             .verbs(["list", "watch"])
@@ -466,9 +476,10 @@ async fn pick_running(
     victims: &Victims,
 ) -> Option<(String, String, String)> {
     let cluster = t.stack.cluster.clone();
+    let ns = t.ns();
     let pods = retrying("listing the drivers", || {
         cluster.pods(
-            "tcab",
+            &ns,
             Some("app.kubernetes.io/managed-by=tcab-dispatcher,tcab.dev/job-kind=run"),
         )
     })
@@ -505,13 +516,17 @@ async fn carry_out(
 ) -> String {
     let admin = t.admin();
     let backend = t.stack.backend.clone();
-    if let Some(rule) = rule_of(chaos) {
+    if let Some(rule) = rule_of(chaos, &t.dispatcher_token()) {
         let id = retrying("adding a fault", || async {
             Ok(admin.add_fault(&rule).await?)
         })
         .await
         .unwrap_or_else(|e| t.fail(e));
-        return format!("{chaos} (kube-sim rule {id})");
+        let whose = match t.kind() {
+            ClusterKind::Sim => "kube-sim",
+            ClusterKind::Real => "fault proxy",
+        };
+        return format!("{chaos} ({whose} rule {id})");
     }
     match chaos {
         Chaos::Kill(c) => t.stack.kill_container(*c).await,
@@ -546,11 +561,12 @@ async fn carry_out(
             .await
             .unwrap_or_else(|e| t.fail(e)),
         Chaos::OomKill { pick } => {
+            let ns = t.ns();
             let Some((id, pod, _)) = pick_running(t, *pick, originals, victims).await else {
                 return format!("{chaos}: skipped, no original driver running");
             };
             return match retrying("OOM-killing", || async {
-                Ok(admin.oom_kill("tcab", &pod).await?)
+                Ok(admin.oom_kill(&ns, &pod).await?)
             })
             .await
             {
@@ -585,8 +601,7 @@ async fn carry_out(
     chaos.to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_container_kills_during_a_drain_lose_nothing() {
+async fn random_container_kills_during_a_drain_lose_nothing(kind: ClusterKind) {
     let seed = std::env::var("TCAB_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -595,7 +610,8 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
     // Shown by the test runner when the test fails.
     eprintln!("{}", describe(seed, &steps, &[]));
 
-    let mut t = TestStack::start(|o| {
+    let (runs_n, publishes_n) = common::pick(kind, (RUNS, PUBLISHES), (REAL_RUNS, REAL_PUBLISHES));
+    let mut t = TestStack::start(kind, |o| {
         o.max_inflight = RUN_CAP;
         o.max_publish_inflight = PUBLISH_CAP;
         // The orphan sweep runs every 2 s with a 3 s grace, under stale views.
@@ -614,7 +630,7 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
         to: std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-seed-{seed}")),
     };
     // Some runs last long enough to be OOM-killed mid-run.
-    let runs: Vec<_> = (0..RUNS)
+    let runs: Vec<_> = (0..runs_n)
         .map(|i| {
             let ms = if i % 8 == 0 { 2500 } else { 300 };
             run(
@@ -631,7 +647,7 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
         .expect("enqueue runs")
         .into_iter()
         .collect();
-    for i in 0..PUBLISHES {
+    for i in 0..publishes_n {
         t.stack
             .backend
             .enqueue_publish(json!({"release": format!("r{i}"), "sim": {"duration_ms": 200}}))
@@ -664,7 +680,7 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
     let context = describe(seed, &steps, &done);
     // Count-bound rules that met no request would stay armed: end them.
     let admin = t.admin();
-    retrying("clearing kube-sim faults", || async {
+    retrying("clearing the API faults", || async {
         Ok(admin.clear_faults().await?)
     })
     .await
@@ -722,7 +738,15 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
         .filter(|e| e.kind == "Job")
         .filter_map(|e| e.labels.get("tcab.dev/job-id").map(String::as_str))
         .collect();
-    check_outcomes(&runs, &pubs, &originals, &victims, &had_job, &context);
+    check_outcomes(
+        &runs,
+        &pubs,
+        publishes_n,
+        &originals,
+        &victims,
+        &had_job,
+        &context,
+    );
 
     let counters = admin.counters().await.expect("counters");
     let max = |lane: &str| counters.max_live_jobs.get(lane).copied().unwrap_or(0);
@@ -815,6 +839,7 @@ async fn random_container_kills_during_a_drain_lose_nothing() {
 fn check_outcomes(
     runs: &[Value],
     pubs: &[Value],
+    publishes_n: usize,
     originals: &BTreeSet<String>,
     victims: &Victims,
     had_job: &BTreeSet<&str>,
@@ -858,7 +883,7 @@ fn check_outcomes(
     }
     assert_eq!(
         pubs.len(),
-        PUBLISHES + publish_retries,
+        publishes_n + publish_retries,
         "only abandoned publishes were retried: {}\n{context}",
         states(pubs)
     );
@@ -893,8 +918,10 @@ fn check_outcomes(
     }
     assert_eq!(
         runs.len(),
-        RUNS + retries,
+        originals.len() + retries,
         "only OOM-killed runs and runs whose Job was deleted were retried: {}\n{context}",
         states(runs)
     );
 }
+
+on_both_clusters!(random_container_kills_during_a_drain_lose_nothing);

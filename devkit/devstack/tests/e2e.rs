@@ -1,10 +1,11 @@
-//! End to end: the three real binaries as processes, against the simulated
-//! cluster (under the chart's Role: anything it does not grant is a 403) and
-//! the reference backend.
+//! End to end: the three real binaries as processes, against each cluster
+//! (kube-sim, and the real control plane; under the chart's Role: anything
+//! it does not grant is a 403) and the reference backend.
 
+#[macro_use]
 mod common;
 
-use common::{TestStack, run, states};
+use common::{ClusterKind, TestStack, run, states};
 use serde_json::json;
 use std::time::Duration;
 use tcab_devstack::{Container, wait_for};
@@ -12,15 +13,17 @@ use tcab_devstack::{Container, wait_for};
 /// The drain: 200 runs and 50 publishes with caps 8 and 8. Neither
 /// lane ever exceeds its cap (by the cluster's own record of concurrent
 /// non-terminal Jobs), each backend job gets exactly one Job, every job
-/// succeeds, no sandbox is left, and nothing was forbidden by RBAC.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drains_200_runs_and_50_publishes_within_the_caps() {
-    let mut t = TestStack::start(|o| {
+/// succeeds, no sandbox is left, and nothing was forbidden by RBAC. On the
+/// real control plane, in real time, a reduced drain: 80 runs and 20
+/// publishes (about 35 s; the whole one takes about 90 s there).
+async fn drains_200_runs_and_50_publishes_within_the_caps(kind: ClusterKind) {
+    let (runs_n, pubs_n) = common::pick(kind, (200, 50), (80, 20));
+    let mut t = TestStack::start(kind, |o| {
         o.max_inflight = 8;
         o.max_publish_inflight = 8;
     })
     .await;
-    let runs: Vec<_> = (0..200)
+    let runs: Vec<_> = (0..runs_n)
         .map(|i| {
             run(
                 &format!("case-{i}"),
@@ -34,8 +37,8 @@ async fn drains_200_runs_and_50_publishes_within_the_caps() {
         .enqueue_batch(runs)
         .await
         .expect("enqueue runs");
-    assert_eq!(ids.len(), 200);
-    for i in 0..50 {
+    assert_eq!(ids.len(), runs_n);
+    for i in 0..pubs_n {
         t.stack
             .backend
             .enqueue_publish(json!({"release": format!("r{i}"), "sim": {"duration_ms": 150}}))
@@ -43,7 +46,7 @@ async fn drains_200_runs_and_50_publishes_within_the_caps() {
             .expect("enqueue publish");
     }
 
-    let (runs, pubs) = t.drained(Duration::from_secs(240)).await;
+    let (runs, pubs) = t.drained(Duration::from_secs(t.pick(240, 600))).await;
     assert!(
         runs.iter().all(|j| j["state"] == "succeeded"),
         "runs: {}",
@@ -54,7 +57,7 @@ async fn drains_200_runs_and_50_publishes_within_the_caps() {
         "publishes: {}",
         states(&pubs)
     );
-    assert_eq!(runs.len(), 200, "no retries were needed");
+    assert_eq!(runs.len(), runs_n, "no retries were needed");
 
     let counters = t.admin().counters().await.expect("counters");
     let max = |lane: &str| counters.max_live_jobs.get(lane).copied().unwrap_or(0);
@@ -100,7 +103,7 @@ async fn drains_200_runs_and_50_publishes_within_the_caps() {
     assert_eq!(claims("tcab-lease-keeper/"), 0, "backend calls {calls:?}");
 
     let by_id = t.jobs_by_id().await;
-    assert_eq!(by_id.len(), 250);
+    assert_eq!(by_id.len(), runs_n + pubs_n);
     assert!(
         by_id.values().all(|names| names.len() == 1),
         "a backend job got two Jobs"
@@ -124,10 +127,10 @@ async fn drains_200_runs_and_50_publishes_within_the_caps() {
 /// An OOM-killed driver: the lease-keeper reports the death once, with the
 /// cause and the pod's last log lines; the reaper deletes the orphaned
 /// sandbox and leaves the driver's own pod (and its logs) alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
+async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped(kind: ClusterKind) {
     // Debug logs everywhere: the end of the test checks no token reached them.
-    let t = TestStack::start(|o| o.rust_log = "debug".into()).await;
+    let t = TestStack::start(kind, |o| o.rust_log = "debug".into()).await;
+    let ns = t.ns();
     let id = t
         .stack
         .backend
@@ -136,34 +139,29 @@ async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
         .expect("enqueue");
     let selector = format!("tcab.dev/job-id={id},app.kubernetes.io/managed-by=tcab-dispatcher");
     let cluster = t.stack.cluster.clone();
-    let driver = wait_for(
-        "the driver running with its sandbox",
-        Duration::from_secs(30),
-        || {
-            let (cluster, selector, t) = (cluster.clone(), selector.clone(), &t);
-            async move {
-                let pods = cluster.pods("tcab", Some(&selector)).await?;
-                let running = pods.iter().find(|p| p["status"]["phase"] == "Running");
-                let sandboxes = t.sandboxes().await;
-                Ok(running
-                    .filter(|_| !sandboxes.is_empty())
-                    .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned()))
-            }
-        },
-    )
+    let limit = Duration::from_secs(t.pick(30, 60));
+    let driver = wait_for("the driver running with its sandbox", limit, || {
+        let (cluster, selector, t, ns) = (cluster.clone(), selector.clone(), &t, &ns);
+        async move {
+            let pods = cluster.pods(ns, Some(&selector)).await?;
+            let running = pods.iter().find(|p| p["status"]["phase"] == "Running");
+            let sandboxes = t.sandboxes().await;
+            Ok(running
+                .filter(|_| !sandboxes.is_empty())
+                .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned()))
+        }
+    })
     .await
     .unwrap_or_else(|e| t.fail(e));
-    wait_for(
-        "the driver to report running",
-        Duration::from_secs(30),
-        || async { Ok((t.stack.backend.job(&id).await?["state"] == "running").then_some(())) },
-    )
+    wait_for("the driver to report running", limit, || async {
+        Ok((t.stack.backend.job(&id).await?["state"] == "running").then_some(()))
+    })
     .await
     .unwrap_or_else(|e| t.fail(e));
 
-    t.admin().oom_kill("tcab", &driver).await.expect("oom kill");
+    t.admin().oom_kill(&ns, &driver).await.expect("oom kill");
 
-    let job = wait_for("the death report", Duration::from_secs(30), || async {
+    let job = wait_for("the death report", limit, || async {
         let j = t.stack.backend.job(&id).await?;
         Ok((j["state"] == "failed").then_some(j))
     })
@@ -191,7 +189,7 @@ async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
 
     wait_for(
         "the orphaned sandbox reaped",
-        Duration::from_secs(10),
+        Duration::from_secs(t.pick(10, 30)),
         || async {
             Ok(t.sandboxes()
                 .await
@@ -205,7 +203,7 @@ async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
     let pods = t
         .stack
         .cluster
-        .pods("tcab", Some(&selector))
+        .pods(&ns, Some(&selector))
         .await
         .expect("pods");
     assert!(
@@ -216,7 +214,7 @@ async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
     let log = t
         .stack
         .cluster
-        .get_text(&format!("/api/v1/namespaces/tcab/pods/{driver}/log"))
+        .get_text(&format!("/api/v1/namespaces/{ns}/pods/{driver}/log"))
         .await
         .expect("the dead driver's log stays readable");
     assert!(!log.trim().is_empty(), "the driver's log is still there");
@@ -265,22 +263,21 @@ async fn an_oom_killed_driver_is_reported_and_its_sandbox_reaped() {
 /// object is deleted (no driver left to report; pod GC removes the pod once
 /// the node has been gone for its quarantine): after the keeper returns,
 /// the job is reported lost once its lease lapses by the backend's clock,
-/// naming what the cluster shows. The cluster runs 20x, so pod GC's 20 s
-/// period and 40 s quarantine take seconds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
-    let mut t = TestStack::start(|o| o.cluster_speed = 20.0).await;
+/// naming what the cluster shows. kube-sim runs 20x, so pod GC's 20 s
+/// period and 40 s quarantine take seconds; the real one takes them whole.
+async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost(kind: ClusterKind) {
+    let mut t = TestStack::start(kind, |o| o.cluster_speed = 20.0).await;
+    let ns = t.ns();
+    let limit = Duration::from_secs(t.pick(30, 60));
     let id = t
         .stack
         .backend
         .enqueue_run(run("lost", json!({"hang": true})))
         .await
         .expect("enqueue");
-    wait_for(
-        "the driver to report running",
-        Duration::from_secs(30),
-        || async { Ok((t.stack.backend.job(&id).await?["state"] == "running").then_some(())) },
-    )
+    wait_for("the driver to report running", limit, || async {
+        Ok((t.stack.backend.job(&id).await?["state"] == "running").then_some(()))
+    })
     .await
     .unwrap_or_else(|e| t.fail(e));
 
@@ -293,7 +290,7 @@ async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
     let pods = t
         .stack
         .cluster
-        .pods("tcab", Some(&selector))
+        .pods(&ns, Some(&selector))
         .await
         .expect("the driver pod");
     let node = pods[0]["spec"]["nodeName"]
@@ -302,13 +299,15 @@ async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
         .to_owned();
     t.admin().crash_node(&node).await.expect("crash the node");
     t.admin().delete_node(&node).await.expect("delete the node");
+    // Pod GC: 20 s period and 40 s quarantine (constants upstream).
+    let gc_started = std::time::Instant::now();
     wait_for(
         "pod GC to remove the pod",
-        Duration::from_secs(30),
+        Duration::from_secs(t.pick(30, 120)),
         || async {
             Ok(t.stack
                 .cluster
-                .pods("tcab", Some(&selector))
+                .pods(&ns, Some(&selector))
                 .await?
                 .is_empty()
                 .then_some(()))
@@ -316,6 +315,10 @@ async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
     )
     .await
     .unwrap_or_else(|e| t.fail(e));
+    eprintln!(
+        "{kind}: pod GC removed the lost node's pod {:?} after its Node was deleted",
+        gc_started.elapsed()
+    );
     t.stack
         .start_container(Container::LeaseKeeper)
         .await
@@ -323,18 +326,14 @@ async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
 
     // The restarted keeper lists its cache and renews; the lease has not
     // lapsed yet, so the job is not judged lost.
-    wait_for(
-        "the restarted lease-keeper ticking",
-        Duration::from_secs(30),
-        || async {
-            let starts = t
-                .stack
-                .log(Container::LeaseKeeper)
-                .matches("Job view current; renewing and reporting")
-                .count();
-            Ok((starts >= 2).then_some(()))
-        },
-    )
+    wait_for("the restarted lease-keeper ticking", limit, || async {
+        let starts = t
+            .stack
+            .log(Container::LeaseKeeper)
+            .matches("Job view current; renewing and reporting")
+            .count();
+        Ok((starts >= 2).then_some(()))
+    })
     .await
     .unwrap_or_else(|e| t.fail(e));
     let before = t.stack.backend.job(&id).await.expect("job");
@@ -344,10 +343,14 @@ async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
     );
     // One lease length of backend time passes (no live Job needs renewing).
     t.stack.backend.advance_clock(125).await.expect("advance");
-    let job = wait_for("the lost report", Duration::from_secs(15), || async {
-        let j = t.stack.backend.job(&id).await?;
-        Ok((j["lost"] == true).then_some(j))
-    })
+    let job = wait_for(
+        "the lost report",
+        Duration::from_secs(t.pick(15, 30)),
+        || async {
+            let j = t.stack.backend.job(&id).await?;
+            Ok((j["lost"] == true).then_some(j))
+        },
+    )
     .await
     .unwrap_or_else(|e| t.fail(e));
     let detail = job["detail"].as_str().unwrap_or_default();
@@ -359,12 +362,15 @@ async fn a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost() {
     t.stack.check_alive().unwrap_or_else(|e| t.fail(e));
 }
 
-/// The README's run command works: the dev stack drains its demo workload and exits 0.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_devstack_command_drains_its_demo() {
+/// The README's run command works on each cluster (`--cluster sim`, the
+/// default, and `--cluster real`, a control plane of its own): the dev stack
+/// drains its demo workload and exits 0.
+async fn the_devstack_command_drains_its_demo(kind: ClusterKind) {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tcab-devstack"))
         .args([
+            "--cluster",
+            kind.name(),
             "--runs",
             "6",
             "--publishes",
@@ -375,7 +381,7 @@ async fn the_devstack_command_drains_its_demo() {
         .arg(dir.path().join("stack"))
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
+    let out = tokio::time::timeout(Duration::from_secs(common::pick(kind, 120, 240)), out)
         .await
         .expect("the demo drains in time")
         .expect("runs");
@@ -392,3 +398,10 @@ async fn the_devstack_command_drains_its_demo() {
         "one scripted agent failure, five successes:\n{stdout}"
     );
 }
+
+on_both_clusters!(
+    drains_200_runs_and_50_publishes_within_the_caps,
+    an_oom_killed_driver_is_reported_and_its_sandbox_reaped,
+    a_driver_lost_while_the_lease_keeper_was_down_is_reported_lost,
+    the_devstack_command_drains_its_demo,
+);

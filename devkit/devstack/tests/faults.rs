@@ -1,14 +1,15 @@
 //! End to end under injected faults (issue 11): the three real binaries as
-//! processes against kube-sim (under the chart's Role) and backend-sim,
+//! processes against kube-sim (`::sim`) or the real control plane through
+//! the fault proxy (`::real`), under the chart's Role, and backend-sim,
 //! each test a reproduction of one defect, checked from the cluster's and
 //! the backend's own records.
 
+#[macro_use]
 mod common;
 
-use common::{TestStack, run, states};
+use common::{ClusterKind, TestStack, run, states};
 use serde_json::{Value, json};
 use std::time::Duration;
-use tcab_devstack::stack::DISPATCHER_TOKEN;
 use tcab_devstack::wait_for;
 
 const DRIVER_IMAGE: &str = "tcab/driver:dev";
@@ -53,9 +54,10 @@ fn finished(job: &Value) -> bool {
 /// the first run's stale driver is stopped at its first report (the backend
 /// refuses the token: 401), exits, its Job ends, no death is reported for
 /// it, and both runs finish through newer claims.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_stopped() {
-    let t = TestStack::start(|o| {
+async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_stopped(
+    kind: ClusterKind,
+) {
+    let t = TestStack::start(kind, |o| {
         o.lease_seconds = 10;
         // Image pull back-offs (10 s doubling, in sim time) pass quickly.
         o.cluster_speed = 20.0;
@@ -86,7 +88,10 @@ async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_
             let pods = t
                 .stack
                 .cluster
-                .pods("tcab", Some("app.kubernetes.io/managed-by=tcab-dispatcher"))
+                .pods(
+                    &t.ns(),
+                    Some("app.kubernetes.io/managed-by=tcab-dispatcher"),
+                )
                 .await?;
             let waiting = pods
                 .iter()
@@ -278,10 +283,11 @@ async fn state_of(t: &TestStack, id: &str) -> String {
 /// drivers are renewed from the last known view; nobody is reported lost;
 /// no sandbox of a live Job is deleted; afterwards every run gets exactly
 /// one Job and succeeds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_list_and_watch_outage_starts_no_second_driver_reports_nothing_and_reaps_nothing() {
+async fn a_job_list_and_watch_outage_starts_no_second_driver_reports_nothing_and_reaps_nothing(
+    kind: ClusterKind,
+) {
     const OUTAGE_S: f64 = 33.0;
-    let mut t = TestStack::start(|o| {
+    let mut t = TestStack::start(kind, |o| {
         o.orphan_grace_seconds = 1;
         o.extra_env.push((
             "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS".into(),
@@ -319,7 +325,7 @@ async fn a_job_list_and_watch_outage_starts_no_second_driver_reports_nothing_and
             &tcab_kube_sim::FaultRule::new(tcab_kube_sim::ApiFaultMode::Error500)
                 .verbs(["list", "watch"])
                 .resources(["jobs"])
-                .token(DISPATCHER_TOKEN)
+                .token(t.dispatcher_token())
                 .for_seconds(OUTAGE_S)
                 .closing_open_watches(),
         )
@@ -423,7 +429,7 @@ async fn driver_pod(t: &TestStack, id: &str) -> String {
     let pods = t
         .stack
         .cluster
-        .pods("tcab", Some(&selector))
+        .pods(&t.ns(), Some(&selector))
         .await
         .expect("pods");
     pods[0]["metadata"]["name"]
@@ -440,10 +446,9 @@ async fn driver_pod(t: &TestStack, id: &str) -> String {
 /// the timeout, a publish is admitted and finishes, and the leases are
 /// renewed at a new backend time. Afterwards the hung create is settled
 /// (one Job for the run) and the death is reported.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hung_kubernetes_calls_stall_neither_the_other_lane_nor_the_renewals() {
+async fn hung_kubernetes_calls_stall_neither_the_other_lane_nor_the_renewals(kind: ClusterKind) {
     const KUBE_TIMEOUT_S: i64 = 20;
-    let t = TestStack::start(|o| {
+    let t = TestStack::start(kind, |o| {
         o.extra_env.push((
             "TCAB_DISPATCHER_KUBE_TIMEOUT_SECONDS".into(),
             KUBE_TIMEOUT_S.to_string(),
@@ -478,7 +483,7 @@ async fn hung_kubernetes_calls_stall_neither_the_other_lane_nor_the_renewals() {
             &FaultRule::new(ApiFaultMode::Hang)
                 .verbs(["create"])
                 .resources(["jobs"])
-                .token(DISPATCHER_TOKEN)
+                .token(t.dispatcher_token())
                 .times(1)
                 .after_applying(),
         )
@@ -489,7 +494,7 @@ async fn hung_kubernetes_calls_stall_neither_the_other_lane_nor_the_renewals() {
             &FaultRule::new(ApiFaultMode::Hang)
                 .verbs(["get", "list"])
                 .resources(["pods", "pods/log"])
-                .token(DISPATCHER_TOKEN)
+                .token(t.dispatcher_token())
                 .for_seconds(KUBE_TIMEOUT_S as f64),
         )
         .await
@@ -516,7 +521,7 @@ async fn hung_kubernetes_calls_stall_neither_the_other_lane_nor_the_renewals() {
 
     // A death: the lease-keeper's reads of the dead pod hang.
     admin
-        .oom_kill("tcab", &driver_pod(&t, &dies).await)
+        .oom_kill(&t.ns(), &driver_pod(&t, &dies).await)
         .await
         .expect("oom kill");
     wait_for(
@@ -580,3 +585,9 @@ async fn hung_kubernetes_calls_stall_neither_the_other_lane_nor_the_renewals() {
     let mut t = t;
     t.stack.check_alive().unwrap_or_else(|e| t.fail(e));
 }
+
+on_both_clusters!(
+    a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_stopped,
+    a_job_list_and_watch_outage_starts_no_second_driver_reports_nothing_and_reaps_nothing,
+    hung_kubernetes_calls_stall_neither_the_other_lane_nor_the_renewals,
+);

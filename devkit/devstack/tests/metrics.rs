@@ -3,9 +3,10 @@
 //! say what the containers are doing, and the devstack command shows the
 //! dispatcher's own view from them.
 
+#[macro_use]
 mod common;
 
-use common::{TestStack, run, terminal};
+use common::{ClusterKind, TestStack, run, terminal};
 use serde_json::json;
 use std::time::Duration;
 use tcab_devstack::scrape::Scrape;
@@ -58,9 +59,8 @@ async fn all_probes_pass(t: &TestStack) -> anyhow::Result<Option<()>> {
     Ok(Some(()))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_containers_metrics_and_probes_follow_a_drain() {
-    let mut t = TestStack::start(|o| {
+async fn the_containers_metrics_and_probes_follow_a_drain(kind: ClusterKind) {
+    let mut t = TestStack::start(kind, |o| {
         o.max_inflight = RUN_CAP;
         o.max_publish_inflight = PUBLISH_CAP;
         o.extra_env
@@ -328,9 +328,8 @@ async fn the_containers_metrics_and_probes_follow_a_drain() {
 }
 
 /// A container whose metrics address is taken stops at once, naming it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_taken_metrics_address_stops_the_container_naming_it() {
-    let t = TestStack::start(|_| {}).await;
+async fn a_taken_metrics_address_stops_the_container_naming_it(kind: ClusterKind) {
+    let t = TestStack::start(kind, |_| {}).await;
     wait_for("every probe to pass", Duration::from_secs(30), || {
         all_probes_pass(&t)
     })
@@ -372,11 +371,12 @@ async fn a_taken_metrics_address_stops_the_container_naming_it() {
 
 /// `tcab-devstack` prints the three metrics URLs and a status line with the
 /// dispatcher's own view beside the backend's job states.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_devstack_command_shows_the_dispatchers_view() {
+async fn the_devstack_command_shows_the_dispatchers_view(kind: ClusterKind) {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tcab-devstack"))
         .args([
+            "--cluster",
+            kind.name(),
             "--runs",
             "3",
             "--publishes",
@@ -387,7 +387,7 @@ async fn the_devstack_command_shows_the_dispatchers_view() {
         .arg(dir.path().join("stack"))
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
+    let out = tokio::time::timeout(Duration::from_secs(common::pick(kind, 120, 240)), out)
         .await
         .expect("the demo drains in time")
         .expect("runs");
@@ -643,3 +643,9 @@ async fn a_fresh_containers_metrics_show_every_documented_counter_at_0() {
         assert!(checked >= 3, "{}: {checked} metrics checked", c.binary());
     }
 }
+
+on_both_clusters!(
+    the_containers_metrics_and_probes_follow_a_drain,
+    a_taken_metrics_address_stops_the_container_naming_it,
+    the_devstack_command_shows_the_dispatchers_view,
+);

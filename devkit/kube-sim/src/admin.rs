@@ -119,30 +119,7 @@ pub struct Counters {
     pub restarts: u64,
 }
 
-/// Body of `POST /admin/restart`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Restart {
-    /// Real seconds the port stays closed (connections refused); 0 = it
-    /// reopens at once.
-    #[serde(default)]
-    pub down_seconds: f64,
-}
-
-/// What `POST /admin/restart` answers.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RestartReport {
-    /// The resourceVersion the history now starts at: a watch from an older
-    /// one gets 410.
-    pub resource_version: String,
-    /// Connections cut (the caller's excepted).
-    pub connections_cut: u64,
-    /// Watches that were open.
-    pub watches_closed: u64,
-}
-
-/// Longest downtime a restart may ask for.
-const MAX_DOWN_SECONDS: f64 = 3600.0;
+pub use tcab_api_faults::admin::{Restart, RestartReport};
 
 /// Body of `POST /admin/jobs/never-pod`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -187,22 +164,15 @@ pub async fn handle(app: AppState, req: Request) -> Response {
 /// Restarts the API server (see the module docs); `keep` is the caller's
 /// connection.
 fn restart(app: &AppState, keep: Option<u64>, r: &Restart) -> Result<RestartReport, ApiError> {
-    if !(r.down_seconds.is_finite() && (0.0..=MAX_DOWN_SECONDS).contains(&r.down_seconds)) {
-        return Err(ApiError::bad_request(format!(
-            "\"down_seconds\" must be between 0 and {MAX_DOWN_SECONDS}, got {}",
-            r.down_seconds
-        )));
-    }
+    let down = r.down().map_err(ApiError::bad_request)?;
     let sim = &app.sim;
     let rv = sim.store.compact_for_restart();
-    if r.down_seconds > 0.0 {
-        sim.faults
-            .net
-            .go_down(std::time::Duration::from_secs_f64(r.down_seconds));
+    if !down.is_zero() {
+        sim.faults.net.go_down(down);
     }
     let cut = sim.faults.net.cut(keep);
-    let closed = sim.faults.close_watches(&WatchScope::default());
-    let n = sim.faults.count_restart();
+    let closed = sim.faults.book.close_watches(&WatchScope::default());
+    let n = sim.faults.book.count_restart();
     tracing::info!(
         restart = n,
         resource_version = rv,
@@ -243,7 +213,7 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|a| a.to_str().ok())
-        .and_then(|a| a.strip_prefix("Bearer "));
+        .and_then(tcab_api_faults::request::bearer_token);
     if let (Some(rbac), Some(t)) = (&sim.rbac, token)
         && t == rbac.token
     {
@@ -274,39 +244,38 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
         (Method::GET, ["admin", "healthz"]) => Ok(json!({"ok": true})),
         (Method::GET, ["admin", "counters"]) => {
             let (live, max) = sim.store.job_counts();
-            let (open_watches, silent_watches) = sim.faults.open_watches();
+            let (open_watches, silent_watches) = sim.faults.book.open_watches();
             let c = Counters {
                 max_live_jobs: max,
                 live_jobs: live,
-                requests: sim.faults.requests(),
-                requests_by_agent: sim.faults.requests_by_agent(),
-                faults: sim.faults.affected(),
+                requests: sim.faults.book.requests(),
+                requests_by_agent: sim.faults.book.requests_by_agent(),
+                faults: sim.faults.book.affected(),
                 open_watches,
                 silent_watches,
-                hung_requests: sim.faults.hung_requests(),
-                restarts: sim.faults.restarts(),
+                hung_requests: sim.faults.book.hung_requests(),
+                restarts: sim.faults.book.restarts(),
             };
             serde_json::to_value(c).map_err(|e| ApiError::internal(e.to_string()))
         }
         (Method::POST, ["admin", "counters", "reset"]) => {
-            sim.faults.reset_requests();
+            sim.faults.book.reset_requests();
             sim.store.reset_max_jobs();
             Ok(json!({"ok": true}))
         }
         (Method::POST, ["admin", "faults", "api"]) => {
             let f: FaultRule = serde_json::from_value(parse(&body)?)
                 .map_err(|e| ApiError::bad_request(format!("bad fault: {e}")))?;
-            let id = sim.faults.add_rule(f);
+            let id = sim.faults.book.add_rule(f);
             Ok(json!({"ok": true, "id": id}))
         }
-        (Method::GET, ["admin", "faults"]) => {
-            serde_json::to_value(sim.faults.rules()).map_err(|e| ApiError::internal(e.to_string()))
-        }
+        (Method::GET, ["admin", "faults"]) => serde_json::to_value(sim.faults.book.rules())
+            .map_err(|e| ApiError::internal(e.to_string())),
         (Method::DELETE, ["admin", "faults", "api", id]) => {
             let id: u64 = id
                 .parse()
                 .map_err(|_| ApiError::bad_request(format!("bad fault id {id:?}")))?;
-            if sim.faults.remove_rule(id) {
+            if sim.faults.book.remove_rule(id) {
                 Ok(json!({"ok": true}))
             } else {
                 Err(ApiError::no_route(&path))
@@ -314,7 +283,7 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
         }
         (Method::POST, ["admin", "watches", "close"]) => {
             let scope: WatchScope = serde_json::from_value(parse(&body)?).map_err(json_err)?;
-            Ok(json!({"closed": sim.faults.close_watches(&scope)}))
+            Ok(json!({"closed": sim.faults.book.close_watches(&scope)}))
         }
         (Method::POST, ["admin", "restart"]) => {
             let r: Restart = serde_json::from_value(parse(&body)?).map_err(json_err)?;

@@ -304,7 +304,7 @@ pub async fn spawn(opts: SimOptions) -> anyhow::Result<SimHandle> {
         sim: sim.clone(),
         addr: addr.to_string(),
     });
-    let listener = faults::SimListener::new(listener, sim.faults.net.clone())
+    let listener = faults::FaultListener::new(listener, sim.faults.net.clone())
         .context("reading the bound address")?;
     let app = app.into_make_service_with_connect_info::<faults::ConnTag>();
     tasks.push(tokio::spawn(async move {

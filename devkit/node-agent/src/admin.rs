@@ -10,6 +10,7 @@
 //! | `POST /pods/{ns}/{name}/oom` | OOM kill (`OOMKilled`, 137) |
 //! | `POST /pods/{ns}/{name}/crash` `{"exit_code": N}` | the container exits with N |
 //! | `POST /pods/{ns}/{name}/hang` | the program ignores SIGTERM from now on |
+//! | `POST /pods/{ns}/{name}/kill` `{"grace_seconds": N}` | the runtime stops the container: SIGTERM, SIGKILL after N s (at least 2); the pod is not deleted |
 //! | `POST /images/unpullable` `{"image": "...", "unpullable": true}` | pulls fail (or work again) |
 //! | `GET /pods/{ns}/{name}/logs/{container}` | the lines written so far (JSON array) |
 //!
@@ -96,6 +97,13 @@ pub(crate) async fn serve(
             "/pods/{ns}/{name}/hang",
             post(|State(h): State<Handle>, Path((ns, name)): Path<(String, String)>| async move {
                 answer(h.signal(&ns, &name, Signal::Hang))
+            }),
+        )
+        .route(
+            "/pods/{ns}/{name}/kill",
+            post(|State(h): State<Handle>, Path((ns, name)): Path<(String, String)>, b: Option<Json<Value>>| async move {
+                let grace = body(b)["grace_seconds"].as_f64().unwrap_or(0.0).max(0.0);
+                answer(h.signal(&ns, &name, Signal::Kill { grace: std::time::Duration::from_secs_f64(grace) }))
             }),
         )
         .route(
@@ -214,6 +222,16 @@ impl AdminClient {
         self.post(&format!("/pods/{ns}/{pod}/hang"), json!({}))
             .await
             .map(drop)
+    }
+    /// The runtime stops the container: SIGTERM, SIGKILL after
+    /// `grace_seconds` (at least 2 s); the pod is not deleted.
+    pub async fn kill(&self, ns: &str, pod: &str, grace_seconds: f64) -> anyhow::Result<()> {
+        self.post(
+            &format!("/pods/{ns}/{pod}/kill"),
+            json!({"grace_seconds": grace_seconds}),
+        )
+        .await
+        .map(drop)
     }
     /// Pulls of `image` fail (or work again).
     pub async fn set_unpullable(&self, image: &str, unpullable: bool) -> anyhow::Result<()> {

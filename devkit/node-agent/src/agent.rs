@@ -130,7 +130,10 @@ impl Pods {
             .values()
             .find(|w| w.ns == ns && w.name == name)
             .ok_or_else(|| format!("no pod {ns}/{name} runs here"))?;
-        let needs_running = matches!(sig, Signal::Oom | Signal::Crash { .. } | Signal::Hang);
+        let needs_running = matches!(
+            sig,
+            Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. }
+        );
         if needs_running && !w.running {
             return Err(format!("the container of pod {ns}/{name} is not running"));
         }
@@ -500,9 +503,25 @@ async fn status_loop(
             _ = node.health_changed.notified() => {}
         }
         facts.port = node.port.load(Ordering::Relaxed);
+        // As the kubelet's tryUpdateNodeStatus, from the Node as it is now:
+        // the node lifecycle controller sets the conditions Unknown when
+        // it missed the heartbeats (an API-server restart longer than the
+        // node-monitor grace), and only a status that differs from what it
+        // wrote puts Ready back.
+        let mut current_differs = false;
+        if let Ok(Some(n)) =
+            api::get(&node.client, &format!("/api/v1/nodes/{}", node.spec.name)).await
+            && n["status"]["conditions"] != last["conditions"]
+        {
+            last = n["status"].clone();
+            current_differs = true;
+        }
         let health = *lock(&node.health);
         let new = node::status(&facts, &health, &last, &node::k8s_now());
-        if !node::changed(&last, &new) && reported.elapsed() < timing.status_report {
+        if !current_differs
+            && !node::changed(&last, &new)
+            && reported.elapsed() < timing.status_report
+        {
             continue;
         }
         let Some(p) = node::patch(&last, &new) else {
@@ -832,6 +851,13 @@ impl Agent {
     /// Fault: the pod's container exits now with `exit_code`.
     pub fn crash(&self, ns: &str, pod: &str, exit_code: i32) -> Result<(), String> {
         self.handle().signal(ns, pod, Signal::Crash { exit_code })
+    }
+
+    /// Fault: the runtime stops the pod's container (SIGTERM, SIGKILL after
+    /// `grace`, at least 2 s) without the pod being deleted; the pod ends
+    /// with the container's exit (137 `Error` when it had to be killed).
+    pub fn kill(&self, ns: &str, pod: &str, grace: Duration) -> Result<(), String> {
+        self.handle().signal(ns, pod, Signal::Kill { grace })
     }
 
     /// Fault: the pod's program stops answering SIGTERM.

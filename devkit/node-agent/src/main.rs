@@ -42,9 +42,12 @@ struct Args {
     /// How often each node's status is recomputed.
     #[arg(long, default_value_t = 10.0)]
     status_update_seconds: f64,
-    /// First image pull back-off (doubling up to 300 s).
+    /// First image pull back-off (doubling up to --image-back-off-max-seconds).
     #[arg(long, default_value_t = 10.0)]
     image_back_off_seconds: f64,
+    /// Longest image pull back-off.
+    #[arg(long, default_value_t = 300.0)]
+    image_back_off_max_seconds: f64,
 }
 
 /// The token of `system:node:<name>` in an API server token file.
@@ -109,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
             lease_duration: Duration::from_secs(args.lease_seconds.max(1)),
             status_update: secs(args.status_update_seconds),
             image_back_off: secs(args.image_back_off_seconds),
+            image_back_off_max: secs(args.image_back_off_max_seconds),
             ..Timing::default()
         },
         admin: Some(args.admin_listen),

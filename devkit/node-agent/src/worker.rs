@@ -62,6 +62,12 @@ pub enum Signal {
     /// From now on the program does not see SIGTERM (it hangs until the
     /// SIGKILL).
     Hang,
+    /// The runtime stops the container without the pod being deleted:
+    /// SIGTERM now, SIGKILL after `grace` (at least 2 s).
+    Kill {
+        /// Time the program has to exit.
+        grace: Duration,
+    },
     /// Node-pressure eviction by the kubelet.
     Evict {
         /// The eviction message.
@@ -74,8 +80,10 @@ pub enum Signal {
 pub const MIN_GRACE: Duration = Duration::from_secs(2);
 /// A node-pressure eviction's grace (`immediateEvictionGracePeriodSeconds`).
 pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
-/// How often a failed status write is retried before the worker moves on.
-const WRITE_ATTEMPTS: u32 = 6;
+/// How long a status write is retried: an API-server restart (13 s seen
+/// under load on 2 cores) must not leave a finished pod Running for good,
+/// which a kubelet's status manager, retrying until it lands, never does.
+const WRITE_PATIENCE: Duration = Duration::from_secs(60);
 
 /// The pod worker's view of its pod and what it wrote.
 struct Worker {
@@ -111,8 +119,10 @@ impl Worker {
         crate::node::k8s_now()
     }
 
-    /// The status manager's sync: GET, merge, patch. Retries a few times;
-    /// marks the worker gone when the pod is.
+    /// The status manager's sync: GET, merge, patch. Retries (100 ms
+    /// doubling to 2 s) for [`WRITE_PATIENCE`], as the kubelet's status
+    /// manager retries until the API server is back; marks the worker gone
+    /// when the pod is.
     async fn write(&mut self) {
         if self.gone {
             return;
@@ -120,8 +130,13 @@ impl Worker {
         let client = &self.life.client;
         let path = api::pod_path(&self.ns, &self.name);
         let mut pause = Duration::from_millis(100);
-        for attempt in 0..WRITE_ATTEMPTS {
+        let give_up = tokio::time::Instant::now() + WRITE_PATIENCE;
+        for attempt in 0.. {
             if attempt > 0 {
+                if tokio::time::Instant::now() >= give_up {
+                    tracing::error!(pod = %self.name, "the pod's status could not be written; giving up");
+                    return;
+                }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
@@ -330,7 +345,7 @@ impl Worker {
                     Some(Signal::Term { .. }) => return Err(Early::Deleted),
                     Some(Signal::Gone) | None => return Err(Early::Gone),
                     Some(Signal::Evict { message }) => return Err(Early::Evicted(message)),
-                    Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang) => {}
+                    Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. }) => {}
                 },
             }
         }
@@ -414,7 +429,8 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
         sig = rx.recv() => match sig {
             Some(Signal::Evict { message }) => return w.end_unstarted(Some(message)).await,
             Some(Signal::Gone) | None => return,
-            _ => return w.end_unstarted(None).await,
+            Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. }) => {}
+            Some(Signal::Term { .. }) => return w.end_unstarted(None).await,
         },
     }
     let container = w.pod["spec"]["containers"][0]["name"]
@@ -499,7 +515,7 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
             code = &mut program => break Stop::exited(code, &started, &Worker::now()),
             _ = kill_timer => break Stop::killed(&started, &Worker::now()),
             sig = rx.recv() => match sig {
-                Some(Signal::Term { grace }) => term(grace, &mut kill_at, hang),
+                Some(Signal::Term { grace } | Signal::Kill { grace }) => term(grace, &mut kill_at, hang),
                 Some(Signal::Gone) | None => {
                     gone = true;
                     term(Duration::ZERO, &mut kill_at, hang);

@@ -66,6 +66,10 @@ pub struct Access {
     /// The rest of the node agent's ready line (e.g. `admin
     /// http://127.0.0.1:PORT`), when the launcher runs the agent.
     pub node_agent_ready: Option<String>,
+    /// The shared owner's control socket (see [`Access::restart_apiserver`]),
+    /// for a control plane shared through [`crate::shared_with`].
+    #[serde(default)]
+    pub control_socket: Option<PathBuf>,
 }
 
 /// The node agent's view: what it needs to play the nodes. Plain data, so
@@ -249,6 +253,33 @@ impl Access {
             .as_deref()?
             .split_whitespace()
             .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+            // `admin http://127.0.0.1:PORT; nodes: ...`
+            .map(|w| w.trim_end_matches([';', ',']))
+    }
+
+    /// Restarts the API server of a shared control plane (see
+    /// `ControlPlane::restart_apiserver`) by asking its owner process, and
+    /// returns how long the API was away. Every test of the binary meets the
+    /// restart: only a binary whose tests run one at a time should do this.
+    pub async fn restart_apiserver(&self) -> Result<Duration, crate::RestartError> {
+        use crate::RestartError;
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let path = self.control_socket.as_ref().ok_or(RestartError::NoOwner)?;
+        let owner = |source| RestartError::Owner {
+            path: path.clone(),
+            source,
+        };
+        let mut stream = tokio::net::UnixStream::connect(path).await.map_err(owner)?;
+        stream
+            .write_all(format!("{}\n", crate::shared::RESTART_APISERVER).as_bytes())
+            .await
+            .map_err(owner)?;
+        let mut line = String::new();
+        BufReader::new(stream)
+            .read_line(&mut line)
+            .await
+            .map_err(owner)?;
+        crate::shared::parse_restart_answer(&line)
     }
 
     /// Waits until every named Node is Ready with the not-ready taint

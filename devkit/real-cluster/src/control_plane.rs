@@ -185,6 +185,9 @@ pub struct ControlPlane {
     ports: Ports,
     times: StartTimes,
     stop_grace: Duration,
+    ready_timeout: Duration,
+    /// The API server's program and command line, for a restart.
+    apiserver: (PathBuf, Vec<String>),
     temp_dir: Option<tempfile::TempDir>,
 }
 
@@ -208,6 +211,41 @@ impl std::ops::Deref for ControlPlane {
 /// The exit of each component after a stop, in stop order.
 #[derive(Debug, Clone)]
 pub struct StopReport(pub Vec<(&'static str, String)>);
+
+/// A restart of the API server that did not end with it ready.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    #[error("the control plane runs no API server")]
+    NoApiServer,
+    #[error("cannot start kube-apiserver again")]
+    Spawn(#[source] std::io::Error),
+    #[error(
+        "kube-apiserver exited ({status}) while starting again; the last lines of its log:\n{tail}"
+    )]
+    Exited { status: String, tail: String },
+    #[error(
+        "kube-apiserver was not ready within {after:?} of its restart; last seen: {last_seen}; the last lines of its log:\n{tail}"
+    )]
+    Timeout {
+        after: Duration,
+        last_seen: String,
+        tail: String,
+    },
+    /// `Access::restart_apiserver` of a control plane with no owner process
+    /// to ask (one started in this process: call `ControlPlane::restart_apiserver`).
+    #[error(
+        "this control plane has no owner process to ask for a restart (a shared one's owner serves restarts; call ControlPlane::restart_apiserver on your own)"
+    )]
+    NoOwner,
+    #[error("asking the shared control plane's owner ({}) for a restart", path.display())]
+    Owner {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the shared control plane's owner could not restart the API server: {0}")]
+    Refused(String),
+}
 
 impl ControlPlane {
     /// Starts etcd, kube-apiserver, kube-controller-manager and
@@ -256,6 +294,7 @@ impl ControlPlane {
             prepared,
             components: Vec::new(),
             started: Instant::now(),
+            apiserver_args: Vec::new(),
         };
         match launch.run().await {
             Ok((access, ports, times)) => Ok(ControlPlane {
@@ -265,6 +304,11 @@ impl ControlPlane {
                 ports,
                 times,
                 stop_grace: launch.settings.stop_grace,
+                ready_timeout: launch.settings.ready_timeout,
+                apiserver: (
+                    launch.bin_dir.join("kube-apiserver"),
+                    std::mem::take(&mut launch.apiserver_args),
+                ),
                 temp_dir,
             }),
             Err(failure) => {
@@ -341,6 +385,50 @@ impl ControlPlane {
             let _ = temp.keep();
         }
         &self.access.work_dir
+    }
+
+    /// Restarts the API server as a crash and a supervisor would: SIGTERM
+    /// (SIGKILL after the stop grace), then the same command line again (same
+    /// port, same etcd, same audit log, appended to), and waits until
+    /// `/readyz` answers 200, within the start's `ready_timeout`. Clients see
+    /// their connections end and, while it is down, refused; watches resumed
+    /// from a resourceVersion older than the new watch cache get `410 Expired`.
+    /// Returns how long the API was away.
+    pub async fn restart_apiserver(&mut self) -> Result<Duration, RestartError> {
+        let began = Instant::now();
+        let i = self
+            .components
+            .iter()
+            .position(|c| c.name == "kube-apiserver")
+            .ok_or(RestartError::NoApiServer)?;
+        self.components[i].stop(self.stop_grace).await;
+        let (program, args) = &self.apiserver;
+        let c = Component::spawn("kube-apiserver", program, args, &self.logs.apiserver)
+            .map_err(RestartError::Spawn)?;
+        self.components[i] = c;
+        let http = health_client().map_err(RestartError::Spawn)?;
+        let url = format!("{}/readyz", self.access.api_url);
+        let tail = |log: &Path| crate::process::tail(log, TAIL_LINES);
+        loop {
+            let seen = match get_ok(&http, &url).await {
+                Ok(()) => return Ok(began.elapsed()),
+                Err(seen) => seen,
+            };
+            if let Some(status) = self.components[i].exited() {
+                return Err(RestartError::Exited {
+                    status: status.to_string(),
+                    tail: tail(&self.logs.apiserver),
+                });
+            }
+            if began.elapsed() >= self.ready_timeout {
+                return Err(RestartError::Timeout {
+                    after: self.ready_timeout,
+                    last_seen: seen,
+                    tail: tail(&self.logs.apiserver),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Stops every component in reverse start order (SIGTERM, then SIGKILL
@@ -513,6 +601,8 @@ struct Launch {
     prepared: Prepared,
     components: Vec<Component>,
     started: Instant,
+    /// The API server's arguments, once it is up.
+    apiserver_args: Vec<String>,
 }
 
 /// Whether a component's log says its port was taken.
@@ -586,17 +676,10 @@ impl Launch {
         let etcd = self.start_etcd().await?;
         times.etcd_ready = self.started.elapsed();
 
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            // The controller-manager's and scheduler's serving certificates
-            // are self-signed in memory; these are loopback health checks.
-            .tls_danger_accept_invalid_certs(true)
-            .timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| Failure::Unexpected {
-                component: "kube-apiserver",
-                line: format!("cannot build an HTTP client: {e}"),
-            })?;
+        let http = health_client().map_err(|e| Failure::Unexpected {
+            component: "kube-apiserver",
+            line: format!("cannot build an HTTP client: {e}"),
+        })?;
         let api_port = self.start_apiserver(etcd, &http).await?;
         times.apiserver_ready = self.started.elapsed();
         let access = self.write_kubeconfigs(api_port)?;
@@ -804,7 +887,7 @@ impl Launch {
             let mut args = base.clone();
             args.push(format!("--secure-port={port}"));
             args.extend(extra.iter().cloned());
-            self.spawn("kube-apiserver", args, log.clone())?;
+            self.spawn("kube-apiserver", args.clone(), log.clone())?;
             let url = format!("https://127.0.0.1:{port}/readyz");
             match self
                 .wait("kube-apiserver's /readyz", async || {
@@ -812,7 +895,10 @@ impl Launch {
                 })
                 .await
             {
-                Ok(()) => return Ok(port),
+                Ok(()) => {
+                    self.apiserver_args = args;
+                    return Ok(port);
+                }
                 Err(Failure::Exited { component, .. })
                     if component == "kube-apiserver"
                         && attempt < PORT_ATTEMPTS
@@ -842,6 +928,7 @@ impl Launch {
             token_file: p.token_file.clone(),
             audit_log: p.audit_log.clone(),
             node_agent_ready: None,
+            control_socket: None,
         };
         for c in [&access.admin, &access.controller_manager, &access.scheduler]
             .into_iter()
@@ -971,6 +1058,18 @@ impl Launch {
         }
         unreachable!("the last attempt returns")
     }
+}
+
+/// The client of the components' health checks.
+fn health_client() -> std::io::Result<reqwest::Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        // The controller-manager's and scheduler's serving certificates are
+        // self-signed in memory; these are loopback health checks.
+        .tls_danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(std::io::Error::other)
 }
 
 /// GET `url`: `Ok` on 200, else what was seen.

@@ -40,7 +40,7 @@ pub use bins::{
     workspace_root,
 };
 pub use control_plane::{
-    CONTROLLERS, ControlPlane, Failure, LogTail, LogTails, Logs, Ports, PrepareError,
+    CONTROLLERS, ControlPlane, Failure, LogTail, LogTails, Logs, Ports, PrepareError, RestartError,
     SERVICE_ACCOUNT_ISSUER, StartError, StartTimes, StopReport, TAIL_LINES,
 };
 pub use process::children_die_with_us;

@@ -391,9 +391,15 @@ async fn serve(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
         cp.api_url,
         std::process::id()
     );
+    // Restarts of the API server are asked for here (Access::restart_apiserver).
+    let control_path = dir.join("control.sock");
+    let _ = std::fs::remove_file(&control_path);
+    let control = tokio::net::UnixListener::bind(&control_path)?;
+    let mut access = cp.access().clone();
+    access.control_socket = Some(control_path);
     let published = Published {
         owner_pid: std::process::id(),
-        access: cp.access().clone(),
+        access,
     };
     let tmp = dir.join("access.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&published)?)?;
@@ -404,6 +410,11 @@ async fn serve(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let why = loop {
         tokio::select! {
             _ = term.recv() => break "SIGTERM".to_owned(),
+            conn = control.accept() => {
+                if let Ok((stream, _)) = conn {
+                    serve_control(&mut cp, stream).await;
+                }
+            }
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
         if let Some((name, status)) = cp.exited() {
@@ -435,4 +446,69 @@ async fn serve(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let _ = std::fs::remove_dir_all(dir.join("work"));
     let _ = lock.unlock();
     Ok(())
+}
+
+/// The one request of the owner's control socket: a line with this word.
+pub(crate) const RESTART_APISERVER: &str = "restart-apiserver";
+
+/// Answers one connection to the control socket: reads a request line,
+/// carries it out, answers `ok <milliseconds>` or `error <why>`.
+async fn serve_control(cp: &mut ControlPlane, stream: tokio::net::UnixStream) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line)).await;
+    let answer = match (read, line.trim()) {
+        (Ok(Ok(_)), RESTART_APISERVER) => {
+            eprintln!("restarting the API server, as asked");
+            match cp.restart_apiserver().await {
+                Ok(took) => {
+                    eprintln!("the API server is back after {took:?}");
+                    format!("ok {}\n", took.as_millis())
+                }
+                Err(e) => {
+                    let why = crate::error_chain(&e).replace('\n', " | ");
+                    eprintln!("the API server restart failed: {why}");
+                    format!("error {why}\n")
+                }
+            }
+        }
+        (Ok(Ok(_)), other) => format!("error unknown request {other:?}\n"),
+        (Ok(Err(e)), _) => format!("error reading the request: {e}\n"),
+        (Err(_), _) => "error no request within 5 s\n".to_owned(),
+    };
+    let _ = reader.get_mut().write_all(answer.as_bytes()).await;
+}
+
+/// Reads the owner's answer to a restart request.
+pub(crate) fn parse_restart_answer(line: &str) -> Result<Duration, crate::RestartError> {
+    let line = line.trim();
+    if let Some(ms) = line.strip_prefix("ok ")
+        && let Ok(ms) = ms.parse::<u64>()
+    {
+        return Ok(Duration::from_millis(ms));
+    }
+    let why = line.strip_prefix("error ").unwrap_or(line);
+    Err(crate::RestartError::Refused(if why.is_empty() {
+        "the owner closed the connection without an answer (it may have died)".to_owned()
+    } else {
+        why.to_owned()
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owners_restart_answers_are_read() {
+        assert_eq!(
+            parse_restart_answer("ok 3250\n").unwrap(),
+            Duration::from_millis(3250)
+        );
+        let e = parse_restart_answer("error kube-apiserver exited (1)\n").unwrap_err();
+        assert!(e.to_string().contains("kube-apiserver exited (1)"), "{e}");
+        let e = parse_restart_answer("").unwrap_err();
+        assert!(e.to_string().contains("without an answer"), "{e}");
+    }
 }

@@ -6,27 +6,120 @@
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tcab_devstack::{Container, Stack, StackOptions, wait_for};
-use tcab_kube_sim::AdminClient;
+pub use tcab_devstack::ClusterKind;
+use tcab_devstack::{AdminError, ClusterAdmin, Container, Stack, StackOptions, wait_for};
+
+/// Makes two tests of one `async fn $name(kind: ClusterKind)`: `$name::sim`
+/// on kube-sim and `$name::real` on the real control plane (one SKIP line
+/// when it is not built; a failure instead with
+/// `TCAB_REAL_CLUSTER_REQUIRED=1`). The test files declare `#[macro_use] mod
+/// common;`.
+#[allow(unused_macros)]
+macro_rules! on_both_clusters {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sim() {
+                    super::$name($crate::common::ClusterKind::Sim).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn real() {
+                    if tcab_real_cluster::built_or_skip().is_none() {
+                        return;
+                    }
+                    super::$name($crate::common::ClusterKind::Real).await;
+                }
+            }
+        )+
+    };
+}
+
+/// `sim` on kube-sim, `real` on the real control plane: the limits of a
+/// test whose waits depend on the cluster's timelines (kube-sim runs its
+/// graces and controllers at `--speed`; the real one in real time, with the
+/// launcher's short timings).
+pub fn pick<T>(kind: ClusterKind, sim: T, real: T) -> T {
+    match kind {
+        ClusterKind::Sim => sim,
+        ClusterKind::Real => real,
+    }
+}
 
 /// A stack in a fresh temporary directory (kept on failure for its logs).
+/// Dropping it fails the test when the dispatcher was refused by RBAC (a
+/// 403 in a container's log, or in the real API server's audit log).
 pub struct TestStack {
     pub stack: Stack,
     pub dir: tempfile::TempDir,
 }
 
+impl Drop for TestStack {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let forbidden = self.stack.forbidden();
+        if !forbidden.is_empty() {
+            panic!(
+                "the dispatcher was refused by RBAC (the chart's Role must grant what it does):\n{}",
+                forbidden.join("\n")
+            );
+        }
+    }
+}
+
 impl TestStack {
-    pub async fn start(tune: impl FnOnce(&mut StackOptions)) -> TestStack {
+    pub async fn start(kind: ClusterKind, tune: impl FnOnce(&mut StackOptions)) -> TestStack {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut options = StackOptions::new(dir.path());
+        options.cluster = kind;
         options.poll_seconds = 0.1;
         tune(&mut options);
         let stack = Stack::start(options).await.expect("the dev stack starts");
         TestStack { stack, dir }
     }
 
-    pub fn admin(&self) -> AdminClient {
-        AdminClient::new(self.stack.cluster.url())
+    pub fn admin(&self) -> ClusterAdmin {
+        self.stack.admin()
+    }
+
+    /// The cluster the stack runs on.
+    pub fn kind(&self) -> ClusterKind {
+        self.stack.kind()
+    }
+
+    /// [`pick`] for this stack's cluster.
+    pub fn pick<T>(&self, sim: T, real: T) -> T {
+        pick(self.kind(), sim, real)
+    }
+
+    /// The dispatcher's namespace (random on the real control plane).
+    pub fn ns(&self) -> String {
+        self.stack.namespace().to_owned()
+    }
+
+    /// The token the dispatcher presents (what its fault rules name).
+    pub fn dispatcher_token(&self) -> String {
+        self.stack.dispatcher_token.clone()
+    }
+
+    /// The value of an admin call; `None` after printing one `SKIP:` line
+    /// when the call has no equivalent on this cluster (the rest of the
+    /// test decides whether to go on without it). Panics on any other
+    /// failure.
+    pub fn supported<T>(&self, what: &str, result: Result<T, AdminError>) -> Option<T> {
+        match result {
+            Ok(v) => Some(v),
+            Err(e) => match e.unsupported() {
+                Some(why) => {
+                    println!("SKIP: {what} on the {} cluster: {why}", self.kind());
+                    None
+                }
+                None => self.fail(format!("{what}: {e}")),
+            },
+        }
     }
 
     /// The last lines of every container's log, for a failure message.
@@ -144,25 +237,14 @@ impl TestStack {
 }
 
 impl TestStack {
-    /// kube-sim's whole audit timeline (every Pod and Job change, with who
-    /// made it).
+    /// The cluster's whole audit timeline (every Pod and Job change, with
+    /// who made it): kube-sim's, or the real API server's audit log of the
+    /// stack's namespaces.
     pub async fn audit(&self) -> Vec<tcab_kube_sim::audit::AuditEntry> {
-        let mut entries = Vec::new();
-        loop {
-            let after = entries
-                .last()
-                .map_or(0, |e: &tcab_kube_sim::audit::AuditEntry| e.seq);
-            let page = self
-                .admin()
-                .audit(after)
-                .await
-                .unwrap_or_else(|e| self.fail(format!("reading the audit: {e}")));
-            assert_eq!(page.dropped, 0, "the audit timeline overflowed");
-            if page.entries.is_empty() {
-                return entries;
-            }
-            entries.extend(page.entries);
-        }
+        self.admin()
+            .audit()
+            .await
+            .unwrap_or_else(|e| self.fail(format!("reading the audit: {e}")))
     }
 
     /// The invariants checked over the cluster's and the backend's records

@@ -30,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
+use tcab_api_faults::RequestInfo;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 8 << 20;
@@ -93,42 +94,33 @@ impl ReqInfo {
     }
 }
 
-/// Parses the path and method of a resource request; `None` when the path
-/// names no resource the sim serves.
-pub fn parse_request(method: &Method, path: &str, watch: bool) -> Option<ReqInfo> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
-        ["api", "v1", rest @ ..] => ("", "v1", rest),
-        ["apis", g, v, rest @ ..] => (g, v, rest),
-        _ => return None,
-    };
-    let (ns, rest) = match rest {
-        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
-        rest => (None, rest),
-    };
-    let kind_of =
-        |r: &str| Kind::from_resource(group, version, r).filter(|k| k.namespaced() || ns.is_none());
-    // A namespaced object is named only under its namespace.
-    let named = |k: Kind| !k.namespaced() || ns.is_some();
-    let (kind, name, sub) = match rest {
-        [r] => (kind_of(r)?, None, None),
-        [r, n] => (kind_of(r).filter(|k| named(*k))?, Some(n.to_string()), None),
-        [r, n, s] => (
-            kind_of(r).filter(|k| named(*k))?,
-            Some(n.to_string()),
-            Some(s.to_string()),
-        ),
-        _ => return None,
-    };
-    let verb = match (method.as_str(), name.is_some(), watch) {
-        ("GET", true, true) | ("GET", false, true) => "watch",
-        ("GET", true, false) => "get",
-        ("GET", false, false) => "list",
-        ("POST", _, _) => "create",
-        ("PUT", true, _) => "update",
-        ("PATCH", true, _) => "patch",
-        ("DELETE", true, _) => "delete",
-        ("DELETE", false, _) => "deletecollection",
+/// Reads a resource request as the API server does
+/// ([`RequestInfo::parse`], shared with the fault proxy, so faults are scoped
+/// alike); `None` when it names no resource and verb the sim serves.
+pub fn parse_request(method: &Method, path: &str, query: Option<&str>) -> Option<ReqInfo> {
+    let info = RequestInfo::parse(method, path, query);
+    if !info.is_resource_request || info.parts.len() > 3 {
+        return None;
+    }
+    let kind = Kind::from_resource(&info.api_group, &info.api_version, &info.resource)?;
+    let ns = info.namespace;
+    // The name in the path (a field selector's name is for authorization).
+    let name = info.parts.get(1).cloned();
+    // A cluster-scoped kind is never under a namespace; a namespaced object
+    // is named only under its namespace.
+    if (!kind.namespaced() && ns.is_some()) || (kind.namespaced() && name.is_some() && ns.is_none())
+    {
+        return None;
+    }
+    let verb = match (info.verb.as_str(), name.is_some()) {
+        ("watch", _) => "watch",
+        ("get", true) => "get",
+        ("list", false) => "list",
+        ("create", _) => "create",
+        ("update", true) => "update",
+        ("patch", true) => "patch",
+        ("delete", true) => "delete",
+        ("deletecollection", false) => "deletecollection",
         _ => return None,
     };
     Some(ReqInfo {
@@ -136,17 +128,13 @@ pub fn parse_request(method: &Method, path: &str, watch: bool) -> Option<ReqInfo
         kind,
         ns,
         name,
-        subresource: sub,
+        subresource: info.subresource,
     })
 }
 
+/// The bearer token, as the API server's authenticator reads it.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+    tcab_api_faults::request::bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
@@ -234,9 +222,8 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
     if path.trim_end_matches('/') == "/healthz" || path == "/readyz" || path == "/livez" {
         return Ok((StatusCode::OK, "ok").into_response());
     }
-    let is_watch = params::flag(&q, "watch");
-    let info =
-        parse_request(req.method(), path, is_watch).ok_or_else(|| ApiError::no_route(path))?;
+    let info = parse_request(req.method(), path, req.uri().query())
+        .ok_or_else(|| ApiError::no_route(path))?;
     let sim = app.sim.clone();
     let ns_label = info.ns.clone().unwrap_or_default();
     if let Some(rbac) = &sim.rbac
@@ -259,7 +246,7 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
         .headers()
         .get(axum::http::header::USER_AGENT)
         .and_then(|v| v.to_str().ok());
-    sim.faults.count_request(info.verb, &resource, agent);
+    sim.faults.book.count_request(info.verb, &resource, agent);
     let token = bearer(req.headers()).map(str::to_string);
     let attrs = RequestAttrs {
         verb: info.verb,
@@ -268,15 +255,19 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
     };
     let mut silenced = false;
     let mut after = None;
-    match sim.faults.take(&attrs, Stage::Arrival) {
+    match sim.faults.book.take(&attrs, Stage::Arrival) {
         Some(hit) if hit.applied => after = Some(hit.action),
         Some(hit) => match hit.action {
-            FaultAction::Error500 => return Err(answers::internal_error()),
-            FaultAction::Unavailable(retry_after) => return Err(answers::unavailable(retry_after)),
-            FaultAction::Throttle(retry_after) => return Ok(answers::apf_rejection(retry_after)),
+            FaultAction::Error500 => return Ok(answer_of(answers::internal_error())),
+            FaultAction::Unavailable(retry_after) => {
+                return Ok(answer_of(answers::unavailable(retry_after)));
+            }
+            FaultAction::Throttle(retry_after) => {
+                return Ok(answer_of(answers::apf_rejection(retry_after)));
+            }
             FaultAction::Delay(d) => tokio::time::sleep(d).await,
             FaultAction::Hang => {
-                return Ok(answers::hang(&sim.faults, req.into_body(), MAX_BODY).await);
+                return Ok(answers::hang(&sim.faults.book, req.into_body(), MAX_BODY).await);
             }
             FaultAction::Silence => silenced = true,
         },
@@ -300,13 +291,20 @@ async fn handle_resource(app: AppState, req: Request, path: &str) -> Result<Resp
     // stays, its answer is replaced or lost.
     match after {
         None => answer,
-        Some(FaultAction::Unavailable(retry_after)) => Err(answers::unavailable(retry_after)),
+        Some(FaultAction::Unavailable(retry_after)) => {
+            Ok(answer_of(answers::unavailable(retry_after)))
+        }
         Some(FaultAction::Hang) => {
             drop(answer);
-            Ok(answers::hang(&sim.faults, axum::body::Body::empty(), 0).await)
+            Ok(answers::hang(&sim.faults.book, axum::body::Body::empty(), 0).await)
         }
-        Some(_) => Err(answers::internal_error()),
+        Some(_) => Ok(answer_of(answers::internal_error())),
     }
+}
+
+/// A fault's answer as the server sends it.
+fn answer_of(res: axum::http::Response<Bytes>) -> Response {
+    res.map(axum::body::Body::from)
 }
 
 /// What the fault decision left for serving the request.
@@ -587,49 +585,72 @@ mod tests {
 
     #[test]
     fn request_info() {
-        let i = parse_request(&Method::GET, "/apis/batch/v1/namespaces/ns/jobs", false).unwrap();
+        let i = parse_request(&Method::GET, "/apis/batch/v1/namespaces/ns/jobs", None).unwrap();
         assert_eq!(
             (i.verb, i.kind, i.ns.as_deref()),
             ("list", Kind::Job, Some("ns"))
         );
-        let i = parse_request(&Method::GET, "/api/v1/namespaces/ns/pods/p/log", false).unwrap();
+        let i = parse_request(&Method::GET, "/api/v1/namespaces/ns/pods/p/log", None).unwrap();
         assert_eq!((i.verb, i.resource_path().as_str()), ("get", "pods/log"));
         assert_eq!(
-            parse_request(&Method::GET, "/api/v1/pods", true)
+            parse_request(&Method::GET, "/api/v1/pods", Some("watch=true"))
                 .unwrap()
                 .verb,
             "watch"
         );
         assert_eq!(
-            parse_request(&Method::DELETE, "/api/v1/namespaces/ns/pods", false)
+            parse_request(&Method::DELETE, "/api/v1/namespaces/ns/pods", None)
                 .unwrap()
                 .verb,
             "deletecollection"
         );
-        assert!(parse_request(&Method::GET, "/api/v1/namespaces/ns/jobs", false).is_none());
-        let i = parse_request(&Method::GET, "/api/v1/nodes/n1", false).unwrap();
+        assert!(parse_request(&Method::GET, "/api/v1/namespaces/ns/jobs", None).is_none());
+        let i = parse_request(&Method::GET, "/api/v1/nodes/n1", None).unwrap();
         assert_eq!(
             (i.kind, i.ns, i.name.as_deref()),
             (Kind::Node, None, Some("n1"))
         );
-        assert!(parse_request(&Method::GET, "/api/v1/namespaces/ns/nodes", false).is_none());
-        assert!(parse_request(&Method::GET, "/api/v1/secrets/s", false).is_none());
-        let i = parse_request(&Method::GET, "/api/v1/namespaces/ns/events", true).unwrap();
-        assert_eq!((i.verb, i.kind), ("watch", Kind::Event));
+        assert!(parse_request(&Method::GET, "/api/v1/namespaces/ns/nodes", None).is_none());
+        assert!(parse_request(&Method::GET, "/api/v1/secrets/s", None).is_none());
         let i = parse_request(
-            &Method::POST,
-            "/api/v1/namespaces/ns/serviceaccounts",
-            false,
+            &Method::GET,
+            "/api/v1/namespaces/ns/events",
+            Some("watch=true"),
         )
         .unwrap();
+        assert_eq!((i.verb, i.kind), ("watch", Kind::Event));
+        let i =
+            parse_request(&Method::POST, "/api/v1/namespaces/ns/serviceaccounts", None).unwrap();
         assert_eq!((i.verb, i.kind), ("create", Kind::ServiceAccount));
         assert!(
             parse_request(
                 &Method::GET,
                 "/apis/apps/v1/namespaces/ns/deployments",
-                false
+                None
             )
             .is_none()
         );
+        // as upstream: a named get stays a get whatever `watch` says; the
+        // deprecated /watch/ prefix watches; PUT and PATCH need a name
+        let i = parse_request(
+            &Method::GET,
+            "/api/v1/namespaces/ns/pods/p",
+            Some("watch=true"),
+        )
+        .unwrap();
+        assert_eq!((i.verb, i.name.as_deref()), ("get", Some("p")));
+        let i = parse_request(&Method::GET, "/api/v1/watch/namespaces/ns/pods/p", None).unwrap();
+        assert_eq!((i.verb, i.name.as_deref()), ("watch", Some("p")));
+        assert!(parse_request(&Method::PUT, "/api/v1/namespaces/ns/pods", None).is_none());
+        assert!(parse_request(&Method::PATCH, "/api/v1/namespaces/ns/pods", None).is_none());
+        // a field selector's name does not make a list a get
+        let i = parse_request(
+            &Method::GET,
+            "/api/v1/namespaces/ns/pods",
+            Some("fieldSelector=metadata.name%3Dp"),
+        )
+        .unwrap();
+        assert_eq!((i.verb, i.name), ("list", None));
+        assert!(parse_request(&Method::GET, "/api/v1/namespaces/ns/pods/p/log/x", None).is_none());
     }
 }

@@ -26,13 +26,9 @@ use axum::response::Response;
 use serde_json::Value;
 
 /// A boolean parameter's value: absent is false; present, anything but
-/// `0` or (any case) `false` is true, an empty value included.
-pub fn parse_bool(value: Option<&str>) -> bool {
-    match value {
-        None => false,
-        Some(v) => v != "0" && !v.eq_ignore_ascii_case("false"),
-    }
-}
+/// `0` or (any case) `false` is true, an empty value included (shared with
+/// the request-attribute parsing that tells a watch from a list).
+pub use tcab_api_faults::request::parse_bool;
 
 /// [`parse_bool`] of a query parameter.
 pub(super) fn flag(q: &Query, key: &str) -> bool {

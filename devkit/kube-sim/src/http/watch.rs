@@ -113,7 +113,10 @@ pub(super) fn watch(sim: &Arc<Sim>, w: WatchRequest, q: &Query) -> Result<Respon
     let from = if initial_events { None } else { from };
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(256);
     let start = sim.store.watch(w.kind, w.ns.as_deref(), from);
-    let (id, close) = sim.faults.register_watch(&w.resource, w.token.as_deref());
+    let (id, close) = sim
+        .faults
+        .book
+        .register_watch(&w.resource, w.token.as_deref());
     let registered = Registered {
         sim: sim.clone(),
         id,
@@ -124,7 +127,7 @@ pub(super) fn watch(sim: &Arc<Sim>, w: WatchRequest, q: &Query) -> Result<Respon
     };
     if w.silenced {
         progress.silent = true;
-        sim.faults.mark_silenced(id);
+        sim.faults.book.mark_silenced(id);
     }
     let streamer = Streamer {
         sim: sim.clone(),
@@ -173,7 +176,7 @@ struct Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.sim.faults.unregister_watch(self.id);
+        self.sim.faults.book.unregister_watch(self.id);
     }
 }
 
@@ -300,9 +303,15 @@ impl Streamer {
             resource: &self.w.resource,
             token: self.w.token.as_deref(),
         };
-        if self.sim.faults.take(&attrs, Stage::OpenWatch).is_some() {
+        if self
+            .sim
+            .faults
+            .book
+            .take(&attrs, Stage::OpenWatch)
+            .is_some()
+        {
             p.silent = true;
-            self.sim.faults.mark_silenced(self.id);
+            self.sim.faults.book.mark_silenced(self.id);
         }
         p.silent
     }

@@ -1,9 +1,9 @@
-//! The sim's listener, with the connection-level faults of an API-server
-//! restart: every open connection cut at once, and the port closed
-//! (connections refused) for a while.
+//! A listener with the connection-level faults of an API-server restart:
+//! every open connection cut at once, and the port closed (connections
+//! refused) for a while.
 //!
-//! [`SimListener`] is what `axum::serve` accepts from. Each accepted
-//! connection is wrapped in a [`SimConn`] that fails its next read or write
+//! [`FaultListener`] is what `axum::serve` accepts from. Each accepted
+//! connection is wrapped in a [`FaultConn`] that fails its next read or write
 //! (and wakes the connection to notice) once [`NetControl::cut`] names it;
 //! hyper then drops the connection and every handler on it, so nothing is
 //! left running for a connection that is gone.
@@ -26,14 +26,14 @@ use tokio::sync::{Notify, watch};
 /// Which connection a request came on (axum `ConnectInfo`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnTag {
-    /// The sim's number for the connection.
+    /// The server's number for the connection.
     pub id: u64,
     /// The client's address.
     pub peer: SocketAddr,
 }
 
-impl Connected<IncomingStream<'_, SimListener>> for ConnTag {
-    fn connect_info(stream: IncomingStream<'_, SimListener>) -> Self {
+impl Connected<IncomingStream<'_, FaultListener>> for ConnTag {
+    fn connect_info(stream: IncomingStream<'_, FaultListener>) -> Self {
         *stream.remote_addr()
     }
 }
@@ -43,7 +43,7 @@ impl Connected<IncomingStream<'_, SimListener>> for ConnTag {
 struct NetState {
     /// The port is closed until then.
     down_until: Option<Instant>,
-    /// Closed for good (the sim stopped).
+    /// Closed for good (the server stopped).
     stopped: bool,
 }
 
@@ -93,7 +93,7 @@ impl NetControl {
         self.state.send_modify(|s| s.down_until = Some(until));
     }
 
-    /// Closes the port for good and cuts every connection (the sim stops).
+    /// Closes the port for good and cuts every connection (the server stops).
     pub fn stop(&self) {
         self.state.send_modify(|s| s.stopped = true);
         self.cut(None);
@@ -112,21 +112,21 @@ impl NetControl {
     }
 }
 
-/// Accepts connections on the sim's address, closing the port while an
+/// Accepts connections on the server's address, closing the port while an
 /// admin-ordered downtime lasts.
-pub struct SimListener {
+pub struct FaultListener {
     addr: SocketAddr,
     listener: Option<TcpListener>,
     ctl: Arc<NetControl>,
     state: watch::Receiver<NetState>,
 }
 
-impl SimListener {
+impl FaultListener {
     /// Wraps a bound listener; a downtime re-binds its address afterwards.
     pub fn new(listener: TcpListener, ctl: Arc<NetControl>) -> io::Result<Self> {
         let addr = listener.local_addr()?;
         let state = ctl.state.subscribe();
-        Ok(SimListener {
+        Ok(FaultListener {
             addr,
             listener: Some(listener),
             ctl,
@@ -135,11 +135,11 @@ impl SimListener {
     }
 }
 
-impl Listener for SimListener {
-    type Io = SimConn;
+impl Listener for FaultListener {
+    type Io = FaultConn;
     type Addr = ConnTag;
 
-    async fn accept(&mut self) -> (SimConn, ConnTag) {
+    async fn accept(&mut self) -> (FaultConn, ConnTag) {
         let mut bind_failures = 0u32;
         loop {
             let st = *self.state.borrow_and_update();
@@ -182,7 +182,7 @@ impl Listener for SimListener {
                 accepted = listener.accept() => match accepted {
                     Ok((io, peer)) => {
                         let (id, cut) = self.ctl.register();
-                        let conn = SimConn {
+                        let conn = FaultConn {
                             io,
                             cut: Box::pin(cut.notified_owned()),
                             is_cut: false,
@@ -212,7 +212,7 @@ impl Listener for SimListener {
 }
 
 /// One accepted connection; fails once cut.
-pub struct SimConn {
+pub struct FaultConn {
     io: TcpStream,
     cut: Pin<Box<tokio::sync::futures::OwnedNotified>>,
     is_cut: bool,
@@ -220,13 +220,25 @@ pub struct SimConn {
     ctl: Arc<NetControl>,
 }
 
-impl Drop for SimConn {
+impl Drop for FaultConn {
     fn drop(&mut self) {
         self.ctl.conns().remove(&self.id);
     }
 }
 
-impl SimConn {
+impl FaultConn {
+    /// Reads the first bytes without taking them (e.g. to tell a TLS
+    /// handshake from plain HTTP); fails once the connection is cut.
+    pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        tokio::select! {
+            n = self.io.peek(buf) => n,
+            _ = self.cut.as_mut(), if !self.is_cut => {
+                self.is_cut = true;
+                Err(cut_error())
+            }
+        }
+    }
+
     /// Whether the connection was cut (registers the waker otherwise).
     fn poll_cut(&mut self, cx: &mut Context<'_>) -> bool {
         if !self.is_cut && self.cut.as_mut().poll(cx).is_ready() {
@@ -243,7 +255,7 @@ fn cut_error() -> io::Error {
     )
 }
 
-impl AsyncRead for SimConn {
+impl AsyncRead for FaultConn {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -257,7 +269,7 @@ impl AsyncRead for SimConn {
     }
 }
 
-impl AsyncWrite for SimConn {
+impl AsyncWrite for FaultConn {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -4,7 +4,7 @@
 //! the request presents, and bounded by a count of requests, a window of
 //! real seconds from when it was added, or both (whichever ends first).
 //! [`decide`] looks at the rule list, the request's attributes and the time,
-//! and changes nothing; [`Faults`](super::Faults) applies its answer.
+//! and changes nothing; [`FaultBook`](crate::book::FaultBook) applies its answer.
 
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -105,14 +105,14 @@ pub struct FaultRule {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<String>,
     /// Only requests presenting this bearer token (e.g. the dispatcher's,
-    /// so a test's own reads stay clean). Never echoed back by the sim.
+    /// so a test's own reads stay clean). Never echoed back by the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
     /// At most this many requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
-    /// Only for this many real seconds (not sim time: `--speed` does not
-    /// scale it) from when the sim receives the rule.
+    /// Only for this many real seconds (not kube-sim's sim time: `--speed`
+    /// does not scale it) from when the server receives the rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
     /// `Retry-After` for `throttle` (default 1) and `unavailable` (none by
@@ -242,7 +242,7 @@ impl FaultRule {
         self.count = Some(n);
         self
     }
-    /// For `secs` real seconds from when the sim receives it.
+    /// For `secs` real seconds from when the server receives it.
     pub fn for_seconds(mut self, secs: f64) -> Self {
         self.seconds = Some(secs);
         self
@@ -327,14 +327,14 @@ pub struct RequestAttrs<'a> {
     pub token: Option<&'a str>,
 }
 
-/// One rule in the sim's list, with its bookkeeping.
+/// One rule in a server's list, with its bookkeeping.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleState {
     /// Its id (`POST /admin/faults/api` answers it).
     pub id: u64,
     /// The rule.
     pub rule: FaultRule,
-    /// When the sim received it.
+    /// When the server received it.
     pub added: Instant,
     /// Requests it may still affect (`None` = no count bound).
     pub remaining: Option<u32>,
