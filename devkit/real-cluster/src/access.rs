@@ -249,6 +249,8 @@ impl Access {
             .as_deref()?
             .split_whitespace()
             .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+            // tcab-node-agent's line goes on `; nodes: ...` after it
+            .map(|w| w.trim_end_matches([';', ',']))
     }
 
     /// Waits until every named Node is Ready with the not-ready taint
