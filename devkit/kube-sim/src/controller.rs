@@ -284,10 +284,15 @@ pub fn reconcile(job: &Value, pods: &[PodView], track: &mut Track, now: Timestam
 
     if deleting(job) {
         // Foreground deletion: the garbage collector deletes the pods; the
-        // controller lets go of them; the Job goes when none is left.
+        // controller lets go of them; the Job goes when none is left. An
+        // orphaning delete (the `orphan` finalizer, released by
+        // `Sim::delete_job` itself) deletes no pod.
+        let foreground = job["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == crate::sim::FOREGROUND_FINALIZER));
         plan.delete_pods = pods
             .iter()
-            .filter(|p| !p.deleting)
+            .filter(|p| foreground && !p.deleting)
             .map(|p| p.name.clone())
             .collect();
         plan.remove_finalizers = pods
@@ -295,7 +300,7 @@ pub fn reconcile(job: &Value, pods: &[PodView], track: &mut Track, now: Timestam
             .filter(|p| p.finalizer)
             .map(|p| p.name.clone())
             .collect();
-        plan.remove_job = pods.is_empty();
+        plan.remove_job = foreground && pods.is_empty();
         plan.status = st;
         return plan;
     }
@@ -1056,6 +1061,7 @@ mod tests {
     fn foreground_deletion_and_finished_jobs_release_their_pods() {
         let mut j = job(json!({}));
         j["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        j["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
         let mut tr = Track::default();
         let p = reconcile(&j, &[pod("a", PodPhase::Active)], &mut tr, t(0));
         assert_eq!(
@@ -1063,6 +1069,13 @@ mod tests {
             (1, 1, false)
         );
         assert!(reconcile(&j, &[], &mut tr, t(1)).remove_job);
+        // marked to orphan: the pods are let go of, not deleted
+        j["metadata"]["finalizers"] = json!(["orphan"]);
+        let p = reconcile(&j, &[pod("a", PodPhase::Active)], &mut tr, t(2));
+        assert_eq!(
+            (p.delete_pods.len(), p.remove_finalizers.len(), p.remove_job),
+            (0, 1, false)
+        );
         let mut done = job(json!({}));
         done["status"]["conditions"] = json!([{"type": "Failed", "status": "True"}]);
         let p = reconcile(&done, &[pod("a", PodPhase::Failed)], &mut tr, t(0));

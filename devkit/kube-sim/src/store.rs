@@ -550,12 +550,15 @@ impl Store {
         if !change(&mut obj)? {
             return Ok(current.clone());
         }
-        let etype = if deletion::should_delete_during_update(current, &obj) {
-            EventType::Deleted
-        } else {
-            EventType::Modified
-        };
-        Ok(self.commit(&mut inner, etype, key.clone(), obj))
+        if deletion::should_delete_during_update(current, &obj) {
+            // Upstream's store does not write the update: it deletes the
+            // stored object (`deleteWithoutFinalizers`), so the DELETED
+            // event carries it as it was, finalizers included (etcd's
+            // previous key-value).
+            let stored = (**current).clone();
+            return Ok(self.commit(&mut inner, EventType::Deleted, key.clone(), stored));
+        }
+        Ok(self.commit(&mut inner, EventType::Modified, key.clone(), obj))
     }
 
     /// Deletes an object as the generic registry does (see
@@ -871,6 +874,38 @@ mod tests {
         // the history replayed to a resuming watch has them too
         let w = s.watch(Kind::Pod, Some("ns"), Some(2)).unwrap();
         assert!(w.initial.iter().all(|e| e.prev.is_some()));
+    }
+
+    #[test]
+    fn removing_the_last_finalizer_of_a_marked_object_deletes_it_as_stored() {
+        let s = Store::new(10);
+        let now = Timestamp::now();
+        let mut p = pod("a");
+        p["metadata"]["finalizers"] = json!(["batch.kubernetes.io/job-tracking"]);
+        s.create(Kind::Pod, "ns", p, now).unwrap();
+        let key = Key::new(Kind::Pod, "ns", "a");
+        let (marked, gone) = s.delete(&key, Some(0), now).unwrap();
+        assert!(!gone && marked["metadata"]["deletionTimestamp"].is_string());
+        let mut rx = s.subscribe();
+        let out = s
+            .update(&key, |p| {
+                p["metadata"]["finalizers"] = json!([]);
+                p["metadata"]["labels"]["a"] = json!("changed");
+                Ok(true)
+            })
+            .unwrap();
+        assert!(s.get(&key).is_none());
+        let ev = rx.try_recv().unwrap();
+        assert_eq!(ev.etype, EventType::Deleted);
+        // the stored object, not the update: upstream deletes instead of writing
+        for o in [&ev.object, &out] {
+            assert_eq!(
+                o["metadata"]["finalizers"],
+                json!(["batch.kubernetes.io/job-tracking"])
+            );
+            assert_eq!(o["metadata"]["labels"]["a"], "b");
+        }
+        assert_eq!(ev.object["metadata"]["resourceVersion"], "4");
     }
 
     #[test]
