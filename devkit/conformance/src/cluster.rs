@@ -171,15 +171,30 @@ fn bin_dir() -> Result<PathBuf> {
 
 /// The node agent and the launcher's shared owner are binaries of other
 /// crates, which a test run does not build: build them (a quick no-op when
-/// current), as `scripts/test` does before the tests.
-fn ensure_binaries() -> Result<PathBuf> {
+/// current), as `scripts/test` does before the tests. On a blocking thread:
+/// the probe's kube-sim side runs on the same task meanwhile.
+async fn ensure_binaries() -> Result<PathBuf> {
+    tokio::task::spawn_blocking(build_binaries)
+        .await
+        .context("building the binaries")?
+}
+
+fn build_binaries() -> Result<PathBuf> {
     static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
             let dir = bin_dir().map_err(|e| format!("{e:#}"))?;
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut cmd = std::process::Command::new(&cargo);
-            cmd.args(["build", "--workspace", "--bins", "--quiet"]);
+            cmd.args([
+                "build",
+                "-p",
+                "tcab-node-agent",
+                "-p",
+                "tcab-real-cluster",
+                "--bins",
+                "--quiet",
+            ]);
             if dir.file_name().is_some_and(|n| n == "release") {
                 cmd.arg("--release");
             }
@@ -207,7 +222,11 @@ fn ensure_binaries() -> Result<PathBuf> {
             }
             match cmd.status() {
                 Ok(s) if s.success() => {}
-                Ok(s) => return Err(format!("cargo build --workspace --bins failed ({s})")),
+                Ok(s) => {
+                    return Err(format!(
+                        "cargo build -p tcab-node-agent -p tcab-real-cluster --bins failed ({s})"
+                    ));
+                }
                 Err(e) => eprintln!("cannot run {cargo} ({e}); using the binaries as they are"),
             }
             let agent = dir.join("tcab-node-agent");
@@ -252,7 +271,7 @@ impl Cluster {
         if built_or_skip().is_none() {
             return Ok(None);
         }
-        let agent = ensure_binaries()?;
+        let agent = ensure_binaries().await?;
         let access = shared_with(|| real_settings(&agent))
             .await
             .map_err(|e| anyhow!("the shared control plane: {}", error_chain(&*e)))?;

@@ -1,7 +1,8 @@
 //! The known divergences: the table in `devkit/kube-sim/README.md` under
 //! the heading `## Known divergences from upstream`, one row per outcome
 //! line that may differ: `| probe | line | upstream | kube-sim | why |`,
-//! the probe and the line in backticks. kube-sim's README is where a reader
+//! the probe and the line in backticks (a line ending in `*` covers every
+//! line that starts with the rest, e.g. `create.*`). kube-sim's README is where a reader
 //! of kube-sim looks for what it does not follow; the probes read the very
 //! same table, so it cannot drift from what they accept.
 
@@ -83,6 +84,18 @@ pub fn parse(text: &str) -> Result<Vec<Divergence>> {
     Ok(rows)
 }
 
+impl Divergence {
+    /// Whether the row covers the outcome line `key`: the same line, or,
+    /// for a row whose line ends in `*`, every line that starts with what
+    /// comes before it (`*` alone: the whole outcome).
+    pub fn covers(&self, key: &str) -> bool {
+        match self.line.strip_suffix('*') {
+            Some(prefix) => key.starts_with(prefix),
+            None => self.line == key,
+        }
+    }
+}
+
 /// The rows of one probe.
 pub fn of_probe<'a>(rows: &'a [Divergence], probe: &str) -> Vec<&'a Divergence> {
     rows.iter().filter(|r| r.probe == probe).collect()
@@ -101,6 +114,10 @@ mod tests {
         assert_eq!(rows[0].line, "create");
         assert_eq!(rows[0].why, "stricter on purpose");
         assert_eq!(of_probe(&rows, "v::q").len(), 1);
+        assert!(rows[1].covers("x.y") && !rows[1].covers("x.yz"));
+        let mut wild = rows[1].clone();
+        wild.line = "x.*".into();
+        assert!(wild.covers("x.y") && wild.covers("x.z") && !wild.covers("y"));
         assert!(parse("## Known divergences from upstream\n| p | l | u | k | w |\n|-|-|-|-|-|\n| `p` | `l` | u | k | |\n").is_err());
         assert!(parse("nothing").unwrap().is_empty());
     }

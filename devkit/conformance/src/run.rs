@@ -130,7 +130,7 @@ fn judge(
     }
     if sim.error.is_none() && real.error.is_none() {
         for d in &diffs {
-            if !listed.iter().any(|r| r.line == d.key) {
+            if !listed.iter().any(|r| r.covers(&d.key)) {
                 failures.push(format!(
                     "`{}` differs and devkit/kube-sim/README.md does not list it:\n    kube-sim: {}\n    real:     {}",
                     d.key,
@@ -140,7 +140,7 @@ fn judge(
             }
         }
         for r in listed {
-            if !diffs.iter().any(|d| d.key == r.line) {
+            if !diffs.iter().any(|d| r.covers(&d.key)) {
                 failures.push(format!(
                     "`{}` is listed as a divergence in devkit/kube-sim/README.md but both clusters agree now: remove the row",
                     r.line
@@ -152,7 +152,7 @@ fn judge(
 }
 
 fn show(out: &mut String, d: &Difference, listed: &[&Divergence]) {
-    let tag = match listed.iter().find(|r| r.line == d.key) {
+    let tag = match listed.iter().find(|r| r.covers(&d.key)) {
         Some(_) => "LISTED   ",
         None => "DIFFERENT",
     };

@@ -157,3 +157,51 @@ async fn pod_missing_image_and_bad_restart_policy() {
     })
     .await
 }
+
+/// A quantity that does not parse: refused while decoding (400, the
+/// quantity's own message), before validation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_bad_quantity() {
+    bad_job("job_bad_quantity", |j| {
+        job_container(j)["resources"] = json!({"requests": {"memory": "1Gx"}})
+    })
+    .await
+}
+
+/// A negative request: parses, refused by validation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_negative_quantity() {
+    bad_job("job_negative_quantity", |j| {
+        job_container(j)["resources"] = json!({"requests": {"cpu": "-500m"}})
+    })
+    .await
+}
+
+/// A unit set off by a space: refused while decoding too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_bad_quantity_unit() {
+    bad_pod("pod_bad_quantity_unit", |p| {
+        pod_container(p)["resources"] = json!({"limits": {"memory": "12 Mi"}})
+    })
+    .await
+}
+
+/// A quantity given as a JSON number is accepted like its string, and one
+/// finer than a milli-unit is rounded up (`1.0001` CPU is stored `1001m`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_numeric_quantity() {
+    differential(
+        "validation::pod_numeric_quantity",
+        async |c: &Cluster, o: &mut Outcome| {
+            let mut p = pod("v", None, 60);
+            pod_container(&mut p)["resources"] =
+                json!({"requests": {"cpu": 0.5, "memory": 1073741824}, "limits": {"cpu": "1.0001"}});
+            let a = c.post(&c.pods(), &p).await?;
+            o.put("create.code", a.code);
+            let r = &a.body["spec"]["containers"][0]["resources"];
+            o.put("stored resources", r.clone());
+            Ok(())
+        },
+    )
+    .await
+}
