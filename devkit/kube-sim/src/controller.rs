@@ -671,7 +671,8 @@ fn release_if_orphan(sim: &Sim, ns: &str, pod: &Value) {
     }
 }
 
-fn remove_finalizer(sim: &Sim, key: &Key) {
+/// Takes the Job controller's tracking finalizer off a pod.
+pub(crate) fn remove_finalizer(sim: &Sim, key: &Key) {
     let _ = sim.store.update(key, |p| {
         let Some(fs) = p["metadata"]["finalizers"].as_array_mut() else {
             return Ok(false);

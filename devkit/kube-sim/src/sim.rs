@@ -488,6 +488,16 @@ impl Sim {
             }
             Propagation::Background => {
                 let (gone, _) = self.store.delete(&key, None, now)?;
+                // The Job controller lets go of the pods of a Job that is
+                // gone (`deleteJob`, its orphan queue) before the garbage
+                // collector, which first confirms the owner is gone, deletes
+                // them: the usual order on a real cluster.
+                for p in &pods {
+                    crate::controller::remove_finalizer(
+                        self,
+                        &Key::new(Kind::Pod, ns, objects::name(p)),
+                    );
+                }
                 for p in &pods {
                     let _ = self.delete_pod(ns, objects::name(p), None);
                 }
@@ -498,8 +508,16 @@ impl Sim {
                 if pods.is_empty() {
                     release(FOREGROUND_FINALIZER);
                 }
+                // The collector deletes the pods; the Job controller, seeing
+                // the Job marked, lets go of them at once
+                // (`canRemoveFinalizer`), which kube-sim's controller loop
+                // could otherwise leave until after the pod has stopped.
                 for p in &pods {
                     let _ = self.delete_pod(ns, objects::name(p), None);
+                    crate::controller::remove_finalizer(
+                        self,
+                        &Key::new(Kind::Pod, ns, objects::name(p)),
+                    );
                 }
                 Ok(marked)
             }

@@ -622,7 +622,7 @@ impl Store {
         let in_scope = |k: &Key| k.kind == kind && ns.is_none_or(|n| k.ns == n);
         let compacted = inner.compacted.get(&kind).copied().unwrap_or(1);
         let initial = match from {
-            Some(rv) if rv < compacted => return Err(ApiError::expired(rv)),
+            Some(rv) if rv < compacted => return Err(ApiError::expired_watch(rv, compacted)),
             Some(rv) => inner
                 .history
                 .get(&kind)
@@ -661,7 +661,7 @@ impl Store {
     /// still be served.
     pub fn check_not_expired(&self, kind: Kind, rv: u64) -> Result<(), ApiError> {
         if rv < self.lock().compacted.get(&kind).copied().unwrap_or(1) {
-            Err(ApiError::expired(rv))
+            Err(ApiError::expired_continue())
         } else {
             Ok(())
         }
@@ -917,9 +917,12 @@ mod tests {
         assert!(s.watch(Kind::Pod, None, Some(held)).is_ok());
         let now = s.compact_for_restart();
         assert_eq!(now, held + 1);
+        let e = s.watch(Kind::Pod, None, Some(held)).err().unwrap();
+        assert_eq!(e.code, 410);
+        // as the watch cache words it: the version asked, the oldest kept
         assert_eq!(
-            s.watch(Kind::Pod, None, Some(held)).err().unwrap().code,
-            410
+            e.message,
+            format!("too old resource version: {held} ({now})")
         );
         assert!(s.watch(Kind::Pod, None, Some(now)).is_ok());
         let created = s
