@@ -56,7 +56,7 @@ impl Side {
 enum Backend {
     Sim(SimHandle),
     Real {
-        access: Access,
+        access: Box<Access>,
         agent: Option<tcab_node_agent::AdminClient>,
         /// A control plane of this probe's own (not the shared one).
         _own: Option<Box<ControlPlane>>,
@@ -322,7 +322,7 @@ impl Cluster {
             token: access.admin.token.clone(),
             http: http_client(Some(&pem))?,
             backend: Backend::Real {
-                access,
+                access: Box::new(access),
                 agent,
                 _own: own,
             },
