@@ -238,3 +238,37 @@ async fn dry_run_delete_job() {
     )
     .await
 }
+
+/// A Job DELETE in the background with a uid precondition, as the
+/// dispatcher deletes its Jobs: a stale uid is 409 and the Job stays; the
+/// right one removes it, answered with a Status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_uid_precondition() {
+    differential(
+        "deletes::job_uid_precondition",
+        async |c: &Cluster, o: &mut Outcome| {
+            let made = c.create(&c.jobs(), &job("j", None, 60)).await?;
+            let path = job_path(c, "j");
+            let a = c
+                .delete(
+                    &path,
+                    Some(&json!({"propagationPolicy": "Background",
+                        "preconditions": {"uid": OTHER_UID}})),
+                )
+                .await?;
+            o.answer("delete (stale uid)", a.code, &a.body);
+            o.put("stored after", c.object(&path).await?.is_some());
+            let a = c
+                .delete(
+                    &path,
+                    Some(&json!({"propagationPolicy": "Background",
+                        "preconditions": {"uid": made["metadata"]["uid"]}})),
+                )
+                .await?;
+            o.answer("delete (its uid)", a.code, &a.body);
+            o.put("stored at the end", c.object(&path).await?.is_some());
+            Ok(())
+        },
+    )
+    .await
+}
