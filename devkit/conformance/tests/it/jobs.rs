@@ -66,7 +66,10 @@ fn has_condition(ev: &Value, kind: &str) -> bool {
     condition(&ev["object"]["status"], kind).is_some_and(|c| c["status"] == "True")
 }
 
-/// The pod in short, as one watch event shows it.
+/// The pod in short, as one watch event shows it. Not its tracking
+/// finalizer: when the Job controller takes it off while the kubelet stops
+/// the pod (a deadline), either write may come first on a real cluster;
+/// `pod last` shows whether it was still on at the end.
 fn pod_state(ev: &Value) -> String {
     let p = &ev["object"];
     let mut s = format!(
@@ -84,12 +87,6 @@ fn pod_state(ev: &Value) -> String {
         ));
     }
     s.push_str(&format!(" {}", normalise::container_state(p)));
-    if p["metadata"]["finalizers"]
-        .as_array()
-        .is_some_and(|f| !f.is_empty())
-    {
-        s.push_str(" +finalizer");
-    }
     s
 }
 
