@@ -272,3 +272,27 @@ async fn job_uid_precondition() {
     )
     .await
 }
+
+/// A dry-run eviction of a running pod: answered as the eviction would be,
+/// and the pod keeps running, with no `DisruptionTarget`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_eviction() {
+    differential(
+        "deletes::dry_run_eviction",
+        async |c: &Cluster, o: &mut Outcome| {
+            c.create(&c.pods(), &pod("p", Some(WORKER), 600)).await?;
+            running(c, "p").await?;
+            let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "p", "namespace": c.ns},
+                "deleteOptions": {"dryRun": ["All"]}});
+            let a = c
+                .post(&format!("{}/eviction", pod_path(c, "p")), &eviction)
+                .await?;
+            o.answer("eviction", a.code, &a.body);
+            c.sleep(Duration::from_secs(3)).await;
+            o.put("after", pod_left(c, "p").await?);
+            Ok(())
+        },
+    )
+    .await
+}
