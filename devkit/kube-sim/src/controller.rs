@@ -284,10 +284,15 @@ pub fn reconcile(job: &Value, pods: &[PodView], track: &mut Track, now: Timestam
 
     if deleting(job) {
         // Foreground deletion: the garbage collector deletes the pods; the
-        // controller lets go of them; the Job goes when none is left.
+        // controller lets go of them; the Job goes when none is left. An
+        // orphaning delete (the `orphan` finalizer, released by
+        // `Sim::delete_job` itself) deletes no pod.
+        let foreground = job["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == crate::sim::FOREGROUND_FINALIZER));
         plan.delete_pods = pods
             .iter()
-            .filter(|p| !p.deleting)
+            .filter(|p| foreground && !p.deleting)
             .map(|p| p.name.clone())
             .collect();
         plan.remove_finalizers = pods
@@ -295,7 +300,7 @@ pub fn reconcile(job: &Value, pods: &[PodView], track: &mut Track, now: Timestam
             .filter(|p| p.finalizer)
             .map(|p| p.name.clone())
             .collect();
-        plan.remove_job = pods.is_empty();
+        plan.remove_job = foreground && pods.is_empty();
         plan.status = st;
         return plan;
     }
@@ -461,10 +466,30 @@ pub fn reconcile(job: &Value, pods: &[PodView], track: &mut Track, now: Timestam
         );
     }
 
+    // syncJob's needsStatusUpdate: the counts it set differ from the
+    // stored ones (`ready` and `terminating` are pointers there: absent is
+    // not 0). It makes trackJobStatusAndRemoveFinalizers flush the status
+    // before it enacts the terminal condition, so a Job that finishes in
+    // the sync in which its last pod stops terminating gets two writes:
+    // `terminating: 0` with FailureTarget, then Failed.
+    let stored = &job["status"];
+    let count_changed = |k: &str, pointer: bool| {
+        let was = stored[k].as_i64();
+        let now = st[k].as_i64();
+        if pointer {
+            was != now
+        } else {
+            was.unwrap_or(0) != now.unwrap_or(0)
+        }
+    };
+    let needs_status_update = count_changed("active", false)
+        || count_changed("ready", true)
+        || count_changed("terminating", true);
+
     // trackJobStatusAndRemoveFinalizers.
     let mut us = uncounted_succeeded.clone();
     let mut uf = uncounted_failed.clone();
-    let mut needs_flush = false;
+    let mut needs_flush = needs_status_update;
     for p in pods.iter().filter(|p| p.finalizer) {
         let considered_failed = p.failed();
         let can_remove = finished.is_some() || p.phase == PodPhase::Succeeded || considered_failed;
@@ -574,6 +599,8 @@ pub async fn run(sim: Arc<Sim>) {
     let mut tracks: HashMap<String, Track> = HashMap::new();
     let mut timers: BTreeSet<(Timestamp, Key)> = BTreeSet::new();
     let mut dirty: BTreeSet<Key> = all_jobs(&sim);
+    // Jobs a pod event queued for a sync after the batch period.
+    let mut batched: HashMap<Key, Timestamp> = HashMap::new();
     release_orphans(&sim);
     loop {
         for key in std::mem::take(&mut dirty) {
@@ -584,7 +611,10 @@ pub async fn run(sim: Arc<Sim>) {
         let next_timer = timers.first().map(|(t, _)| *t);
         tokio::select! {
             ev = rx.recv() => match ev {
-                Ok(ev) => mark(&sim, &ev, &mut dirty, &mut tracks),
+                Ok(ev) => {
+                    let mut later = Batch { timers: &mut timers, batched: &mut batched };
+                    mark(&sim, &ev, &mut dirty, &mut later, &mut tracks)
+                }
                 Err(RecvError::Lagged(_)) => {
                     dirty = all_jobs(&sim);
                     release_orphans(&sim);
@@ -600,7 +630,12 @@ pub async fn run(sim: Arc<Sim>) {
                 let now = sim.clock.now();
                 while let Some((t, _)) = timers.first() {
                     if *t > now { break; }
-                    if let Some((_, k)) = timers.pop_first() { dirty.insert(k); }
+                    if let Some((_, k)) = timers.pop_first() {
+                        if batched.get(&k).is_some_and(|at| *at <= now) {
+                            batched.remove(&k);
+                        }
+                        dirty.insert(k);
+                    }
                 }
             }
             _ = sim.controller_wake.notified() => dirty = all_jobs(&sim),
@@ -608,7 +643,13 @@ pub async fn run(sim: Arc<Sim>) {
         // Batch whatever else is queued.
         loop {
             match rx.try_recv() {
-                Ok(ev) => mark(&sim, &ev, &mut dirty, &mut tracks),
+                Ok(ev) => {
+                    let mut later = Batch {
+                        timers: &mut timers,
+                        batched: &mut batched,
+                    };
+                    mark(&sim, &ev, &mut dirty, &mut later, &mut tracks)
+                }
                 Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {
                     dirty = all_jobs(&sim);
                     release_orphans(&sim);
@@ -666,7 +707,8 @@ fn release_if_orphan(sim: &Sim, ns: &str, pod: &Value) {
     }
 }
 
-fn remove_finalizer(sim: &Sim, key: &Key) {
+/// Takes the Job controller's tracking finalizer off a pod.
+pub(crate) fn remove_finalizer(sim: &Sim, key: &Key) {
     let _ = sim.store.update(key, |p| {
         let Some(fs) = p["metadata"]["finalizers"].as_array_mut() else {
             return Ok(false);
@@ -683,10 +725,36 @@ fn remove_finalizer(sim: &Sim, key: &Key) {
     });
 }
 
+/// How long a pod event waits before the sync it asks for
+/// (`SyncJobBatchPeriod`: `enqueueSyncJobBatched` for every pod add, update
+/// and delete), so the changes of one second are seen in one sync; a pod
+/// that stops within a second of being deleted is never counted
+/// terminating. Job events sync at once.
+pub const SYNC_JOB_BATCH_PERIOD: SignedDuration = SignedDuration::from_secs(1);
+
+/// The syncs queued for later (`queue.AddAfter`: a Job already waiting
+/// keeps its earlier time).
+struct Batch<'a> {
+    timers: &'a mut BTreeSet<(Timestamp, Key)>,
+    batched: &'a mut HashMap<Key, Timestamp>,
+}
+
+impl Batch<'_> {
+    fn add(&mut self, key: Key, now: Timestamp) {
+        let at = now + SYNC_JOB_BATCH_PERIOD;
+        if self.batched.get(&key).is_some_and(|t| *t <= at) {
+            return;
+        }
+        self.batched.insert(key.clone(), at);
+        self.timers.insert((at, key));
+    }
+}
+
 fn mark(
     sim: &Sim,
     ev: &crate::store::Event,
     dirty: &mut BTreeSet<Key>,
+    later: &mut Batch<'_>,
     tracks: &mut HashMap<String, Track>,
 ) {
     match ev.key.kind {
@@ -704,7 +772,7 @@ fn mark(
         }
         Kind::Pod => match controller_job(&ev.object) {
             Some((job, _)) => {
-                dirty.insert(Key::new(Kind::Job, &ev.key.ns, job));
+                later.add(Key::new(Kind::Job, &ev.key.ns, job), sim.clock.now());
                 if ev.etype != Change::Deleted
                     && finalizers(&ev.object).contains(&TRACKING_FINALIZER)
                 {
@@ -1025,6 +1093,12 @@ mod tests {
             "DeadlineExceeded"
         );
         assert_eq!(gone.status["failed"], 1);
+        // terminating went to 0 in this sync: upstream flushes that
+        // (needsStatusUpdate) before it enacts Failed, two writes
+        let interim = gone.interim_status.expect("the flush before Failed");
+        assert_eq!(interim["terminating"], 0);
+        assert!(cond(&interim, "FailureTarget").is_some());
+        assert!(cond(&interim, "Failed").is_none());
     }
 
     #[test]
@@ -1056,6 +1130,7 @@ mod tests {
     fn foreground_deletion_and_finished_jobs_release_their_pods() {
         let mut j = job(json!({}));
         j["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        j["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
         let mut tr = Track::default();
         let p = reconcile(&j, &[pod("a", PodPhase::Active)], &mut tr, t(0));
         assert_eq!(
@@ -1063,6 +1138,13 @@ mod tests {
             (1, 1, false)
         );
         assert!(reconcile(&j, &[], &mut tr, t(1)).remove_job);
+        // marked to orphan: the pods are let go of, not deleted
+        j["metadata"]["finalizers"] = json!(["orphan"]);
+        let p = reconcile(&j, &[pod("a", PodPhase::Active)], &mut tr, t(2));
+        assert_eq!(
+            (p.delete_pods.len(), p.remove_finalizers.len(), p.remove_job),
+            (0, 1, false)
+        );
         let mut done = job(json!({}));
         done["status"]["conditions"] = json!([{"type": "Failed", "status": "True"}]);
         let p = reconcile(&done, &[pod("a", PodPhase::Failed)], &mut tr, t(0));

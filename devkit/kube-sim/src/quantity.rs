@@ -233,6 +233,19 @@ impl Quantity {
         }
     }
 
+    /// Rounded up to thousandths, as v1 defaulting does to every
+    /// ResourceList (`SetDefaults_ResourceList`: `RoundUp(-3)`), so
+    /// `1.0001` is stored as `1001m`.
+    pub fn round_up_milli(self) -> Quantity {
+        let p = 1_000_000i128;
+        let nanos = if self.nanos >= 0 {
+            self.nanos.saturating_add(p - 1) / p * p
+        } else {
+            self.nanos / p * p
+        };
+        Quantity { nanos, ..self }
+    }
+
     /// The canonical string (`Quantity.String()`).
     pub fn canonical(&self) -> String {
         if self.nanos == 0 {
@@ -348,6 +361,17 @@ mod tests {
         assert_eq!(c("0.5Ki"), "512");
         // more than nano precision rounds up
         assert_eq!(c("0.0000000001"), "1n");
+    }
+
+    #[test]
+    fn defaulting_rounds_up_to_thousandths() {
+        let r = |s: &str| parse(s).unwrap().round_up_milli().canonical();
+        assert_eq!(r("1.0001"), "1001m");
+        assert_eq!(r("0.1m"), "1m");
+        assert_eq!(r("1n"), "1m");
+        assert_eq!(r("250m"), "250m");
+        assert_eq!(r("1Gi"), "1Gi");
+        assert_eq!(r("0"), "0");
     }
 
     #[test]

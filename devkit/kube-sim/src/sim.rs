@@ -415,7 +415,20 @@ impl Sim {
             .collect()
     }
 
-    /// Deletes a Job with the given propagation.
+    /// Deletes a Job with the given propagation; answers what the DELETE
+    /// answers (the Job as removed, or as marked).
+    ///
+    /// As the generic registry and the garbage collector do it
+    /// (`registry/generic/registry/store.go` `Delete`,
+    /// `deletionFinalizersForGarbageCollection`, `markAsDeleting`;
+    /// `pkg/controller/garbagecollector`): `Background` removes the Job at
+    /// once and then deletes its pods; `Orphan` and `Foreground` mark it
+    /// (deletionTimestamp, grace 0) with the `orphan` or
+    /// `foregroundDeletion` finalizer, which is the answer. For `Orphan`
+    /// the collector then takes the Job's ownerReference off its pods and
+    /// removes the finalizer, which deletes the Job; for `Foreground` it
+    /// deletes the pods, and the Job goes once none is left (at once when it
+    /// has none). The collector's steps run within the call here.
     pub fn delete_job(
         &self,
         ns: &str,
@@ -429,44 +442,84 @@ impl Sim {
             .ok_or_else(|| Kind::Job.not_found(name))?;
         let pods = self.pods_of_job(ns, &job);
         let now = self.clock.now();
+        let uid = objects::uid(&job).to_string();
+        let mark_with = |finalizer: &'static str| {
+            self.store.update(&key, |j| {
+                if deleting(j) {
+                    return Ok(false);
+                }
+                mark_for_collector(j, finalizer, now);
+                Ok(true)
+            })
+        };
+        // The collector's last step: its finalizer off (the Job goes when
+        // no other finalizer holds it).
+        let release = |finalizer: &'static str| {
+            let _ = self.store.update(&key, |j| {
+                let Some(fs) = j["metadata"]["finalizers"].as_array_mut() else {
+                    return Ok(false);
+                };
+                let before = fs.len();
+                fs.retain(|f| f != finalizer);
+                Ok(fs.len() != before)
+            });
+        };
         match policy {
             Propagation::Orphan => {
+                let marked = mark_with(ORPHAN_FINALIZER)?;
                 for p in &pods {
                     let _ = self
                         .store
                         .update(&Key::new(Kind::Pod, ns, objects::name(p)), |p| {
-                            if let Some(m) = p["metadata"].as_object_mut() {
+                            let Some(refs) = p["metadata"]["ownerReferences"].as_array_mut() else {
+                                return Ok(false);
+                            };
+                            refs.retain(|r| r["uid"] != uid.as_str());
+                            if refs.is_empty()
+                                && let Some(m) = p["metadata"].as_object_mut()
+                            {
                                 m.remove("ownerReferences");
                             }
                             Ok(true)
                         });
                 }
-                self.store.delete(&key, None, now).map(|(o, _)| o)
+                release(ORPHAN_FINALIZER);
+                Ok(marked)
             }
             Propagation::Background => {
                 let (gone, _) = self.store.delete(&key, None, now)?;
+                // The Job controller lets go of the pods of a Job that is
+                // gone (`deleteJob`, its orphan queue) before the garbage
+                // collector, which first confirms the owner is gone, deletes
+                // them: the usual order on a real cluster.
+                for p in &pods {
+                    crate::controller::remove_finalizer(
+                        self,
+                        &Key::new(Kind::Pod, ns, objects::name(p)),
+                    );
+                }
                 for p in &pods {
                     let _ = self.delete_pod(ns, objects::name(p), None);
                 }
                 Ok(gone)
             }
             Propagation::Foreground => {
+                let marked = mark_with(FOREGROUND_FINALIZER)?;
                 if pods.is_empty() {
-                    return self.store.delete(&key, None, now).map(|(o, _)| o);
+                    release(FOREGROUND_FINALIZER);
                 }
-                let updated = self.store.update(&key, |j| {
-                    if deleting(j) {
-                        return Ok(false);
-                    }
-                    j["metadata"]["deletionTimestamp"] = json!(k8s_time(now));
-                    j["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                    j["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
-                    Ok(true)
-                })?;
+                // The collector deletes the pods; the Job controller, seeing
+                // the Job marked, lets go of them at once
+                // (`canRemoveFinalizer`), which kube-sim's controller loop
+                // could otherwise leave until after the pod has stopped.
                 for p in &pods {
                     let _ = self.delete_pod(ns, objects::name(p), None);
+                    crate::controller::remove_finalizer(
+                        self,
+                        &Key::new(Kind::Pod, ns, objects::name(p)),
+                    );
                 }
-                Ok(updated)
+                Ok(marked)
             }
         }
     }
@@ -664,6 +717,32 @@ impl Sim {
             ts.push(json!({"key": TAINT_OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoExecute", "timeAdded": now}));
             Ok(true)
         })
+    }
+}
+
+/// The finalizer an `Orphan` delete puts on the owner until its dependents
+/// are orphaned (`metav1.FinalizerOrphanDependents`).
+pub const ORPHAN_FINALIZER: &str = "orphan";
+/// The finalizer a `Foreground` delete puts on the owner until its
+/// dependents are gone (`metav1.FinalizerDeleteDependents`).
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// Marks an object for deletion by the garbage collector as the registry
+/// does (`markAsDeleting`: deletionTimestamp now, grace 0) and adds the
+/// collector's finalizer.
+pub fn mark_for_collector(obj: &mut Value, finalizer: &str, now: Timestamp) {
+    obj["metadata"]["deletionTimestamp"] = json!(k8s_time(now));
+    obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    let fs = objects::ensure_object(&mut obj["metadata"])
+        .entry("finalizers")
+        .or_insert_with(|| json!([]));
+    if !fs.is_array() {
+        *fs = json!([]);
+    }
+    if let Some(a) = fs.as_array_mut()
+        && !a.iter().any(|f| f == finalizer)
+    {
+        a.push(json!(finalizer));
     }
 }
 

@@ -111,9 +111,42 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message.into())
     }
 
-    /// 410 Gone / Expired: the resourceVersion is older than the history kept.
-    pub fn expired(rv: u64) -> Self {
-        Self::new(410, "Expired", format!("too old resource version: {rv}"))
+    /// 410 Expired for a watch from a resourceVersion older than the
+    /// history kept, as the watch cache words it (`watch_cache.go`
+    /// `getAllEventsSinceLocked`: the requested version, then the oldest it
+    /// could resume from).
+    pub fn expired_watch(rv: u64, oldest: u64) -> Self {
+        Self::new(
+            410,
+            "Expired",
+            format!("too old resource version: {rv} ({oldest})"),
+        )
+    }
+
+    /// 410 Expired for a list at an exact resourceVersion that is gone: the
+    /// watch cache has no snapshot of it and hands the list to etcd
+    /// (`CacheDelegator.GetList`, `ListFromCacheSnapshot`), whose compaction
+    /// error it is (`etcd3/errors.go`).
+    pub fn expired_list() -> Self {
+        Self::new(
+            410,
+            "Expired",
+            "The resourceVersion for the provided list is too old.".to_string(),
+        )
+    }
+
+    /// 410 Expired for a continue token whose version is gone (etcd's
+    /// `continueExpired`; upstream, with a key to continue from, says
+    /// `inconsistentContinue` and offers a token at the latest version,
+    /// which kube-sim does not).
+    pub fn expired_continue() -> Self {
+        Self::new(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result. \
+             You can start a new list without the continue parameter."
+                .to_string(),
+        )
     }
 
     /// 415 UnsupportedMediaType.

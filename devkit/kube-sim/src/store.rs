@@ -550,12 +550,15 @@ impl Store {
         if !change(&mut obj)? {
             return Ok(current.clone());
         }
-        let etype = if deletion::should_delete_during_update(current, &obj) {
-            EventType::Deleted
-        } else {
-            EventType::Modified
-        };
-        Ok(self.commit(&mut inner, etype, key.clone(), obj))
+        if deletion::should_delete_during_update(current, &obj) {
+            // Upstream's store does not write the update: it deletes the
+            // stored object (`deleteWithoutFinalizers`), so the DELETED
+            // event carries it as it was, finalizers included (etcd's
+            // previous key-value).
+            let stored = (**current).clone();
+            return Ok(self.commit(&mut inner, EventType::Deleted, key.clone(), stored));
+        }
+        Ok(self.commit(&mut inner, EventType::Modified, key.clone(), obj))
     }
 
     /// Deletes an object as the generic registry does (see
@@ -619,7 +622,7 @@ impl Store {
         let in_scope = |k: &Key| k.kind == kind && ns.is_none_or(|n| k.ns == n);
         let compacted = inner.compacted.get(&kind).copied().unwrap_or(1);
         let initial = match from {
-            Some(rv) if rv < compacted => return Err(ApiError::expired(rv)),
+            Some(rv) if rv < compacted => return Err(ApiError::expired_watch(rv, compacted)),
             Some(rv) => inner
                 .history
                 .get(&kind)
@@ -658,7 +661,7 @@ impl Store {
     /// still be served.
     pub fn check_not_expired(&self, kind: Kind, rv: u64) -> Result<(), ApiError> {
         if rv < self.lock().compacted.get(&kind).copied().unwrap_or(1) {
-            Err(ApiError::expired(rv))
+            Err(ApiError::expired_continue())
         } else {
             Ok(())
         }
@@ -874,6 +877,38 @@ mod tests {
     }
 
     #[test]
+    fn removing_the_last_finalizer_of_a_marked_object_deletes_it_as_stored() {
+        let s = Store::new(10);
+        let now = Timestamp::now();
+        let mut p = pod("a");
+        p["metadata"]["finalizers"] = json!(["batch.kubernetes.io/job-tracking"]);
+        s.create(Kind::Pod, "ns", p, now).unwrap();
+        let key = Key::new(Kind::Pod, "ns", "a");
+        let (marked, gone) = s.delete(&key, Some(0), now).unwrap();
+        assert!(!gone && marked["metadata"]["deletionTimestamp"].is_string());
+        let mut rx = s.subscribe();
+        let out = s
+            .update(&key, |p| {
+                p["metadata"]["finalizers"] = json!([]);
+                p["metadata"]["labels"]["a"] = json!("changed");
+                Ok(true)
+            })
+            .unwrap();
+        assert!(s.get(&key).is_none());
+        let ev = rx.try_recv().unwrap();
+        assert_eq!(ev.etype, EventType::Deleted);
+        // the stored object, not the update: upstream deletes instead of writing
+        for o in [&ev.object, &out] {
+            assert_eq!(
+                o["metadata"]["finalizers"],
+                json!(["batch.kubernetes.io/job-tracking"])
+            );
+            assert_eq!(o["metadata"]["labels"]["a"], "b");
+        }
+        assert_eq!(ev.object["metadata"]["resourceVersion"], "4");
+    }
+
+    #[test]
     fn a_restart_leaves_every_held_resource_version_too_old() {
         let s = Store::new(10);
         s.create(Kind::Pod, "ns", pod("a"), Timestamp::now())
@@ -882,9 +917,12 @@ mod tests {
         assert!(s.watch(Kind::Pod, None, Some(held)).is_ok());
         let now = s.compact_for_restart();
         assert_eq!(now, held + 1);
+        let e = s.watch(Kind::Pod, None, Some(held)).err().unwrap();
+        assert_eq!(e.code, 410);
+        // as the watch cache words it: the version asked, the oldest kept
         assert_eq!(
-            s.watch(Kind::Pod, None, Some(held)).err().unwrap().code,
-            410
+            e.message,
+            format!("too old resource version: {held} ({now})")
         );
         assert!(s.watch(Kind::Pod, None, Some(now)).is_ok());
         let created = s

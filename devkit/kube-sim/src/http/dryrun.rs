@@ -12,7 +12,7 @@ use super::params::DeleteOpts;
 use crate::clock::k8s_time;
 use crate::deletion::{self, DeleteDecision};
 use crate::objects::{self, deleting};
-use crate::sim::{Propagation, Sim};
+use crate::sim::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation, Sim, mark_for_collector};
 use crate::status::ApiError;
 use crate::store::{Key, Kind};
 use serde_json::{Value, json};
@@ -48,17 +48,16 @@ pub(super) fn delete(sim: &Sim, kind: Kind, cur: &Value, opts: &DeleteOpts) -> V
     if deleting(cur) {
         return out;
     }
-    let ns = cur["metadata"]["namespace"].as_str().unwrap_or("");
     match kind {
-        Kind::Job => {
-            if opts.propagation == Some(Propagation::Foreground)
-                && !sim.pods_of_job(ns, cur).is_empty()
-            {
-                out["metadata"]["deletionTimestamp"] = json!(k8s_time(sim.clock.now()));
-                out["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                out["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
+        // batch/v1 Jobs orphan by default: marked for the garbage
+        // collector unless the policy is Background (`Sim::delete_job`).
+        Kind::Job => match opts.propagation.unwrap_or(Propagation::Orphan) {
+            Propagation::Orphan => mark_for_collector(&mut out, ORPHAN_FINALIZER, sim.clock.now()),
+            Propagation::Foreground => {
+                mark_for_collector(&mut out, FOREGROUND_FINALIZER, sim.clock.now())
             }
-        }
+            Propagation::Background => {}
+        },
         // Every other kind as the registry would decide it (a graceful
         // pod delete shows its deletionTimestamp).
         _ => match deletion::decide(kind, cur, opts.grace, sim.clock.now()) {

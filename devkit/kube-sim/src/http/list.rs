@@ -64,7 +64,7 @@ pub(super) fn list(
         && let Some(rv) = q.get("resourceVersion").and_then(|r| r.parse::<u64>().ok())
         && rv != sim.store.rv()
     {
-        return Err(ApiError::expired(rv));
+        return Err(ApiError::expired_list());
     }
     let (store_rv, items) = sim.store.list(kind, ns, |o| {
         if let Some((_, cns, cname)) = &after {

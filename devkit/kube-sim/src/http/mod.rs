@@ -450,7 +450,7 @@ async fn serve_resource(
             let ns = ns.unwrap_or_default();
             let opts = params::DeleteOpts::read(&body, &q)?;
             let gone = write::delete_one(&sim, kind, &ns, name, &opts)?;
-            Ok(ok(StatusCode::OK, &gone))
+            Ok(ok(StatusCode::OK, &write::delete_answer(kind, &gone)))
         }
         ("deletecollection", None, None) => {
             let ns = match ns {

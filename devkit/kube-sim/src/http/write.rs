@@ -36,6 +36,29 @@ pub(super) fn delete_one(
     Ok((*gone).clone())
 }
 
+/// The answer to a DELETE of one object (`Store.finalizeDelete`, generic
+/// registry): the object when it is only marked (a grace period or
+/// finalizers hold it) or when the kind's registry returns deleted objects
+/// (`ReturnDeletedObject`: pods and ServiceAccounts); otherwise, for an
+/// object removed at once, a Success Status naming it, with the resource
+/// in `details.kind`.
+pub(super) fn delete_answer(kind: Kind, obj: &Value) -> Value {
+    let returns_object = matches!(kind, Kind::Pod | Kind::ServiceAccount);
+    if returns_object || obj["metadata"]["deletionTimestamp"].is_string() {
+        return obj.clone();
+    }
+    let mut details = serde_json::json!({
+        "name": obj["metadata"]["name"],
+        "kind": kind.resource(),
+        "uid": obj["metadata"]["uid"],
+    });
+    if !kind.group().is_empty() {
+        details["group"] = serde_json::json!(kind.group());
+    }
+    serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Success", "details": details})
+}
+
 /// Fields of metadata a client may change with update/patch.
 pub(super) const MUTABLE_METADATA: [&str; 4] =
     ["labels", "annotations", "finalizers", "ownerReferences"];

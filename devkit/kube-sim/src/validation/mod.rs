@@ -321,7 +321,8 @@ fn generate_name(prefix: &str) -> String {
 }
 
 /// Rewrites every container resource quantity in its canonical form (the
-/// API server stores what it parsed, printed again).
+/// API server stores what it parsed, rounded up to thousandths by v1
+/// defaulting, printed again).
 fn canonicalize_quantities(spec: &mut Value) {
     for key in ["/containers", "/initContainers"] {
         let cs = spec.pointer_mut(key).and_then(Value::as_array_mut);
@@ -335,7 +336,7 @@ fn canonicalize_quantities(spec: &mut Value) {
                             _ => continue,
                         };
                         if let Ok(q) = quantity::parse(&s) {
-                            *v = json!(q.canonical());
+                            *v = json!(q.round_up_milli().canonical());
                         }
                     }
                 }

@@ -231,7 +231,12 @@ async fn watch_resumes_from_a_resource_version_and_expired_is_410() {
         ),
         (Some("MODIFIED"), Some("1"))
     );
-    delete(&c, &format!("{}/b", jobs_url(&s)), None).await;
+    delete(
+        &c,
+        &format!("{}/b", jobs_url(&s)),
+        Some(json!({"propagationPolicy": "Background"})),
+    )
+    .await;
     let ev = w.next_change(SECS).await.unwrap();
     assert_eq!(
         (

@@ -335,19 +335,17 @@ async fn eviction_sends_sigterm_and_the_job_fails_once_the_pod_is_gone() {
         marked["object"]["metadata"]["deletionGracePeriodSeconds"],
         30
     );
-    // The Job counts the terminating pod as failed at once, but is Failed
-    // only when no pod of it terminates any more.
+    // The Job counts the terminating pod as failed, but is Failed only
+    // when no pod of it terminates any more.
     let target = next_where(&mut jw, "FailureTarget", |e| {
         condition(&e["object"], "FailureTarget").is_some()
     })
     .await;
     assert!(condition(&target["object"], "Failed").is_none());
-    let counted = next_where(&mut jw, "the failed pod counted", |e| {
-        e["object"]["status"]["failed"] == 1
-    })
-    .await;
-    assert!(condition(&counted["object"], "Failed").is_none());
-    assert_eq!(counted["object"]["status"]["terminating"], 1);
+    // (Whether a status counts the pod failed while it still terminates
+    // depends on timing: pod events reach the Job controller a batch period,
+    // 1 s, late, so the pod may have stopped by the sync that counts it, as
+    // on a real cluster.)
     // The pod: terminated by the driver's SIGTERM exit (143), then deleted.
     let terminated = next_where(&mut w, "the terminated status", |e| {
         e["object"]["status"]["phase"] == "Failed"

@@ -261,7 +261,7 @@ for n in "$@"; do
   printf '{"apiVersion":"v1","kind":"Node","metadata":{"name":"%s"},"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":"%s","lastTransitionTime":"%s"}]}}' "$n" "$now" "$now" |
     "$kubectl" --server="$api" --certificate-authority="$ca" --token="$token" create -f -
 done
-echo "node agent ready: admin http://127.0.0.1:9"
+echo "node agent ready: admin http://127.0.0.1:9; nodes: $* (kubelet port 0)"
 exec sleep 600
 "#;
 

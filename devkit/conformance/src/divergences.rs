@@ -1,0 +1,129 @@
+//! The known divergences: the table in `devkit/kube-sim/README.md` under
+//! the heading `## Known divergences from upstream`, one row per outcome
+//! line that may differ: `| probe | line | upstream | kube-sim | why |`,
+//! the probe and the line in backticks (a line ending in `*` covers every
+//! line that starts with the rest, e.g. `create.*`). kube-sim's README is where a reader
+//! of kube-sim looks for what it does not follow; the probes read the very
+//! same table, so it cannot drift from what they accept.
+
+use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
+
+/// The heading the table follows.
+pub const HEADING: &str = "## Known divergences from upstream";
+
+/// One row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Divergence {
+    pub probe: String,
+    pub line: String,
+    pub upstream: String,
+    pub kube_sim: String,
+    pub why: String,
+}
+
+/// kube-sim's README.
+pub fn readme_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../kube-sim/README.md")
+}
+
+/// The rows of kube-sim's README.
+pub fn load() -> Result<Vec<Divergence>> {
+    let path = readme_path();
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    parse(&text).with_context(|| format!("the table of {}", path.display()))
+}
+
+/// The rows of the table under [`HEADING`] (none without the heading).
+pub fn parse(text: &str) -> Result<Vec<Divergence>> {
+    let mut rows = Vec::new();
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(HEADING));
+    if lines.next().is_none() {
+        return Ok(rows);
+    }
+    let mut in_table = false;
+    for line in lines {
+        let l = line.trim();
+        if l.starts_with("## ") {
+            break;
+        }
+        if !l.starts_with('|') {
+            if in_table {
+                break;
+            }
+            continue;
+        }
+        let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+        if !in_table {
+            in_table = true; // the header
+            continue;
+        }
+        if cells
+            .iter()
+            .all(|c| c.chars().all(|ch| ch == '-' || ch == ':'))
+        {
+            continue;
+        }
+        if cells.len() != 5 {
+            bail!("a row without 5 cells: {l}");
+        }
+        let code = |c: &str| c.trim_matches('`').to_string();
+        let row = Divergence {
+            probe: code(cells[0]),
+            line: code(cells[1]),
+            upstream: cells[2].to_string(),
+            kube_sim: cells[3].to_string(),
+            why: cells[4].to_string(),
+        };
+        if row.probe.is_empty() || row.line.is_empty() || row.why.is_empty() {
+            bail!("a row without a probe, a line or a reason: {l}");
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+impl Divergence {
+    /// Whether the row covers the outcome line `key`: the same line, or,
+    /// for a row whose line ends in `*`, every line that starts with what
+    /// comes before it (`*` alone: the whole outcome).
+    pub fn covers(&self, key: &str) -> bool {
+        match self.line.strip_suffix('*') {
+            Some(prefix) => key.starts_with(prefix),
+            None => self.line == key,
+        }
+    }
+}
+
+/// The rows of one probe.
+pub fn of_probe<'a>(rows: &'a [Divergence], probe: &str) -> Vec<&'a Divergence> {
+    rows.iter().filter(|r| r.probe == probe).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_table_under_its_heading() {
+        let text = "# x\n| a | b |\n|---|---|\n| not | this |\n\n## Known divergences from upstream\n\nWhy.\n\n| probe | line | upstream | kube-sim | why |\n|---|---|---|---|---|\n| `v::p` | `create` | 422 | 201 | stricter on purpose |\n| `v::q` | `x.y` | a | b | c |\n\nAfter.\n| `z` | `z` | z | z | z |\n";
+        let rows = parse(text).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].probe, "v::p");
+        assert_eq!(rows[0].line, "create");
+        assert_eq!(rows[0].why, "stricter on purpose");
+        assert_eq!(of_probe(&rows, "v::q").len(), 1);
+        assert!(rows[1].covers("x.y") && !rows[1].covers("x.yz"));
+        let mut wild = rows[1].clone();
+        wild.line = "x.*".into();
+        assert!(wild.covers("x.y") && wild.covers("x.z") && !wild.covers("y"));
+        assert!(parse("## Known divergences from upstream\n| p | l | u | k | w |\n|-|-|-|-|-|\n| `p` | `l` | u | k | |\n").is_err());
+        assert!(parse("nothing").unwrap().is_empty());
+    }
+
+    #[test]
+    fn kube_sims_readme_parses() {
+        load().unwrap();
+    }
+}

@@ -1,0 +1,13 @@
+//! The probes, one module per area. Each test runs one probe on kube-sim
+//! and on the real control plane and compares (`tcab_conformance::differential`);
+//! see the crate's README for the list and how a difference is judged.
+
+mod common;
+mod deletes;
+mod gone;
+mod jobs;
+mod podgc;
+mod propagation;
+mod throttle;
+mod validation;
+mod watches;
