@@ -208,6 +208,7 @@ impl ClusterAdmin {
                         .get(crate::real::DISPATCHER_IDENTITY)
                         .cloned()
                         .unwrap_or_default(),
+                    requests_by_agent: proxy.requests_by_agent,
                     faults: proxy.faults,
                     open_watches: proxy.open_watches,
                     silent_watches: proxy.silent_watches,

@@ -511,7 +511,7 @@ fn free_port() -> u16 {
 /// `increase()` see the first death, lost report and reap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_containers_metrics_show_every_documented_counter_at_0() {
-    let t = TestStack::start(|_| {}).await;
+    let t = TestStack::start(ClusterKind::Sim, |_| {}).await;
     // An API server that accepts connections and never answers.
     let hole = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

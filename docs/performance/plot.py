@@ -1,0 +1,73 @@
+"""Draws docs/performance/figures.png from the figures recorded in figures.tsv.
+
+Left: each container's resident memory against the number of owned Jobs cached
+(the footprint bench's `<binary> rss at <N> jobs`), last recorded run of each size.
+Right: the reaction times under load (the reaction bench's `<what> p50|p95|p99|max`),
+last recorded run. Run through scripts/bench-plot.
+"""
+
+import csv
+import re
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def last_values(path):
+    """(bench, figure) -> (value, unit, date) of the last recorded row."""
+    out = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            out[(row["bench"], row["figure"])] = (float(row["value"]), row["unit"], row["date"])
+    return out
+
+
+def main(figures, png):
+    last = last_values(figures)
+    memory = defaultdict(dict)
+    reactions = defaultdict(dict)
+    for (bench, name), (value, unit, _) in last.items():
+        m = re.fullmatch(r"(\S+) rss at (\d+) jobs", name)
+        if bench == "footprint" and m:
+            memory[m.group(1)][int(m.group(2))] = value
+        m = re.fullmatch(r"(.+) (p50|p95|p99|max)", name)
+        if bench == "reaction-load" and m and unit == "ms":
+            reactions[m.group(1)][m.group(2)] = value
+    if not memory and not reactions:
+        sys.exit(f"plot.py: no footprint or reaction-load figures in {figures}")
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for binary, points in sorted(memory.items()):
+        xs = sorted(points)
+        left.plot(xs, [points[x] for x in xs], marker="o", label=binary)
+    left.set_xscale("symlog", linthresh=1000)
+    left.set_xlabel("owned Jobs cached")
+    left.set_ylabel("resident memory (MiB)")
+    left.set_title("Memory against cached Jobs (footprint)")
+    left.axhline(20, color="grey", linestyle=":", linewidth=1)
+    left.axhline(40, color="grey", linestyle="--", linewidth=1)
+    left.legend()
+
+    quantiles = ["p50", "p95", "p99", "max"]
+    names = sorted(reactions)
+    width = 0.8 / max(len(quantiles), 1)
+    for i, q in enumerate(quantiles):
+        xs = [j + i * width for j in range(len(names))]
+        right.bar(xs, [reactions[n].get(q, 0) for n in names], width, label=q)
+    right.set_xticks([j + width * 1.5 for j in range(len(names))])
+    right.set_xticklabels(names, rotation=12, fontsize=8)
+    right.set_ylabel("ms")
+    right.axhline(100, color="grey", linestyle="--", linewidth=1)
+    right.set_title("Reaction times with 500 live Jobs (reaction-load)")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    print(f"wrote {png}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
