@@ -311,7 +311,7 @@ pub fn reports(backend: &BackendRecord) -> Vec<Report> {
             || *call == format!("POST /publish-jobs/{}/lost", e.job_id);
         let dead = *call == format!("POST /jobs/{}/status", e.job_id)
             && e.state == "failed"
-            && e.caller.as_deref().is_some_and(|c| is_dispatcher_agent(c));
+            && e.caller.as_deref().is_some_and(is_dispatcher_agent);
         let kind = match (lost, dead) {
             (true, _) => ReportKind::Lost,
             (_, true) => ReportKind::Dead,
