@@ -27,6 +27,7 @@ use crate::plan::failures::{
 };
 use crate::tokens::{TokenKey, TokenStore};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobId};
@@ -133,8 +134,10 @@ pub struct Reporter {
     pub(super) budget: Duration,
     pub(super) settings: FailureSettings,
     pub(super) memory: BTreeMap<String, JobMemory>,
-    /// The last summary of each entry of the view, to tell one that vanished.
-    pub(super) last_seen: BTreeMap<String, JobSummary>,
+    /// The view as the last tick saw it (sorted by name), to tell an entry
+    /// that vanished. Shared with that tick's snapshot, never copied: a
+    /// copy per tick cost about a cached Job's size again for every Job.
+    pub(super) last_seen: Arc<Vec<JobSummary>>,
     /// Entries that left the view while live.
     pub(super) vanished: BTreeMap<String, Vanished>,
     pub(super) evidence: BTreeMap<String, Evidence>,
@@ -200,7 +203,7 @@ impl Reporter {
             budget: parts.budget,
             settings: parts.settings,
             memory: BTreeMap::new(),
-            last_seen: BTreeMap::new(),
+            last_seen: Arc::default(),
             vanished: BTreeMap::new(),
             evidence: BTreeMap::new(),
             failing: FailingSince::new(),
@@ -235,11 +238,16 @@ impl Reporter {
             .insert(name.to_owned());
     }
 
-    /// The entries the tick judges: the view's, then those that vanished.
-    pub(super) fn entries(&self, snapshot: &[JobSummary]) -> Vec<JobSummary> {
-        let mut all = snapshot.to_vec();
+    /// The entries the tick judges: the view's, then those that vanished
+    /// (the snapshot itself, shared, when none did).
+    pub(super) fn entries(&self, snapshot: &Arc<Vec<JobSummary>>) -> Arc<Vec<JobSummary>> {
+        if self.vanished.is_empty() {
+            return Arc::clone(snapshot);
+        }
+        let mut all = Vec::with_capacity(snapshot.len() + self.vanished.len());
+        all.extend(snapshot.iter().cloned());
         all.extend(self.vanished.values().map(|v| v.last.clone()));
-        all
+        Arc::new(all)
     }
 
     /// One tick. `lost_due` forces (or skips) the lost judgement; `None`
@@ -255,7 +263,7 @@ impl Reporter {
         report.view_current = true;
         let now = Instant::now();
         let deadline = now + self.budget;
-        let snapshot = self.jobs.snapshot();
+        let snapshot = Arc::new(self.jobs.snapshot());
         self.remember(&snapshot, now);
         let vanished: Vec<JobSummary> = self.vanished.values().map(|v| v.last.clone()).collect();
 
@@ -363,39 +371,54 @@ impl Reporter {
 
     /// Remembers new entries, notes the ones that left the view while live,
     /// forgets the rest, and prunes tokens, back-offs and notes.
-    fn remember(&mut self, snapshot: &[JobSummary], now: Instant) {
-        let names: BTreeSet<&str> = snapshot.iter().map(|j| j.name.as_str()).collect();
-        for (name, last) in std::mem::take(&mut self.last_seen) {
-            if names.contains(name.as_str()) || !last.is_live() {
+    ///
+    /// Names are looked up in the snapshot by binary search (it is sorted
+    /// by name) and nothing of it is copied: with many cached Jobs a copy
+    /// or an index per tick is most of the lease-keeper's memory.
+    fn remember(&mut self, snapshot: &Arc<Vec<JobSummary>>, now: Instant) {
+        let present = |name: &str| {
+            snapshot
+                .binary_search_by(|j| j.name.as_str().cmp(name))
+                .is_ok()
+        };
+        for last in self.last_seen.iter() {
+            if present(&last.name) || !last.is_live() {
                 continue;
             }
-            tracing::info!(job = %name, job_id = last.job_id.as_deref().unwrap_or(""), pod = last.orphan_pod.as_deref().unwrap_or(""), "a live Job left the view (deleted, and no pod of it runs on): its pod is read and its death judged");
-            self.vanished.insert(name, Vanished { last, at: now });
+            tracing::info!(job = %last.name, job_id = last.job_id.as_deref().unwrap_or(""), pod = last.orphan_pod.as_deref().unwrap_or(""), "a live Job left the view (deleted, and no pod of it runs on): its pod is read and its death judged");
+            self.vanished.insert(
+                last.name.clone(),
+                Vanished {
+                    last: last.clone(),
+                    at: now,
+                },
+            );
         }
         let keep_vanished = self.lease_length * 2;
         self.vanished.retain(|name, v| {
-            !names.contains(name.as_str()) && now.saturating_duration_since(v.at) < keep_vanished
+            !present(name) && now.saturating_duration_since(v.at) < keep_vanished
         });
-        self.last_seen = snapshot
-            .iter()
-            .map(|j| (j.name.clone(), j.clone()))
-            .collect();
+        self.last_seen = Arc::clone(snapshot);
 
-        let known = |name: &str| names.contains(name) || self.vanished.contains_key(name);
+        let known = |name: &str| present(name) || self.vanished.contains_key(name);
         self.memory.retain(|name, _| known(name));
         self.evidence.retain(|name, _| known(name));
-        self.never_started
-            .retain(|name, _| names.contains(name.as_str()));
+        self.never_started.retain(|name, _| present(name));
         self.judged_dead
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|name| names.contains(name.as_str()));
-        for job in snapshot {
-            self.memory.entry(job.name.clone()).or_insert(JobMemory {
-                first_seen: now,
-                evidence: EvidenceState::Missing,
-                last_start_check: None,
-            });
+            .retain(|name| present(name));
+        for job in snapshot.iter() {
+            if !self.memory.contains_key(&job.name) {
+                self.memory.insert(
+                    job.name.clone(),
+                    JobMemory {
+                        first_seen: now,
+                        evidence: EvidenceState::Missing,
+                        last_start_check: None,
+                    },
+                );
+            }
         }
         self.failing.observe(snapshot, now);
         // A Job that vanished keeps its token until its death is settled.
@@ -403,12 +426,13 @@ impl Reporter {
         for (key, reason) in self.store.prune(&entries, now, self.lease_length) {
             tracing::debug!(job_id = %key.job_id, claim = %key.claim, reason = reason.as_str(), "token dropped");
         }
-        let claims: BTreeSet<TokenKey> = entries
+        let claims: BTreeSet<(&str, &str)> = entries
             .iter()
-            .filter_map(|j| Some(TokenKey::new(j.job_id.clone()?, j.claim.clone()?)))
+            .filter_map(|j| Some((j.job_id.as_deref()?, j.claim.as_deref()?)))
             .collect();
-        self.handled_deaths.retain(|key| claims.contains(key));
-        self.prepared.retain(|key, _| claims.contains(key));
+        let claimed = |key: &TokenKey| claims.contains(&(key.job_id.as_str(), key.claim.as_str()));
+        self.handled_deaths.retain(|key| claimed(key));
+        self.prepared.retain(|key, _| claimed(key));
         let ids: BTreeSet<&str> = entries.iter().filter_map(|j| j.job_id.as_deref()).collect();
         self.backoffs
             .retain(|(report, id)| *report != Report::Death || ids.contains(id.as_str()));
