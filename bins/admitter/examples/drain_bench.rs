@@ -1,4 +1,5 @@
-//! Drain-rate benchmark: the admitter against the raw floor.
+//! Drain-rate benchmark: the admitter against the raw floor, with no latency
+//! and under a latency profile.
 //!
 //! Both sides drain the same number of queued runs from a fresh reference
 //! backend (backend-sim, in memory) into a fresh kube-sim (controller off, so
@@ -11,10 +12,30 @@
 //!   claiming too), caps high enough not to bind, timed from start until the
 //!   last Job exists.
 //!
-//! Rounds alternate the two to share any machine noise. Target: the admitter
-//! drains at 80% of the floor or better (architecture.md §8).
+//! Each profile is measured in the same run, rounds alternating the two
+//! sides to share any machine noise:
 //!
-//! `cargo run -p tcab-admitter --example drain_bench -- [JOBS] [ROUNDS]`
+//! - **zero latency**: the sims answer in microseconds;
+//! - **latency** (`--kube-ms`, default 20; `--backend-ms`, default 10):
+//!   kube-sim's `delay` fault on every Job and pod call (create, get, list,
+//!   watch, delete: a watch waits before it opens; events then flow at once)
+//!   and backend-sim's `delay` fault on every backend call (claims, reports,
+//!   renewals). The gate and the vault are the lease-keeper in the same pod
+//!   (localhost gRPC) and stay undelayed.
+//!
+//! Then, per profile, what one admission is made of: the median of single
+//! gate calls, claims, vault `Put`s and creates, and the ratio those predict
+//! (floor = claim + create; the admitter adds the gate call and the `Put`,
+//! which the rules keep in line: a gate answer is never reused across
+//! claims, and the `Put` must precede the create).
+//!
+//! Targets (architecture.md §8): at least 80% of the floor at zero latency,
+//! at least 90% under 20 ms Kubernetes / 10 ms backend calls.
+//!
+//! `cargo run --release -p tcab-admitter --example drain_bench -- [JOBS] [ROUNDS]
+//!  [--latency-jobs N] [--kube-ms MS] [--backend-ms MS]`
+//! (JOBS per round at zero latency, default 300; ROUNDS default 5;
+//! `--latency-jobs` per round under latency, default 100.)
 
 #[path = "../tests/it/support/gate.rs"]
 #[allow(dead_code)]
@@ -26,13 +47,50 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 use tcab_admitter::AdmitterConfig;
 use tcab_admitter::job_builder;
+use tcab_admitter::keeper_client::{KeeperClient, KeeperClientSettings};
 use tcab_admitter::{Deps, run};
+use tcab_backend_sim::faults::{FaultMode, FaultRequest};
+use tcab_kube_sim::faults::{ApiFaultMode, FaultRule};
+use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::config::{BinaryConfig, Env};
 use tcab_shared::runtime::CancellationToken;
 
 const TOKEN: &str = "bench-token";
 const NS: &str = "bench";
+/// How long a profile's faults last: longer than any round.
+const PROFILE_SECONDS: f64 = 3600.0;
+
+/// A latency profile: how late each simulator answers.
+#[derive(Debug, Clone, Copy)]
+struct Profile {
+    kube: Duration,
+    backend: Duration,
+    /// Runs drained per round.
+    jobs: usize,
+}
+
+impl Profile {
+    fn name(&self) -> String {
+        if self.kube.is_zero() && self.backend.is_zero() {
+            "zero latency".into()
+        } else {
+            format!(
+                "{} ms Kubernetes / {} ms backend",
+                self.kube.as_millis(),
+                self.backend.as_millis()
+            )
+        }
+    }
+
+    fn target(&self) -> f64 {
+        if self.kube.is_zero() && self.backend.is_zero() {
+            0.80
+        } else {
+            0.90
+        }
+    }
+}
 
 struct World {
     backend: tcab_backend_sim::SimHandle,
@@ -40,7 +98,8 @@ struct World {
     kube: kube::Client,
 }
 
-async fn world(jobs: usize) -> anyhow::Result<World> {
+/// Fresh sims with `jobs` queued runs, answering as `profile` says.
+async fn world(jobs: usize, profile: Profile) -> anyhow::Result<World> {
     let backend = tcab_backend_sim::spawn(tcab_backend_sim::SimOptions::in_memory(TOKEN)).await?;
     let cluster = tcab_kube_sim::spawn(tcab_kube_sim::SimOptions {
         namespace: NS.into(),
@@ -66,11 +125,38 @@ async fn world(jobs: usize) -> anyhow::Result<World> {
         "enqueue answered {}",
         answer.status()
     );
+    // The profile applies from here on: the queue is filled already.
+    if !profile.backend.is_zero() {
+        backend
+            .add_fault(FaultRequest {
+                paths: vec!["/**".into()],
+                mode: FaultMode::Delay,
+                seconds: PROFILE_SECONDS,
+                status: None,
+                body: None,
+                merge: false,
+                delay_ms: Some(millis(profile.backend)),
+            })
+            .map_err(anyhow::Error::msg)?;
+    }
+    if !profile.kube.is_zero() {
+        cluster.sim().faults.add_rule(
+            FaultRule::new(ApiFaultMode::Delay)
+                .verbs(["create", "get", "list", "watch", "delete"])
+                .resources(["jobs", "pods"])
+                .delay(profile.kube)
+                .for_seconds(PROFILE_SECONDS),
+        );
+    }
     Ok(World {
         backend,
         cluster,
         kube,
     })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn config(
@@ -96,9 +182,40 @@ fn live_runs(world: &World) -> i64 {
     live.get("run").copied().unwrap_or(0)
 }
 
-/// Bare claim + create, back to back; returns the time to drain `jobs`.
-async fn raw_floor(jobs: usize, vault: std::net::SocketAddr) -> anyhow::Result<Duration> {
-    let world = world(jobs).await?;
+/// One side's drain: the whole time, and the span from its first Job's
+/// create to its last (the cluster's own record), which leaves out the
+/// admitter's start-up (its dry-run create and first list of Jobs).
+#[derive(Debug, Clone, Copy)]
+struct Drain {
+    whole: Duration,
+    steady: Duration,
+}
+
+/// When each Job was created, by the cluster's audit timeline.
+fn creates(world: &World) -> Vec<jiff::Timestamp> {
+    world
+        .cluster
+        .sim()
+        .store
+        .audit_page(0, usize::MAX)
+        .entries
+        .into_iter()
+        .filter(|e| e.kind == "Job" && e.event == "ADDED")
+        .map(|e| e.at)
+        .collect()
+}
+
+fn span(times: &[jiff::Timestamp]) -> Duration {
+    match (times.first(), times.last()) {
+        (Some(first), Some(last)) => Duration::try_from(*last - *first).unwrap_or_default(),
+        _ => Duration::ZERO,
+    }
+}
+
+/// Bare claim + create, back to back.
+async fn raw_floor(profile: Profile, vault: std::net::SocketAddr) -> anyhow::Result<Drain> {
+    let jobs = profile.jobs;
+    let world = world(jobs, profile).await?;
     let config = config(&world.backend.url(), vault, jobs)?;
     let client = BackendClient::new(&world.backend.url(), TOKEN.into(), Duration::from_secs(10))?;
     let api: Api<Job> = Api::namespaced(world.kube.clone(), NS);
@@ -112,15 +229,19 @@ async fn raw_floor(jobs: usize, vault: std::net::SocketAddr) -> anyhow::Result<D
         .await?;
         made += 1;
     }
-    let took = start.elapsed();
+    let whole = start.elapsed();
     anyhow::ensure!(made == jobs, "raw floor created {made} of {jobs}");
+    let steady = span(&creates(&world));
     world.backend.shutdown().await;
-    Ok(took)
+    Ok(Drain { whole, steady })
 }
 
-/// The admitter's `run()`; returns the time until every Job exists.
-async fn admitter(jobs: usize, vault: std::net::SocketAddr) -> anyhow::Result<Duration> {
-    let world = world(jobs).await?;
+/// The admitter's `run()`, from its start until every Job exists (the
+/// last create's time by the cluster's record: the bench looks only every
+/// 2 ms, so as not to take CPU from the admitter).
+async fn admitter(profile: Profile, vault: std::net::SocketAddr) -> anyhow::Result<Drain> {
+    let jobs = profile.jobs;
+    let world = world(jobs, profile).await?;
     let config = config(&world.backend.url(), vault, jobs)?;
     let deps = Deps {
         kube: world.kube.clone(),
@@ -130,19 +251,73 @@ async fn admitter(jobs: usize, vault: std::net::SocketAddr) -> anyhow::Result<Du
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
     let start = Instant::now();
+    let started = jiff::Timestamp::now();
     let task = tokio::spawn(run(config, deps, shutdown));
     while live_runs(&world) < jobs as i64 {
         anyhow::ensure!(
             start.elapsed() < Duration::from_secs(300),
             "admitter drain timed out"
         );
-        tokio::time::sleep(Duration::from_micros(200)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let took = start.elapsed();
     trigger.cancel();
     task.await??;
+    let times = creates(&world);
+    let last = times.last().copied().unwrap_or(started);
+    let whole = Duration::try_from(last - started).unwrap_or_default();
     world.backend.shutdown().await;
-    Ok(took)
+    Ok(Drain {
+        whole,
+        steady: span(&times),
+    })
+}
+
+/// The median single call of each step of one admission, under `profile`.
+#[derive(Debug)]
+struct Steps {
+    gate: Duration,
+    claim: Duration,
+    put: Duration,
+    create: Duration,
+}
+
+/// Each step timed on its own, over a whole drain of the same queue (the
+/// reference backend's claim slows as its queue grows, so a shorter queue
+/// would make the claim look cheaper than in the rounds).
+async fn steps(profile: Profile, vault: std::net::SocketAddr) -> anyhow::Result<Steps> {
+    let n = profile.jobs;
+    let world = world(n, profile).await?;
+    let config = config(&world.backend.url(), vault, n)?;
+    let client = BackendClient::new(&world.backend.url(), TOKEN.into(), Duration::from_secs(10))?;
+    let keeper = KeeperClient::connect_lazy(vault, KeeperClientSettings::default())?;
+    let api: Api<Job> = Api::namespaced(world.kube.clone(), NS);
+    // One call of each first, so connections are open.
+    keeper.last_renewal().await?;
+    let (mut gate, mut claim, mut put, mut create) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..n {
+        let t = Instant::now();
+        keeper.last_renewal().await?;
+        gate.push(t.elapsed());
+        let t = Instant::now();
+        let Some(run) = client.claim_run().await? else {
+            anyhow::bail!("the queue ran out early");
+        };
+        claim.push(t.elapsed());
+        let t = Instant::now();
+        keeper.put(Lane::Run, &run.id, "c", &run.token).await?;
+        put.push(t.elapsed());
+        let job = job_builder::driver_job(&config.jobs, &run);
+        let t = Instant::now();
+        api.create(&PostParams::default(), &job).await?;
+        create.push(t.elapsed());
+    }
+    world.backend.shutdown().await;
+    Ok(Steps {
+        gate: median(gate),
+        claim: median(claim),
+        put: median(put),
+        create: median(create),
+    })
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -150,35 +325,160 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut args = std::env::args().skip(1);
-    let jobs: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(300);
-    let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(3);
-    let gate = gate::FakeGate::start().await;
+fn rate(jobs: usize, took: Duration) -> f64 {
+    jobs as f64 / took.as_secs_f64()
+}
 
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One profile's rounds; returns the lines of its summary.
+async fn measure(
+    profile: Profile,
+    rounds: usize,
+    vault: std::net::SocketAddr,
+) -> anyhow::Result<Vec<String>> {
+    let jobs = profile.jobs;
+    println!("{} ({jobs} runs per round):", profile.name());
     let (mut floors, mut admits) = (vec![], vec![]);
     for round in 1..=rounds {
-        let floor = raw_floor(jobs, gate.addr).await?;
-        let adm = admitter(jobs, gate.addr).await?;
+        let floor = raw_floor(profile, vault).await?;
+        let adm = admitter(profile, vault).await?;
         println!(
-            "round {round}: raw floor {:>7.1} jobs/s ({:?}), admitter {:>7.1} jobs/s ({:?})",
-            jobs as f64 / floor.as_secs_f64(),
-            floor,
-            jobs as f64 / adm.as_secs_f64(),
-            adm
+            "  round {round}: raw floor {:>7.1} jobs/s ({:?}), admitter {:>7.1} jobs/s ({:?}; first to last Job {:?}, floor's {:?})",
+            rate(jobs, floor.whole),
+            floor.whole,
+            rate(jobs, adm.whole),
+            adm.whole,
+            adm.steady,
+            floor.steady,
         );
         floors.push(floor);
         admits.push(adm);
     }
-    let (floor, adm) = (median(floors), median(admits));
+    let floor = median(floors.iter().map(|d| d.whole).collect());
+    let adm = median(admits.iter().map(|d| d.whole).collect());
+    let floor_steady = median(floors.iter().map(|d| d.steady).collect());
+    let adm_steady = median(admits.iter().map(|d| d.steady).collect());
     let ratio = floor.as_secs_f64() / adm.as_secs_f64();
+    let steady_ratio = floor_steady.as_secs_f64() / adm_steady.as_secs_f64();
+    let s = steps(profile, vault).await?;
+    let (floor_job, admit_job) = (s.claim + s.create, s.gate + s.claim + s.put + s.create);
     println!(
-        "median over {rounds} rounds of {jobs} runs: raw floor {:.1} jobs/s, admitter {:.1} jobs/s, admitter/floor = {:.0}% (target 80%)",
-        jobs as f64 / floor.as_secs_f64(),
-        jobs as f64 / adm.as_secs_f64(),
-        ratio * 100.0
+        "  one admission's calls, each timed alone over a drain (median): gate {:.3} ms, claim {:.3} ms, vault Put {:.3} ms, create {:.3} ms",
+        ms(s.gate),
+        ms(s.claim),
+        ms(s.put),
+        ms(s.create)
     );
+    let per_job = |d: Duration| ms(d) / jobs as f64;
+    println!(
+        "  per job: floor {:.3} ms, admitter {:.3} ms (start-up {:.1} ms in all); these calls alone predict {:.0}% (the gate call and the Put are {:.0}% of an admission's calls)",
+        per_job(floor),
+        per_job(adm),
+        ms(adm.saturating_sub(adm_steady)),
+        100.0 * floor_job.as_secs_f64() / admit_job.as_secs_f64(),
+        100.0 * (s.gate + s.put).as_secs_f64() / admit_job.as_secs_f64(),
+    );
+    let verdict = if ratio >= profile.target() {
+        "met"
+    } else {
+        "MISSED"
+    };
+    Ok(vec![
+        format!(
+            "{:<32} raw floor {:>7.1} jobs/s, admitter {:>7.1} jobs/s, admitter/floor = {:>3.0}% (target {:.0}%: {verdict})",
+            profile.name(),
+            rate(jobs, floor),
+            rate(jobs, adm),
+            ratio * 100.0,
+            profile.target() * 100.0,
+        ),
+        format!(
+            "{:<32} first Job to last: floor {:.3} ms a Job, admitter {:.3} ms a Job, admitter/floor = {:>3.0}% (start-up left out)",
+            "",
+            ms(floor_steady) / (jobs.max(2) - 1) as f64,
+            ms(adm_steady) / (jobs.max(2) - 1) as f64,
+            steady_ratio * 100.0,
+        ),
+    ])
+}
+
+/// Options: `[JOBS] [ROUNDS] [--latency-jobs N] [--kube-ms MS] [--backend-ms MS]`.
+struct Args {
+    jobs: usize,
+    rounds: usize,
+    latency_jobs: usize,
+    kube_ms: u64,
+    backend_ms: u64,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut out = Args {
+        jobs: 300,
+        rounds: 5,
+        latency_jobs: 100,
+        kube_ms: 20,
+        backend_ms: 10,
+    };
+    let mut positional = 0;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| -> anyhow::Result<u64> {
+            let v = it
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("{name} needs a value"))?;
+            Ok(v.parse()?)
+        };
+        match a.as_str() {
+            "--latency-jobs" => out.latency_jobs = usize::try_from(value(&a)?)?,
+            "--kube-ms" => out.kube_ms = value(&a)?,
+            "--backend-ms" => out.backend_ms = value(&a)?,
+            flag if flag.starts_with('-') => anyhow::bail!(
+                "unknown option {flag}; usage: drain_bench [JOBS] [ROUNDS] [--latency-jobs N] [--kube-ms MS] [--backend-ms MS]"
+            ),
+            n => {
+                match positional {
+                    0 => out.jobs = n.parse()?,
+                    1 => out.rounds = n.parse()?,
+                    _ => anyhow::bail!("too many arguments"),
+                }
+                positional += 1;
+            }
+        }
+    }
+    anyhow::ensure!(
+        out.jobs > 0 && out.latency_jobs > 0 && out.rounds > 0,
+        "JOBS, ROUNDS and --latency-jobs must be positive"
+    );
+    Ok(out)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args = args()?;
+    let gate = gate::FakeGate::start().await;
+    let profiles = [
+        Profile {
+            kube: Duration::ZERO,
+            backend: Duration::ZERO,
+            jobs: args.jobs,
+        },
+        Profile {
+            kube: Duration::from_millis(args.kube_ms),
+            backend: Duration::from_millis(args.backend_ms),
+            jobs: args.latency_jobs,
+        },
+    ];
+    let mut summary = vec![];
+    for profile in profiles {
+        summary.extend(measure(profile, args.rounds, gate.addr).await?);
+    }
+    println!("median over {} rounds:", args.rounds);
+    for line in summary {
+        println!("  {line}");
+    }
     Ok(())
 }

@@ -13,10 +13,15 @@
 //!   given JSON (a claim committed whose answer is poisoned); with
 //!   `"merge": true` the JSON is a merge patch (RFC 7386) on the real answer,
 //!   so one field can be poisoned while the id and token stay the real ones.
-//!   Any other answer (a 204 empty claim, an error) passes unchanged.
+//!   Any other answer (a 204 empty claim, an error) passes unchanged;
+//! - `delay`: the request waits `delay_ms` milliseconds, then is served as
+//!   usual (a backend that answers in milliseconds, not microseconds: the
+//!   latency profile of a benchmark); nothing of it is applied before the
+//!   wait ends (unlike `stall`, a caller that hangs up may cancel it).
 //!
 //! A rule names the paths it applies to; `*` matches one path segment
-//! (`/jobs/*/status`). Windows are real time (the dispatcher lives in real
+//! (`/jobs/*/status`), and `**` as the last segment any rest of the path
+//! (`/**` is every call but the admin's). Windows are real time (the dispatcher lives in real
 //! time; the test clock only moves the backend's own leases).
 //! `GET /admin/faults` shows the open windows, the paths of the requests
 //! held right now, and how many were stalled and errored so far.
@@ -43,6 +48,8 @@ pub enum FaultMode {
     /// Apply it, then answer 200 with `body` instead (or `body` merged into
     /// the answer, with `merge`).
     Body,
+    /// Wait `delay_ms`, then serve it as usual.
+    Delay,
 }
 
 /// The body of `POST /admin/faults`.
@@ -65,6 +72,10 @@ pub struct FaultRequest {
     /// of replacing it.
     #[serde(default)]
     pub merge: bool,
+    /// How long a `delay` fault holds each request, in milliseconds
+    /// (1..=60000).
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
 }
 
 /// What a fault does to a matching request.
@@ -84,6 +95,8 @@ pub enum Action {
         /// Merge instead of replace.
         merge: bool,
     },
+    /// Wait this long, then serve it as usual.
+    Delay(Duration),
 }
 
 impl Action {
@@ -102,6 +115,12 @@ impl Action {
                 }),
                 None => Err("mode body needs \"body\": the JSON to answer".into()),
             },
+            FaultMode::Delay => match req.delay_ms {
+                Some(ms @ 1..=MAX_DELAY_MS) => Ok(Action::Delay(Duration::from_millis(ms))),
+                _ => Err(format!(
+                    "mode delay needs \"delay_ms\": a number of milliseconds in 1..={MAX_DELAY_MS}"
+                )),
+            },
         }
     }
 
@@ -111,9 +130,13 @@ impl Action {
             Action::Error => "error",
             Action::Status(_) => "status",
             Action::Body { .. } => "body",
+            Action::Delay(_) => "delay",
         }
     }
 }
+
+/// The longest delay a `delay` fault may give one request (a minute).
+pub const MAX_DELAY_MS: u64 = 60_000;
 
 #[derive(Debug, Clone)]
 struct Rule {
@@ -132,6 +155,7 @@ pub struct Faults {
     errored: Arc<AtomicU64>,
     refused: Arc<AtomicU64>,
     replaced: Arc<AtomicU64>,
+    delayed: Arc<AtomicU64>,
 }
 
 /// What `GET /admin/faults` answers.
@@ -150,6 +174,8 @@ pub struct FaultsStatus {
     pub refused: u64,
     /// Answers replaced (or merged into) by a `body` fault so far.
     pub replaced: u64,
+    /// Requests held by a `delay` fault so far.
+    pub delayed: u64,
 }
 
 /// One open window.
@@ -157,7 +183,7 @@ pub struct FaultsStatus {
 pub struct RuleStatus {
     /// Its path patterns.
     pub paths: Vec<String>,
-    /// `stall`, `error`, `status` or `body`.
+    /// `stall`, `error`, `status`, `body` or `delay`.
     pub mode: &'static str,
     /// Real seconds left.
     pub seconds_left: f64,
@@ -178,13 +204,15 @@ impl Drop for Holding {
     }
 }
 
-/// Whether `path` matches `pattern` (`*` matches exactly one segment).
+/// Whether `path` matches `pattern` (`*` matches exactly one segment; `**`
+/// as the last segment matches whatever follows, one segment or more).
 pub fn path_matches(pattern: &str, path: &str) -> bool {
-    let mut want = pattern.trim_matches('/').split('/');
+    let mut want = pattern.trim_matches('/').split('/').peekable();
     let mut got = path.trim_matches('/').split('/');
     loop {
         match (want.next(), got.next()) {
             (None, None) => return true,
+            (Some("**"), Some(_)) if want.peek().is_none() => return true,
             (Some("*"), Some(_)) => {}
             (Some(w), Some(g)) if w == g => {}
             _ => return false,
@@ -249,6 +277,7 @@ impl Faults {
             errored: self.errored.load(Ordering::SeqCst),
             refused: self.refused.load(Ordering::SeqCst),
             replaced: self.replaced.load(Ordering::SeqCst),
+            delayed: self.delayed.load(Ordering::SeqCst),
         }
     }
 
@@ -320,6 +349,11 @@ pub async fn apply(State(faults): State<Faults>, req: Request, next: Next) -> Re
         )
             .into_response()
         }
+        Some((Action::Delay(delay), _)) => {
+            faults.delayed.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
+            next.run(req).await
+        }
         Some((Action::Stall, until)) => {
             tracing::info!(%path, "injected stall: the request is held, then applied");
             let holding = faults.hold(&path);
@@ -351,6 +385,7 @@ mod tests {
             status: None,
             body: None,
             merge: false,
+            delay_ms: None,
         }
     }
 
@@ -390,6 +425,30 @@ mod tests {
         assert!(!path_matches("/jobs/*/status", "/jobs/abc/record"));
         assert!(!path_matches("/jobs", "/jobs/next"));
         assert!(!path_matches("/jobs/next", "/jobs"));
+        assert!(path_matches("/**", "/jobs/next"));
+        assert!(path_matches("/jobs/**", "/jobs/abc/status"));
+        assert!(!path_matches("/jobs/**", "/publish-jobs/next"));
+        assert!(!path_matches("/jobs/**", "/jobs"));
+        assert!(!path_matches("/**/next", "/jobs/next"));
+    }
+
+    #[test]
+    fn a_delay_fault_needs_its_delay() {
+        let faults = Faults::default();
+        let t0 = Instant::now();
+        let mut delay = request(&["/**"], FaultMode::Delay, 5.0);
+        assert!(faults.add(delay.clone(), t0).is_err(), "no delay_ms");
+        delay.delay_ms = Some(0);
+        assert!(faults.add(delay.clone(), t0).is_err(), "a zero delay");
+        delay.delay_ms = Some(MAX_DELAY_MS + 1);
+        assert!(faults.add(delay.clone(), t0).is_err(), "over a minute");
+        delay.delay_ms = Some(10);
+        faults.add(delay, t0).unwrap();
+        assert_eq!(
+            faults.find("/publish-jobs/abc/result", t0).map(|(a, _)| a),
+            Some(Action::Delay(Duration::from_millis(10)))
+        );
+        assert_eq!(faults.status(t0).rules[0].mode, "delay");
     }
 
     #[test]

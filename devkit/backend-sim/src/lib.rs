@@ -14,6 +14,9 @@
 //! let sim = spawn(SimOptions::in_memory("service-token")).await?;
 //! let base = sim.url(); // http://127.0.0.1:NNNN
 //! sim.advance_clock(std::time::Duration::from_secs(121)); // lapse every lease
+//! // Every call answers 10 ms late for the next minute:
+//! let delay = serde_json::json!({"paths": ["/**"], "mode": "delay", "delay_ms": 10, "seconds": 60});
+//! sim.add_fault(serde_json::from_value(delay)?).map_err(anyhow::Error::msg)?;
 //! sim.shutdown().await; // or just drop it
 //! # Ok(()) }
 //! ```
@@ -160,6 +163,17 @@ impl SimHandle {
         self.sim
             .clock
             .advance_ms(i64::try_from(by.as_millis()).unwrap_or(i64::MAX));
+    }
+
+    /// Adds a fault rule, as `POST /admin/faults` does (served or not): e.g.
+    /// a `delay` on `/**` gives every call a latency.
+    pub fn add_fault(&self, rule: faults::FaultRequest) -> Result<(), String> {
+        self.sim.faults.add(rule, std::time::Instant::now())
+    }
+
+    /// Drops every fault rule.
+    pub fn clear_faults(&self) {
+        self.sim.faults.clear();
     }
 
     /// The sim's current time.

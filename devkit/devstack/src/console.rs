@@ -133,6 +133,26 @@ impl Backend {
         Ok(v["jobs"].as_array().cloned().unwrap_or_default())
     }
 
+    /// The runs in one state (`queued`, `running`, ...).
+    pub async fn jobs_in_state(&self, state: &str) -> anyhow::Result<Vec<Value>> {
+        let v = self
+            .call(reqwest::Method::GET, &format!("/jobs?state={state}"), None)
+            .await?;
+        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The publishes in one state (`queued`, `dispatched`, ...).
+    pub async fn publish_jobs_in_state(&self, state: &str) -> anyhow::Result<Vec<Value>> {
+        let v = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/publish-jobs?state={state}"),
+                None,
+            )
+            .await?;
+        Ok(v["publish_jobs"].as_array().cloned().unwrap_or_default())
+    }
+
     /// Every publish (any state).
     pub async fn publish_jobs(&self) -> anyhow::Result<Vec<Value>> {
         let v = self

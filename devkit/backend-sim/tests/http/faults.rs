@@ -155,3 +155,56 @@ async fn a_body_fault_applies_the_call_and_answers_its_body_instead() {
     let bad = json!({"paths": ["/jobs/next"], "mode": "body", "seconds": 1});
     assert_eq!(rig.post("/admin/faults", bad).await.status, 400);
 }
+
+#[tokio::test]
+async fn a_delayed_call_is_served_as_usual_and_counted() {
+    let rig = Rig::start().await;
+    let id = rig.enqueue("h", "m", None).await;
+    let a = rig
+        .post(
+            "/admin/faults",
+            json!({"paths": ["/**"], "mode": "delay", "delay_ms": 5, "seconds": 60}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let (claimed, _, _) = rig.claim().await.expect("claimable");
+    assert_eq!(claimed, id);
+    assert_eq!(rig.get("/jobs/active").await.status, 200);
+    let faults = rig.get("/admin/faults").await;
+    assert_eq!(faults.body["delayed"], 2, "{:?}", faults.body);
+    assert_eq!(faults.body["rules"][0]["mode"], "delay");
+    // Without its delay a delay rule is refused.
+    let a = rig
+        .post(
+            "/admin/faults",
+            json!({"paths": ["/jobs/next"], "mode": "delay", "seconds": 1}),
+        )
+        .await;
+    assert_error(&a, reqwest::StatusCode::BAD_REQUEST, "bad_request");
+}
+
+#[tokio::test]
+async fn a_delayed_call_is_not_applied_before_its_delay_ends() {
+    let rig = Rig::start().await;
+    let id = rig.enqueue("h", "m", None).await;
+    let a = rig
+        .post(
+            "/admin/faults",
+            json!({"paths": ["/jobs/next"], "mode": "delay", "delay_ms": 60000, "seconds": 60}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let impatient = rig
+        .http
+        .post(format!("{}/jobs/next", rig.base))
+        .bearer_auth(SERVICE)
+        .timeout(Duration::from_millis(100))
+        .send()
+        .await;
+    assert!(impatient.is_err(), "the caller gave up");
+    assert_eq!(rig.state(&id).await, "queued", "not applied yet");
+    // Clearing the rule does not release the call held, but new calls pass.
+    assert_eq!(rig.post("/admin/faults/clear", json!({})).await.status, 200);
+    let (claimed, _, _) = rig.claim().await.expect("claimable");
+    assert_eq!(claimed, id);
+}
