@@ -381,6 +381,16 @@ async fn measure(
         100.0 * floor_job.as_secs_f64() / admit_job.as_secs_f64(),
         100.0 * (s.gate + s.put).as_secs_f64() / admit_job.as_secs_f64(),
     );
+    // For scripts/bench-compare.
+    let key = profile.name();
+    for (name, value, unit) in [
+        ("raw floor", rate(jobs, floor), "jobs/s"),
+        ("admitter", rate(jobs, adm), "jobs/s"),
+        ("admitter/floor", ratio * 100.0, "%"),
+        ("admitter/floor first to last Job", steady_ratio * 100.0, "%"),
+    ] {
+        println!("figure\tdrain\t{key} {name}\t{value:.3}\t{unit}");
+    }
     let verdict = if ratio >= profile.target() {
         "met"
     } else {

@@ -199,6 +199,15 @@ fn summary(name: &str, samples: &[f64]) {
         return;
     }
     let p99 = pct(&ms, 99.0);
+    // For scripts/bench-compare and docs/performance/plot.py.
+    for (q, value) in [
+        ("p50", pct(&ms, 50.0)),
+        ("p95", pct(&ms, 95.0)),
+        ("p99", p99),
+        ("max", ms[ms.len() - 1]),
+    ] {
+        println!("figure\treaction-load\t{name} {q}\t{value:.3}\tms");
+    }
     println!(
         "  {name:<34} n={:<5} p50 {:>6.1} ms  p95 {:>6.1} ms  p99 {:>6.1} ms  max {:>7.1} ms  (p99 target 100 ms: {})",
         ms.len(),
