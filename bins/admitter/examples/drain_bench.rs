@@ -140,7 +140,7 @@ async fn world(jobs: usize, profile: Profile) -> anyhow::Result<World> {
             .map_err(anyhow::Error::msg)?;
     }
     if !profile.kube.is_zero() {
-        cluster.sim().faults.add_rule(
+        cluster.sim().faults.book.add_rule(
             FaultRule::new(ApiFaultMode::Delay)
                 .verbs(["create", "get", "list", "watch", "delete"])
                 .resources(["jobs", "pods"])
@@ -387,7 +387,11 @@ async fn measure(
         ("raw floor", rate(jobs, floor), "jobs/s"),
         ("admitter", rate(jobs, adm), "jobs/s"),
         ("admitter/floor", ratio * 100.0, "%"),
-        ("admitter/floor first to last Job", steady_ratio * 100.0, "%"),
+        (
+            "admitter/floor first to last Job",
+            steady_ratio * 100.0,
+            "%",
+        ),
     ] {
         println!("figure\tdrain\t{key} {name}\t{value:.3}\t{unit}");
     }
