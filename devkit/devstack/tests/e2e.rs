@@ -99,7 +99,10 @@ async fn drains_200_runs_and_50_publishes_within_the_caps(kind: ClusterKind) {
             .map(|(_, routes)| routes.get("POST /jobs/next").copied().unwrap_or(0))
             .sum::<u64>()
     };
-    assert!(claims("tcab-admitter/") >= runs_n as u64, "backend calls {calls:?}");
+    assert!(
+        claims("tcab-admitter/") >= runs_n as u64,
+        "backend calls {calls:?}"
+    );
     assert_eq!(claims("tcab-lease-keeper/"), 0, "backend calls {calls:?}");
 
     let by_id = t.jobs_by_id().await;

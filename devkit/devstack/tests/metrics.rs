@@ -93,7 +93,11 @@ async fn the_containers_metrics_and_probes_follow_a_drain(kind: ClusterKind) {
         .map(|i| {
             run(
                 &format!("case-{i}"),
-                json!({"duration_ms": 400, "log_lines": 1}),
+                // Longer than the Job controller's 1 s batching of pod
+                // events (upstream's and kube-sim's): a shorter run may end
+                // before its Job ever shows a ready pod, and then its start
+                // is never timed.
+                json!({"duration_ms": 1500, "log_lines": 1}),
             )
         })
         .collect();
