@@ -15,7 +15,9 @@
 //!   terminating, and no Job with that id is live;
 //! - **orphan**: the orphan sweep is on and due, no owned Job carries its
 //!   job id, the backend does not list that job as driven, and the pod is
-//!   older than the grace.
+//!   older than the grace; or, by the same gates, the only Jobs with its job
+//!   id are driver Jobs that succeeded (a **leftover**: the driver finished
+//!   but its own cleanup did not land, say while the API server was down).
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
@@ -148,6 +150,16 @@ pub enum DeleteReason {
         /// How old the pod is.
         age: SignedDuration,
     },
+    /// Every Job with the pod's job id is a driver Job that succeeded: the
+    /// driver exited, so nothing uses the sandbox, but its own cleanup did
+    /// not land. Swept by the orphan sweep's rules (the backend does not
+    /// drive the job, the pod is older than the grace).
+    Leftover {
+        /// The succeeded driver Job (the first by name).
+        job: String,
+        /// How old the pod is.
+        age: SignedDuration,
+    },
 }
 
 impl DeleteReason {
@@ -157,7 +169,7 @@ impl DeleteReason {
             DeleteReason::DriverJobFailed { .. } | DeleteReason::DriverJobStuck { .. } => {
                 ReapKind::DriverFailed
             }
-            DeleteReason::Orphan { .. } => ReapKind::Orphan,
+            DeleteReason::Orphan { .. } | DeleteReason::Leftover { .. } => ReapKind::Orphan,
         }
     }
 }
@@ -173,6 +185,11 @@ impl fmt::Display for DeleteReason {
             DeleteReason::Orphan { age } => write!(
                 f,
                 "orphan: no owned Job has its job id, the backend does not drive it, {}s old",
+                age.as_secs()
+            ),
+            DeleteReason::Leftover { job, age } => write!(
+                f,
+                "leftover: driver Job {job} succeeded without deleting it, the backend does not drive it, {}s old",
                 age.as_secs()
             ),
         }
@@ -214,13 +231,21 @@ pub enum KeepReason {
         /// Its `status.terminating`.
         terminating: i32,
     },
-    /// Jobs with its job id exist, but none failed and none is live (a
-    /// driver that succeeded normally deletes its own sandbox).
+    /// Jobs with its job id exist, but none failed and none is live, and
+    /// not every one is a succeeded driver (a failed publisher: never a
+    /// sandbox's owner).
     NoFailedDriverJob {
         /// One such Job (the first by name).
         job: String,
         /// That Job's phase.
         phase: JobPhase,
+    },
+    /// Every Job with its job id is a driver Job that succeeded. A driver
+    /// normally deletes its own sandbox before it exits; one it left is
+    /// swept as a [`DeleteReason::Leftover`] under the orphan sweep's rules.
+    DriverSucceeded {
+        /// One such Job (the first by name).
+        job: String,
     },
     /// No owned Job has its job id, and the orphan sweep is off.
     SweepDisabled,
@@ -270,6 +295,9 @@ impl fmt::Display for KeepReason {
                     f,
                     "no failed driver Job for its job id ({job} is {phase:?})"
                 )
+            }
+            KeepReason::DriverSucceeded { job } => {
+                write!(f, "driver Job {job} with its job id succeeded")
             }
             KeepReason::SweepDisabled => f.write_str("orphan, but the orphan sweep is off"),
             KeepReason::SweepNotDue => f.write_str("orphan candidate; the sweep is not due"),
@@ -375,7 +403,9 @@ enum Standing {
     Failed,
     /// A driver Job judged dead without finishing.
     Stuck,
-    /// Anything else (succeeded, or a failed publisher): reaps nothing.
+    /// A driver Job that succeeded: its sandboxes are leftovers, if any.
+    Succeeded,
+    /// Anything else (a succeeded or failed publisher): reaps nothing.
     Other(JobPhase),
 }
 
@@ -397,6 +427,7 @@ fn standing(job: &JobSummary, dead: &BTreeSet<String>) -> Standing {
                 Standing::Terminating(job.terminating_pods)
             }
         }
+        JobPhase::Succeeded if driver => Standing::Succeeded,
         phase => Standing::Other(phase),
     }
 }
@@ -408,6 +439,7 @@ struct JobsForId<'a> {
     terminating: Option<(&'a JobSummary, i32)>,
     dead: Option<(&'a JobSummary, bool)>,
     dead_keys: BTreeSet<String>,
+    succeeded: Option<(&'a JobSummary, ())>,
     other: Option<(&'a JobSummary, JobPhase)>,
 }
 
@@ -422,7 +454,9 @@ fn first<'a, T>(slot: &mut Option<(&'a JobSummary, T)>, job: &'a JobSummary, ext
 
 /// Judges every job id the owned Jobs carry. A live Job (not judged dead)
 /// holds the id's sandboxes; then a failed driver Job whose pods still
-/// terminate; then a dead driver Job reaps them; any other Job keeps them.
+/// terminate; then a dead driver Job reaps them; any other Job keeps them,
+/// and when all of them are succeeded drivers the verdict says so (their
+/// sandboxes are leftovers for the sweep).
 /// Jobs whose job id is not a valid backend id are left out.
 pub fn judge_ids(jobs: &[JobSummary], dead: &BTreeSet<String>) -> BTreeMap<String, IdVerdict> {
     let mut index: BTreeMap<&str, JobsForId> = BTreeMap::new();
@@ -446,6 +480,7 @@ pub fn judge_ids(jobs: &[JobSummary], dead: &BTreeSet<String>) -> BTreeMap<Strin
                 entry.dead_keys.insert(job_key(job).to_owned());
                 first(&mut entry.dead, job, true);
             }
+            Standing::Succeeded => first(&mut entry.succeeded, job, ()),
             Standing::Other(phase) => first(&mut entry.other, job, phase),
         }
     }
@@ -472,13 +507,16 @@ pub fn judge_ids(jobs: &[JobSummary], dead: &BTreeSet<String>) -> BTreeMap<Strin
                     jobs: e.dead_keys,
                 }
             } else {
-                match e.other {
-                    Some((job, phase)) => IdVerdict::Hold(KeepReason::NoFailedDriverJob {
+                match (e.other, e.succeeded) {
+                    (Some((job, phase)), _) => IdVerdict::Hold(KeepReason::NoFailedDriverJob {
                         job: job.name.clone(),
                         phase,
                     }),
+                    (None, Some((job, ()))) => IdVerdict::Hold(KeepReason::DriverSucceeded {
+                        job: job.name.clone(),
+                    }),
                     // An entry always holds a Job; were it ever empty, keep.
-                    None => IdVerdict::Hold(KeepReason::NoJobId),
+                    (None, None) => IdVerdict::Hold(KeepReason::NoJobId),
                 }
             };
             (id.to_owned(), verdict)
@@ -530,8 +568,9 @@ pub fn mismatches(plan: &ReapPlan) -> BTreeMap<String, Vec<String>> {
 /// A pod is deleted only when it carries the driver's managed-by value, is
 /// no Job's own pod, carries a valid job id, is not already terminating,
 /// and either its id's verdict ([`judge_ids`]) is to reap, or (orphan
-/// sweep) no owned Job carries its id, the backend's driven list was read
-/// and lacks it, and it is at least the grace old.
+/// sweep) no owned Job carries its id (or only succeeded driver Jobs do),
+/// the backend's driven list was read and lacks it, and it is at least the
+/// grace old.
 pub fn plan(snapshot: &Snapshot<'_>, settings: &SweepSettings) -> ReapPlan {
     let verdicts = judge_ids(snapshot.jobs, snapshot.dead);
     let grace = SignedDuration::try_from(settings.orphan_grace).unwrap_or(SignedDuration::MAX);
@@ -587,40 +626,53 @@ fn decide(
     if pod.terminating {
         return Err(KeepReason::Terminating);
     }
-    match verdicts.get(job_id) {
-        Some(IdVerdict::Reap { reason, .. }) => Ok((job_id.to_owned(), reason.clone())),
-        Some(IdVerdict::Hold(reason)) => Err(reason.clone()),
-        None => {
-            if !settings.orphan_sweep {
-                return Err(KeepReason::SweepDisabled);
-            }
-            match snapshot.driven {
-                Driven::NotAsked => return Err(KeepReason::SweepNotDue),
-                Driven::Unknown => return Err(KeepReason::DrivenUnknown),
-                Driven::Known(ids) if ids.contains(job_id) => {
-                    return Err(KeepReason::DrivenByBackend);
-                }
-                Driven::Known(_) => {}
-            }
-            let Some(created) = pod.created_at else {
-                return Err(KeepReason::AgeUnknown);
-            };
-            let age = snapshot.now.duration_since(created);
-            if age < grace {
-                Err(KeepReason::TooYoung { age })
-            } else {
-                Ok((job_id.to_owned(), DeleteReason::Orphan { age }))
-            }
-        }
+    let succeeded = match verdicts.get(job_id) {
+        Some(IdVerdict::Reap { reason, .. }) => return Ok((job_id.to_owned(), reason.clone())),
+        Some(IdVerdict::Hold(KeepReason::DriverSucceeded { job })) => Some(job),
+        Some(IdVerdict::Hold(reason)) => return Err(reason.clone()),
+        None => None,
+    };
+    // The orphan sweep's gates, for an orphan and a leftover alike.
+    let held = || match succeeded {
+        Some(job) => KeepReason::DriverSucceeded { job: job.clone() },
+        None => KeepReason::SweepDisabled,
+    };
+    if !settings.orphan_sweep {
+        return Err(held());
     }
+    match snapshot.driven {
+        Driven::NotAsked if succeeded.is_some() => return Err(held()),
+        Driven::NotAsked => return Err(KeepReason::SweepNotDue),
+        Driven::Unknown => return Err(KeepReason::DrivenUnknown),
+        Driven::Known(ids) if ids.contains(job_id) => {
+            return Err(KeepReason::DrivenByBackend);
+        }
+        Driven::Known(_) => {}
+    }
+    let Some(created) = pod.created_at else {
+        return Err(KeepReason::AgeUnknown);
+    };
+    let age = snapshot.now.duration_since(created);
+    if age < grace {
+        return Err(KeepReason::TooYoung { age });
+    }
+    let reason = match succeeded {
+        Some(job) => DeleteReason::Leftover {
+            job: job.clone(),
+            age,
+        },
+        None => DeleteReason::Orphan { age },
+    };
+    Ok((job_id.to_owned(), reason))
 }
 
 /// Whether a fresh read of the owned Jobs carrying `job_id` (made after
 /// the plan, just before the deletes) still allows deleting that id's
 /// sandboxes for `reason`. An orphan needs no Job with the id at all; a
-/// driver reap needs the fresh Jobs to judge the id a reap too (or no Job
-/// with the id to be left). Anything else is a doubt: keep, and let the
-/// next tick plan again.
+/// leftover needs every fresh Job with the id to be a succeeded driver (or
+/// none left); a driver reap needs the fresh Jobs to judge the id a reap
+/// too (or no Job with the id to be left). Anything else is a doubt: keep,
+/// and let the next tick plan again.
 pub fn confirm(
     job_id: &str,
     reason: &DeleteReason,
@@ -635,14 +687,18 @@ pub fn confirm(
     let Some(first_job) = same_id.first() else {
         return Ok(());
     };
-    if reason.kind() == ReapKind::Orphan {
+    if matches!(reason, DeleteReason::Orphan { .. }) {
         return Err(KeepReason::JobFound {
             job: first_job.name.clone(),
         });
     }
+    let leftover = matches!(reason, DeleteReason::Leftover { .. });
+    let first_name = first_job.name.clone();
     let same_id: Vec<JobSummary> = same_id.into_iter().cloned().collect();
     match judge_ids(&same_id, dead).remove(job_id) {
-        Some(IdVerdict::Reap { .. }) => Ok(()),
+        Some(IdVerdict::Reap { .. }) if !leftover => Ok(()),
+        Some(IdVerdict::Hold(KeepReason::DriverSucceeded { .. })) if leftover => Ok(()),
+        Some(IdVerdict::Reap { .. }) => Err(KeepReason::JobFound { job: first_name }),
         Some(IdVerdict::Hold(keep)) => Err(keep),
         // Only a malformed id lands here; the plan never deletes for one.
         None => Err(KeepReason::NoJobId),
@@ -839,20 +895,39 @@ mod tests {
     }
 
     #[test]
-    fn succeeded_or_publisher_jobs_do_not_reap() {
+    fn a_failed_publisher_reaps_nothing_and_a_succeeded_driver_leaves_only_to_the_sweep() {
         let jobs = [
             job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Succeeded),
             job("tcab-publisher-p-1", "p", Lane::Publish, JobPhase::Failed),
+            job("tcab-driver-m-1", "m", Lane::Run, JobPhase::Succeeded),
+            job(
+                "tcab-publisher-m-1",
+                "m",
+                Lane::Publish,
+                JobPhase::Succeeded,
+            ),
         ];
-        let pods = [sandbox("sb-a", "a", 5000), sandbox("sb-p", "p", 5000)];
+        let pods = [
+            sandbox("sb-a", "a", 5000),
+            sandbox("sb-a-young", "a", 5),
+            sandbox("sb-p", "p", 5000),
+            sandbox("sb-m", "m", 5000),
+        ];
+        // The sweep is due and the backend drives none of them: the old
+        // sandbox a succeeded driver left is swept, the young one waits.
         let p = simple(&jobs, &pods);
-        assert!(p.delete.is_empty(), "{p:?}");
-        assert!(matches!(
-            kept_reason(&p, "sb-a"),
-            KeepReason::NoFailedDriverJob {
-                phase: JobPhase::Succeeded,
-                ..
+        assert_eq!(deleted(&p), ["sb-a"]);
+        assert_eq!(
+            p.delete[0].reason,
+            DeleteReason::Leftover {
+                job: "tcab-driver-a-1".into(),
+                age: SignedDuration::from_secs(5000)
             }
+        );
+        assert_eq!(p.delete[0].reason.kind().as_str(), "orphan");
+        assert!(matches!(
+            kept_reason(&p, "sb-a-young"),
+            KeepReason::TooYoung { .. }
         ));
         assert!(matches!(
             kept_reason(&p, "sb-p"),
@@ -861,6 +936,73 @@ mod tests {
                 ..
             }
         ));
+        // Not every Job of the id is a succeeded driver: kept.
+        assert!(matches!(
+            kept_reason(&p, "sb-m"),
+            KeepReason::NoFailedDriverJob {
+                phase: JobPhase::Succeeded,
+                ..
+            }
+        ));
+
+        let held = KeepReason::DriverSucceeded {
+            job: "tcab-driver-a-1".into(),
+        };
+        // Outside a sweep, with the sweep off, or while the backend drives it: kept.
+        let off = SweepSettings {
+            orphan_sweep: false,
+            ..settings()
+        };
+        let p = plan_with(&jobs, &pods, &no_dead(), &BTreeSet::new(), &off);
+        assert!(p.delete.is_empty());
+        assert_eq!(kept_reason(&p, "sb-a"), &held);
+        let not_due = plan(
+            &Snapshot {
+                jobs: &jobs,
+                pods: &pods,
+                now: now(),
+                dead: &no_dead(),
+                driven: Driven::NotAsked,
+            },
+            &settings(),
+        );
+        assert!(not_due.delete.is_empty());
+        assert_eq!(kept_reason(&not_due, "sb-a"), &held);
+        let driven: BTreeSet<String> = ["a".to_owned()].into();
+        let p = plan_with(&jobs, &pods, &no_dead(), &driven, &settings());
+        assert!(p.delete.is_empty());
+        assert_eq!(kept_reason(&p, "sb-a"), &KeepReason::DrivenByBackend);
+    }
+
+    #[test]
+    fn a_leftover_is_confirmed_only_while_every_job_of_its_id_is_a_succeeded_driver() {
+        let done = job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Succeeded);
+        let leftover = DeleteReason::Leftover {
+            job: done.name.clone(),
+            age: SignedDuration::from_secs(700),
+        };
+        let none = no_dead();
+        assert_eq!(
+            confirm("a", &leftover, std::slice::from_ref(&done), &none),
+            Ok(())
+        );
+        assert_eq!(confirm("a", &leftover, &[], &none), Ok(()));
+        // A newer claim of the same job went live meanwhile.
+        let newer = job("tcab-driver-a-2", "a", Lane::Run, JobPhase::Live);
+        assert_eq!(
+            confirm("a", &leftover, &[done.clone(), newer], &none),
+            Err(KeepReason::LiveJob {
+                job: "tcab-driver-a-2".into()
+            })
+        );
+        // A driver of the id failed meanwhile: its own reap comes next tick.
+        let failed = job("tcab-driver-a-2", "a", Lane::Run, JobPhase::Failed);
+        assert_eq!(
+            confirm("a", &leftover, &[done, failed], &none),
+            Err(KeepReason::JobFound {
+                job: "tcab-driver-a-1".into()
+            })
+        );
     }
 
     #[test]
@@ -1099,10 +1241,12 @@ mod tests {
                 .into(),
             }
         );
-        assert!(matches!(
+        assert_eq!(
             verdicts["b"],
-            IdVerdict::Hold(KeepReason::NoFailedDriverJob { .. })
-        ));
+            IdVerdict::Hold(KeepReason::DriverSucceeded {
+                job: "tcab-driver-b-1".into()
+            })
+        );
     }
 
     #[test]
@@ -1352,12 +1496,19 @@ mod tests {
                         && j.terminating_pods == 0)),
                     DeleteReason::DriverJobStuck { job } => prop_assert!(same_id.iter().any(|j|
                         &j.name == job && really_dead(j, &dead))),
-                    DeleteReason::Orphan { age } => {
+                    DeleteReason::Orphan { age } | DeleteReason::Leftover { age, .. } => {
                         prop_assert!(settings.orphan_sweep);
-                        prop_assert!(same_id.is_empty());
+                        if let DeleteReason::Leftover { job, .. } = &d.reason {
+                            // Every Job of the id is a driver that succeeded.
+                            prop_assert!(same_id.iter().any(|j| &j.name == job));
+                            prop_assert!(same_id.iter().all(|j| j.lane == Lane::Run
+                                && j.phase == JobPhase::Succeeded));
+                        } else {
+                            prop_assert!(same_id.is_empty());
+                        }
                         match snapshot.driven {
                             Driven::Known(ids) => prop_assert!(!ids.contains(&d.job_id)),
-                            other => prop_assert!(false, "orphan swept with {:?}", other),
+                            other => prop_assert!(false, "swept with {:?}", other),
                         }
                         prop_assert!(age.as_secs() >= settings.orphan_grace.as_secs() as i64);
                     }

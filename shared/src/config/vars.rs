@@ -421,7 +421,7 @@ declare! {
         kind: Flag,
         fallback: Default(true),
         read_by: &[R],
-        doc: "Also delete sandbox pods whose job id matches no owned Job and that the backend does not list as driven (after the grace).",
+        doc: "Also delete sandbox pods whose job id matches no owned Job (or only driver Jobs that succeeded) and that the backend does not list as driven (after the grace).",
     };
 
     pub const ORPHAN_SWEEP_INTERVAL_SECONDS: Setting<Seconds> = Setting {

@@ -185,7 +185,7 @@ label_values! {
     /// Why a sandbox pod was deleted (`sandboxes_reaped_total`).
     pub enum ReapReason: "reason" {
         DriverFailed => "driver_failed", "a sandbox of a failed (or judged dead) driver Job";
-        Orphan => "orphan", "a sandbox whose job id matches no owned Job and the backend does not drive, past the grace";
+        Orphan => "orphan", "a sandbox whose job id matches no owned Job (or only driver Jobs that succeeded) and the backend does not drive, past the grace";
     }
 }
 

@@ -396,6 +396,87 @@ async fn sandbox_of_a_job_failed_and_ttl_deleted_while_the_reaper_was_down_is_sw
     reaper.stop().await;
 }
 
+/// A driver that succeeded but whose own cleanup of its sandbox did not land
+/// (the API server was down as it exited): its Job stays Complete until its
+/// TTL, so no "orphan" rule matches, yet nothing uses the sandbox any more.
+/// The sweep removes it as a leftover once the backend no longer drives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_a_succeeded_driver_left_behind_is_swept_once_the_backend_is_done_with_it() {
+    let cluster = sim(None).await;
+    let admin = client(&cluster, cluster.admin_token());
+    // A driver Job whose pod runs briefly and exits 0 (the plain program:
+    // its pod is not labelled as a run), and the sandbox it left.
+    let mut job = driver("run-s", 3600);
+    let template = job
+        .spec
+        .as_mut()
+        .expect("spec")
+        .template
+        .metadata
+        .get_or_insert_with(Default::default);
+    template
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("tcab.dev/job-kind".into(), "plain".into());
+    template
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("kube-sim.tcab.dev/run-seconds".into(), "0.2".into());
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), NS);
+    let job = jobs
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create driver Job");
+    let sandbox = make_sandbox(&admin, "tcab-sandbox-s", "run-s").await;
+    until(
+        "the driver Job succeeds",
+        Duration::from_secs(20),
+        || async {
+            let j = jobs.get(&job.name_any()).await.expect("get job");
+            let complete = j.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Complete" && c.status == "True")
+            });
+            complete.then_some(())
+        },
+    )
+    .await;
+
+    // The backend still drives the run (its terminal report is in flight):
+    // the sweep keeps the sandbox.
+    let backend = MockBackend::start(Active::Driven(vec!["run-s".into()])).await;
+    let reaper = Running::start(&cluster, admin.clone(), eager_sweep(&backend), &backend);
+    until("two sweeps", Duration::from_secs(20), || async {
+        let sweeps = reaper
+            .reports_since(0)
+            .iter()
+            .filter(|r| r.sweep == SweepOutcome::Driven(1))
+            .count();
+        (sweeps >= 2).then_some(())
+    })
+    .await;
+    let sandboxes: Api<Pod> = Api::namespaced(admin.clone(), SANDBOXES);
+    assert!(!deleted(&sandboxes, &sandbox.name_any()).await);
+
+    // The run ends at the backend: the next sweep removes the leftover.
+    backend.set(Active::Driven(vec![]));
+    until("the sweep", Duration::from_secs(10), || async {
+        deleted(&sandboxes, &sandbox.name_any()).await.then_some(())
+    })
+    .await;
+    assert_eq!(reaper.reaped(1).await, [ReapKind::Orphan]);
+    let reason = reaper
+        .reports_since(0)
+        .iter()
+        .find_map(|r| r.plan.delete.first().map(|d| d.reason.to_string()))
+        .expect("a plan deleted it");
+    assert!(
+        reason.starts_with(&format!("leftover: driver Job {}", job.name_any())),
+        "{reason}"
+    );
+    reaper.stop().await;
+}
+
 /// A sweep every tick, no grace at all: only the backend's answer and the
 /// owned Jobs stand between a sandbox and its delete.
 fn eager_sweep(backend: &MockBackend) -> ReaperConfig {
