@@ -147,6 +147,11 @@ impl LabelSelector {
         LabelSelector(labels.clone().into_iter().collect())
     }
 
+    /// Whether it selects every object (no requirement).
+    pub fn selects_all(&self) -> bool {
+        self.0.selects_all()
+    }
+
     /// Whether an object (its `metadata.labels`) satisfies the selector.
     pub fn matches(&self, obj: &Value) -> bool {
         if self.0.selects_all() {
@@ -239,6 +244,11 @@ impl FieldSelector {
             .iter()
             .find(|t| t.equal && t.path == ["metadata", "name"])
             .map(|t| t.value.as_str())
+    }
+
+    /// Whether it selects every object (no term).
+    pub fn selects_all(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// Whether the object satisfies every term.

@@ -520,6 +520,49 @@ impl Store {
         (inner.rv, items)
     }
 
+    /// One page of a LIST: the objects of `kind` (in `ns`, or all) after
+    /// `after` (a namespace and name, as a continue token carries them) that
+    /// `keep` accepts, at most `limit` of them, and how many more follow
+    /// (`Some(n)` when the page is not the last; with `keep: None`, every
+    /// object is kept and `n` counts the rest, as etcd's range count does;
+    /// with a `keep`, `n` is 1, since counting what it accepts would read the
+    /// whole rest). The range starts after `after` and stops at the first
+    /// object past the page unless counting, so a selected page costs its
+    /// own size, not the whole kind's.
+    pub fn list_page(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: Option<usize>,
+        keep: Option<&dyn Fn(&Value) -> bool>,
+    ) -> (u64, Vec<Arc<Value>>, Option<usize>) {
+        use std::ops::Bound;
+        let inner = self.lock();
+        let whole = range_of(kind, ns);
+        let start = match after {
+            Some((ans, aname)) => Bound::Excluded(Key::new(kind, ans, aname)),
+            None => Bound::Included(whole.start().clone()),
+        };
+        let end = Bound::Included(whole.end().clone());
+        let mut items = Vec::new();
+        let mut more = 0;
+        for (k, v) in inner.objects.range((start, end)) {
+            if ns.is_some_and(|n| k.ns != n) || keep.is_some_and(|keep| !keep(v)) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                more += 1;
+                if keep.is_some() {
+                    break;
+                }
+                continue;
+            }
+            items.push(v.clone());
+        }
+        (inner.rv, items, (more > 0).then_some(more))
+    }
+
     /// The pods whose controller is the object with this uid, by name.
     pub fn owned_pods(&self, uid: &str) -> Vec<Arc<Value>> {
         let inner = self.lock();

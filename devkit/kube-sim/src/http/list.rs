@@ -66,28 +66,27 @@ pub(super) fn list(
     {
         return Err(ApiError::expired_list());
     }
-    let (store_rv, items) = sim.store.list(kind, ns, |o| {
-        if let Some((_, cns, cname)) = &after {
-            let ons = o["metadata"]["namespace"].as_str().unwrap_or("");
-            if (ons, objects::name(o)) <= (cns.as_str(), cname.as_str()) {
-                return false;
-            }
-        }
-        label.matches(o) && field.matches(o)
-    });
+    let selects = |o: &serde_json::Value| label.matches(o) && field.matches(o);
+    let everything = label.selects_all() && field.selects_all();
+    let (store_rv, items, more) = sim.store.list_page(
+        kind,
+        ns,
+        after
+            .as_ref()
+            .map(|(_, cns, cname)| (cns.as_str(), cname.as_str())),
+        limit,
+        (!everything).then_some(&selects as &dyn Fn(&serde_json::Value) -> bool),
+    );
     let rv = after.as_ref().map_or(store_rv, |(rv, _, _)| *rv);
-    let (page, cont, remaining) = match limit {
-        Some(l) if items.len() > l => {
-            let last = &items[l - 1];
-            let token = encode_continue(
-                rv,
-                last["metadata"]["namespace"].as_str().unwrap_or(""),
-                objects::name(last),
-            );
-            (&items[..l], Some(token), Some(items.len() - l))
-        }
-        _ => (&items[..], None, None),
+    let cont = match items.last() {
+        Some(last) if more.is_some() => Some(encode_continue(
+            rv,
+            last["metadata"]["namespace"].as_str().unwrap_or(""),
+            objects::name(last),
+        )),
+        _ => None,
     };
+    let page = &items[..];
     if view.table {
         let t = table::table(
             &sim.clock,
@@ -100,9 +99,13 @@ pub(super) fn list(
         return Ok(ok(StatusCode::OK, &t));
     }
     let mut md = json!({"resourceVersion": rv.to_string()});
+    // The API server counts what remains only for a list with no selector
+    // (storage.PrepareContinueToken): a selected one has no count.
     if let Some(c) = cont {
         md["continue"] = json!(c);
-        md["remainingItemCount"] = json!(remaining);
+        if everything {
+            md["remainingItemCount"] = json!(more);
+        }
     }
     // Serialize by hand so 10,000 items are not cloned into one Value.
     let mut out = String::with_capacity(page.len() * 1024 + 128);
