@@ -96,9 +96,11 @@ mod tests {
             active_pods: 0,
             ready_pods: 0,
             terminating_pods: i32::from(failing),
-            failure_target: failing.then(|| JobCondition {
-                reason: "BackoffLimitExceeded".into(),
-                message: String::new(),
+            failure_target: failing.then(|| {
+                Box::new(JobCondition {
+                    reason: "BackoffLimitExceeded".into(),
+                    message: String::new(),
+                })
             }),
             failed: None,
             termination_grace_seconds: Some(120),

@@ -38,7 +38,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use pods::{Gone, OwnedPod, gone_after_list, standing};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
@@ -54,7 +54,8 @@ pub enum JobPhase {
     Failed,
 }
 
-/// A true condition of a Job: its reason and message.
+/// A true condition of a Job: its reason and message (boxed in a summary:
+/// most Jobs have none, and a box costs a summary 8 bytes, not 48).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobCondition {
     /// `reason` (e.g. `BackoffLimitExceeded`, `DeadlineExceeded`).
@@ -90,9 +91,9 @@ pub struct JobSummary {
     pub terminating_pods: i32,
     /// A true `FailureTarget` condition (Kubernetes 1.31+ sets it as soon as
     /// the Job is bound to fail; `Failed` follows once its pods terminated).
-    pub failure_target: Option<JobCondition>,
+    pub failure_target: Option<Box<JobCondition>>,
     /// The true `Failed` condition, once the Job has failed.
-    pub failed: Option<JobCondition>,
+    pub failed: Option<Box<JobCondition>>,
     /// The pod template's `terminationGracePeriodSeconds`, if set.
     pub termination_grace_seconds: Option<i64>,
     /// `metadata.creationTimestamp`.
@@ -117,9 +118,11 @@ impl JobSummary {
             status
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|c| c.type_ == kind && c.status == "True"))
-                .map(|c| JobCondition {
-                    reason: c.reason.clone().unwrap_or_default(),
-                    message: c.message.clone().unwrap_or_default(),
+                .map(|c| {
+                    Box::new(JobCondition {
+                        reason: c.reason.clone().unwrap_or_default(),
+                        message: c.message.clone().unwrap_or_default(),
+                    })
                 })
         };
         let failed = condition("Failed");
@@ -197,6 +200,8 @@ struct State {
     /// Whether `gone` is known complete: a pod list completed after the
     /// last Job relist and no pod read failed since.
     pods_view: ViewState,
+    /// Bumped by every write (see [`OwnedJobs::snapshot`]).
+    generation: u64,
 }
 
 impl State {
@@ -212,6 +217,7 @@ impl State {
             } else {
                 ViewState::Current
             },
+            generation: 0,
         }
     }
 
@@ -339,11 +345,19 @@ enum Check {
     Vanished(String),
 }
 
+/// A snapshot of the cache, shared, and the generation it was taken at.
+type SharedSnapshot = (u64, Arc<Vec<JobSummary>>);
+
 /// A shared, cheaply cloned cache of the owned Jobs (and of the pods that
 /// outlived theirs), fed by a watch.
 #[derive(Clone)]
 pub struct OwnedJobs {
     state: Arc<RwLock<State>>,
+    /// The last [`OwnedJobs::snapshot`] and the generation of the state it
+    /// was taken from: every loop of a container shares it until the state
+    /// changes, so a quiet tick copies nothing and the cache is held twice
+    /// at most, not once per loop.
+    shared: Arc<Mutex<Option<SharedSnapshot>>>,
     view: Arc<watch::Sender<ViewState>>,
     /// Bumped whenever an entry stops being live (it finished or is gone), so a
     /// loop can react at once instead of at its next poll.
@@ -430,6 +444,7 @@ impl OwnedJobs {
     fn with_checks(checks: Option<mpsc::UnboundedSender<Check>>) -> Self {
         OwnedJobs {
             state: Arc::new(RwLock::new(State::new(checks.is_some()))),
+            shared: Arc::new(Mutex::new(None)),
             view: Arc::new(watch::channel(ViewState::Listing).0),
             finished: Arc::new(watch::channel(0).0),
             changed: Arc::new(watch::channel(0).0),
@@ -493,7 +508,7 @@ impl OwnedJobs {
     /// Applies one Job watch event. Public so tests can feed a cache directly.
     pub fn apply(&self, event: Event<Job>) {
         let mut told = None;
-        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.write();
         let (finished, listed, check) = match event {
             Event::Init => {
                 state.relist = Some(HashMap::new());
@@ -584,7 +599,7 @@ impl OwnedJobs {
     /// complete list. Logged once per transition.
     pub fn mark_failed(&self, error: &str) {
         let view = {
-            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            let mut state = self.write();
             state.jobs_view = ViewState::Failed(error.to_owned());
             state.view()
         };
@@ -618,12 +633,33 @@ impl OwnedJobs {
 
     /// Every cached Job, and what stands for each Job gone while a pod of it
     /// may live, sorted by name (a stable order for the planners).
-    pub fn snapshot(&self) -> Vec<JobSummary> {
+    /// Shared, not copied, while nothing changed since the last one.
+    pub fn snapshot(&self) -> Arc<Vec<JobSummary>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        let mut jobs: Vec<JobSummary> = state.jobs.values().cloned().collect();
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((generation, jobs)) = shared.as_ref()
+            && *generation == state.generation
+        {
+            return jobs.clone();
+        }
+        // The old one goes first: a loop still holding it keeps it alive,
+        // but the cache does not hold two.
+        *shared = None;
+        let mut jobs: Vec<JobSummary> = Vec::with_capacity(state.jobs.len() + state.gone.len());
+        jobs.extend(state.jobs.values().cloned());
         jobs.extend(state.gone.values().map(Gone::entry));
         jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        let jobs = Arc::new(jobs);
+        *shared = Some((state.generation, jobs.clone()));
         jobs
+    }
+
+    /// The state behind its write lock, its generation bumped: whoever
+    /// writes may change it, and the next snapshot is then taken afresh.
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        state.generation = state.generation.wrapping_add(1);
+        state
     }
 
     /// The live entries of one lane, counted without copying the cache.
@@ -713,7 +749,7 @@ impl OwnedJobs {
     /// those whose pods the Job view does not hold.
     fn pods_listed(&self, pods: Vec<OwnedPod>) {
         let (view, count) = {
-            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            let mut state = self.write();
             if !matches!(state.jobs_view, ViewState::Current) {
                 // A Job relist is under way; its own pod list follows.
                 return;
@@ -735,7 +771,7 @@ impl OwnedJobs {
     /// or none lives and the entry goes.
     fn vanished_checked(&self, job: &str, pods: Vec<OwnedPod>) {
         let stands = standing(pods);
-        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.write();
         if !matches!(state.gone.get(job), Some(Gone::Checking(_))) {
             return;
         }
@@ -754,7 +790,7 @@ impl OwnedJobs {
 
     /// A pod standing for its gone Job was read again (`None`: it is gone).
     fn standing_read(&self, job: &str, pod: Option<OwnedPod>) {
-        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.write();
         let Some(Gone::Pod(before)) = state.gone.get(job) else {
             return;
         };
@@ -783,7 +819,7 @@ impl OwnedJobs {
     /// A pod list or read failed: the gone Jobs are not known complete.
     fn pods_failed(&self, error: &str) {
         let view = {
-            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            let mut state = self.write();
             state.pods_view = ViewState::Failed(format!("listing the owned pods failed: {error}"));
             state.view()
         };
@@ -1323,7 +1359,7 @@ mod tests {
             pod("k-x", "k", "Pending", false),
         ]);
         assert!(cache.is_current());
-        let names: Vec<String> = cache.snapshot().into_iter().map(|j| j.name).collect();
+        let names: Vec<String> = cache.snapshot().iter().map(|j| j.name.clone()).collect();
         assert_eq!(names, ["j", "k"]);
         cache.pods_failed("403 Forbidden");
         assert!(matches!(cache.view_state(), ViewState::Failed(e) if e.contains("403")));

@@ -222,11 +222,11 @@ mod tests {
         }
     }
 
-    fn condition() -> Option<JobCondition> {
-        Some(JobCondition {
+    fn condition() -> Option<Box<JobCondition>> {
+        Some(Box::new(JobCondition {
             reason: "PodFailurePolicy".into(),
             message: String::new(),
-        })
+        }))
     }
 
     fn job(name: &str, id: &str, phase: JobPhase, terminating: i32) -> JobSummary {

@@ -730,11 +730,11 @@ mod tests {
         Timestamp::from_second(1_800_000_000).expect("valid")
     }
 
-    fn condition(reason: &str) -> JobCondition {
-        JobCondition {
+    fn condition(reason: &str) -> Box<JobCondition> {
+        Box::new(JobCondition {
             reason: reason.into(),
             message: String::new(),
-        }
+        })
     }
 
     fn job(name: &str, id: &str, lane: Lane, phase: JobPhase) -> JobSummary {

@@ -256,7 +256,9 @@ pub struct Reaper {
 
 /// A snapshot of the owned Jobs taken while the view was current the whole
 /// time, and a receiver that notices any later transition of the view.
-fn current_view(jobs: &OwnedJobs) -> Result<(Vec<JobSummary>, watch::Receiver<ViewState>), String> {
+fn current_view(
+    jobs: &OwnedJobs,
+) -> Result<(Arc<Vec<JobSummary>>, watch::Receiver<ViewState>), String> {
     let mut view = jobs.view_changes();
     match view.borrow_and_update().clone() {
         ViewState::Current => {}

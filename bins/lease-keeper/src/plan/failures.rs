@@ -290,10 +290,10 @@ mod tests {
     }
 
     fn failure_target(mut j: JobSummary) -> JobSummary {
-        j.failure_target = Some(JobCondition {
+        j.failure_target = Some(Box::new(JobCondition {
             reason: "BackoffLimitExceeded".into(),
             message: String::new(),
-        });
+        }));
         j.failed_pods = 1;
         j.terminating_pods = 1;
         j.active_pods = 0;

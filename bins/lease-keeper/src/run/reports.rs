@@ -263,7 +263,7 @@ impl Reporter {
         report.view_current = true;
         let now = Instant::now();
         let deadline = now + self.budget;
-        let snapshot = Arc::new(self.jobs.snapshot());
+        let snapshot = self.jobs.snapshot();
         self.remember(&snapshot, now);
         let vanished: Vec<JobSummary> = self.vanished.values().map(|v| v.last.clone()).collect();
 
