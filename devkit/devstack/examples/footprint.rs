@@ -37,8 +37,8 @@ struct Args {
 /// What one size measured.
 struct Measured {
     jobs: usize,
-    /// Per container: RSS and peak RSS in KiB.
-    memory: BTreeMap<&'static str, (u64, u64)>,
+    /// Per container: its memory in KiB.
+    memory: BTreeMap<&'static str, Memory>,
     /// Per container: Kubernetes requests by `"<verb> <resource>"`.
     kube: BTreeMap<&'static str, BTreeMap<String, u64>>,
     /// Per container: backend calls by route.
@@ -56,11 +56,24 @@ async fn main() -> anyhow::Result<()> {
     for jobs in sizes {
         let m = measure(jobs).await?;
         println!("\nresident memory with {} owned Jobs cached:", m.jobs);
-        for (binary, (rss, hwm)) in &m.memory {
+        for (binary, mem) in &m.memory {
+            let Memory {
+                rss,
+                hwm,
+                anon,
+                file,
+            } = mem;
             println!(
-                "  {binary:<18} RSS {:>6.1} MiB   peak {:>6.1} MiB",
+                "  {binary:<18} RSS {:>6.1} MiB   peak {:>6.1} MiB   (heap and stacks {:>6.1} MiB, mapped binary {:>5.1} MiB)",
                 mib(*rss),
-                mib(*hwm)
+                mib(*hwm),
+                mib(*anon),
+                mib(*file)
+            );
+            figure(
+                &format!("{binary} anonymous at {} jobs", m.jobs),
+                mib(*anon),
+                "MiB",
             );
             figure(
                 &format!("{binary} rss at {} jobs", m.jobs),
@@ -128,9 +141,10 @@ async fn main() -> anyhow::Result<()> {
             "\nmemory per cached Job, from {} and {} Jobs (RSS difference / Job difference):",
             small.jobs, large.jobs
         );
-        for (binary, (rss, _)) in &large.memory {
-            let base = small.memory.get(binary).map_or(0, |m| m.0);
-            let per_job = (*rss as f64 - base as f64) * 1024.0 / (large.jobs - small.jobs) as f64;
+        for (binary, mem) in &large.memory {
+            let base = small.memory.get(binary).map_or(0, |m| m.rss);
+            let per_job =
+                (mem.rss as f64 - base as f64) * 1024.0 / (large.jobs - small.jobs) as f64;
             println!("  {binary:<18} {per_job:>6.0} bytes per Job");
             figure(&format!("{binary} bytes per job"), per_job, "bytes");
         }
@@ -193,7 +207,7 @@ async fn measure(jobs: usize) -> anyhow::Result<Measured> {
     for c in Container::ALL {
         let binary = c.binary();
         let pid = stack.pid(c).unwrap_or(0);
-        m.memory.insert(binary, rss_kib(pid));
+        m.memory.insert(binary, memory_kib(pid));
         let mine = |agent: &String| agent.starts_with(&format!("{binary}/"));
         let kube = counters
             .requests_by_agent
@@ -257,7 +271,17 @@ async fn create_jobs(stack: &Stack, jobs: usize) -> anyhow::Result<usize> {
 }
 
 /// Resident and peak resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
+/// One process's memory from `/proc/<pid>/status`, in KiB: resident now
+/// and at its peak, and what is resident now split into anonymous memory
+/// (heap, stacks) and file pages (the binary's text mapped in).
+struct Memory {
+    rss: u64,
+    hwm: u64,
+    anon: u64,
+    file: u64,
+}
+
+fn memory_kib(pid: u32) -> Memory {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         status
@@ -267,5 +291,10 @@ fn rss_kib(pid: u32) -> (u64, u64) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    (field("VmRSS:"), field("VmHWM:"))
+    Memory {
+        rss: field("VmRSS:"),
+        hwm: field("VmHWM:"),
+        anon: field("RssAnon:"),
+        file: field("RssFile:"),
+    }
 }

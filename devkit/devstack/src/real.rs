@@ -46,8 +46,9 @@ pub const NODE_LEASE_SECONDS: u32 = 4;
 /// The control plane's settings for the dev stack: two nodes played by the
 /// node agent (`tcab-node-agent` in `bins`), the launcher's short timings,
 /// the audit log on. Every stack of a test binary gives the same, so they
-/// share one control plane.
-pub fn settings(bins: &Path) -> Settings {
+/// share one control plane. `node_pods` raises each node's pod capacity
+/// (the agent's default is 110), for a bench with many live Jobs.
+pub fn settings(bins: &Path, node_pods: Option<u32>) -> Settings {
     let mut args: Vec<String> = [
         "--api-url",
         "{api_url}",
@@ -59,7 +60,11 @@ pub fn settings(bins: &Path) -> Settings {
     .map(String::from)
     .to_vec();
     for node in NODES {
-        args.extend(["--node".to_owned(), node.to_owned()]);
+        let spec = match node_pods {
+            Some(pods) => format!("{node},pods={pods}"),
+            None => node.to_owned(),
+        };
+        args.extend(["--node".to_owned(), spec]);
     }
     args.extend([
         "--lease-seconds".to_owned(),
@@ -179,7 +184,7 @@ impl RealCluster {
     /// fault proxy; writes the dispatcher's and the admin's kubeconfigs
     /// (both through the proxy, HTTPS).
     pub async fn start(
-        bins: &Path,
+        settings: Settings,
         own: bool,
         run_dir: &Path,
         namespace: &str,
@@ -190,7 +195,6 @@ impl RealCluster {
         if let Err(why) = tcab_real_cluster::binaries_present() {
             bail!("{why}");
         }
-        let settings = settings(bins);
         let (hold, access) = if own {
             let settings = Settings {
                 work_dir: Some(run_dir.join("control-plane")),
@@ -633,7 +637,7 @@ mod tests {
 
     #[test]
     fn the_rig_runs_the_node_agent_on_two_nodes_with_short_timings() {
-        let s = settings(Path::new("/bins"));
+        let s = settings(Path::new("/bins"), None);
         assert_eq!(s.nodes, ["node-1", "node-2"]);
         let agent = s.node_agent.clone().expect("the launcher runs the agent");
         assert_eq!(agent.program, Path::new("/bins/tcab-node-agent"));
@@ -645,7 +649,13 @@ mod tests {
             "{args}"
         );
         assert!(s.audit);
-        assert_eq!(s, settings(Path::new("/bins")), "the same every time");
+        assert_eq!(s, settings(Path::new("/bins"), None), "the same every time");
+        let roomy = settings(Path::new("/bins"), Some(600));
+        let args = roomy.node_agent.expect("the agent").args.join(" ");
+        assert!(
+            args.contains("--node node-1,pods=600 --node node-2,pods=600"),
+            "{args}"
+        );
     }
 
     #[test]

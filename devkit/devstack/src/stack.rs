@@ -88,6 +88,9 @@ pub struct StackOptions {
     /// How many nodes the simulated cluster has (each 3920m CPU, 15Gi, 110
     /// pods). The real control plane has [`crate::real::NODES`].
     pub cluster_nodes: usize,
+    /// Pods each node of the real control plane admits (`None`: the node
+    /// agent's 110). kube-sim's nodes always admit 110.
+    pub node_pods: Option<u32>,
 }
 
 impl StackOptions {
@@ -111,6 +114,7 @@ impl StackOptions {
             extra_env: Vec::new(),
             cluster_speed: 1.0,
             cluster_nodes: 2,
+            node_pods: None,
         }
     }
 }
@@ -307,7 +311,7 @@ impl Stack {
             }
             ClusterKind::Real => {
                 let real = RealCluster::start(
-                    &bins,
+                    crate::real::settings(&bins, options.node_pods),
                     !options.shared_control_plane,
                     &dir,
                     &options.namespace,

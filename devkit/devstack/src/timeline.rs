@@ -361,10 +361,180 @@ pub fn forbidden(text: &str, dispatcher: &str) -> Vec<String> {
         .collect()
 }
 
+/// One request as the API server's audit log records it: who sent it (its
+/// `User-Agent`, which names the binary), what it asked (`"<verb>
+/// <resource>[/<subresource>]"`, marked when a dry run), and when it was
+/// received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditedRequest {
+    /// The request's `User-Agent`.
+    pub agent: String,
+    /// `"<verb> <resource>[/<subresource>]"`, with ` (dry run)` for a dry run.
+    pub call: String,
+    /// `requestReceivedTimestamp`.
+    pub received: Timestamp,
+}
+
+/// The requests of `user` in an audit log, each once (a watch is logged at
+/// `ResponseStarted` and again at `ResponseComplete`, under one `auditID`),
+/// in the order the log first shows them.
+pub fn requests_of(text: &str, user: &str) -> Vec<AuditedRequest> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for e in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        if e["user"]["username"] != user {
+            continue;
+        }
+        let (Some(id), Some(received)) = (
+            e["auditID"].as_str(),
+            e["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok()),
+        ) else {
+            continue;
+        };
+        if !seen.insert(id.to_owned()) {
+            continue;
+        }
+        let r = &e["objectRef"];
+        let resource = r["resource"].as_str().unwrap_or("(none)");
+        let mut call = match r["subresource"].as_str() {
+            Some(sub) => format!("{} {resource}/{sub}", e["verb"].as_str().unwrap_or("")),
+            None => format!("{} {resource}", e["verb"].as_str().unwrap_or("")),
+        };
+        if e["requestURI"]
+            .as_str()
+            .is_some_and(|u| u.contains("dryRun="))
+        {
+            call.push_str(" (dry run)");
+        }
+        out.push(AuditedRequest {
+            agent: e["userAgent"].as_str().unwrap_or("").to_owned(),
+            call,
+            received,
+        });
+    }
+    out
+}
+
+/// How many of `requests` were received in `[from, to)`, by call.
+pub fn count_calls<'a>(
+    requests: impl IntoIterator<Item = &'a AuditedRequest>,
+    from: Timestamp,
+    to: Timestamp,
+) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for r in requests {
+        if r.received >= from && r.received < to {
+            *out.entry(r.call.clone()).or_default() += 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_users_requests_are_counted_once_each_by_call_and_window() {
+        let line = |id: &str, user: &str, stage: &str, verb: &str, sub: Option<&str>, at: &str| {
+            let mut r = serde_json::json!({"resource": "jobs", "namespace": "ns"});
+            if let Some(sub) = sub {
+                r["subresource"] = sub.into();
+            }
+            serde_json::json!({"auditID": id, "stage": stage, "verb": verb,
+                "user": {"username": user}, "userAgent": "tcab-admitter/0.1.0",
+                "objectRef": r, "requestReceivedTimestamp": at})
+            .to_string()
+        };
+        let me = "system:serviceaccount:ns:tcab-dispatcher";
+        let text = [
+            line(
+                "1",
+                me,
+                "ResponseStarted",
+                "watch",
+                None,
+                "2026-12-02T00:00:01.000000Z",
+            ),
+            line(
+                "2",
+                me,
+                "ResponseComplete",
+                "create",
+                None,
+                "2026-12-02T00:00:02.000000Z",
+            ),
+            line(
+                "1",
+                me,
+                "ResponseComplete",
+                "watch",
+                None,
+                "2026-12-02T00:00:01.000000Z",
+            ),
+            line(
+                "3",
+                "someone-else",
+                "ResponseComplete",
+                "list",
+                None,
+                "2026-12-02T00:00:02.500000Z",
+            ),
+            line(
+                "4",
+                me,
+                "ResponseComplete",
+                "get",
+                Some("status"),
+                "2026-12-02T00:00:03.000000Z",
+            ),
+            line(
+                "5",
+                me,
+                "ResponseComplete",
+                "create",
+                None,
+                "2026-12-02T00:00:04.000000Z",
+            )
+            .replace(
+                "\"stage\"",
+                "\"requestURI\":\"/apis/batch/v1/namespaces/ns/jobs?dryRun=All\",\"stage\"",
+            ),
+            "not json".to_owned(),
+        ]
+        .join("\n");
+        let requests = requests_of(&text, me);
+        assert_eq!(requests.len(), 4, "{requests:?}");
+        assert_eq!(requests[3].call, "create jobs (dry run)");
+        assert_eq!(requests[0].agent, "tcab-admitter/0.1.0");
+        let at = |t: &str| t.parse::<Timestamp>().expect("ts");
+        let all = count_calls(
+            &requests,
+            at("2026-12-02T00:00:00Z"),
+            at("2026-12-02T00:01:00Z"),
+        );
+        assert_eq!(
+            all,
+            BTreeMap::from([
+                ("create jobs".to_owned(), 1),
+                ("create jobs (dry run)".to_owned(), 1),
+                ("get jobs/status".to_owned(), 1),
+                ("watch jobs".to_owned(), 1)
+            ])
+        );
+        let window = count_calls(
+            &requests,
+            at("2026-12-02T00:00:02Z"),
+            at("2026-12-02T00:00:03Z"),
+        );
+        assert_eq!(window, BTreeMap::from([("create jobs".to_owned(), 1)]));
+    }
 
     const DISPATCHER: &str = "system:serviceaccount:t:tcab-dispatcher";
 
