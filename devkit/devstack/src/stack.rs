@@ -88,6 +88,9 @@ pub struct StackOptions {
     /// How many nodes the simulated cluster has (each 3920m CPU, 15Gi, 110
     /// pods). The real control plane has [`crate::real::NODES`].
     pub cluster_nodes: usize,
+    /// Start the three containers as processes (false: the backend and the
+    /// cluster only, e.g. for a dispatcher installed from the chart).
+    pub start_containers: bool,
 }
 
 impl StackOptions {
@@ -111,6 +114,7 @@ impl StackOptions {
             extra_env: Vec::new(),
             cluster_speed: 1.0,
             cluster_nodes: 2,
+            start_containers: true,
         }
     }
 }
@@ -157,7 +161,7 @@ pub fn golden_role() -> PathBuf {
 /// below the kernel's ephemeral range (32768 and up), so no outgoing
 /// connection can take it between stack start and a container's restart.
 /// Each call of a process gets another.
-fn free_port() -> anyhow::Result<u16> {
+pub fn free_port() -> anyhow::Result<u16> {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
     let base = 20_000 + (std::process::id() % 100) as u16 * 100;
@@ -345,8 +349,10 @@ impl Stack {
             containers: BTreeMap::new(),
             options,
         };
-        for c in Container::ALL {
-            stack.start_container(c).await?;
+        if stack.options.start_containers {
+            for c in Container::ALL {
+                stack.start_container(c).await?;
+            }
         }
         Ok(stack)
     }

@@ -1,0 +1,390 @@
+//! The dispatcher installed from its Helm chart on the real control plane:
+//! rendered by Helm's engine and created in Helm's order
+//! (`tcab_devstack::chart`), its pod run by our kubelet as the locally built
+//! binaries (`tcab_node_agent::procs`) with the pod's env, its
+//! ServiceAccount's bound token and the chart's probes. Real cluster only
+//! (one SKIP line without the control plane's binaries).
+
+#[macro_use]
+#[allow(unused_macros)]
+mod common;
+
+use common::{ClusterKind, TestStack, run, states};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tcab_devstack::chart;
+use tcab_devstack::real::DRIVER_SA;
+use tcab_devstack::stack::{SERVICE_TOKEN, free_port};
+use tcab_devstack::wait_for;
+use tcab_kube_sim::audit::Actor;
+
+const RELEASE: &str = "chart";
+/// The chart's full name for [`RELEASE`] (release name, then the chart's).
+const FULLNAME: &str = "chart-tcab-dispatcher";
+
+/// Values for the stack's backend and namespace; the ports are free ones,
+/// since the pod's processes share the machine's network.
+fn values(t: &TestStack, extra: Value) -> Value {
+    let port = || free_port().expect("a free port");
+    let mut v = json!({
+        "backend": {"url": t.stack.backend.url(), "serviceToken": {"value": SERVICE_TOKEN}},
+        "driver": {"image": "tcab/driver:dev", "serviceAccount": DRIVER_SA,
+            "terminationGraceSeconds": 5},
+        "publisher": {"image": "tcab/publisher:dev"},
+        "dispatcher": {
+            "maxInflight": 8, "maxPublishInflight": 8, "pollIntervalSeconds": 0.1,
+            "vaultAddr": format!("127.0.0.1:{}", port()), "logFormat": "text",
+        },
+        "metrics": {"admitterPort": port(), "leaseKeeperPort": port(), "reaperPort": port()},
+    });
+    merge(&mut v, extra);
+    v
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+/// Installs the chart into the stack's namespace and waits for its pod to
+/// be Ready; returns the release and the pod.
+async fn install_ready(
+    t: &TestStack,
+    client: &kube::Client,
+    extra: Value,
+) -> (chart::Release, Value) {
+    let release = chart::install(client, RELEASE, &t.ns(), &values(t, extra))
+        .await
+        .unwrap_or_else(|e| t.fail(format!("installing the chart: {e:#}")));
+    // The Deployment and ReplicaSet controllers make the pod; our kubelet
+    // runs it; the readiness probes make it Ready.
+    let pod = wait_for(
+        "the dispatcher's pod Ready",
+        Duration::from_secs(120),
+        || async {
+            let pods = dispatcher_pods(t).await;
+            Ok(pods.into_iter().find(|p| condition(p, "Ready")))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    (release, pod)
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == name)
+        .unwrap_or(&Value::Null)
+}
+
+async fn drain(t: &TestStack, limit: Duration) -> (Vec<Value>, Vec<Value>) {
+    let backend = t.stack.backend.clone();
+    wait_for("every job terminal", limit, || {
+        let backend = backend.clone();
+        async move {
+            let runs = backend.jobs().await?;
+            let pubs = backend.publish_jobs().await?;
+            let done = runs
+                .iter()
+                .chain(pubs.iter())
+                .all(|j| common::terminal(&j["state"]));
+            Ok(done.then_some((runs, pubs)))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e))
+}
+
+async fn dispatcher_pods(t: &TestStack) -> Vec<Value> {
+    t.stack
+        .cluster
+        .pods(
+            &t.ns(),
+            Some(&format!("app.kubernetes.io/instance={RELEASE}")),
+        )
+        .await
+        .unwrap_or_default()
+}
+
+fn condition(pod: &Value, kind: &str) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == kind && c["status"] == "True")
+}
+
+/// Install, then a drain of 40 runs and 10 publishes through the chart's
+/// dispatcher: every job succeeds with one Job each, neither lane above its
+/// cap by the API server's audit log, nothing forbidden to the chart's
+/// ServiceAccount, the pod Ready with no restart and its logs served
+/// through the API. Then uninstall: the chart's objects go (the pod with
+/// its Deployment), the dispatcher's Jobs stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_from_the_chart_it_drains_within_the_caps_and_uninstalls() {
+    if tcab_real_cluster::built_or_skip().is_none() {
+        return;
+    }
+    let t = TestStack::start(ClusterKind::Real, |o| o.start_containers = false).await;
+    let ns = t.ns();
+    let real = t.stack.real.as_ref().expect("a real cluster");
+    let client = real.access.admin_client().await.expect("admin client");
+    let (release, pod) = install_ready(&t, &client, json!({})).await;
+    let kinds: Vec<&str> = release.manifests.iter().map(|m| m.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "Secret",
+            "Role",
+            "RoleBinding",
+            "Deployment"
+        ],
+        "Helm's install order"
+    );
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+
+    let runs: Vec<_> = (0..40)
+        .map(|i| {
+            run(
+                &format!("case-{i}"),
+                json!({"duration_ms": 150, "log_lines": 1}),
+            )
+        })
+        .collect();
+    t.stack
+        .backend
+        .enqueue_batch(runs)
+        .await
+        .expect("enqueue runs");
+    for i in 0..10 {
+        t.stack
+            .backend
+            .enqueue_publish(json!({"release": format!("r{i}"), "sim": {"duration_ms": 150}}))
+            .await
+            .expect("enqueue publish");
+    }
+    let (runs, pubs) = drain(&t, Duration::from_secs(300)).await;
+    assert!(
+        runs.iter().chain(&pubs).all(|j| j["state"] == "succeeded"),
+        "runs: {}; publishes: {}",
+        states(&runs),
+        states(&pubs)
+    );
+    assert_eq!(runs.len() + pubs.len(), 50, "no retries were needed");
+    let jobs = t.jobs_by_id().await;
+    assert!(
+        jobs.values().all(|names| names.len() == 1),
+        "one Job per backend job: {jobs:?}"
+    );
+
+    // The cluster's own record: the audit log of the namespace.
+    let user = format!("system:serviceaccount:{ns}:{FULLNAME}");
+    let log = real.access.audit_log.clone().expect("the audit log is on");
+    let text = tcab_devstack::timeline::read_audit_log(&log, &[ns.as_str()]).expect("audit log");
+    let timeline = tcab_devstack::timeline::from_audit_log(&text, &[ns.as_str()], &user);
+    let created = timeline
+        .iter()
+        .filter(|e| e.kind == "Job" && e.event == "ADDED" && e.actor == Actor::Rbac)
+        .count();
+    assert_eq!(created, 50, "the chart's ServiceAccount created every Job");
+    let max = tcab_devstack::timeline::max_live_jobs(&timeline);
+    let lane = |l: &str| max.get(l).copied().unwrap_or(0);
+    assert!(
+        lane("run") <= 8 && lane("publish") <= 8,
+        "caps exceeded: {max:?}"
+    );
+    assert_eq!(lane("run"), 8, "the run lane fills up to its cap: {max:?}");
+    let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
+    assert!(
+        forbidden.is_empty(),
+        "forbidden to the chart's Role: {forbidden:?}"
+    );
+
+    // The pod ran all along: no restart, still Ready, logs through the API.
+    let pods = dispatcher_pods(&t).await;
+    let now = pods
+        .iter()
+        .find(|p| p["metadata"]["name"] == pod_name.as_str())
+        .expect("the same pod");
+    assert!(condition(now, "Ready"), "{}", now["status"]);
+    for c in now["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        assert_eq!(c["restartCount"], 0, "{c}");
+        assert_eq!(c["ready"], true, "{c}");
+    }
+    let logs = t
+        .stack
+        .cluster
+        .get_text(&format!(
+            "/api/v1/namespaces/{ns}/pods/{pod_name}/log?container=admitter"
+        ))
+        .await
+        .expect("the admitter's log through the API server");
+    assert!(logs.contains("tcab-admitter"), "{logs}");
+
+    // Uninstall with three long runs in flight: what the chart made goes
+    // (the pod with its Deployment), the dispatcher's Jobs stay, and so do
+    // the running drivers' pods, still running.
+    let long: Vec<_> = (0..3)
+        .map(|i| {
+            run(
+                &format!("long-{i}"),
+                json!({"duration_ms": 90_000, "log_lines": 1}),
+            )
+        })
+        .collect();
+    let long_ids = t
+        .stack
+        .backend
+        .enqueue_batch(long)
+        .await
+        .expect("enqueue long runs");
+    let selector = "tcab.dev/job-kind=run";
+    let running = |pods: &[Value]| {
+        pods.iter()
+            .filter(|p| {
+                p["status"]["phase"] == "Running"
+                    && long_ids
+                        .iter()
+                        .any(|id| p["metadata"]["labels"]["tcab.dev/job-id"] == id.as_str())
+            })
+            .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    };
+    let drivers = wait_for(
+        "three long drivers running",
+        Duration::from_secs(90),
+        || async {
+            let pods = t.stack.cluster.pods(&ns, Some(selector)).await?;
+            let names = running(&pods);
+            Ok((names.len() == 3).then_some(names))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    chart::uninstall(&client, &release)
+        .await
+        .expect("uninstall");
+    wait_for(
+        "the dispatcher's pod gone",
+        Duration::from_secs(90),
+        || async { Ok(dispatcher_pods(&t).await.is_empty().then_some(())) },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    for m in &release.manifests {
+        let exists = chart::exists(&client, &release, m).await.expect("GET");
+        assert!(!exists, "{} {} is still there", m.kind(), m.name());
+    }
+    let left = t.jobs_by_id().await;
+    assert_eq!(left.len(), 53, "the dispatcher's Jobs stay: {left:?}");
+    let pods = t
+        .stack
+        .cluster
+        .pods(&ns, Some(selector))
+        .await
+        .expect("pods");
+    let mut still = running(&pods);
+    still.sort();
+    let mut drivers = drivers;
+    drivers.sort();
+    assert_eq!(still, drivers, "the running drivers keep running");
+}
+
+/// A wedged container (its process frozen, so its endpoints stop
+/// answering) is found by the chart's liveness probe (here tightened
+/// through the chart's values) and restarted: SIGTERM, SIGKILL after the
+/// pod's grace (exit 137), `restartCount` 1 and `lastState` in the status,
+/// the pod Ready again; the other containers untouched, and a drain after
+/// it finishes: the system recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wedged_container_is_restarted_by_its_liveness_probe() {
+    if tcab_real_cluster::built_or_skip().is_none() {
+        return;
+    }
+    let t = TestStack::start(ClusterKind::Real, |o| o.start_containers = false).await;
+    let ns = t.ns();
+    let real = t.stack.real.as_ref().expect("a real cluster");
+    let client = real.access.admin_client().await.expect("admin client");
+    let probe = json!({"initialDelaySeconds": 2, "periodSeconds": 1, "timeoutSeconds": 1,
+        "failureThreshold": 4});
+    let (_release, pod) = install_ready(
+        &t,
+        &client,
+        json!({"terminationGracePeriodSeconds": 3, "metrics": {"livenessProbe": probe}}),
+    )
+    .await;
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let agent = tcab_node_agent::AdminClient::new(&real.agent_url);
+    agent
+        .freeze(&ns, &pod_name, "lease-keeper")
+        .await
+        .expect("freeze the lease-keeper");
+    let restarted = wait_for(
+        "the lease-keeper restarted and the pod Ready again",
+        Duration::from_secs(90),
+        || async {
+            let pods = dispatcher_pods(&t).await;
+            Ok(pods.into_iter().find(|p| {
+                p["metadata"]["name"] == pod_name.as_str()
+                    && container(p, "lease-keeper")["restartCount"] == 1
+                    && condition(p, "Ready")
+            }))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let lk = container(&restarted, "lease-keeper");
+    let last = &lk["lastState"]["terminated"];
+    assert_eq!(
+        (last["exitCode"].as_i64(), last["reason"].as_str()),
+        (Some(137), Some("Error")),
+        "SIGKILLed after the grace, as it ignored SIGTERM: {lk}"
+    );
+    assert!(lk["state"]["running"].is_object(), "{lk}");
+    for other in ["admitter", "reaper"] {
+        assert_eq!(container(&restarted, other)["restartCount"], 0, "{other}");
+    }
+    let logs = t
+        .stack
+        .cluster
+        .get_text(&format!(
+            "/api/v1/namespaces/{ns}/pods/{pod_name}/log?container=lease-keeper"
+        ))
+        .await
+        .expect("the lease-keeper's log");
+    assert!(logs.contains("liveness probe failed"), "{logs}");
+
+    let runs: Vec<_> = (0..10)
+        .map(|i| {
+            run(
+                &format!("after-{i}"),
+                json!({"duration_ms": 150, "log_lines": 1}),
+            )
+        })
+        .collect();
+    t.stack
+        .backend
+        .enqueue_batch(runs)
+        .await
+        .expect("enqueue runs");
+    let (runs, _) = drain(&t, Duration::from_secs(180)).await;
+    assert!(
+        runs.iter().all(|j| j["state"] == "succeeded"),
+        "runs: {}",
+        states(&runs)
+    );
+}
