@@ -10,10 +10,11 @@
 //! list` does not see the release. [`uninstall`] deletes the same
 //! manifests in Helm's uninstall order with background propagation, as
 //! `helm uninstall` does; what the chart did not render (the dispatcher's
-//! Jobs) stays.
+//! Jobs) stays. [`upgrade`] applies a new rendering server-side and deletes
+//! what it no longer has.
 
 use anyhow::{Context, bail};
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde::Deserialize;
@@ -285,6 +286,53 @@ pub async fn install(
         namespace: namespace.to_owned(),
         manifests,
     })
+}
+
+fn same(a: &Manifest, b: &Manifest) -> bool {
+    a.object["apiVersion"] == b.object["apiVersion"]
+        && a.kind() == b.kind()
+        && a.name() == b.name()
+        && a.object["metadata"]["namespace"] == b.object["metadata"]["namespace"]
+}
+
+/// `helm upgrade` of `release` to `values`: renders again, applies every
+/// manifest of the new rendering in install order (server-side apply,
+/// field manager `helm`, conflicts forced: what the new rendering says
+/// wins), then deletes, in uninstall order, what the old rendering had and
+/// the new one has not.
+pub async fn upgrade(
+    client: &kube::Client,
+    release: &Release,
+    values: &Value,
+) -> anyhow::Result<Release> {
+    let rendered = render(&chart_dir(), &release.name, &release.namespace, values).await?;
+    let manifests = sort_by_kind(rendered, &INSTALL_ORDER);
+    let params = PatchParams::apply("helm").force();
+    for m in &manifests {
+        let api = api_for(client, &m.object, &release.namespace).await?;
+        api.patch(m.name(), &params, &Patch::Apply(&m.object))
+            .await
+            .with_context(|| format!("applying {} {} ({})", m.kind(), m.name(), m.source))?;
+    }
+    let dropped: Vec<Manifest> = release
+        .manifests
+        .iter()
+        .filter(|old| !manifests.iter().any(|new| same(new, old)))
+        .cloned()
+        .collect();
+    let upgraded = Release {
+        manifests,
+        ..release.clone()
+    };
+    uninstall(
+        client,
+        &Release {
+            manifests: dropped,
+            ..release.clone()
+        },
+    )
+    .await?;
+    Ok(upgraded)
 }
 
 /// Whether the object of `manifest` exists.

@@ -57,9 +57,9 @@ fn merge(into: &mut Value, from: Value) {
 async fn install_ready(
     t: &TestStack,
     client: &kube::Client,
-    extra: Value,
+    values: &Value,
 ) -> (chart::Release, Value) {
-    let release = chart::install(client, RELEASE, &t.ns(), &values(t, extra))
+    let release = chart::install(client, RELEASE, &t.ns(), values)
         .await
         .unwrap_or_else(|e| t.fail(format!("installing the chart: {e:#}")));
     // The Deployment and ReplicaSet controllers make the pod; our kubelet
@@ -138,7 +138,7 @@ async fn installed_from_the_chart_it_drains_within_the_caps_and_uninstalls() {
     let ns = t.ns();
     let real = t.stack.real.as_ref().expect("a real cluster");
     let client = real.access.admin_client().await.expect("admin client");
-    let (release, pod) = install_ready(&t, &client, json!({})).await;
+    let (release, pod) = install_ready(&t, &client, &values(&t, json!({}))).await;
     let kinds: Vec<&str> = release.manifests.iter().map(|m| m.kind()).collect();
     assert_eq!(
         kinds,
@@ -321,12 +321,8 @@ async fn a_wedged_container_is_restarted_by_its_liveness_probe() {
     let client = real.access.admin_client().await.expect("admin client");
     let probe = json!({"initialDelaySeconds": 2, "periodSeconds": 1, "timeoutSeconds": 1,
         "failureThreshold": 4});
-    let (_release, pod) = install_ready(
-        &t,
-        &client,
-        json!({"terminationGracePeriodSeconds": 3, "metrics": {"livenessProbe": probe}}),
-    )
-    .await;
+    let tight = json!({"terminationGracePeriodSeconds": 3, "metrics": {"livenessProbe": probe}});
+    let (_release, pod) = install_ready(&t, &client, &values(&t, tight)).await;
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
     let agent = tcab_node_agent::AdminClient::new(&real.agent_url);
     agent
@@ -387,4 +383,144 @@ async fn a_wedged_container_is_restarted_by_its_liveness_probe() {
         "runs: {}",
         states(&runs)
     );
+}
+
+/// `helm upgrade` changing the run lane's cap (4 to 6) with runs in
+/// flight, under a 20 s lease and runs of 25 s, so every run outlives the
+/// lease it was claimed with: the changed env rolls the pod (Recreate: the
+/// old one is gone before the new one runs), the new admitter fills the
+/// lane to its new cap and never above it, every run succeeds with exactly
+/// one Job and no retry (nothing lost, nothing duplicated: a lease left to
+/// lapse would have requeued its job), and the new lease-keeper renews the
+/// leases of the Jobs the old pod created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_with_runs_in_flight_loses_and_duplicates_nothing() {
+    if tcab_real_cluster::built_or_skip().is_none() {
+        return;
+    }
+    let t = TestStack::start(ClusterKind::Real, |o| {
+        o.start_containers = false;
+        o.lease_seconds = 20;
+    })
+    .await;
+    let ns = t.ns();
+    let real = t.stack.real.as_ref().expect("a real cluster");
+    let client = real.access.admin_client().await.expect("admin client");
+    let before = values(
+        &t,
+        json!({"dispatcher": {"maxInflight": 4, "leaseSeconds": 20, "gateMaxAgeSeconds": 10,
+            "watchTimeoutSeconds": 10}}),
+    );
+    let mut after = before.clone();
+    after["dispatcher"]["maxInflight"] = json!(6);
+    let (release, old_pod) = install_ready(&t, &client, &before).await;
+    let old_name = old_pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+
+    let runs: Vec<_> = (0..10)
+        .map(|i| {
+            run(
+                &format!("up-{i}"),
+                json!({"duration_ms": 25_000, "log_lines": 1}),
+            )
+        })
+        .collect();
+    t.stack
+        .backend
+        .enqueue_batch(runs)
+        .await
+        .expect("enqueue runs");
+    let live = |jobs: &[Value]| {
+        jobs.iter()
+            .filter(|j| {
+                !j["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True"
+                    })
+                })
+            })
+            .count()
+    };
+    wait_for("four runs in flight", Duration::from_secs(60), || async {
+        let jobs = t.stack.cluster.jobs(None).await?;
+        Ok((live(&jobs) == 4).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+
+    let upgraded = chart::upgrade(&client, &release, &after)
+        .await
+        .unwrap_or_else(|e| t.fail(format!("upgrading: {e:#}")));
+    assert_eq!(upgraded.manifests.len(), release.manifests.len());
+    wait_for("the old pod gone", Duration::from_secs(90), || async {
+        let pods = dispatcher_pods(&t).await;
+        Ok((!pods
+            .iter()
+            .any(|p| p["metadata"]["name"] == old_name.as_str()))
+        .then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    // Its processes had stopped before the pod left the API: no renewal
+    // from the old pod reaches past this instant plus the lease.
+    let old_gone = tokio::time::Instant::now();
+    let new_pod = wait_for("the rolled pod Ready", Duration::from_secs(120), || async {
+        let pods = dispatcher_pods(&t).await;
+        Ok(pods.into_iter().find(|p| condition(p, "Ready")))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    assert_ne!(new_pod["metadata"]["name"], old_name.as_str());
+    let env = new_pod["spec"]["containers"][0]["env"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "TCAB_DISPATCHER_MAX_INFLIGHT" && e["value"] == "6"),
+        "the new pod has the new cap: {env:?}"
+    );
+    // Once 4 s have passed since the old pod left, a lease reaching 17 s
+    // past the backend's now (of a 20 s lease) can only come from a renewal
+    // by the new pod; the runs the old pod claimed are still in flight.
+    wait_for(
+        "leases renewed by the new pod",
+        Duration::from_secs(30),
+        || async {
+            let late = old_gone.elapsed() >= Duration::from_secs(4);
+            Ok((late && t.leases_renewed(17).await?).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let in_flight = live(&t.stack.cluster.jobs(None).await.expect("jobs"));
+    assert!(in_flight > 0, "runs were in flight across the gap");
+
+    let (runs, _) = drain(&t, Duration::from_secs(240)).await;
+    assert!(
+        runs.iter().all(|j| j["state"] == "succeeded"),
+        "runs: {}",
+        states(&runs)
+    );
+    assert_eq!(runs.len(), 10, "no retries were needed");
+    let jobs = t.jobs_by_id().await;
+    assert_eq!(jobs.len(), 10, "{jobs:?}");
+    assert!(
+        jobs.values().all(|names| names.len() == 1),
+        "one Job per backend job: {jobs:?}"
+    );
+    let user = format!("system:serviceaccount:{ns}:{FULLNAME}");
+    let log = real.access.audit_log.clone().expect("the audit log is on");
+    let text = tcab_devstack::timeline::read_audit_log(&log, &[ns.as_str()]).expect("audit log");
+    let timeline = tcab_devstack::timeline::from_audit_log(&text, &[ns.as_str()], &user);
+    let max = tcab_devstack::timeline::max_live_jobs(&timeline);
+    assert_eq!(
+        max.get("run").copied(),
+        Some(6),
+        "the lane filled to its new cap, never above: {max:?}"
+    );
+    let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
+    assert!(forbidden.is_empty(), "forbidden: {forbidden:?}");
 }
