@@ -13,8 +13,6 @@ use common::{ClusterKind, TestStack, run, states};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tcab_devstack::chart;
-use tcab_devstack::real::DRIVER_SA;
-use tcab_devstack::stack::{SERVICE_TOKEN, free_port};
 use tcab_devstack::wait_for;
 use tcab_kube_sim::audit::Actor;
 
@@ -22,21 +20,10 @@ const RELEASE: &str = "chart";
 /// The chart's full name for [`RELEASE`] (release name, then the chart's).
 const FULLNAME: &str = "chart-tcab-dispatcher";
 
-/// Values for the stack's backend and namespace; the ports are free ones,
-/// since the pod's processes share the machine's network.
+/// The stack's chart values (its backend, namespace, caps and free ports:
+/// the pod's processes share the machine's network) with `extra` merged in.
 fn values(t: &TestStack, extra: Value) -> Value {
-    let port = || free_port().expect("a free port");
-    let mut v = json!({
-        "backend": {"url": t.stack.backend.url(), "serviceToken": {"value": SERVICE_TOKEN}},
-        "driver": {"image": "tcab/driver:dev", "serviceAccount": DRIVER_SA,
-            "terminationGraceSeconds": 5},
-        "publisher": {"image": "tcab/publisher:dev"},
-        "dispatcher": {
-            "maxInflight": 8, "maxPublishInflight": 8, "pollIntervalSeconds": 0.1,
-            "vaultAddr": format!("127.0.0.1:{}", port()), "logFormat": "text",
-        },
-        "metrics": {"admitterPort": port(), "leaseKeeperPort": port(), "reaperPort": port()},
-    });
+    let mut v = t.stack.chart_values();
     merge(&mut v, extra);
     v
 }
@@ -406,11 +393,7 @@ async fn an_upgrade_with_runs_in_flight_loses_and_duplicates_nothing() {
     let ns = t.ns();
     let real = t.stack.real.as_ref().expect("a real cluster");
     let client = real.access.admin_client().await.expect("admin client");
-    let before = values(
-        &t,
-        json!({"dispatcher": {"maxInflight": 4, "leaseSeconds": 20, "gateMaxAgeSeconds": 10,
-            "watchTimeoutSeconds": 10}}),
-    );
+    let before = values(&t, json!({"dispatcher": {"maxInflight": 4}}));
     let mut after = before.clone();
     after["dispatcher"]["maxInflight"] = json!(6);
     let (release, old_pod) = install_ready(&t, &client, &before).await;
@@ -523,4 +506,58 @@ async fn an_upgrade_with_runs_in_flight_loses_and_duplicates_nothing() {
     );
     let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
     assert!(forbidden.is_empty(), "forbidden: {forbidden:?}");
+}
+
+/// `tcab-devstack --cluster real --install chart`: the dev stack installs
+/// the chart instead of starting the binaries itself, drains its demo
+/// (one scripted agent failure, five successes) and exits 0; its status
+/// line reads the chart's pod's metrics (the lanes at their caps of 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_devstack_command_runs_the_dispatcher_from_the_chart() {
+    if tcab_real_cluster::built_or_skip().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tcab-devstack"))
+        .args(["--cluster", "real", "--install", "chart", "--runs", "6"])
+        .args(["--publishes", "2", "--exit-when-drained", "--dir"])
+        .arg(dir.path().join("stack"))
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(240), out)
+        .await
+        .expect("the demo drains in time")
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("installing the chart"), "{stdout}");
+    assert!(stdout.contains("dev stack up"), "{stdout}");
+    assert!(
+        stdout.contains("failed 1, succeeded 5"),
+        "one scripted agent failure, five successes:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("/8 (gate open)"),
+        "the status line reads the chart's pod's metrics:\n{stdout}"
+    );
+}
+
+/// `--install chart` on kube-sim is refused before anything starts.
+#[test]
+fn the_chart_needs_the_real_cluster() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcab-devstack"))
+        .args(["--cluster", "sim", "--install", "chart"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--install chart needs --cluster real"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
