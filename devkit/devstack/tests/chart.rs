@@ -561,3 +561,106 @@ fn the_chart_needs_the_real_cluster() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The sandbox namespace variant: with `sandbox.namespace` another
+/// namespace, the chart grants the dispatcher's ServiceAccount a Role
+/// there; a driver OOM-killed with its sandbox running there is reported
+/// dead (its cause and log tail read through the API) and the reaper
+/// deletes its sandbox in the other namespace, with no 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sandboxes_in_another_namespace_a_dead_drivers_sandbox_is_reaped_there() {
+    if tcab_real_cluster::built_or_skip().is_none() {
+        return;
+    }
+    let t = TestStack::start(ClusterKind::Real, |o| {
+        o.start_containers = false;
+        o.sandbox_namespace = "sandboxes".into();
+    })
+    .await;
+    let ns = t.ns();
+    let sandbox_ns = t.stack.options.sandbox_namespace.clone();
+    assert_ne!(ns, sandbox_ns);
+    let real = t.stack.real.as_ref().expect("a real cluster");
+    let client = real.access.admin_client().await.expect("admin client");
+    let (release, _) = install_ready(&t, &client, &values(&t, json!({}))).await;
+    let roles: Vec<(String, String)> = release
+        .manifests
+        .iter()
+        .filter(|m| m.kind().starts_with("Role"))
+        .map(|m| {
+            let ns = m.object["metadata"]["namespace"].as_str().unwrap_or("");
+            (m.kind().to_owned(), ns.to_owned())
+        })
+        .collect();
+    assert!(
+        roles.contains(&("Role".into(), sandbox_ns.clone()))
+            && roles.contains(&("RoleBinding".into(), sandbox_ns.clone())),
+        "a Role and its binding in the sandbox namespace: {roles:?}"
+    );
+
+    let id = t
+        .stack
+        .backend
+        .enqueue_run(run("oom", json!({"hang": true, "log_lines": 2})))
+        .await
+        .expect("enqueue");
+    let selector = format!("tcab.dev/job-id={id},app.kubernetes.io/managed-by=tcab-dispatcher");
+    let limit = Duration::from_secs(60);
+    let driver = wait_for("the driver running with its sandbox", limit, || async {
+        let pods = t.stack.cluster.pods(&ns, Some(&selector)).await?;
+        let running = pods.iter().find(|p| p["status"]["phase"] == "Running");
+        let sandboxes = t.sandboxes().await;
+        Ok(running
+            .filter(|_| !sandboxes.is_empty())
+            .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    assert!(
+        t.sandboxes()
+            .await
+            .iter()
+            .all(|p| p["metadata"]["namespace"] == sandbox_ns.as_str()),
+        "the sandboxes run in the sandbox namespace"
+    );
+    wait_for("the driver to report running", limit, || async {
+        Ok((t.stack.backend.job(&id).await?["state"] == "running").then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    t.admin().oom_kill(&ns, &driver).await.expect("oom kill");
+    let job = wait_for("the death report", limit, || async {
+        let j = t.stack.backend.job(&id).await?;
+        Ok((j["state"] == "failed").then_some(j))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let detail = job["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("OOMKilled"), "detail: {detail}");
+    assert!(detail.contains("last log lines"), "detail: {detail}");
+    wait_for("the orphaned sandbox reaped", limit, || async {
+        Ok(t.sandboxes()
+            .await
+            .iter()
+            .all(|p| p["metadata"]["labels"]["tcab.dev/job-id"] != id.as_str())
+            .then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let user = format!("system:serviceaccount:{ns}:{FULLNAME}");
+    let log = real.access.audit_log.clone().expect("the audit log is on");
+    let namespaces = [ns.as_str(), sandbox_ns.as_str()];
+    let text = tcab_devstack::timeline::read_audit_log(&log, &namespaces).expect("audit log");
+    let timeline = tcab_devstack::timeline::from_audit_log(&text, &namespaces, &user);
+    // A graceful delete: the dispatcher's DELETE marks the pod (the node
+    // then removes it).
+    let reaped = timeline.iter().any(|e| {
+        e.kind == "Pod"
+            && (e.event == "DELETED" || e.deleting)
+            && e.namespace == sandbox_ns
+            && e.actor == Actor::Rbac
+    });
+    assert!(reaped, "the chart's ServiceAccount deleted the sandbox");
+    let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
+    assert!(forbidden.is_empty(), "forbidden: {forbidden:?}");
+}
