@@ -13,6 +13,8 @@ use common::{ClusterKind, TestStack, run, states};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tcab_devstack::chart;
+use tcab_devstack::console::Backend;
+use tcab_devstack::stack::{SERVICE_TOKEN, free_port};
 use tcab_devstack::wait_for;
 use tcab_kube_sim::audit::Actor;
 
@@ -663,4 +665,251 @@ async fn with_sandboxes_in_another_namespace_a_dead_drivers_sandbox_is_reaped_th
     assert!(reaped, "the chart's ServiceAccount deleted the sandbox");
     let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
     assert!(forbidden.is_empty(), "forbidden: {forbidden:?}");
+}
+
+/// Two releases in one namespace, each with its own backend, its own
+/// managed-by value and its drivers' own: both drain their runs; release
+/// a's driver OOM-killed is reported dead to a's backend and a reaps its
+/// sandbox, while b's running driver and its sandbox are left alone; by
+/// the audit log neither release's ServiceAccount ever wrote an object
+/// labelled as the other's, and neither met a 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_releases_in_one_namespace_never_touch_each_others_jobs_or_sandboxes() {
+    use tcab_devstack::process::{Proc, Spec};
+    if tcab_real_cluster::built_or_skip().is_none() {
+        return;
+    }
+    let t = TestStack::start(ClusterKind::Real, |o| o.start_containers = false).await;
+    let ns = t.ns();
+    let bins = tcab_devstack::binaries::bin_dir().expect("bin dir");
+    let (mut backend_b_proc, url_b) = Proc::start(
+        Spec {
+            name: "backend-sim-b".into(),
+            program: tcab_devstack::binaries::path(&bins, "tcab-backend-sim"),
+            args: ["--listen", "127.0.0.1:0", "--service-token", SERVICE_TOKEN]
+                .map(String::from)
+                .into_iter()
+                .chain([
+                    "--db".to_owned(),
+                    t.dir.path().join("backend-b.db").display().to_string(),
+                ])
+                .collect(),
+            env: vec![("RUST_LOG".into(), "info".into())],
+            log: t.dir.path().join("backend-sim-b.log"),
+        },
+        true,
+    )
+    .await
+    .expect("a second backend");
+    let backend_b = Backend::new(&url_b.expect("its URL"), SERVICE_TOKEN);
+    let real = t.stack.real.as_ref().expect("a real cluster");
+    let client = real.access.admin_client().await.expect("admin client");
+
+    let port = || free_port().expect("a free port");
+    let a = values(
+        &t,
+        json!({"dispatcher": {"managedBy": "tcab-a", "maxInflight": 3},
+            "driver": {"managedBy": "tcab-driver-a"}}),
+    );
+    let b = values(
+        &t,
+        json!({"backend": {"url": backend_b.url()},
+            "dispatcher": {"managedBy": "tcab-b", "maxInflight": 3,
+                "vaultAddr": format!("127.0.0.1:{}", port())},
+            "driver": {"managedBy": "tcab-driver-b"},
+            "metrics": {"admitterPort": port(), "leaseKeeperPort": port(), "reaperPort": port()}}),
+    );
+    let release_a = chart::install(&client, "a", &ns, &a)
+        .await
+        .expect("install a");
+    let release_b = chart::install(&client, "b", &ns, &b)
+        .await
+        .expect("install b");
+    for release in ["a", "b"] {
+        wait_for(
+            &format!("release {release}'s pod Ready"),
+            Duration::from_secs(120),
+            || async {
+                let pods = t
+                    .stack
+                    .cluster
+                    .pods(&ns, Some(&format!("app.kubernetes.io/instance={release}")))
+                    .await?;
+                Ok(pods.iter().any(|p| condition(p, "Ready")).then_some(()))
+            },
+        )
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    }
+    assert_eq!(release_a.manifests.len(), release_b.manifests.len());
+
+    let hang = |who: &str| {
+        run(
+            &format!("hang-{who}"),
+            json!({"hang": true, "log_lines": 2}),
+        )
+    };
+    let hang_a = t
+        .stack
+        .backend
+        .enqueue_run(hang("a"))
+        .await
+        .expect("enqueue");
+    let hang_b = backend_b.enqueue_run(hang("b")).await.expect("enqueue");
+    let quick = |who: &str| -> Vec<Value> {
+        (0..8)
+            .map(|i| {
+                run(
+                    &format!("{who}-{i}"),
+                    json!({"duration_ms": 1000, "log_lines": 1}),
+                )
+            })
+            .collect()
+    };
+    t.stack
+        .backend
+        .enqueue_batch(quick("a"))
+        .await
+        .expect("enqueue a");
+    backend_b
+        .enqueue_batch(quick("b"))
+        .await
+        .expect("enqueue b");
+
+    let sandboxes = |managed_by: &'static str, id: String| {
+        let cluster = t.stack.cluster.clone();
+        let ns = ns.clone();
+        async move {
+            let selector =
+                format!("app.kubernetes.io/managed-by={managed_by},tcab.dev/job-id={id}");
+            cluster.pods(&ns, Some(&selector)).await.unwrap_or_default()
+        }
+    };
+    let driver_of = |id: &str, managed_by: &str| {
+        format!("tcab.dev/job-id={id},app.kubernetes.io/managed-by={managed_by}")
+    };
+    let limit = Duration::from_secs(90);
+    let mut hang_drivers = Vec::new();
+    for (id, mb, driver_mb) in [
+        (&hang_a, "tcab-a", "tcab-driver-a"),
+        (&hang_b, "tcab-b", "tcab-driver-b"),
+    ] {
+        let name = wait_for(
+            "a hanging driver running with its sandbox",
+            limit,
+            || async {
+                let pods = t.stack.cluster.pods(&ns, Some(&driver_of(id, mb))).await?;
+                let running = pods.iter().find(|p| p["status"]["phase"] == "Running");
+                let has_sandbox = !sandboxes(driver_mb, id.clone()).await.is_empty();
+                Ok(running
+                    .filter(|_| has_sandbox)
+                    .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned()))
+            },
+        )
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+        hang_drivers.push(name);
+    }
+    wait_for("a's hanging driver reports running", limit, || async {
+        Ok((t.stack.backend.job(&hang_a).await?["state"] == "running").then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    t.admin()
+        .oom_kill(&ns, &hang_drivers[0])
+        .await
+        .expect("oom kill a's driver");
+    let job = wait_for("a's death report", limit, || async {
+        let j = t.stack.backend.job(&hang_a).await?;
+        Ok((j["state"] == "failed").then_some(j))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    assert!(
+        job["detail"].as_str().unwrap_or("").contains("OOMKilled"),
+        "{job}"
+    );
+    wait_for("a's orphaned sandbox reaped", limit, || async {
+        Ok(sandboxes("tcab-driver-a", hang_a.clone())
+            .await
+            .is_empty()
+            .then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+
+    // The hanging runs (and the retry of a's, an infrastructure failure)
+    // are left out.
+    for (backend, who) in [(&t.stack.backend, "a"), (&backend_b, "b")] {
+        let runs = wait_for(&format!("{who}'s quick runs done"), limit, || async {
+            let runs: Vec<Value> = backend
+                .jobs()
+                .await?
+                .into_iter()
+                .filter(|j| !j["case"].as_str().unwrap_or("").starts_with("hang"))
+                .collect();
+            Ok(runs
+                .iter()
+                .all(|j| common::terminal(&j["state"]))
+                .then_some(runs))
+        })
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+        assert_eq!(runs.len(), 8, "{who}: no retries");
+        assert!(
+            runs.iter().all(|j| j["state"] == "succeeded"),
+            "{who}: {}",
+            states(&runs)
+        );
+    }
+    // b's hanging driver still runs, its sandbox untouched, its job alive.
+    assert_eq!(
+        backend_b.job(&hang_b).await.expect("job")["state"],
+        "running"
+    );
+    assert_eq!(sandboxes("tcab-driver-b", hang_b.clone()).await.len(), 1);
+    let pods = t
+        .stack
+        .cluster
+        .pods(&ns, Some(&driver_of(&hang_b, "tcab-b")))
+        .await
+        .expect("pods");
+    assert!(
+        pods.iter()
+            .any(|p| p["metadata"]["name"] == hang_drivers[1].as_str()
+                && p["status"]["phase"] == "Running"),
+        "b's driver still runs"
+    );
+
+    let log = real.access.audit_log.clone().expect("the audit log is on");
+    let text = tcab_devstack::timeline::read_audit_log(&log, &[ns.as_str()]).expect("audit log");
+    for (me, other) in [
+        ("a", ["tcab-b", "tcab-driver-b"]),
+        ("b", ["tcab-a", "tcab-driver-a"]),
+    ] {
+        let user = format!("system:serviceaccount:{ns}:{me}-tcab-dispatcher");
+        let timeline = tcab_devstack::timeline::from_audit_log(&text, &[ns.as_str()], &user);
+        let mine = timeline.iter().filter(|e| e.actor == Actor::Rbac).count();
+        assert!(mine > 0, "{me} wrote its own objects");
+        let trespass: Vec<String> = timeline
+            .iter()
+            .filter(|e| e.actor == Actor::Rbac)
+            .filter(|e| {
+                other.contains(
+                    &e.labels
+                        .get("app.kubernetes.io/managed-by")
+                        .map(String::as_str)
+                        .unwrap_or(""),
+                )
+            })
+            .map(|e| format!("{} {} {}", e.event, e.kind, e.name))
+            .collect();
+        assert!(
+            trespass.is_empty(),
+            "{me} touched the other's: {trespass:?}"
+        );
+        let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
+        assert!(forbidden.is_empty(), "{me} forbidden: {forbidden:?}");
+    }
+    backend_b_proc.stop(Duration::from_secs(5)).await;
 }
