@@ -354,6 +354,7 @@ pub(crate) async fn run_container(
     let mut restart_count = 0u32;
     let mut last: Option<Stop> = None;
     let mut back_off: Option<Duration> = None;
+    let mut faults_closed = false;
     loop {
         if pod_stop.borrow().is_some() {
             return;
@@ -426,12 +427,13 @@ pub(crate) async fn run_container(
                         }
                     }
                 }
-                fault = faults.recv() => {
-                    if let Some(Fault::Freeze) = fault {
+                fault = faults.recv(), if !faults_closed => match fault {
+                    Some(Fault::Freeze) => {
                         spec.log.append("(node agent: the process is frozen, SIGSTOP)");
                         signal(pid, nix::sys::signal::Signal::SIGSTOP);
                     }
-                }
+                    None => faults_closed = true,
+                },
                 _ = until(liveness.as_ref().map(|p| p.next)), if kill_at.is_none() && !stopping => {
                     let p = liveness.as_mut().expect("a liveness probe");
                     let result = probe_once(&http, &p.probe).await;
