@@ -395,13 +395,13 @@ pub(crate) async fn run_container(
         });
         let mut liveness = spec.liveness.clone().map(|p| Prober::new(p, started));
         let mut readiness = spec.readiness.clone().map(|p| Prober::new(p, started));
+        // Ready at once without a readiness probe (after a restart too),
+        // else not until the probe says so.
         let mut ready = readiness.is_none();
-        if !ready {
-            let _ = events.send(Event::Ready {
-                name: spec.name.clone(),
-                ready: false,
-            });
-        }
+        let _ = events.send(Event::Ready {
+            name: spec.name.clone(),
+            ready,
+        });
         let mut kill_at: Option<Instant> = None;
         let mut oom = false;
         let mut stopping = false;
@@ -641,5 +641,85 @@ mod tests {
         assert!(Restart::Always.again(0));
         assert!(!Restart::OnFailure.again(0) && Restart::OnFailure.again(1));
         assert!(!Restart::of(&json!({"spec": {"restartPolicy": "Never"}})).again(1));
+    }
+
+    /// A container whose process exits is started again at once, then after
+    /// the back-off: exit codes kept, restartCount and lastState carried,
+    /// ready again after each start (no readiness probe), its output in its
+    /// log; the pod's stop ends it for good.
+    #[tokio::test]
+    async fn an_exiting_container_is_restarted_with_its_exit_code_and_ready_again() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = Arc::new(ContainerLog::default());
+        let spec = Spec {
+            name: "c".into(),
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "echo \"hello $GREETING\"; exit 3".into()],
+            env: BTreeMap::from([("GREETING".to_string(), "pod".to_string())]),
+            liveness: None,
+            readiness: None,
+            restart: Restart::Always,
+            grace: Duration::from_secs(1),
+            log: log.clone(),
+            workdir: dir.path().to_owned(),
+        };
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = watch::channel(None);
+        let (_faults_tx, faults_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run_container(
+            spec,
+            dir.path().join("kubeconfig"),
+            reqwest::Client::new(),
+            events_tx,
+            stop_rx,
+            faults_rx,
+        ));
+        let mut seen = Vec::new();
+        let deadline = Duration::from_secs(30);
+        while seen.len() < 6 {
+            let event = tokio::time::timeout(deadline, events.recv())
+                .await
+                .expect("an event in time")
+                .expect("the container still runs");
+            seen.push(event);
+        }
+        let _ = stop_tx.send(Some(PodStop {
+            kill_at: Instant::now(),
+            oom: false,
+        }));
+        tokio::time::timeout(deadline, task)
+            .await
+            .expect("stopped in time")
+            .expect("no panic");
+        let summary: Vec<String> = seen
+            .iter()
+            .map(|e| match e {
+                Event::Started {
+                    restart_count,
+                    last,
+                    ..
+                } => format!(
+                    "started {restart_count} last {:?}",
+                    last.as_ref().map(|s| s.exit_code)
+                ),
+                Event::Ready { ready, .. } => format!("ready {ready}"),
+                Event::Exited { stop, again, .. } => {
+                    format!("exited {} {} again {again:?}", stop.exit_code, stop.reason)
+                }
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                "started 0 last None",
+                "ready true",
+                "exited 3 Error again Some(0ns)",
+                "started 1 last Some(3)",
+                "ready true",
+                "exited 3 Error again Some(10s)",
+            ]
+        );
+        assert_eq!(log.text()[0], "hello pod", "the env reached the process");
     }
 }
