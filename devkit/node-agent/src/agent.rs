@@ -744,9 +744,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<Agent> {
         local_images: opts.local_images.clone(),
         ca_pem: std::fs::read(&opts.cluster.ca_pem)
             .with_context(|| format!("reading the CA file {}", opts.cluster.ca_pem.display()))?,
-        pods_dir: std::env::temp_dir()
-            .join("tcab-node-agent")
-            .join(std::process::id().to_string()),
+        pods_dir: crate::procs::pods_dir(),
     });
     let mut nodes = BTreeMap::new();
     for (index, spec) in opts.nodes.iter().enumerate() {

@@ -497,6 +497,29 @@ pub(crate) async fn run_container(
     }
 }
 
+/// This agent's directory of pod files, `$TMPDIR/tcab-node-agent/<pid>`.
+/// The directories of agents no longer running (killed before their pods'
+/// files were removed) are removed first.
+pub fn pods_dir() -> PathBuf {
+    let root = std::env::temp_dir().join("tcab-node-agent");
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for entry in entries.flatten() {
+            let pid = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok());
+            let dead = pid.is_some_and(|pid| {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                    == Err(nix::errno::Errno::ESRCH)
+            });
+            if dead {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    root.join(std::process::id().to_string())
+}
+
 /// The files of a pod's in-cluster configuration (see the module's doc).
 pub(crate) struct PodFiles {
     pub dir: PathBuf,
@@ -721,5 +744,19 @@ mod tests {
             ]
         );
         assert_eq!(log.text()[0], "hello pod", "the env reached the process");
+    }
+
+    #[test]
+    fn the_pod_files_of_dead_agents_are_swept() {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let root = std::env::temp_dir().join("tcab-node-agent");
+        let stale = root.join(dead.to_string()).join("some-pod-uid");
+        std::fs::create_dir_all(&stale).expect("mkdir");
+        std::fs::write(stale.join("token"), "x").expect("write");
+        let mine = pods_dir();
+        assert_eq!(mine, root.join(std::process::id().to_string()));
+        assert!(!root.join(dead.to_string()).exists(), "swept");
     }
 }
