@@ -35,6 +35,21 @@ pub struct Args {
     /// Stop once every demo job is terminal (exit 1 if any did not end as scripted)
     #[arg(long)]
     pub exit_when_drained: bool,
+    /// How the dispatcher runs: `processes` (the three binaries started by
+    /// the stack) or `chart` (the Helm chart installed as `helm install`
+    /// does, its pod run by the node agent as the same binaries; needs
+    /// `--cluster real`)
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = Install::Processes)]
+    pub install: Install,
+}
+
+/// How the dev stack runs the dispatcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Install {
+    /// The three binaries as processes of the stack.
+    Processes,
+    /// The Helm chart on the real control plane.
+    Chart,
 }
 
 /// Prepares the run directory: creates it, or clears it when an earlier run of

@@ -10,6 +10,7 @@
 //! same [`Stack`] for end-to-end and chaos scenarios.
 
 pub mod binaries;
+pub mod chart;
 pub mod cluster;
 pub mod console;
 pub mod demo;

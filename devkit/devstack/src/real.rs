@@ -35,6 +35,9 @@ pub const DRIVER_SA: &str = "tcab-driver";
 pub const DISPATCHER_IDENTITY: &str = "dispatcher";
 /// The images the stack's pods use (made pullable again by a new stack).
 pub const IMAGES: [&str; 3] = ["tcab/driver:dev", "tcab/publisher:dev", "tcab-sandbox:sim"];
+/// The chart's default `image.repository`: the node agent runs pods of
+/// this image as the binaries in the stack's bin dir.
+pub const CHART_IMAGE: &str = "tcab-dispatcher";
 /// The node agent's image pull back-off on the rig: 1 s doubling to 4 s
 /// (the kubelet's 10 s to 300 s would make a test that lets an image be
 /// pulled again wait minutes).
@@ -75,6 +78,9 @@ pub fn settings(bins: &Path, node_pods: Option<u32>) -> Settings {
         IMAGE_BACK_OFF.0.to_string(),
         "--image-back-off-max-seconds".to_owned(),
         IMAGE_BACK_OFF.1.to_string(),
+        // The chart's image runs the locally built binaries.
+        "--local-image".to_owned(),
+        format!("{CHART_IMAGE}={}", bins.display()),
     ]);
     Settings {
         nodes: NODES.map(String::from).to_vec(),
@@ -645,7 +651,8 @@ mod tests {
         assert!(
             args.contains("--node node-1 --node node-2")
                 && args.contains("--image-back-off-seconds 1")
-                && args.contains("--lease-seconds 4"),
+                && args.contains("--lease-seconds 4")
+                && args.contains("--local-image tcab-dispatcher=/bins"),
             "{args}"
         );
         assert!(s.audit);

@@ -91,6 +91,9 @@ pub struct StackOptions {
     /// Pods each node of the real control plane admits (`None`: the node
     /// agent's 110). kube-sim's nodes always admit 110.
     pub node_pods: Option<u32>,
+    /// Start the three containers as processes (false: the backend and the
+    /// cluster only, e.g. for a dispatcher installed from the chart).
+    pub start_containers: bool,
 }
 
 impl StackOptions {
@@ -115,9 +118,13 @@ impl StackOptions {
             cluster_speed: 1.0,
             cluster_nodes: 2,
             node_pods: None,
+            start_containers: true,
         }
     }
 }
+
+/// The release name `tcab-devstack --install chart` installs the chart as.
+pub const CHART_RELEASE: &str = "tcab";
 
 /// The service token the stack's backend and dispatcher share.
 pub const SERVICE_TOKEN: &str = "devstack-service-token";
@@ -161,7 +168,7 @@ pub fn golden_role() -> PathBuf {
 /// below the kernel's ephemeral range (32768 and up), so no outgoing
 /// connection can take it between stack start and a container's restart.
 /// Each call of a process gets another.
-fn free_port() -> anyhow::Result<u16> {
+pub fn free_port() -> anyhow::Result<u16> {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
     let base = 20_000 + (std::process::id() % 100) as u16 * 100;
@@ -349,8 +356,10 @@ impl Stack {
             containers: BTreeMap::new(),
             options,
         };
-        for c in Container::ALL {
-            stack.start_container(c).await?;
+        if stack.options.start_containers {
+            for c in Container::ALL {
+                stack.start_container(c).await?;
+            }
         }
         Ok(stack)
     }
@@ -567,6 +576,83 @@ impl Stack {
         Ok(())
     }
 
+    /// The chart's values for this stack, as the three processes are
+    /// configured: its backend and token, the drivers' image and
+    /// ServiceAccount, the sandbox namespace, the caps, poll interval,
+    /// lease, Job TTL and driver grace, and the stack's vault and metrics
+    /// ports (so [`Stack::scrape`] and the console read the chart's pod).
+    pub fn chart_values(&self) -> serde_json::Value {
+        let o = &self.options;
+        let port = |c: Container| {
+            self.metrics_addrs[&c]
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse::<u16>().ok())
+                .unwrap_or(0)
+        };
+        let mut values = serde_json::json!({
+            "backend": {"url": self.backend.url(), "serviceToken": {"value": SERVICE_TOKEN}},
+            "driver": {"image": "tcab/driver:dev",
+                "terminationGraceSeconds": o.driver_grace_seconds},
+            "publisher": {"image": "tcab/publisher:dev"},
+            "dispatcher": {
+                "maxInflight": o.max_inflight, "maxPublishInflight": o.max_publish_inflight,
+                "pollIntervalSeconds": o.poll_seconds, "leaseSeconds": o.lease_seconds,
+                "watchTimeoutSeconds": (o.lease_seconds / 2).clamp(1, 60),
+                "gateMaxAgeSeconds": (o.poll_seconds * 25.0).max(5.0).min(o.lease_seconds as f64 / 2.0),
+                "jobTtlSeconds": o.job_ttl_seconds, "orphanGraceSeconds": o.orphan_grace_seconds,
+                "vaultAddr": self.vault_addr, "logFormat": "text", "rustLog": o.rust_log,
+            },
+            "metrics": {"listenHost": "127.0.0.1", "admitterPort": port(Container::Admitter),
+                "leaseKeeperPort": port(Container::LeaseKeeper), "reaperPort": port(Container::Reaper)},
+        });
+        if o.sandbox_namespace != o.namespace {
+            values["sandbox"] = serde_json::json!({"namespace": o.sandbox_namespace});
+        }
+        if self.real.is_some() {
+            values["driver"]["serviceAccount"] = crate::real::DRIVER_SA.into();
+        }
+        values
+    }
+
+    /// Installs the chart as release `release` with `values` (see
+    /// [`Stack::chart_values`]) into the stack's namespace, as `helm
+    /// install` does ([`crate::chart`]), and waits for the dispatcher's pod
+    /// to be Ready. The real control plane only: its node agent runs the
+    /// chart's image as the stack's binaries.
+    pub async fn install_chart(
+        &mut self,
+        release: &str,
+        values: &serde_json::Value,
+        limit: Duration,
+    ) -> anyhow::Result<crate::chart::Release> {
+        let Some(real) = &self.real else {
+            bail!("the chart installs only on the real control plane (--cluster real)");
+        };
+        let client = real.access.admin_client().await?;
+        let installed =
+            crate::chart::install(&client, release, &self.options.namespace, values).await?;
+        let selector = format!("app.kubernetes.io/instance={release}");
+        let cluster = self.cluster.clone();
+        let ns = self.options.namespace.clone();
+        wait_for("the dispatcher's pod Ready", limit, || {
+            let (cluster, ns, selector) = (cluster.clone(), ns.clone(), selector.clone());
+            async move {
+                let pods = cluster.pods(&ns, Some(&selector)).await?;
+                let ready = pods.iter().any(|p| {
+                    p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                });
+                Ok(ready.then_some(()))
+            }
+        })
+        .await?;
+        Ok(installed)
+    }
+
     /// Stops everything politely (on the real control plane, deletes the
     /// stack's namespaces; a control plane of its own stops too).
     pub async fn shutdown(mut self) {
@@ -694,9 +780,18 @@ pub async fn run_demo(
     let cluster = match &stack.real {
         None => format!("kube-sim {}", stack.cluster.url()),
         Some(real) => format!(
-            "real control plane {} (Kubernetes from Go modules), the dispatcher through the fault proxy {}\n           node agent (nodes {}) {}\n           control plane logs {}",
+            "real control plane {} (Kubernetes from Go modules), {}\n           node agent (nodes {}) {}\n           control plane logs {}",
             real.access.api_url,
-            real.proxy.url(),
+            if stack.options.start_containers {
+                format!(
+                    "the dispatcher through the fault proxy {}",
+                    real.proxy.url()
+                )
+            } else {
+                format!(
+                    "the dispatcher's pod (from the chart) straight to the API server; its logs: kubectl logs -l app.kubernetes.io/instance={CHART_RELEASE} -c admitter"
+                )
+            },
             crate::real::NODES.join(", "),
             real.agent_url,
             real.access.work_dir.join("logs").display()

@@ -9,6 +9,7 @@
 //! | `POST /pods/{ns}/{name}/evict` `{"message"?}` | node-pressure eviction |
 //! | `POST /pods/{ns}/{name}/oom` | OOM kill (`OOMKilled`, 137) |
 //! | `POST /pods/{ns}/{name}/crash` `{"exit_code": N}` | the container exits with N |
+//! | `POST /pods/{ns}/{name}/freeze` `{"container": C}` | a local binary's process is frozen (SIGSTOP) |
 //! | `POST /pods/{ns}/{name}/hang` | the program ignores SIGTERM from now on |
 //! | `POST /pods/{ns}/{name}/kill` `{"grace_seconds": N}` | the runtime stops the container: SIGTERM, SIGKILL after N s (at least 2); the pod is not deleted |
 //! | `POST /images/unpullable` `{"image": "...", "unpullable": true}` | pulls fail (or work again) |
@@ -91,6 +92,13 @@ pub(crate) async fn serve(
             post(|State(h): State<Handle>, Path((ns, name)): Path<(String, String)>, b: Option<Json<Value>>| async move {
                 let exit_code = body(b)["exit_code"].as_i64().unwrap_or(1) as i32;
                 answer(h.signal(&ns, &name, Signal::Crash { exit_code }))
+            }),
+        )
+        .route(
+            "/pods/{ns}/{name}/freeze",
+            post(|State(h): State<Handle>, Path((ns, name)): Path<(String, String)>, b: Option<Json<Value>>| async move {
+                let container = body(b)["container"].as_str().unwrap_or("").to_string();
+                answer(h.signal(&ns, &name, Signal::Freeze { container }))
             }),
         )
         .route(
@@ -213,6 +221,16 @@ impl AdminClient {
         self.post(
             &format!("/pods/{ns}/{pod}/crash"),
             json!({"exit_code": exit_code}),
+        )
+        .await
+        .map(drop)
+    }
+    /// A container of a local binary is frozen (SIGSTOP): a wedged process
+    /// for its liveness probe to find.
+    pub async fn freeze(&self, ns: &str, pod: &str, container: &str) -> anyhow::Result<()> {
+        self.post(
+            &format!("/pods/{ns}/{pod}/freeze"),
+            json!({"container": container}),
         )
         .await
         .map(drop)

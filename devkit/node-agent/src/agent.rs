@@ -37,6 +37,13 @@ pub(crate) struct Shared {
     pub(crate) http: reqwest::Client,
     pub(crate) kubelet_version: String,
     unpullable: Mutex<BTreeSet<String>>,
+    /// Images run as local binaries.
+    pub(crate) local_images: Vec<crate::LocalImage>,
+    /// The API server's CA (PEM), handed to local binaries.
+    pub(crate) ca_pem: Vec<u8>,
+    /// Where the pods of local binaries get their files (kubeconfig,
+    /// token, CA): one directory per pod.
+    pub(crate) pods_dir: std::path::PathBuf,
 }
 
 impl Shared {
@@ -734,6 +741,10 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<Agent> {
         http,
         kubelet_version: version,
         unpullable: Mutex::new(BTreeSet::new()),
+        local_images: opts.local_images.clone(),
+        ca_pem: std::fs::read(&opts.cluster.ca_pem)
+            .with_context(|| format!("reading the CA file {}", opts.cluster.ca_pem.display()))?,
+        pods_dir: crate::procs::pods_dir(),
     });
     let mut nodes = BTreeMap::new();
     for (index, spec) in opts.nodes.iter().enumerate() {

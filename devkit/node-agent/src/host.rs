@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Lifetime asked of a pod's token (the kubelet asks one hour).
-const TOKEN_SECONDS: u64 = 3600;
+pub(crate) const TOKEN_SECONDS: u64 = 3600;
 
 /// What a program on the node agent runs with.
 pub struct AgentHost {
@@ -44,29 +44,47 @@ impl AgentHost {
         {
             return Ok(c.clone());
         }
-        let path = format!(
-            "/api/v1/namespaces/{}/serviceaccounts/{}/token",
-            self.namespace, self.service_account
-        );
-        let request = json!({
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {
-                "audiences": [],
-                "expirationSeconds": TOKEN_SECONDS,
-                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
-                    "name": self.pod_name, "uid": self.pod_uid},
-            },
-        });
-        let answer = api::post(&self.node_client, &path, &request)
-            .await
-            .map_err(|e| format!("requesting the pod's token: {}", e.message))?;
-        let token = answer["status"]["token"]
-            .as_str()
-            .ok_or("the TokenRequest answer has no token")?;
-        let client = self.conn.client(token).map_err(|e| e.to_string())?;
+        let token = request_token(
+            &self.node_client,
+            &self.namespace,
+            &self.service_account,
+            &self.pod_name,
+            &self.pod_uid,
+        )
+        .await?;
+        let client = self.conn.client(&token).map_err(|e| e.to_string())?;
         *cached = Some((client.clone(), Instant::now()));
         Ok(client)
     }
+}
+
+/// A token of the pod's ServiceAccount from the TokenRequest API, bound to
+/// the pod (the node identity may ask only for that), for the API server's
+/// own audience, valid [`TOKEN_SECONDS`].
+pub(crate) async fn request_token(
+    node_client: &kube::Client,
+    namespace: &str,
+    service_account: &str,
+    pod_name: &str,
+    pod_uid: &str,
+) -> Result<String, String> {
+    let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token");
+    let request = json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {
+            "audiences": [],
+            "expirationSeconds": TOKEN_SECONDS,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
+                "name": pod_name, "uid": pod_uid},
+        },
+    });
+    let answer = api::post(node_client, &path, &request)
+        .await
+        .map_err(|e| format!("requesting the pod's token: {}", e.message))?;
+    answer["status"]["token"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| "the TokenRequest answer has no token".to_string())
 }
 
 fn message(e: ApiError) -> String {

@@ -56,8 +56,10 @@
 //!
 //! A pod's first container runs the program `tcab_workloads::Program::for_pod`
 //! picks; the pod's other containers share its state (they run and stop
-//! with it). [`runtime`] is the seam where a further kind of container,
-//! a local binary run as a child process, will plug in.
+//! with it). A pod whose image is one of [`AgentOptions::local_images`]
+//! (the dispatcher's own pod, installed from the chart) runs each of its
+//! containers as a child process of a locally built binary instead, with
+//! its probes and restarts ([`procs`]).
 
 pub mod admin;
 mod agent;
@@ -68,6 +70,7 @@ mod events;
 mod host;
 pub mod logs;
 pub mod node;
+pub mod procs;
 pub mod runtime;
 pub mod smp;
 pub mod status;
@@ -204,6 +207,20 @@ pub struct AgentOptions {
     pub timing: Timing,
     /// Where the admin API listens (loopback); `None` serves none.
     pub admin: Option<SocketAddr>,
+    /// Images whose containers run as local binaries (the dispatcher's own
+    /// pod, [`procs`]); every other pod runs the fake programs.
+    pub local_images: Vec<LocalImage>,
+}
+
+/// An image the node "has" as a directory of locally built binaries: a
+/// container of it runs `bin_dir/<command[0]>` as a child process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalImage {
+    /// The image repository (`registry/name`, without tag or digest) it
+    /// stands for, e.g. the chart's `image.repository`.
+    pub repository: String,
+    /// The directory with the binaries (e.g. `target/debug`).
+    pub bin_dir: std::path::PathBuf,
 }
 
 impl AgentOptions {
@@ -214,6 +231,7 @@ impl AgentOptions {
             nodes,
             timing: Timing::default(),
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            local_images: Vec::new(),
         }
     }
 }

@@ -15,7 +15,7 @@ use clap::Parser;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-use tcab_node_agent::{AgentOptions, Cluster, NodeSpec, Timing, start};
+use tcab_node_agent::{AgentOptions, Cluster, LocalImage, NodeSpec, Timing, start};
 
 /// Plays kubelets for N nodes against a Kubernetes API server.
 #[derive(Parser, Debug)]
@@ -48,6 +48,24 @@ struct Args {
     /// Longest image pull back-off.
     #[arg(long, default_value_t = 300.0)]
     image_back_off_max_seconds: f64,
+    /// REPOSITORY=DIR: containers of this image run DIR/<command> as child
+    /// processes (the dispatcher's own pod); repeat for more.
+    #[arg(long = "local-image")]
+    local_images: Vec<String>,
+}
+
+fn local_image(arg: &str) -> anyhow::Result<LocalImage> {
+    let (repository, dir) = arg
+        .split_once('=')
+        .with_context(|| format!("--local-image {arg:?} is not REPOSITORY=DIR"))?;
+    anyhow::ensure!(
+        !repository.is_empty(),
+        "--local-image {arg:?}: no repository"
+    );
+    Ok(LocalImage {
+        repository: repository.to_owned(),
+        bin_dir: PathBuf::from(dir),
+    })
 }
 
 /// The token of `system:node:<name>` in an API server token file.
@@ -116,6 +134,11 @@ async fn main() -> anyhow::Result<()> {
             ..Timing::default()
         },
         admin: Some(args.admin_listen),
+        local_images: args
+            .local_images
+            .iter()
+            .map(|a| local_image(a))
+            .collect::<anyhow::Result<Vec<_>>>()?,
     };
     let agent = start(opts).await?;
     let ports: Vec<String> = agent

@@ -5,12 +5,9 @@
 //! resolved env, a log to write to and a SIGTERM signal (the `Host` of
 //! tcab-workloads); it ends with an exit code; dropping it is SIGKILL.
 //! Today every container runs one of the rig's fake programs in-process
-//! ([`Workload::Fake`]). A later kind, a local binary run as a child
-//! process (the dispatcher's own pod), is one more variant here: spawn the
-//! binary with the env, copy its stdout and stderr lines into the log,
-//! send it SIGTERM when the host's SIGTERM fires, map its exit status
-//! (killed by signal N: 128+N) and kill it when the future is dropped
-//! (`kill_on_drop`). Nothing in the worker changes for it.
+//! ([`Workload::Fake`]). Pods of a local image (the dispatcher's own) do
+//! not come here: they run every container as a child process, with probes
+//! and restarts, in [`crate::procs`].
 
 use crate::Timing;
 use serde_json::Value;

@@ -125,6 +125,24 @@ pub struct Local {
     /// A node-pressure eviction: its message (phase `Failed`, reason
     /// `Evicted`, `DisruptionTarget` `TerminationByKubelet`).
     pub eviction: Option<String>,
+    /// What the prober and the restarts add for containers run as local
+    /// binaries (by name); a container without an entry is ready while
+    /// it runs and never restarted.
+    pub probed: std::collections::BTreeMap<String, Probed>,
+    /// The pod's containers are restarted when they exit (restartPolicy
+    /// Always, the pod not stopping): it stays `Running` between restarts.
+    pub restarting: bool,
+}
+
+/// A container's readiness, restarts and last termination.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Probed {
+    /// The readiness probe's verdict (true without a probe).
+    pub ready: bool,
+    /// How many times it was restarted.
+    pub restart_count: u32,
+    /// How its previous run ended (`lastState.terminated`).
+    pub last: Option<Stop>,
 }
 
 impl Local {
@@ -139,6 +157,8 @@ impl Local {
                 .map(|n| (n, waiting(CONTAINER_CREATING, None)))
                 .collect(),
             eviction: None,
+            probed: Default::default(),
+            restarting: false,
         }
     }
 
@@ -226,7 +246,12 @@ pub fn terminal(pod: &Value) -> bool {
     )
 }
 
-fn container_status(pod: &Value, name: &str, state: &ContainerState) -> Value {
+fn container_status(
+    pod: &Value,
+    name: &str,
+    state: &ContainerState,
+    probed: Option<&Probed>,
+) -> Value {
     let spec = container_spec(pod, name).cloned().unwrap_or(Value::Null);
     let image = spec["image"].clone();
     let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
@@ -249,30 +274,24 @@ fn container_status(pod: &Value, name: &str, state: &ContainerState) -> Value {
             true
         }
         ContainerState::Terminated(stop) => {
-            let mut t = json!({"exitCode": stop.exit_code, "reason": stop.reason,
-                "startedAt": null, "finishedAt": null});
-            if let Some(m) = &stop.message {
-                t["message"] = json!(m);
-            }
-            if let Some((s, f)) = &stop.ran {
-                t["startedAt"] = json!(s);
-                t["finishedAt"] = json!(f);
-                t["containerID"] = json!(container_id(uid, name));
-            }
-            st.insert("terminated".into(), t);
+            st.insert("terminated".into(), terminated(uid, name, stop));
             stop.ran.is_some()
         }
     };
     let running = matches!(state, ContainerState::Running { .. });
+    let last = match probed.and_then(|p| p.last.as_ref()) {
+        Some(stop) => json!({"terminated": terminated(uid, name, stop)}),
+        None => json!({}),
+    };
     let mut c = json!({
         "name": name,
         "state": Value::Object(st),
-        "lastState": {},
+        "lastState": last,
         // Without probes the prober reports a running container ready and
-        // started, anything else neither.
-        "ready": running,
+        // started, anything else neither; with a readiness probe, its verdict.
+        "ready": running && probed.is_none_or(|p| p.ready),
         "started": running,
-        "restartCount": 0,
+        "restartCount": probed.map_or(0, |p| p.restart_count),
         "image": image,
         "imageID": "",
     });
@@ -314,11 +333,40 @@ fn container_status(pod: &Value, name: &str, state: &ContainerState) -> Value {
     c
 }
 
+/// A `terminated` container state.
+fn terminated(uid: &str, name: &str, stop: &Stop) -> Value {
+    let mut t = json!({"exitCode": stop.exit_code, "reason": stop.reason,
+        "startedAt": null, "finishedAt": null});
+    if let Some(m) = &stop.message {
+        t["message"] = json!(m);
+    }
+    if let Some((s, f)) = &stop.ran {
+        t["startedAt"] = json!(s);
+        t["finishedAt"] = json!(f);
+        t["containerID"] = json!(container_id(uid, name));
+    }
+    t
+}
+
+/// Whether a container counts as ready: running, and its readiness probe
+/// (if any) passed.
+fn container_ready(local: &Local, name: &str) -> bool {
+    local.containers.iter().any(|(c, s)| {
+        c == name
+            && matches!(s, ContainerState::Running { .. })
+            && local.probed.get(name).is_none_or(|p| p.ready)
+    })
+}
+
 /// The pod phase from the container states (restartPolicy Never, or a
 /// pod that is finishing: the kubelet here never restarts a container).
 fn phase(local: &Local) -> &'static str {
     if local.eviction.is_some() && local.finished() {
         return "Failed";
+    }
+    if local.restarting && !local.probed.is_empty() {
+        // restartPolicy Always: a container that exited is started again.
+        return "Running";
     }
     let states = || local.containers.iter().map(|(_, s)| s);
     if states().any(|s| matches!(s, ContainerState::Running { .. })) {
@@ -363,12 +411,7 @@ fn kubelet_conditions(pod: &Value, local: &Local, phase: &str) -> Vec<Value> {
         _ => {
             let unready: Vec<&str> = names
                 .iter()
-                .filter(|n| {
-                    !local
-                        .containers
-                        .iter()
-                        .any(|(c, s)| c == *n && matches!(s, ContainerState::Running { .. }))
-                })
+                .filter(|n| !container_ready(local, n))
                 .map(String::as_str)
                 .collect();
             if unready.is_empty() {
@@ -506,7 +549,7 @@ pub fn generate(pod: &Value, local: &Local, now: &str) -> Value {
                 .find(|(c, _)| c == n)
                 .map(|(_, s)| s.clone())
                 .unwrap_or_else(|| waiting(CONTAINER_CREATING, None));
-            container_status(pod, n, &state)
+            container_status(pod, n, &state, local.probed.get(n.as_str()))
         })
         .collect();
     status.insert("containerStatuses".into(), json!(statuses));
@@ -585,6 +628,63 @@ mod tests {
                 "PodScheduled"
             ]
         );
+    }
+
+    #[test]
+    fn probed_containers_report_readiness_restarts_and_last_state() {
+        let p = pod();
+        let name = container_names(&p)[0].clone();
+        let mut l = Local::admitted(&p, "127.0.0.1");
+        l.sandbox_ready = true;
+        l.restarting = true;
+        l.set_all(ContainerState::Running {
+            started_at: "t2".into(),
+        });
+        l.probed.insert(name.clone(), Probed::default());
+        let s = generate(&p, &l, "t2");
+        assert_eq!(
+            s["containerStatuses"][0]["ready"], false,
+            "not ready before its probe"
+        );
+        assert_eq!(cond_of(&s, "Ready")["status"], "False");
+        assert_eq!(
+            cond_of(&s, "ContainersReady")["reason"],
+            "ContainersNotReady"
+        );
+        // Killed for its liveness probe, restarted.
+        l.set_all(ContainerState::Terminated(Stop::exited(137, "t2", "t3")));
+        let s = generate(&p, &l, "t3");
+        assert_eq!(
+            s["phase"], "Running",
+            "restartPolicy Always keeps it Running"
+        );
+        l.probed.insert(
+            name,
+            Probed {
+                ready: true,
+                restart_count: 1,
+                last: Some(Stop::exited(137, "t2", "t3")),
+            },
+        );
+        l.set_all(ContainerState::Running {
+            started_at: "t4".into(),
+        });
+        let s = generate(&p, &l, "t4");
+        let c = &s["containerStatuses"][0];
+        assert_eq!(
+            (c["ready"].as_bool(), c["restartCount"].as_i64()),
+            (Some(true), Some(1))
+        );
+        let last = &c["lastState"]["terminated"];
+        assert_eq!(
+            (
+                last["exitCode"].as_i64(),
+                last["reason"].as_str(),
+                last["finishedAt"].as_str()
+            ),
+            (Some(137), Some("Error"), Some("t3"))
+        );
+        assert_eq!(cond_of(&s, "Ready")["status"], "True");
     }
 
     #[test]

@@ -34,6 +34,7 @@ use crate::runtime::{self, Workload};
 use crate::status::{self, ContainerState, Local, Stop};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_workloads::images;
@@ -73,6 +74,12 @@ pub enum Signal {
         /// The eviction message.
         message: String,
     },
+    /// A container run as a local binary is frozen (SIGSTOP): a wedged
+    /// process, for its liveness probe to find. Fake programs ignore it.
+    Freeze {
+        /// The container.
+        container: String,
+    },
 }
 
 /// The runtime's minimum grace period (kuberuntime
@@ -86,7 +93,7 @@ pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
 const WRITE_PATIENCE: Duration = Duration::from_secs(60);
 
 /// The pod worker's view of its pod and what it wrote.
-struct Worker {
+pub(crate) struct Worker {
     life: Arc<NodeLife>,
     ns: String,
     name: String,
@@ -345,7 +352,7 @@ impl Worker {
                     Some(Signal::Term { .. }) => return Err(Early::Deleted),
                     Some(Signal::Gone) | None => return Err(Early::Gone),
                     Some(Signal::Evict { message }) => return Err(Early::Evicted(message)),
-                    Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. }) => {}
+                    Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. } | Signal::Freeze { .. }) => {}
                 },
             }
         }
@@ -423,13 +430,17 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
         Err(Early::Evicted(message)) => return w.end_unstarted(Some(message)).await,
         Err(Early::Gone) => return,
     };
+    if let Some(bins) = crate::procs::local_binaries(&life.shared.local_images, &w.pod) {
+        let bins = bins.to_path_buf();
+        return run_local(w, rx, bins).await;
+    }
     // The container is created and started.
     tokio::select! {
         _ = tokio::time::sleep(life.shared.timing.start_delay) => {}
         sig = rx.recv() => match sig {
             Some(Signal::Evict { message }) => return w.end_unstarted(Some(message)).await,
             Some(Signal::Gone) | None => return,
-            Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. }) => {}
+            Some(Signal::Oom | Signal::Crash { .. } | Signal::Hang | Signal::Kill { .. } | Signal::Freeze { .. }) => {}
             Some(Signal::Term { .. }) => return w.end_unstarted(None).await,
         },
     }
@@ -523,6 +534,7 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
                 Some(Signal::Oom) => break Stop::oom(&started, &Worker::now()),
                 Some(Signal::Crash { exit_code }) => break Stop::exited(exit_code, &started, &Worker::now()),
                 Some(Signal::Hang) => hang = true,
+                Some(Signal::Freeze { .. }) => {}
                 Some(Signal::Evict { message }) => {
                     w.event(true, "Evicted", &message);
                     eviction = Some(message);
@@ -542,4 +554,362 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
     w.local.terminate(&stop);
     w.write().await;
     w.delete_if_deleting().await;
+}
+
+/// What a signal to a pod still preparing means: `None` to keep waiting.
+fn early(sig: Option<Signal>) -> Option<Early> {
+    match sig {
+        Some(Signal::Term { .. }) => Some(Early::Deleted),
+        Some(Signal::Gone) | None => Some(Early::Gone),
+        Some(Signal::Evict { message }) => Some(Early::Evicted(message)),
+        Some(_) => None,
+    }
+}
+
+impl Worker {
+    /// Waits `wait` for a signal that ends a pod before it started.
+    async fn pause(
+        &mut self,
+        wait: Duration,
+        rx: &mut mpsc::UnboundedReceiver<Signal>,
+    ) -> Result<(), Early> {
+        let until = Instant::now() + wait;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return Ok(()),
+                sig = rx.recv() => if let Some(e) = early(sig) { return Err(e) },
+            }
+        }
+    }
+
+    /// Every container's env and spec, and the pod's credential files,
+    /// retried until they can be had (a missing Secret is
+    /// `CreateContainerConfigError`, as for any pod).
+    async fn prepare_local(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Signal>,
+        bins: &std::path::Path,
+    ) -> Result<(Vec<crate::procs::Spec>, crate::procs::PodFiles), Early> {
+        use crate::procs::{self, PodFiles, Restart, Spec};
+        let life = self.life.clone();
+        let retry = life.shared.timing.retry;
+        let grace = Duration::from_secs(
+            self.pod["spec"]["terminationGracePeriodSeconds"]
+                .as_u64()
+                .unwrap_or(30),
+        );
+        loop {
+            let facts = env::Facts {
+                pod_ip: self.local.pod_ip.clone().unwrap_or_default(),
+                host_ip: self.local.host_ip.clone(),
+            };
+            let mut specs = Vec::new();
+            let mut trouble: Option<(&str, String)> = None;
+            for c in self.pod["spec"]["containers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+            {
+                let name = c["name"].as_str().unwrap_or("").to_string();
+                let env = match env::resolve(&self.pod, &c, &facts, &life.sources()).await {
+                    Ok(env) => env,
+                    Err(msg) => {
+                        trouble = Some((status::CREATE_CONTAINER_CONFIG_ERROR, msg));
+                        break;
+                    }
+                };
+                let mut command: Vec<String> = c["command"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str().map(str::to_string))
+                    .collect();
+                command.extend(
+                    c["args"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|a| a.as_str().map(str::to_string)),
+                );
+                if command.is_empty() {
+                    trouble = Some((
+                        "RunContainerError",
+                        format!("container {name}: no command (a local image has no entrypoint)"),
+                    ));
+                    break;
+                }
+                let program = command.remove(0);
+                let probes = procs::probe(&c, "livenessProbe")
+                    .and_then(|l| Ok((l, procs::probe(&c, "readinessProbe")?)));
+                let (liveness, readiness) = match probes {
+                    Ok(p) => p,
+                    Err(msg) => {
+                        trouble = Some(("RunContainerError", format!("container {name}: {msg}")));
+                        break;
+                    }
+                };
+                specs.push(Spec {
+                    log: life.pods.logs.get(&self.uid, &name),
+                    name,
+                    program: bins.join(program),
+                    args: command,
+                    env,
+                    liveness,
+                    readiness,
+                    restart: Restart::of(&self.pod),
+                    grace,
+                    workdir: PathBuf::new(),
+                });
+            }
+            if trouble.is_none() {
+                let files = PodFiles::create(
+                    &life.shared.pods_dir,
+                    &self.uid,
+                    &life.shared.conn.url(),
+                    &life.shared.ca_pem,
+                    &self.ns,
+                )
+                .map_err(|e| format!("writing the pod's credential files: {e}"));
+                let token = match &files {
+                    Ok(_) => {
+                        crate::host::request_token(
+                            &life.client,
+                            &self.ns,
+                            self.pod["spec"]["serviceAccountName"]
+                                .as_str()
+                                .unwrap_or("default"),
+                            &self.name,
+                            &self.uid,
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e.clone()),
+                };
+                match (files, token) {
+                    (Ok(files), Ok(token)) => match files.write_token(&token) {
+                        Ok(()) => {
+                            for s in &mut specs {
+                                s.workdir = files.dir.clone();
+                            }
+                            return Ok((specs, files));
+                        }
+                        Err(e) => {
+                            trouble =
+                                Some(("RunContainerError", format!("writing the pod's token: {e}")))
+                        }
+                    },
+                    (Err(msg), _) | (_, Err(msg)) => {
+                        trouble = Some(("RunContainerError", msg));
+                    }
+                }
+            }
+            if let Some((reason, msg)) = trouble {
+                self.set_waiting(reason, Some(&msg));
+                self.event(true, "Failed", &format!("Error: {msg}"));
+            }
+            self.write().await;
+            if self.gone {
+                return Err(Early::Gone);
+            }
+            self.pause(retry, rx).await?;
+        }
+    }
+}
+
+/// A pod of a local image (the dispatcher's own): its containers run as
+/// child processes of the local binaries, probed and restarted
+/// ([`crate::procs`]).
+async fn run_local(mut w: Worker, mut rx: mpsc::UnboundedReceiver<Signal>, bins: PathBuf) {
+    use crate::procs::{self, Event, Fault, PodStop};
+    let life = w.life.clone();
+    let (specs, files) = match w.prepare_local(&mut rx, &bins).await {
+        Ok(ready) => ready,
+        Err(Early::Deleted) => return w.end_unstarted(None).await,
+        Err(Early::Evicted(message)) => return w.end_unstarted(Some(message)).await,
+        Err(Early::Gone) => return,
+    };
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = watch::channel::<Option<PodStop>>(None);
+    let mut faults: BTreeMap<String, mpsc::UnboundedSender<Fault>> = BTreeMap::new();
+    let mut logs = Vec::new();
+    // Dropped (with the worker), the set aborts the containers' tasks,
+    // which kills their processes.
+    let mut set = tokio::task::JoinSet::new();
+    w.local.restarting = procs::Restart::of(&w.pod) != procs::Restart::Never;
+    for spec in specs {
+        let image = w.pod["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"] == spec.name.as_str())
+            .and_then(|c| c["image"].as_str())
+            .unwrap_or("")
+            .to_string();
+        w.event(
+            false,
+            "Pulled",
+            &format!("Container image \"{image}\" already present on machine"),
+        );
+        w.event(
+            false,
+            "Created",
+            &format!("Created container: {}", spec.name),
+        );
+        w.local.probed.insert(
+            spec.name.clone(),
+            status::Probed {
+                ready: spec.readiness.is_none(),
+                ..Default::default()
+            },
+        );
+        let (fault_tx, fault_rx) = mpsc::unbounded_channel();
+        faults.insert(spec.name.clone(), fault_tx);
+        logs.push(spec.log.clone());
+        set.spawn(procs::run_container(
+            spec,
+            files.kubeconfig(),
+            life.shared.http.clone(),
+            events_tx.clone(),
+            stop_rx.clone(),
+            fault_rx,
+        ));
+    }
+    drop(events_tx);
+    life.pods.set_running(&w.uid, true);
+    let renew_every = Duration::from_secs(crate::host::TOKEN_SECONDS * 8 / 10);
+    let mut renew_at = Instant::now() + renew_every;
+    let mut gone = false;
+    let mut eviction: Option<String> = None;
+    let stop = |w: &mut Worker, grace: Duration| {
+        if stop_tx.borrow().is_none() {
+            for (name, _) in &w.local.containers {
+                w.life.recorder.pod(
+                    &w.pod,
+                    false,
+                    "Killing",
+                    &format!("Stopping container {name}"),
+                );
+            }
+        }
+        w.local.restarting = false;
+        let at = Instant::now() + grace.max(MIN_GRACE);
+        let kill_at = stop_tx.borrow().map_or(at, |s| s.kill_at.min(at));
+        let _ = stop_tx.send(Some(PodStop {
+            kill_at,
+            oom: false,
+        }));
+    };
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else { break };
+                match event {
+                    Event::Started { name, at, restart_count, last } => {
+                        w.event(false, "Started", &format!("Started container {name}"));
+                        set_state(&mut w.local, &name, ContainerState::Running { started_at: at });
+                        if let Some(p) = w.local.probed.get_mut(&name) {
+                            p.restart_count = restart_count;
+                            p.last = last;
+                        }
+                    }
+                    Event::Ready { name, ready } => {
+                        if let Some(p) = w.local.probed.get_mut(&name) {
+                            p.ready = ready;
+                        }
+                    }
+                    Event::Exited { name, stop, again } => {
+                        let state = match again {
+                            Some(wait) if !wait.is_zero() => {
+                                w.event(true, "BackOff", "Back-off restarting failed container");
+                                if let Some(p) = w.local.probed.get_mut(&name) {
+                                    p.last = Some(stop);
+                                }
+                                ContainerState::Waiting {
+                                    reason: "CrashLoopBackOff".into(),
+                                    message: Some(format!(
+                                        "back-off {}s restarting failed container={name} pod={}_{}({})",
+                                        wait.as_secs(), w.name, w.ns, w.uid
+                                    )),
+                                    created: true,
+                                }
+                            }
+                            _ => ContainerState::Terminated(stop),
+                        };
+                        if let Some(p) = w.local.probed.get_mut(&name) {
+                            p.ready = false;
+                        }
+                        set_state(&mut w.local, &name, state);
+                    }
+                }
+                if !gone {
+                    w.write().await;
+                }
+            }
+            sig = rx.recv() => match sig {
+                Some(Signal::Term { grace } | Signal::Kill { grace }) => stop(&mut w, grace),
+                Some(Signal::Gone) | None => {
+                    gone = true;
+                    stop(&mut w, Duration::ZERO);
+                }
+                Some(Signal::Oom) => {
+                    w.local.restarting = false;
+                    let _ = stop_tx.send(Some(PodStop { kill_at: Instant::now(), oom: true }));
+                }
+                Some(Signal::Evict { message }) => {
+                    w.event(true, "Evicted", &message);
+                    eviction = Some(message);
+                    stop(&mut w, EVICTION_GRACE);
+                }
+                Some(Signal::Freeze { container }) => {
+                    let target = faults.get(&container).or_else(|| faults.values().next());
+                    if let Some(tx) = target {
+                        let _ = tx.send(Fault::Freeze);
+                    }
+                }
+                Some(Signal::Hang) => {
+                    if let Some(tx) = faults.values().next() {
+                        let _ = tx.send(Fault::Freeze);
+                    }
+                }
+                Some(Signal::Crash { .. }) => {
+                    tracing::warn!(pod = %w.name, "crash is not supported for a pod of local binaries");
+                }
+            },
+            _ = tokio::time::sleep_until(renew_at) => {
+                renew_at = Instant::now() + renew_every;
+                let sa = w.pod["spec"]["serviceAccountName"].as_str().unwrap_or("default").to_string();
+                match crate::host::request_token(&life.client, &w.ns, &sa, &w.name, &w.uid).await {
+                    Ok(token) => {
+                        if let Err(e) = files.write_token(&token) {
+                            tracing::warn!(pod = %w.name, error = %e, "writing the renewed token failed");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(pod = %w.name, error = %e, "renewing the pod's token failed");
+                        renew_at = Instant::now() + Duration::from_secs(10);
+                    }
+                }
+            }
+        }
+    }
+    set.shutdown().await;
+    for log in logs {
+        log.finish();
+    }
+    life.pods.set_running(&w.uid, false);
+    drop(files);
+    if gone {
+        return;
+    }
+    w.local.restarting = false;
+    w.local.eviction = eviction;
+    w.local.terminate(&Stop::unknown());
+    w.write().await;
+    w.delete_if_deleting().await;
+}
+
+fn set_state(local: &mut Local, name: &str, state: ContainerState) {
+    if let Some((_, s)) = local.containers.iter_mut().find(|(n, _)| n == name) {
+        *s = state;
+    }
 }
