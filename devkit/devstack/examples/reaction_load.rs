@@ -29,6 +29,13 @@
 //!
 //! Target (architecture.md §8): p99 under 100 ms for each, with 500 live
 //! Jobs churning. RUN_DIR keeps the run directory (default: a temporary one).
+//!
+//! `--cluster real` runs the same on the upstream control plane (built by
+//! `scripts/control-plane build`): the Job controller, scheduler and garbage
+//! collector are Kubernetes' own, the node agent runs the pods, the kills go
+//! through the node agent and the Eviction API, and the timeline comes from
+//! the API server's audit log. Its two nodes admit `--node-pods` pods each,
+//! so give it caps that fit (the drivers' sandboxes take a slot too).
 
 use clap::Parser;
 use rand::rngs::StdRng;
@@ -40,11 +47,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tcab_devstack::invariants::{self, PodLife, ReportKind, Settings};
-use tcab_devstack::{Stack, StackOptions, wait_for};
-use tcab_kube_sim::AdminClient;
+use tcab_devstack::{ClusterAdmin, ClusterKind, Stack, StackOptions, wait_for};
 use tcab_kube_sim::audit::{Actor, AuditEntry};
-
-const NS: &str = "tcab";
 
 /// Reaction times with ~500 live Jobs churning.
 #[derive(Parser)]
@@ -71,6 +75,20 @@ struct Args {
     /// Nodes of the simulated cluster (110 pods each)
     #[arg(long, default_value_t = 12)]
     nodes: usize,
+    /// The cluster: `sim` (kube-sim) or `real` (the upstream control plane)
+    #[arg(long, default_value = "sim", value_parser = parse_cluster)]
+    cluster: ClusterKind,
+    /// Pods each node of the real control plane admits
+    #[arg(long, default_value_t = 400)]
+    node_pods: u32,
+}
+
+fn parse_cluster(s: &str) -> Result<ClusterKind, String> {
+    match s {
+        "sim" => Ok(ClusterKind::Sim),
+        "real" => Ok(ClusterKind::Real),
+        other => Err(format!("--cluster is sim or real, not {other:?}")),
+    }
 }
 
 fn run_request(rng: &mut impl Rng) -> Value {
@@ -119,7 +137,7 @@ async fn feed(stack_backend: tcab_devstack::console::Backend, low: usize, stop: 
 async fn running_pods(stack: &Stack) -> anyhow::Result<Vec<String>> {
     let pods = stack
         .cluster
-        .pods(NS, Some("app.kubernetes.io/managed-by=tcab-dispatcher"))
+        .pods(stack.namespace(), Some("app.kubernetes.io/managed-by=tcab-dispatcher"))
         .await?;
     Ok(pods
         .iter()
@@ -144,7 +162,7 @@ struct Kills {
 /// second; the kills of that second spread over it).
 async fn kill(
     stack: &Stack,
-    admin: &AdminClient,
+    admin: &ClusterAdmin,
     oom_rate: f64,
     evict_rate: f64,
     stop: &AtomicBool,
@@ -168,10 +186,10 @@ async fn kill(
             };
             let result = if oom {
                 oom_due -= 1.0;
-                admin.oom_kill(NS, &pod).await.map(|()| &kills.oom)
+                admin.oom_kill(stack.namespace(), &pod).await.map(|()| &kills.oom)
             } else {
                 evict_due -= 1.0;
-                admin.evict(NS, &pod).await.map(|()| &kills.evicted)
+                admin.evict(stack.namespace(), &pod).await.map(|()| &kills.evicted)
             };
             match result {
                 Ok(counter) => counter.fetch_add(1, Ordering::Relaxed),
@@ -191,7 +209,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn summary(name: &str, samples: &[f64]) {
+fn summary(bench: &str, name: &str, samples: &[f64]) {
     let mut ms = samples.to_vec();
     ms.sort_by(f64::total_cmp);
     if ms.is_empty() {
@@ -206,7 +224,7 @@ fn summary(name: &str, samples: &[f64]) {
         ("p99", p99),
         ("max", ms[ms.len() - 1]),
     ] {
-        println!("figure\treaction-load\t{name} {q}\t{value:.3}\tms");
+        println!("figure\t{bench}\t{name} {q}\t{value:.3}\tms");
     }
     println!(
         "  {name:<34} n={:<5} p50 {:>6.1} ms  p95 {:>6.1} ms  p99 {:>6.1} ms  max {:>7.1} ms  (p99 target 100 ms: {})",
@@ -294,6 +312,10 @@ async fn main() -> anyhow::Result<()> {
     options.max_inflight = args.runs;
     options.max_publish_inflight = args.publishes;
     options.cluster_nodes = args.nodes;
+    options.cluster = args.cluster;
+    if args.cluster.is_real() {
+        options.node_pods = Some(args.node_pods);
+    }
     options.driver_grace_seconds = 1;
     options.rust_log = "warn".into();
     // Small requests, so 500 drivers and publishers and 400 sandboxes fit
@@ -308,7 +330,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let mut stack = Stack::start(options).await?;
-    let admin = AdminClient::new(stack.cluster.url());
+    let admin = stack.admin();
     let stop_feeding = Arc::new(AtomicBool::new(false));
     let feeder = tokio::spawn(feed(
         stack.backend.clone(),
@@ -364,24 +386,19 @@ async fn main() -> anyhow::Result<()> {
         )
     );
     let to = jiff::Timestamp::now();
-    // Let the last deaths be reported and reaped before reading the records.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Let the last deaths be reported and reaped before reading the records
+    // (on the real cluster a Job takes seconds to be Failed; see below).
+    tokio::time::sleep(Duration::from_secs(if args.cluster.is_real() { 15 } else { 3 })).await;
     stop_feeding.store(true, Ordering::Relaxed);
     let _ = feeder.await;
     stack.check_alive()?;
 
-    let mut audit = Vec::new();
-    loop {
-        let page = admin
-            .audit(audit.last().map_or(0, |e: &AuditEntry| e.seq))
-            .await?;
-        anyhow::ensure!(page.dropped == 0, "the audit timeline overflowed");
-        if page.entries.is_empty() {
-            break;
-        }
-        audit.extend(page.entries);
-    }
+    let audit = admin.audit().await?;
     let history = stack.backend.history().await?;
+    // The API server's own record, kept with the run for a closer look.
+    if let Some(log) = stack.real.as_ref().and_then(|r| r.access.audit_log.as_ref()) {
+        std::fs::copy(log, run_dir.join("audit.jsonl"))?;
+    }
     let window = (from, to);
 
     let caps = BTreeMap::from([("run", args.runs), ("publish", args.publishes)]);
@@ -421,6 +438,15 @@ async fn main() -> anyhow::Result<()> {
         .filter_map(|e| label(e, "tcab.dev/job-id"))
         .collect();
 
+    // When each Job (by name) was first seen Failed: the cluster's part of
+    // a death, before which the dispatcher does not report it.
+    let mut job_failed: BTreeMap<&str, jiff::Timestamp> = BTreeMap::new();
+    for e in audit.iter().filter(|e| e.kind == "Job") {
+        if e.finished.as_deref() == Some("Failed") {
+            job_failed.entry(e.name.as_str()).or_insert(e.at);
+        }
+    }
+    let (mut to_failed, mut failed_to_report) = (Vec::new(), Vec::new());
     let (mut to_report, mut to_reap) = (Vec::new(), Vec::new());
     let (mut by_self, mut finished, mut unreported, mut no_sandbox, mut unreaped) = (0, 0, 0, 0, 0);
     let lane_of: BTreeMap<String, String> = invariants::job_lives(&audit, &Settings::default())
@@ -437,6 +463,14 @@ async fn main() -> anyhow::Result<()> {
         match (report, terminal.get(id)) {
             (Some((t, kind)), _) => {
                 to_report.push(between_ms(*at, *t));
+                if *kind == ReportKind::Dead
+                    && let Some(failed) = life.owner.as_deref().and_then(|j| job_failed.get(j))
+                    && failed >= at
+                    && failed <= t
+                {
+                    to_failed.push(between_ms(*at, *failed));
+                    failed_to_report.push(between_ms(*failed, *t));
+                }
                 *by_kind
                     .entry(match kind {
                         ReportKind::Dead => "death (failed)",
@@ -469,7 +503,8 @@ async fn main() -> anyhow::Result<()> {
     }
 
     println!(
-        "reaction times under load: caps {} runs + {} publishes, {} s of churn, poll interval {} s",
+        "reaction times under load on the {} cluster: caps {} runs + {} publishes, {} s of churn, poll interval {} s",
+        args.cluster.name(),
         args.runs, args.publishes, args.seconds, args.poll
     );
     println!(
@@ -499,16 +534,26 @@ async fn main() -> anyhow::Result<()> {
         no_sandbox,
         unreaped,
     );
+    // The real cluster's figures are kept apart from the simulated one's.
+    let bench = match args.cluster {
+        ClusterKind::Sim => "reaction-load",
+        ClusterKind::Real => "reaction-load-real",
+    };
     for (lane, samples) in &freed {
         summary(
+            bench,
             &format!("capacity freed -> next admission ({lane})"),
             samples,
         );
     }
     let all: Vec<f64> = freed.values().flatten().copied().collect();
-    summary("capacity freed -> next admission", &all);
-    summary("death -> report at the backend", &to_report);
-    summary("death -> sandbox deleted", &to_reap);
+    summary(bench, "capacity freed -> next admission", &all);
+    summary(bench, "death -> report at the backend", &to_report);
+    summary(bench, "death -> sandbox deleted", &to_reap);
+    // A death report waits for the Job to be Failed (its pods stopped): the
+    // part of the cluster's Job controller, then the dispatcher's part.
+    summary(bench, "death -> its Job Failed (cluster)", &to_failed);
+    summary(bench, "Job Failed -> death report (dispatcher)", &failed_to_report);
     println!(
         "  whole run {:.0} s; the records: {} audit entries, {} backend history entries",
         started.elapsed().as_secs_f64(),
