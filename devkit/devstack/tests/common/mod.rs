@@ -53,11 +53,15 @@ pub fn pick<T>(kind: ClusterKind, sim: T, real: T) -> T {
 pub struct TestStack {
     pub stack: Stack,
     pub dir: tempfile::TempDir,
+    /// Whether the test takes RBAC refusals away on purpose and checks
+    /// each one itself ([`TestStack::expect_forbidden`]).
+    forbidden_expected: bool,
 }
+
 
 impl Drop for TestStack {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || self.forbidden_expected {
             return;
         }
         let forbidden = self.stack.forbidden();
@@ -78,7 +82,17 @@ impl TestStack {
         options.poll_seconds = 0.1;
         tune(&mut options);
         let stack = Stack::start(options).await.expect("the dev stack starts");
-        TestStack { stack, dir }
+        TestStack {
+            stack,
+            dir,
+            forbidden_expected: false,
+        }
+    }
+
+    /// The test takes permissions away on purpose and checks every 403 it
+    /// meets itself: dropping the stack then no longer fails on one.
+    pub fn expect_forbidden(&mut self) {
+        self.forbidden_expected = true;
     }
 
     pub fn admin(&self) -> ClusterAdmin {
