@@ -16,7 +16,8 @@
 #[allow(unused_macros)]
 mod common;
 
-use common::{ClusterKind, TestStack, lines_with, run};
+use common::chart::name_of;
+use common::{ClusterKind, TestStack, job_finished, lines_with, run};
 use jiff::Timestamp;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -255,20 +256,6 @@ impl Rbac {
     }
 }
 
-fn name_of(v: &Value) -> String {
-    v["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn finished(job: &Value) -> bool {
-    job["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
-    })
-}
-
 /// The only Job of a backend job.
 async fn job_of(t: &TestStack, id: &str) -> Value {
     let jobs = t.jobs_of(id).await;
@@ -294,7 +281,7 @@ async fn live_run_jobs(t: &TestStack) -> usize {
         .await
         .expect("list jobs")
         .iter()
-        .filter(|j| !finished(j) && j["metadata"]["deletionTimestamp"].is_null())
+        .filter(|j| !job_finished(j) && j["metadata"]["deletionTimestamp"].is_null())
         .count()
 }
 
