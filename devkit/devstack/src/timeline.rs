@@ -819,9 +819,11 @@ mod tests {
         .unwrap();
         let other = in_t("elsewhere").replace("\"namespace\":\"t\"", "\"namespace\":\"u\"");
         let refused =
-            json!({"stage": "ResponseComplete", "verb": "list", "user": {"username": DISPATCHER},
-            "objectRef": {"resource": "secrets", "namespace": "t"},
-            "responseStatus": {"code": 403, "message": "secrets is forbidden"}})
+            json!({"stage": "ResponseComplete", "verb": "get", "user": {"username": DISPATCHER},
+            "userAgent": "tcab-lease-keeper/0.1.0",
+            "requestReceivedTimestamp": "2026-12-01T09:30:00.000000Z",
+            "objectRef": {"resource": "pods", "subresource": "log", "namespace": "t"},
+            "responseStatus": {"code": 403, "message": "pods is forbidden"}})
             .to_string();
         std::fs::write(&current, format!("{}\n{other}\n{refused}\n", in_t("new"))).unwrap();
         let text = read_audit_log(&current, &["t"]).unwrap();
@@ -832,8 +834,15 @@ mod tests {
         assert_eq!(names, ["old", "new"], "{text}");
         assert_eq!(
             forbidden(&text, DISPATCHER),
-            ["list secrets t: secrets is forbidden"]
+            ["get pods/log t: pods is forbidden"]
         );
         assert!(forbidden(&text, "someone-else").is_empty());
+        let refusals = refusals(&text, DISPATCHER);
+        let r = &refusals[0];
+        assert_eq!(
+            (r.verb.as_str(), r.resource.as_str(), r.agent.as_str()),
+            ("get", "pods/log", "tcab-lease-keeper/0.1.0")
+        );
+        assert_eq!(r.received, Some("2026-12-01T09:30:00Z".parse().unwrap()));
     }
 }

@@ -146,11 +146,15 @@ impl TestStack {
         }
     }
 
-    /// The last lines of every container's log, for a failure message.
+    /// The last lines of every container's log, for a failure message (none
+    /// of a container the stack did not start, e.g. under the chart).
     pub fn logs(&self) -> String {
         let mut out = String::new();
         for c in Container::ALL {
             let log = self.stack.log(c);
+            if log.is_empty() {
+                continue;
+            }
             let lines: Vec<&str> = log.lines().collect();
             out.push_str(&format!("\n--- {} (last 25 lines) ---\n", c.binary()));
             out.push_str(&lines[lines.len().saturating_sub(25)..].join("\n"));
