@@ -333,31 +333,71 @@ pub fn read_audit_log(path: &std::path::Path, namespaces: &[&str]) -> std::io::R
     Ok(out)
 }
 
-/// The dispatcher's requests the API server refused with 403, from the
-/// audit log: `"<verb> <resource> <namespace>: <message>"` each.
-pub fn forbidden(text: &str, dispatcher: &str) -> Vec<String> {
+/// One request the API server refused with 403, as its audit log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The request's verb (`get`, `list`, `watch`, `create`, `delete`, ...).
+    pub verb: String,
+    /// Its resource, with its subresource after a slash (`pods/log`).
+    pub resource: String,
+    /// Its namespace (`(cluster)` for a cluster-scoped request).
+    pub namespace: String,
+    /// The request's `User-Agent` (it names the binary).
+    pub agent: String,
+    /// The refusal's message.
+    pub message: String,
+    /// When the API server received the request.
+    pub received: Option<Timestamp>,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} {}: {}",
+            self.verb, self.resource, self.namespace, self.message
+        )
+    }
+}
+
+/// The requests of `user` the API server refused with 403, from the audit
+/// log, in the order it records them.
+pub fn refusals(text: &str, user: &str) -> Vec<Refusal> {
     text.lines()
         .filter(|l| l.contains("403"))
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| {
-            e["user"]["username"] == dispatcher
+            e["user"]["username"] == user
                 && e["responseStatus"]["code"] == 403
                 && e["stage"] == "ResponseComplete"
         })
         .map(|e| {
             let r = &e["objectRef"];
+            let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
             let resource = match r["subresource"].as_str() {
-                Some(sub) => format!("{}/{sub}", r["resource"].as_str().unwrap_or("")),
-                None => r["resource"].as_str().unwrap_or("").to_owned(),
+                Some(sub) => format!("{}/{sub}", text(&r["resource"])),
+                None => text(&r["resource"]),
             };
-            format!(
-                "{} {} {}: {}",
-                e["verb"].as_str().unwrap_or(""),
+            Refusal {
+                verb: text(&e["verb"]),
                 resource,
-                r["namespace"].as_str().unwrap_or("(cluster)"),
-                e["responseStatus"]["message"].as_str().unwrap_or("")
-            )
+                namespace: r["namespace"].as_str().unwrap_or("(cluster)").to_owned(),
+                agent: text(&e["userAgent"]),
+                message: text(&e["responseStatus"]["message"]),
+                received: e["requestReceivedTimestamp"]
+                    .as_str()
+                    .and_then(|t| t.parse().ok()),
+            }
         })
+        .collect()
+}
+
+/// The dispatcher's requests the API server refused with 403, from the
+/// audit log: `"<verb> <resource> <namespace>: <message>"` each.
+pub fn forbidden(text: &str, dispatcher: &str) -> Vec<String> {
+    refusals(text, dispatcher)
+        .iter()
+        .map(Refusal::to_string)
         .collect()
 }
 
@@ -779,9 +819,11 @@ mod tests {
         .unwrap();
         let other = in_t("elsewhere").replace("\"namespace\":\"t\"", "\"namespace\":\"u\"");
         let refused =
-            json!({"stage": "ResponseComplete", "verb": "list", "user": {"username": DISPATCHER},
-            "objectRef": {"resource": "secrets", "namespace": "t"},
-            "responseStatus": {"code": 403, "message": "secrets is forbidden"}})
+            json!({"stage": "ResponseComplete", "verb": "get", "user": {"username": DISPATCHER},
+            "userAgent": "tcab-lease-keeper/0.1.0",
+            "requestReceivedTimestamp": "2026-12-01T09:30:00.000000Z",
+            "objectRef": {"resource": "pods", "subresource": "log", "namespace": "t"},
+            "responseStatus": {"code": 403, "message": "pods is forbidden"}})
             .to_string();
         std::fs::write(&current, format!("{}\n{other}\n{refused}\n", in_t("new"))).unwrap();
         let text = read_audit_log(&current, &["t"]).unwrap();
@@ -792,8 +834,15 @@ mod tests {
         assert_eq!(names, ["old", "new"], "{text}");
         assert_eq!(
             forbidden(&text, DISPATCHER),
-            ["list secrets t: secrets is forbidden"]
+            ["get pods/log t: pods is forbidden"]
         );
         assert!(forbidden(&text, "someone-else").is_empty());
+        let refusals = refusals(&text, DISPATCHER);
+        let r = &refusals[0];
+        assert_eq!(
+            (r.verb.as_str(), r.resource.as_str(), r.agent.as_str()),
+            ("get", "pods/log", "tcab-lease-keeper/0.1.0")
+        );
+        assert_eq!(r.received, Some("2026-12-01T09:30:00Z".parse().unwrap()));
     }
 }

@@ -730,7 +730,9 @@ async fn random_container_kills_during_a_drain_lose_nothing(kind: ClusterKind) {
         .unwrap_or_else(|e| t.fail(format!("{e}\n{context}")));
     }
 
-    let (runs, pubs) = t.drained(Duration::from_secs(120)).await;
+    let (runs, pubs) = t
+        .drained(Duration::from_secs(120), common::RunBy::Processes)
+        .await;
     dump_records(&t).await;
     let audit = t.audit().await;
     let had_job: BTreeSet<&str> = audit

@@ -9,7 +9,11 @@
 #[allow(unused_macros)]
 mod common;
 
-use common::{ClusterKind, TestStack, run, states};
+use common::chart::{
+    Audit, RELEASE, admin_client, condition, container, dispatcher_pods, enqueue_runs,
+    install_ready, name_of, ready_pod, values,
+};
+use common::{ClusterKind, RunBy, TestStack, run, states};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tcab_devstack::chart;
@@ -17,100 +21,6 @@ use tcab_devstack::console::Backend;
 use tcab_devstack::stack::{SERVICE_TOKEN, free_port};
 use tcab_devstack::wait_for;
 use tcab_kube_sim::audit::Actor;
-
-const RELEASE: &str = "chart";
-/// The chart's full name for [`RELEASE`] (release name, then the chart's).
-const FULLNAME: &str = "chart-tcab-dispatcher";
-
-/// The stack's chart values (its backend, namespace, caps and free ports:
-/// the pod's processes share the machine's network) with `extra` merged in.
-fn values(t: &TestStack, extra: Value) -> Value {
-    let mut v = t.stack.chart_values();
-    merge(&mut v, extra);
-    v
-}
-
-fn merge(into: &mut Value, from: Value) {
-    match (into, from) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (slot, v) => *slot = v,
-    }
-}
-
-/// Installs the chart into the stack's namespace and waits for its pod to
-/// be Ready; returns the release and the pod.
-async fn install_ready(
-    t: &TestStack,
-    client: &kube::Client,
-    values: &Value,
-) -> (chart::Release, Value) {
-    let release = chart::install(client, RELEASE, &t.ns(), values)
-        .await
-        .unwrap_or_else(|e| t.fail(format!("installing the chart: {e:#}")));
-    // The Deployment and ReplicaSet controllers make the pod; our kubelet
-    // runs it; the readiness probes make it Ready.
-    let pod = wait_for(
-        "the dispatcher's pod Ready",
-        Duration::from_secs(120),
-        || async {
-            let pods = dispatcher_pods(t).await;
-            Ok(pods.into_iter().find(|p| condition(p, "Ready")))
-        },
-    )
-    .await
-    .unwrap_or_else(|e| t.fail(e));
-    (release, pod)
-}
-
-fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
-    pod["status"]["containerStatuses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["name"] == name)
-        .unwrap_or(&Value::Null)
-}
-
-async fn drain(t: &TestStack, limit: Duration) -> (Vec<Value>, Vec<Value>) {
-    let backend = t.stack.backend.clone();
-    wait_for("every job terminal", limit, || {
-        let backend = backend.clone();
-        async move {
-            let runs = backend.jobs().await?;
-            let pubs = backend.publish_jobs().await?;
-            let done = runs
-                .iter()
-                .chain(pubs.iter())
-                .all(|j| common::terminal(&j["state"]));
-            Ok(done.then_some((runs, pubs)))
-        }
-    })
-    .await
-    .unwrap_or_else(|e| t.fail(e))
-}
-
-async fn dispatcher_pods(t: &TestStack) -> Vec<Value> {
-    t.stack
-        .cluster
-        .pods(
-            &t.ns(),
-            Some(&format!("app.kubernetes.io/instance={RELEASE}")),
-        )
-        .await
-        .unwrap_or_default()
-}
-
-fn condition(pod: &Value, kind: &str) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == kind && c["status"] == "True")
-}
 
 /// Install, then a drain of 40 runs and 10 publishes through the chart's
 /// dispatcher: every job succeeds with one Job each, neither lane above its
@@ -123,10 +33,9 @@ async fn installed_from_the_chart_it_drains_within_the_caps_and_uninstalls() {
     if tcab_real_cluster::built_or_skip().is_none() {
         return;
     }
-    let t = TestStack::start(ClusterKind::Real, |o| o.start_containers = false).await;
+    let mut t = TestStack::start(ClusterKind::Real, |o| o.start_containers = false).await;
     let ns = t.ns();
-    let real = t.stack.real.as_ref().expect("a real cluster");
-    let client = real.access.admin_client().await.expect("admin client");
+    let client = admin_client(&t).await;
     let (release, pod) = install_ready(&t, &client, &values(&t, json!({}))).await;
     let kinds: Vec<&str> = release.manifests.iter().map(|m| m.kind()).collect();
     assert_eq!(
@@ -140,21 +49,10 @@ async fn installed_from_the_chart_it_drains_within_the_caps_and_uninstalls() {
         ],
         "Helm's install order"
     );
-    let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let pod_name = name_of(&pod);
 
-    let runs: Vec<_> = (0..40)
-        .map(|i| {
-            run(
-                &format!("case-{i}"),
-                json!({"duration_ms": 150, "log_lines": 1}),
-            )
-        })
-        .collect();
-    t.stack
-        .backend
-        .enqueue_batch(runs)
-        .await
-        .expect("enqueue runs");
+    let quick = json!({"duration_ms": 150, "log_lines": 1});
+    enqueue_runs(&t.stack.backend, "case", 40, quick).await;
     for i in 0..10 {
         t.stack
             .backend
@@ -162,7 +60,7 @@ async fn installed_from_the_chart_it_drains_within_the_caps_and_uninstalls() {
             .await
             .expect("enqueue publish");
     }
-    let (runs, pubs) = drain(&t, Duration::from_secs(300)).await;
+    let (runs, pubs) = t.drained(Duration::from_secs(300), RunBy::Chart).await;
     assert!(
         runs.iter().chain(&pubs).all(|j| j["state"] == "succeeded"),
         "runs: {}; publishes: {}",
@@ -177,27 +75,21 @@ async fn installed_from_the_chart_it_drains_within_the_caps_and_uninstalls() {
     );
 
     // The cluster's own record: the audit log of the namespace.
-    let user = format!("system:serviceaccount:{ns}:{FULLNAME}");
-    let log = real.access.audit_log.clone().expect("the audit log is on");
-    let text = tcab_devstack::timeline::read_audit_log(&log, &[ns.as_str()]).expect("audit log");
-    let timeline = tcab_devstack::timeline::from_audit_log(&text, &[ns.as_str()], &user);
-    let created = timeline
+    let audit = Audit::of_release(&t);
+    let created = audit
+        .timeline
         .iter()
         .filter(|e| e.kind == "Job" && e.event == "ADDED" && e.actor == Actor::Rbac)
         .count();
     assert_eq!(created, 50, "the chart's ServiceAccount created every Job");
-    let max = tcab_devstack::timeline::max_live_jobs(&timeline);
+    let max = tcab_devstack::timeline::max_live_jobs(&audit.timeline);
     let lane = |l: &str| max.get(l).copied().unwrap_or(0);
     assert!(
         lane("run") <= 8 && lane("publish") <= 8,
         "caps exceeded: {max:?}"
     );
     assert_eq!(lane("run"), 8, "the run lane fills up to its cap: {max:?}");
-    let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
-    assert!(
-        forbidden.is_empty(),
-        "forbidden to the chart's Role: {forbidden:?}"
-    );
+    audit.assert_nothing_forbidden();
 
     // The pod ran all along: no restart, still Ready, logs through the API.
     let pods = dispatcher_pods(&t).await;
@@ -227,20 +119,8 @@ async fn installed_from_the_chart_it_drains_within_the_caps_and_uninstalls() {
     // Uninstall with three long runs in flight: what the chart made goes
     // (the pod with its Deployment), the dispatcher's Jobs stay, and so do
     // the running drivers' pods, still running.
-    let long: Vec<_> = (0..3)
-        .map(|i| {
-            run(
-                &format!("long-{i}"),
-                json!({"duration_ms": 90_000, "log_lines": 1}),
-            )
-        })
-        .collect();
-    let long_ids = t
-        .stack
-        .backend
-        .enqueue_batch(long)
-        .await
-        .expect("enqueue long runs");
+    let long = json!({"duration_ms": 90_000, "log_lines": 1});
+    let long_ids = enqueue_runs(&t.stack.backend, "long", 3, long).await;
     let selector = "tcab.dev/job-kind=run";
     let running = |pods: &[Value]| {
         pods.iter()
@@ -250,7 +130,7 @@ async fn installed_from_the_chart_it_drains_within_the_caps_and_uninstalls() {
                         .iter()
                         .any(|id| p["metadata"]["labels"]["tcab.dev/job-id"] == id.as_str())
             })
-            .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned())
+            .map(name_of)
             .collect::<Vec<_>>()
     };
     let drivers = wait_for(
@@ -304,15 +184,15 @@ async fn a_wedged_container_is_restarted_by_its_liveness_probe() {
     if tcab_real_cluster::built_or_skip().is_none() {
         return;
     }
-    let t = TestStack::start(ClusterKind::Real, |o| o.start_containers = false).await;
+    let mut t = TestStack::start(ClusterKind::Real, |o| o.start_containers = false).await;
     let ns = t.ns();
-    let real = t.stack.real.as_ref().expect("a real cluster");
-    let client = real.access.admin_client().await.expect("admin client");
+    let client = admin_client(&t).await;
     let probe = json!({"initialDelaySeconds": 2, "periodSeconds": 1, "timeoutSeconds": 1,
         "failureThreshold": 4});
     let tight = json!({"terminationGracePeriodSeconds": 3, "metrics": {"livenessProbe": probe}});
     let (_release, pod) = install_ready(&t, &client, &values(&t, tight)).await;
-    let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let pod_name = name_of(&pod);
+    let real = t.stack.real.as_ref().expect("a real cluster");
     let agent = tcab_node_agent::AdminClient::new(&real.agent_url);
     agent
         .freeze(&ns, &pod_name, "lease-keeper")
@@ -353,20 +233,9 @@ async fn a_wedged_container_is_restarted_by_its_liveness_probe() {
         .expect("the lease-keeper's log");
     assert!(logs.contains("liveness probe failed"), "{logs}");
 
-    let runs: Vec<_> = (0..10)
-        .map(|i| {
-            run(
-                &format!("after-{i}"),
-                json!({"duration_ms": 150, "log_lines": 1}),
-            )
-        })
-        .collect();
-    t.stack
-        .backend
-        .enqueue_batch(runs)
-        .await
-        .expect("enqueue runs");
-    let (runs, _) = drain(&t, Duration::from_secs(180)).await;
+    let quick = json!({"duration_ms": 150, "log_lines": 1});
+    enqueue_runs(&t.stack.backend, "after", 10, quick).await;
+    let (runs, _) = t.drained(Duration::from_secs(180), RunBy::Chart).await;
     assert!(
         runs.iter().all(|j| j["state"] == "succeeded"),
         "runs: {}",
@@ -387,47 +256,21 @@ async fn an_upgrade_with_runs_in_flight_loses_and_duplicates_nothing() {
     if tcab_real_cluster::built_or_skip().is_none() {
         return;
     }
-    let t = TestStack::start(ClusterKind::Real, |o| {
+    let mut t = TestStack::start(ClusterKind::Real, |o| {
         o.start_containers = false;
         o.lease_seconds = 20;
     })
     .await;
-    let ns = t.ns();
-    let real = t.stack.real.as_ref().expect("a real cluster");
-    let client = real.access.admin_client().await.expect("admin client");
+    let client = admin_client(&t).await;
     let before = values(&t, json!({"dispatcher": {"maxInflight": 4}}));
     let mut after = before.clone();
     after["dispatcher"]["maxInflight"] = json!(6);
     let (release, old_pod) = install_ready(&t, &client, &before).await;
-    let old_name = old_pod["metadata"]["name"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned();
+    let old_name = name_of(&old_pod);
 
-    let runs: Vec<_> = (0..10)
-        .map(|i| {
-            run(
-                &format!("up-{i}"),
-                json!({"duration_ms": 25_000, "log_lines": 1}),
-            )
-        })
-        .collect();
-    t.stack
-        .backend
-        .enqueue_batch(runs)
-        .await
-        .expect("enqueue runs");
-    let live = |jobs: &[Value]| {
-        jobs.iter()
-            .filter(|j| {
-                !j["status"]["conditions"].as_array().is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True"
-                    })
-                })
-            })
-            .count()
-    };
+    let long = json!({"duration_ms": 25_000, "log_lines": 1});
+    enqueue_runs(&t.stack.backend, "up", 10, long).await;
+    let live = |jobs: &[Value]| jobs.iter().filter(|j| !common::job_finished(j)).count();
     wait_for("four runs in flight", Duration::from_secs(60), || async {
         let jobs = t.stack.cluster.jobs(None).await?;
         Ok((live(&jobs) == 4).then_some(()))
@@ -483,7 +326,7 @@ async fn an_upgrade_with_runs_in_flight_loses_and_duplicates_nothing() {
     let in_flight = live(&t.stack.cluster.jobs(None).await.expect("jobs"));
     assert!(in_flight > 0, "runs were in flight across the gap");
 
-    let (runs, _) = drain(&t, Duration::from_secs(240)).await;
+    let (runs, _) = t.drained(Duration::from_secs(240), RunBy::Chart).await;
     assert!(
         runs.iter().all(|j| j["state"] == "succeeded"),
         "runs: {}",
@@ -496,18 +339,14 @@ async fn an_upgrade_with_runs_in_flight_loses_and_duplicates_nothing() {
         jobs.values().all(|names| names.len() == 1),
         "one Job per backend job: {jobs:?}"
     );
-    let user = format!("system:serviceaccount:{ns}:{FULLNAME}");
-    let log = real.access.audit_log.clone().expect("the audit log is on");
-    let text = tcab_devstack::timeline::read_audit_log(&log, &[ns.as_str()]).expect("audit log");
-    let timeline = tcab_devstack::timeline::from_audit_log(&text, &[ns.as_str()], &user);
-    let max = tcab_devstack::timeline::max_live_jobs(&timeline);
+    let audit = Audit::of_release(&t);
+    let max = tcab_devstack::timeline::max_live_jobs(&audit.timeline);
     assert_eq!(
         max.get("run").copied(),
         Some(6),
         "the lane filled to its new cap, never above: {max:?}"
     );
-    let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
-    assert!(forbidden.is_empty(), "forbidden: {forbidden:?}");
+    audit.assert_nothing_forbidden();
 }
 
 /// `tcab-devstack --cluster real --install chart`: the dev stack installs
@@ -582,8 +421,7 @@ async fn with_sandboxes_in_another_namespace_a_dead_drivers_sandbox_is_reaped_th
     let ns = t.ns();
     let sandbox_ns = t.stack.options.sandbox_namespace.clone();
     assert_ne!(ns, sandbox_ns);
-    let real = t.stack.real.as_ref().expect("a real cluster");
-    let client = real.access.admin_client().await.expect("admin client");
+    let client = admin_client(&t).await;
     let (release, _) = install_ready(&t, &client, &values(&t, json!({}))).await;
     let roles: Vec<(String, String)> = release
         .manifests
@@ -606,18 +444,8 @@ async fn with_sandboxes_in_another_namespace_a_dead_drivers_sandbox_is_reaped_th
         .enqueue_run(run("oom", json!({"hang": true, "log_lines": 2})))
         .await
         .expect("enqueue");
-    let selector = format!("tcab.dev/job-id={id},app.kubernetes.io/managed-by=tcab-dispatcher");
     let limit = Duration::from_secs(60);
-    let driver = wait_for("the driver running with its sandbox", limit, || async {
-        let pods = t.stack.cluster.pods(&ns, Some(&selector)).await?;
-        let running = pods.iter().find(|p| p["status"]["phase"] == "Running");
-        let sandboxes = t.sandboxes().await;
-        Ok(running
-            .filter(|_| !sandboxes.is_empty())
-            .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned()))
-    })
-    .await
-    .unwrap_or_else(|e| t.fail(e));
+    let driver = name_of(&t.running_driver(&id, limit).await);
     assert!(
         t.sandboxes()
             .await
@@ -625,18 +453,10 @@ async fn with_sandboxes_in_another_namespace_a_dead_drivers_sandbox_is_reaped_th
             .all(|p| p["metadata"]["namespace"] == sandbox_ns.as_str()),
         "the sandboxes run in the sandbox namespace"
     );
-    wait_for("the driver to report running", limit, || async {
-        Ok((t.stack.backend.job(&id).await?["state"] == "running").then_some(()))
-    })
-    .await
-    .unwrap_or_else(|e| t.fail(e));
     t.admin().oom_kill(&ns, &driver).await.expect("oom kill");
-    let job = wait_for("the death report", limit, || async {
-        let j = t.stack.backend.job(&id).await?;
-        Ok((j["state"] == "failed").then_some(j))
-    })
-    .await
-    .unwrap_or_else(|e| t.fail(e));
+    let job = t
+        .run_until(&id, "the death report", limit, |j| j["state"] == "failed")
+        .await;
     let detail = job["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("OOMKilled"), "detail: {detail}");
     assert!(detail.contains("last log lines"), "detail: {detail}");
@@ -649,22 +469,18 @@ async fn with_sandboxes_in_another_namespace_a_dead_drivers_sandbox_is_reaped_th
     })
     .await
     .unwrap_or_else(|e| t.fail(e));
-    let user = format!("system:serviceaccount:{ns}:{FULLNAME}");
-    let log = real.access.audit_log.clone().expect("the audit log is on");
-    let namespaces = [ns.as_str(), sandbox_ns.as_str()];
-    let text = tcab_devstack::timeline::read_audit_log(&log, &namespaces).expect("audit log");
-    let timeline = tcab_devstack::timeline::from_audit_log(&text, &namespaces, &user);
+    let user = common::chart::service_account_user(&ns, RELEASE);
+    let audit = Audit::read(&t, &[ns.as_str(), sandbox_ns.as_str()], &user);
     // A graceful delete: the dispatcher's DELETE marks the pod (the node
     // then removes it).
-    let reaped = timeline.iter().any(|e| {
+    let reaped = audit.timeline.iter().any(|e| {
         e.kind == "Pod"
             && (e.event == "DELETED" || e.deleting)
             && e.namespace == sandbox_ns
             && e.actor == Actor::Rbac
     });
     assert!(reaped, "the chart's ServiceAccount deleted the sandbox");
-    let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
-    assert!(forbidden.is_empty(), "forbidden: {forbidden:?}");
+    audit.assert_nothing_forbidden();
 }
 
 /// Two releases in one namespace, each with its own backend, its own
@@ -702,8 +518,7 @@ async fn two_releases_in_one_namespace_never_touch_each_others_jobs_or_sandboxes
     .await
     .expect("a second backend");
     let backend_b = Backend::new(&url_b.expect("its URL"), SERVICE_TOKEN);
-    let real = t.stack.real.as_ref().expect("a real cluster");
-    let client = real.access.admin_client().await.expect("admin client");
+    let client = admin_client(&t).await;
 
     let port = || free_port().expect("a free port");
     let a = values(
@@ -726,20 +541,7 @@ async fn two_releases_in_one_namespace_never_touch_each_others_jobs_or_sandboxes
         .await
         .expect("install b");
     for release in ["a", "b"] {
-        wait_for(
-            &format!("release {release}'s pod Ready"),
-            Duration::from_secs(120),
-            || async {
-                let pods = t
-                    .stack
-                    .cluster
-                    .pods(&ns, Some(&format!("app.kubernetes.io/instance={release}")))
-                    .await?;
-                Ok(pods.iter().any(|p| condition(p, "Ready")).then_some(()))
-            },
-        )
-        .await
-        .unwrap_or_else(|e| t.fail(e));
+        ready_pod(&t, release).await;
     }
     assert_eq!(release_a.manifests.len(), release_b.manifests.len());
 
@@ -756,25 +558,9 @@ async fn two_releases_in_one_namespace_never_touch_each_others_jobs_or_sandboxes
         .await
         .expect("enqueue");
     let hang_b = backend_b.enqueue_run(hang("b")).await.expect("enqueue");
-    let quick = |who: &str| -> Vec<Value> {
-        (0..8)
-            .map(|i| {
-                run(
-                    &format!("{who}-{i}"),
-                    json!({"duration_ms": 1000, "log_lines": 1}),
-                )
-            })
-            .collect()
-    };
-    t.stack
-        .backend
-        .enqueue_batch(quick("a"))
-        .await
-        .expect("enqueue a");
-    backend_b
-        .enqueue_batch(quick("b"))
-        .await
-        .expect("enqueue b");
+    let quick = json!({"duration_ms": 1000, "log_lines": 1});
+    enqueue_runs(&t.stack.backend, "a", 8, quick.clone()).await;
+    enqueue_runs(&backend_b, "b", 8, quick).await;
 
     let sandboxes = |managed_by: &'static str, id: String| {
         let cluster = t.stack.cluster.clone();
@@ -801,30 +587,26 @@ async fn two_releases_in_one_namespace_never_touch_each_others_jobs_or_sandboxes
                 let pods = t.stack.cluster.pods(&ns, Some(&driver_of(id, mb))).await?;
                 let running = pods.iter().find(|p| p["status"]["phase"] == "Running");
                 let has_sandbox = !sandboxes(driver_mb, id.clone()).await.is_empty();
-                Ok(running
-                    .filter(|_| has_sandbox)
-                    .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned()))
+                Ok(running.filter(|_| has_sandbox).map(name_of))
             },
         )
         .await
         .unwrap_or_else(|e| t.fail(e));
         hang_drivers.push(name);
     }
-    wait_for("a's hanging driver reports running", limit, || async {
-        Ok((t.stack.backend.job(&hang_a).await?["state"] == "running").then_some(()))
+    t.run_until(&hang_a, "a's hanging driver reports running", limit, |j| {
+        j["state"] == "running"
     })
-    .await
-    .unwrap_or_else(|e| t.fail(e));
+    .await;
     t.admin()
         .oom_kill(&ns, &hang_drivers[0])
         .await
         .expect("oom kill a's driver");
-    let job = wait_for("a's death report", limit, || async {
-        let j = t.stack.backend.job(&hang_a).await?;
-        Ok((j["state"] == "failed").then_some(j))
-    })
-    .await
-    .unwrap_or_else(|e| t.fail(e));
+    let job = t
+        .run_until(&hang_a, "a's death report", limit, |j| {
+            j["state"] == "failed"
+        })
+        .await;
     assert!(
         job["detail"].as_str().unwrap_or("").contains("OOMKilled"),
         "{job}"
@@ -881,17 +663,20 @@ async fn two_releases_in_one_namespace_never_touch_each_others_jobs_or_sandboxes
         "b's driver still runs"
     );
 
-    let log = real.access.audit_log.clone().expect("the audit log is on");
-    let text = tcab_devstack::timeline::read_audit_log(&log, &[ns.as_str()]).expect("audit log");
     for (me, other) in [
         ("a", ["tcab-b", "tcab-driver-b"]),
         ("b", ["tcab-a", "tcab-driver-a"]),
     ] {
-        let user = format!("system:serviceaccount:{ns}:{me}-tcab-dispatcher");
-        let timeline = tcab_devstack::timeline::from_audit_log(&text, &[ns.as_str()], &user);
-        let mine = timeline.iter().filter(|e| e.actor == Actor::Rbac).count();
+        let user = common::chart::service_account_user(&ns, me);
+        let audit = Audit::read(&t, &[ns.as_str()], &user);
+        let mine = audit
+            .timeline
+            .iter()
+            .filter(|e| e.actor == Actor::Rbac)
+            .count();
         assert!(mine > 0, "{me} wrote its own objects");
-        let trespass: Vec<String> = timeline
+        let trespass: Vec<String> = audit
+            .timeline
             .iter()
             .filter(|e| e.actor == Actor::Rbac)
             .filter(|e| {
@@ -908,8 +693,7 @@ async fn two_releases_in_one_namespace_never_touch_each_others_jobs_or_sandboxes
             trespass.is_empty(),
             "{me} touched the other's: {trespass:?}"
         );
-        let forbidden = tcab_devstack::timeline::forbidden(&text, &user);
-        assert!(forbidden.is_empty(), "{me} forbidden: {forbidden:?}");
+        audit.assert_nothing_forbidden();
     }
     backend_b_proc.stop(Duration::from_secs(5)).await;
 }

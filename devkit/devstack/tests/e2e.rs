@@ -46,7 +46,12 @@ async fn drains_200_runs_and_50_publishes_within_the_caps(kind: ClusterKind) {
             .expect("enqueue publish");
     }
 
-    let (runs, pubs) = t.drained(Duration::from_secs(t.pick(240, 600))).await;
+    let (runs, pubs) = t
+        .drained(
+            Duration::from_secs(t.pick(240, 600)),
+            common::RunBy::Processes,
+        )
+        .await;
     assert!(
         runs.iter().all(|j| j["state"] == "succeeded"),
         "runs: {}",

@@ -185,7 +185,9 @@ async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_
     // Both runs finish, through claims other than their first, with no
     // retry and no death or lost report.
     let mut t = t;
-    let (runs, _) = t.drained(Duration::from_secs(90)).await;
+    let (runs, _) = t
+        .drained(Duration::from_secs(90), common::RunBy::Processes)
+        .await;
     assert_eq!(runs.len(), 2, "no retry: {}", states(&runs));
     assert!(
         runs.iter().all(|j| j["state"] == "succeeded"),
@@ -377,7 +379,9 @@ async fn a_job_list_and_watch_outage_starts_no_second_driver_reports_nothing_and
         );
     }
 
-    let (runs, _) = t.drained(Duration::from_secs(90)).await;
+    let (runs, _) = t
+        .drained(Duration::from_secs(90), common::RunBy::Processes)
+        .await;
     assert_eq!(runs.len(), 4, "no retry: {}", states(&runs));
     assert!(
         runs.iter().all(|j| j["state"] == "succeeded"),

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod chart;
+
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -53,11 +55,23 @@ pub fn pick<T>(kind: ClusterKind, sim: T, real: T) -> T {
 pub struct TestStack {
     pub stack: Stack,
     pub dir: tempfile::TempDir,
+    /// Whether the test takes RBAC refusals away on purpose and checks
+    /// each one itself ([`TestStack::expect_forbidden`]).
+    forbidden_expected: bool,
+}
+
+/// Who runs the dispatcher in a test: the stack's own processes (a
+/// container that exited fails the test) or the chart's pod, run by the
+/// node agent (the stack starts no container).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunBy {
+    Processes,
+    Chart,
 }
 
 impl Drop for TestStack {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || self.forbidden_expected {
             return;
         }
         let forbidden = self.stack.forbidden();
@@ -78,7 +92,17 @@ impl TestStack {
         options.poll_seconds = 0.1;
         tune(&mut options);
         let stack = Stack::start(options).await.expect("the dev stack starts");
-        TestStack { stack, dir }
+        TestStack {
+            stack,
+            dir,
+            forbidden_expected: false,
+        }
+    }
+
+    /// The test takes permissions away on purpose and checks every 403 it
+    /// meets itself: dropping the stack then no longer fails on one.
+    pub fn expect_forbidden(&mut self) {
+        self.forbidden_expected = true;
     }
 
     pub fn admin(&self) -> ClusterAdmin {
@@ -122,11 +146,15 @@ impl TestStack {
         }
     }
 
-    /// The last lines of every container's log, for a failure message.
+    /// The last lines of every container's log, for a failure message (none
+    /// of a container the stack did not start, e.g. under the chart).
     pub fn logs(&self) -> String {
         let mut out = String::new();
         for c in Container::ALL {
             let log = self.stack.log(c);
+            if log.is_empty() {
+                continue;
+            }
             let lines: Vec<&str> = log.lines().collect();
             out.push_str(&format!("\n--- {} (last 25 lines) ---\n", c.binary()));
             out.push_str(&lines[lines.len().saturating_sub(25)..].join("\n"));
@@ -139,8 +167,10 @@ impl TestStack {
         panic!("{what}{}", self.logs())
     }
 
-    /// Waits until every run and publish the backend knows is terminal.
-    pub async fn drained(&mut self, limit: Duration) -> (Vec<Value>, Vec<Value>) {
+    /// Waits until every run and publish the backend knows is terminal;
+    /// with the dispatcher run by the stack's processes, fails the test if
+    /// one of them exited meanwhile.
+    pub async fn drained(&mut self, limit: Duration, by: RunBy) -> (Vec<Value>, Vec<Value>) {
         let backend = self.stack.backend.clone();
         let result = wait_for("every job terminal", limit, || {
             let backend = backend.clone();
@@ -155,7 +185,9 @@ impl TestStack {
             }
         })
         .await;
-        if let Err(e) = self.stack.check_alive() {
+        if by == RunBy::Processes
+            && let Err(e) = self.stack.check_alive()
+        {
             self.fail(e);
         }
         match result {
@@ -196,13 +228,7 @@ impl TestStack {
             .jobs(None)
             .await?
             .iter()
-            .filter(|j| {
-                !j["status"]["conditions"].as_array().is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True"
-                    })
-                })
-            })
+            .filter(|j| !job_finished(j))
             .filter_map(|j| {
                 j["metadata"]["labels"]["tcab.dev/job-id"]
                     .as_str()
@@ -263,6 +289,14 @@ impl TestStack {
             &tcab_devstack::invariants::Settings::default(),
         )
     }
+}
+
+/// Whether a Job has finished (Complete or Failed).
+pub fn job_finished(job: &Value) -> bool {
+    job["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
+    })
 }
 
 pub fn terminal(state: &Value) -> bool {
