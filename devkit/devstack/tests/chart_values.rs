@@ -22,7 +22,7 @@ use common::chart::{
 use common::{ClusterKind, TestStack, run};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tcab_devstack::stack::SERVICE_TOKEN;
 use tcab_devstack::{Container, wait_for};
 use tcab_kube_sim::audit::Actor;
@@ -35,10 +35,16 @@ const TOKEN_SECRET: &str = "chart-values-backend";
 const TOKEN_KEY: &str = "service-token";
 /// The Secret loaded into the driver's env (`driver.secrets`).
 const DRIVER_SECRET: &str = "chart-values-harness";
+/// `driver.terminationGraceSeconds`.
+const DRIVER_GRACE_S: u64 = 7;
+/// `dispatcher.unschedulableGraceSeconds` (the binary's default: 1800).
+const UNSCHEDULABLE_GRACE_S: u64 = 2;
+/// `dispatcher.terminatingMarginSeconds` (the binary's default: 60).
+const MARGIN_S: u64 = 1;
 
 /// The values, each off the binary's default (and off the stack's).
 fn changed(t: &TestStack) -> Value {
-    values(
+    let mut v = values(
         t,
         json!({
             "backend": {
@@ -52,9 +58,12 @@ fn changed(t: &TestStack) -> Value {
                 "watchTimeoutSeconds": 17, "gateMaxAgeSeconds": 7,
                 "jobTtlSeconds": 1234, "logTailLines": 2, "startGraceSeconds": 1,
                 "orphanSweep": true, "orphanGraceSeconds": 1, "orphanSweepIntervalSeconds": 1,
+                "unschedulableGraceSeconds": UNSCHEDULABLE_GRACE_S,
+                "terminatingMarginSeconds": MARGIN_S,
+                "vaultAllowNonLoopback": true,
             },
             "driver": {
-                "terminationGraceSeconds": 7,
+                "terminationGraceSeconds": DRIVER_GRACE_S,
                 "cpuRequest": "300m", "memoryRequest": "300Mi",
                 "cpuLimit": "1500m", "memoryLimit": "3Gi",
                 "activeDeadlineSeconds": 4321,
@@ -73,7 +82,15 @@ fn changed(t: &TestStack) -> Value {
             },
             "extraEnv": [{"name": "CHART_VALUES_PROBE", "value": t.ns()}],
         }),
-    )
+    );
+    // The stack's free vault port, on every address (allowed above).
+    let vault = &mut v["dispatcher"]["vaultAddr"];
+    let port = vault
+        .as_str()
+        .and_then(|a| a.rsplit_once(':'))
+        .map(|(_, p)| p.to_owned());
+    *vault = format!("0.0.0.0:{}", port.expect("the stack's vault port")).into();
+    v
 }
 
 /// Creates a Secret in the stack's namespace as the admin.
@@ -431,6 +448,146 @@ async fn check_start_grace(t: &TestStack) {
         .expect("pullable");
 }
 
+/// Cordons (or uncordons) every node of the rig, as the admin.
+async fn cordon(t: &TestStack, on: bool) {
+    for node in tcab_devstack::real::NODES {
+        t.stack
+            .cluster
+            .patch(
+                &format!("/api/v1/nodes/{node}"),
+                "application/merge-patch+json",
+                json!({"spec": {"unschedulable": if on { json!(true) } else { Value::Null }}}),
+            )
+            .await
+            .unwrap_or_else(|e| t.fail(format!("cordoning {node} ({on}): {e}")));
+    }
+}
+
+/// The death report's detail of a run that failed, once it has.
+async fn death_report(t: &TestStack, id: &str, limit: Duration) -> String {
+    let job = t
+        .run_until(id, "the death report", limit, |j| j["state"] == "failed")
+        .await;
+    job["detail"].as_str().unwrap_or_default().to_owned()
+}
+
+/// `dispatcher.unschedulableGraceSeconds` (2 s): with every node cordoned,
+/// a run's driver pod is unschedulable, and within seconds the lease-keeper
+/// judges it never to start: its death reported with the scheduler's
+/// reason, its Job deleted by the chart's ServiceAccount. The default
+/// would wait 30 minutes, and `startGraceSeconds` (1 s) does not apply to
+/// an unschedulable pod. The nodes are uncordoned after.
+async fn check_unschedulable_grace(t: &TestStack) {
+    cordon(t, true).await;
+    let enqueued = Instant::now();
+    let id = t
+        .stack
+        .backend
+        .enqueue_run(run("unschedulable", json!({"hang": true})))
+        .await
+        .expect("enqueue");
+    let detail = death_report(t, &id, LIMIT).await;
+    let took = enqueued.elapsed();
+    wait_for("the unschedulable run's Job deleted", LIMIT, || async {
+        let deleted = Audit::of_release(t).timeline.iter().any(|e| {
+            e.kind == "Job"
+                && (e.event == "DELETED" || e.deleting)
+                && e.actor == Actor::Rbac
+                && e.labels.get("tcab.dev/job-id") == Some(&id)
+        });
+        Ok(deleted.then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    cordon(t, false).await;
+    for part in [
+        "pod never started: pod unschedulable",
+        "node(s) were unschedulable",
+    ] {
+        assert!(detail.contains(part), "{part:?} in {detail}");
+    }
+    assert!(
+        took >= Duration::from_secs(UNSCHEDULABLE_GRACE_S),
+        "reported {took:?} after it was enqueued, within the grace: {detail}"
+    );
+    eprintln!("unschedulable run reported dead {took:?} after it was enqueued");
+}
+
+/// `dispatcher.terminatingMarginSeconds` (1 s): a run whose driver pod is
+/// deleted with a ten-minute grace while the driver ignores SIGTERM has a
+/// Job that shows failure and cannot finish failing; the lease-keeper
+/// judges it dead after the pod template's grace (7 s) plus the margin,
+/// with the pod still terminating (the default margin would wait 67 s).
+/// The pod is force-deleted after.
+async fn check_terminating_margin(t: &TestStack) {
+    let stubborn = json!({"hang": true, "ignore_sigterm": true, "log_lines": 3});
+    let id = t
+        .stack
+        .backend
+        .enqueue_run(run("stuck", stubborn))
+        .await
+        .expect("enqueue");
+    let pod = name_of(&t.running_driver(&id, LIMIT).await);
+    let deleted = Instant::now();
+    t.admin()
+        .delete_pod(&t.ns(), &pod, Some(600))
+        .await
+        .expect("delete the driver pod with a long grace");
+    let limit = Duration::from_secs(DRIVER_GRACE_S + 30);
+    let detail = death_report(t, &id, limit).await;
+    let took = deleted.elapsed();
+    let still_terminating = t
+        .own_pods(&id)
+        .await
+        .iter()
+        .any(|p| name_of(p) == pod && !p["metadata"]["deletionTimestamp"].is_null());
+    t.admin()
+        .delete_pod(&t.ns(), &pod, Some(0))
+        .await
+        .expect("force-delete the stuck pod");
+    assert!(
+        still_terminating,
+        "judged while its pod terminates: {detail}"
+    );
+    assert!(detail.contains("judged dead"), "{detail}");
+    let waited: u64 = detail
+        .split("could not finish terminating for ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no wait in {detail}"));
+    assert!(
+        waited >= DRIVER_GRACE_S + MARGIN_S,
+        "judged after {waited} s, before grace {DRIVER_GRACE_S} s + margin {MARGIN_S} s"
+    );
+    eprintln!("stuck run judged dead after {waited} s, reported {took:?} after the delete");
+}
+
+/// `dispatcher.vaultAddr` on every address (0.0.0.0) with
+/// `dispatcher.vaultAllowNonLoopback`: the lease-keeper started and serves
+/// the vault there (a listening socket on 0.0.0.0 at that port, and its
+/// log says so), and the admitter, reaching it there, admitted the runs
+/// the checks above ran. Without the flag the binary refuses the address
+/// at start (`tcab-lease-keeper`'s config and `grpc::check_addr`, unit
+/// tested).
+async fn check_vault_non_loopback(t: &TestStack, pod: &str, vault_addr: &str) {
+    let port: u16 = vault_addr
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("a port");
+    assert!(vault_addr.starts_with("0.0.0.0:"), "{vault_addr}");
+    let line = log_line(t, pod, "lease-keeper", "serving the token vault").await;
+    assert!(line.contains(vault_addr), "{line}");
+    // /proc/net/tcp: local address 00000000:<port, hex>, state 0A (LISTEN).
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let local = format!("00000000:{port:04X}");
+    let listening = table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.get(1) == Some(&local.as_str()) && f.get(3) == Some(&"0A")
+    });
+    assert!(listening, "a listener on {local}:\n{table}");
+}
+
 /// `backend.timeoutSeconds`: a claim the backend holds is given up after
 /// 1.5 s, as the admitter's log says (the default waits 10 s).
 async fn check_backend_timeout(t: &TestStack, pod: &str) {
@@ -459,7 +616,8 @@ async fn every_chart_value_reaches_its_binary() {
     )
     .await;
     let client = admin_client(&t).await;
-    let (release, pod) = install_ready(&t, &client, &changed(&t)).await;
+    let values = changed(&t);
+    let (release, pod) = install_ready(&t, &client, &values).await;
     let pod_name = name_of(&pod);
     eprintln!("{:>5.1}s  installed", started.elapsed().as_secs_f64());
 
@@ -490,6 +648,18 @@ async fn every_chart_value_reaches_its_binary() {
     check_orphan_sweep(&t).await;
     check_log_tail_lines(&t, &id).await;
     check_start_grace(&t).await;
+    let new_checks = started.elapsed();
+    check_unschedulable_grace(&t).await;
+    check_terminating_margin(&t).await;
+    let vault_addr = values["dispatcher"]["vaultAddr"]
+        .as_str()
+        .unwrap_or_default();
+    check_vault_non_loopback(&t, &pod_name, vault_addr).await;
+    eprintln!(
+        "{:>5.1}s  the grace, margin and vault checks took {:.1}s",
+        started.elapsed().as_secs_f64(),
+        (started.elapsed() - new_checks).as_secs_f64()
+    );
     check_backend_timeout(&t, &pod_name).await;
 
     // The pod ran all along.
