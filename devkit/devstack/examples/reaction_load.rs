@@ -137,7 +137,10 @@ async fn feed(stack_backend: tcab_devstack::console::Backend, low: usize, stop: 
 async fn running_pods(stack: &Stack) -> anyhow::Result<Vec<String>> {
     let pods = stack
         .cluster
-        .pods(stack.namespace(), Some("app.kubernetes.io/managed-by=tcab-dispatcher"))
+        .pods(
+            stack.namespace(),
+            Some("app.kubernetes.io/managed-by=tcab-dispatcher"),
+        )
         .await?;
     Ok(pods
         .iter()
@@ -186,10 +189,16 @@ async fn kill(
             };
             let result = if oom {
                 oom_due -= 1.0;
-                admin.oom_kill(stack.namespace(), &pod).await.map(|()| &kills.oom)
+                admin
+                    .oom_kill(stack.namespace(), &pod)
+                    .await
+                    .map(|()| &kills.oom)
             } else {
                 evict_due -= 1.0;
-                admin.evict(stack.namespace(), &pod).await.map(|()| &kills.evicted)
+                admin
+                    .evict(stack.namespace(), &pod)
+                    .await
+                    .map(|()| &kills.evicted)
             };
             match result {
                 Ok(counter) => counter.fetch_add(1, Ordering::Relaxed),
@@ -388,7 +397,12 @@ async fn main() -> anyhow::Result<()> {
     let to = jiff::Timestamp::now();
     // Let the last deaths be reported and reaped before reading the records
     // (on the real cluster a Job takes seconds to be Failed; see below).
-    tokio::time::sleep(Duration::from_secs(if args.cluster.is_real() { 15 } else { 3 })).await;
+    tokio::time::sleep(Duration::from_secs(if args.cluster.is_real() {
+        15
+    } else {
+        3
+    }))
+    .await;
     stop_feeding.store(true, Ordering::Relaxed);
     let _ = feeder.await;
     stack.check_alive()?;
@@ -396,7 +410,11 @@ async fn main() -> anyhow::Result<()> {
     let audit = admin.audit().await?;
     let history = stack.backend.history().await?;
     // The API server's own record, kept with the run for a closer look.
-    if let Some(log) = stack.real.as_ref().and_then(|r| r.access.audit_log.as_ref()) {
+    if let Some(log) = stack
+        .real
+        .as_ref()
+        .and_then(|r| r.access.audit_log.as_ref())
+    {
         std::fs::copy(log, run_dir.join("audit.jsonl"))?;
     }
     let window = (from, to);
@@ -505,7 +523,10 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "reaction times under load on the {} cluster: caps {} runs + {} publishes, {} s of churn, poll interval {} s",
         args.cluster.name(),
-        args.runs, args.publishes, args.seconds, args.poll
+        args.runs,
+        args.publishes,
+        args.seconds,
+        args.poll
     );
     println!(
         "  churn: {} Jobs ended in the window ({} completed), {} OOM kills and {} evictions sent ({} refused: the pod had stopped)",
@@ -553,7 +574,11 @@ async fn main() -> anyhow::Result<()> {
     // A death report waits for the Job to be Failed (its pods stopped): the
     // part of the cluster's Job controller, then the dispatcher's part.
     summary(bench, "death -> its Job Failed (cluster)", &to_failed);
-    summary(bench, "Job Failed -> death report (dispatcher)", &failed_to_report);
+    summary(
+        bench,
+        "Job Failed -> death report (dispatcher)",
+        &failed_to_report,
+    );
     println!(
         "  whole run {:.0} s; the records: {} audit entries, {} backend history entries",
         started.elapsed().as_secs_f64(),

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 use tcab_devstack::stack::SERVICE_TOKEN;
 use tcab_devstack::{Container, wait_for};
 use tcab_kube_sim::audit::Actor;
+use tcab_kube_sim::{ApiFaultMode, FaultRule};
+use tcab_node_agent::procs::API_SERVER_ANNOTATION;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const PUBLISHER_IMAGE: &str = "tcab/publisher:dev";
@@ -37,6 +39,11 @@ const TOKEN_KEY: &str = "service-token";
 const DRIVER_SECRET: &str = "chart-values-harness";
 /// `driver.terminationGraceSeconds`.
 const DRIVER_GRACE_S: u64 = 7;
+/// `dispatcher.kubeTimeoutSeconds` (the binary's default: 15).
+const KUBE_TIMEOUT_S: u64 = 3;
+/// The proxy's delay of one call kind: past the chart's timeout, within
+/// the default.
+const KUBE_DELAY_S: u64 = 8;
 /// `dispatcher.unschedulableGraceSeconds` (the binary's default: 1800).
 const UNSCHEDULABLE_GRACE_S: u64 = 2;
 /// `dispatcher.terminatingMarginSeconds` (the binary's default: 60).
@@ -59,6 +66,7 @@ fn changed(t: &TestStack) -> Value {
                 "jobTtlSeconds": 1234, "logTailLines": 2, "startGraceSeconds": 1,
                 "orphanSweep": true, "orphanGraceSeconds": 1, "orphanSweepIntervalSeconds": 1,
                 "unschedulableGraceSeconds": UNSCHEDULABLE_GRACE_S,
+                "kubeTimeoutSeconds": KUBE_TIMEOUT_S,
                 "terminatingMarginSeconds": MARGIN_S,
                 "vaultAllowNonLoopback": true,
             },
@@ -81,6 +89,9 @@ fn changed(t: &TestStack) -> Value {
                 "cpuLimit": "900m", "memoryLimit": "800Mi",
             },
             "extraEnv": [{"name": "CHART_VALUES_PROBE", "value": t.ns()}],
+            // The pod's calls through the stack's fault proxy (see
+            // `check_kube_timeout`).
+            "podAnnotations": {API_SERVER_ANNOTATION: proxy_url(t)},
         }),
     );
     // The stack's free vault port, on every address (allowed above).
@@ -91,6 +102,12 @@ fn changed(t: &TestStack) -> Value {
         .map(|(_, p)| p.to_owned());
     *vault = format!("0.0.0.0:{}", port.expect("the stack's vault port")).into();
     v
+}
+
+/// The stack's fault proxy (HTTPS, the API server's certificate).
+fn proxy_url(t: &TestStack) -> String {
+    let real = t.stack.real.as_ref().expect("a real cluster");
+    real.proxy.url().to_owned()
 }
 
 /// Creates a Secret in the stack's namespace as the admin.
@@ -588,6 +605,87 @@ async fn check_vault_non_loopback(t: &TestStack, pod: &str, vault_addr: &str) {
     assert!(listening, "a listener on {local}:\n{table}");
 }
 
+/// The token the node agent handed the chart's pod: the `tokenFile` of
+/// the kubeconfig in the reaper process's `KUBECONFIG`.
+fn pod_token(t: &TestStack) -> String {
+    let wanted = format!("CHART_VALUES_PROBE={}", t.ns());
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let dir = entry.path();
+        let Ok(environ) = std::fs::read(dir.join("environ")) else {
+            continue;
+        };
+        let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+        if !vars.contains(&wanted.as_bytes()) {
+            continue;
+        }
+        let Some(path) = vars.iter().find_map(|v| v.strip_prefix(b"KUBECONFIG=")) else {
+            continue;
+        };
+        let kubeconfig = std::fs::read_to_string(String::from_utf8_lossy(path).as_ref())
+            .unwrap_or_else(|e| t.fail(format!("the pod's kubeconfig: {e}")));
+        let kubeconfig: Value = serde_json::from_str(&kubeconfig).expect("a JSON kubeconfig");
+        assert_eq!(
+            kubeconfig["clusters"][0]["cluster"]["server"],
+            proxy_url(t),
+            "the pod's kubeconfig names the proxy"
+        );
+        let token_file = kubeconfig["users"][0]["user"]["tokenFile"]
+            .as_str()
+            .expect("a tokenFile");
+        return std::fs::read_to_string(token_file).expect("the pod's token");
+    }
+    t.fail("no process of the chart's pod")
+}
+
+/// The count and sum of the Kubernetes calls that timed out, over the
+/// three containers.
+async fn kube_timeouts(t: &TestStack) -> (f64, f64) {
+    let mut total = (0.0, 0.0);
+    for c in Container::ALL {
+        let scrape = t.stack.scrape(c).await.expect("scrape");
+        let with = [("outcome", "timeout")];
+        total.0 += scrape.sum("tcab_dispatcher_kube_request_duration_seconds_count", &with);
+        total.1 += scrape.sum("tcab_dispatcher_kube_request_duration_seconds_sum", &with);
+    }
+    total
+}
+
+/// `dispatcher.kubeTimeoutSeconds` (3 s): the pod's calls reach the API
+/// server through the stack's fault proxy (the node agent's kubeconfig
+/// names it, by the pod annotation `podAnnotations` sets), and a list of
+/// pods the proxy holds 8 s for the pod's token is given up after 3 s:
+/// the containers' metrics count timed-out calls, each about 3 s long
+/// (the default, 15 s, would have waited the 8 s out).
+async fn check_kube_timeout(t: &TestStack) {
+    let token = pod_token(t);
+    let (count, sum) = kube_timeouts(t).await;
+    let fault = t
+        .admin()
+        .add_fault(
+            &FaultRule::new(ApiFaultMode::Delay)
+                .verbs(["list"])
+                .resources(["pods"])
+                .token(token)
+                .delay(Duration::from_secs(KUBE_DELAY_S))
+                .times(1),
+        )
+        .await
+        .expect("delay a list of pods");
+    let (count, sum) = wait_for("a timed-out call", LIMIT, || async {
+        let (c, s) = kube_timeouts(t).await;
+        Ok((c > count).then_some((c - count, s - sum)))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    t.admin().remove_fault(fault).await.ok();
+    let each = sum / count;
+    assert!(
+        (KUBE_TIMEOUT_S as f64..KUBE_DELAY_S as f64).contains(&each),
+        "{count} call(s) timed out after {each:.2} s each"
+    );
+    eprintln!("{count} call(s) timed out after {each:.2} s each");
+}
+
 /// `backend.timeoutSeconds`: a claim the backend holds is given up after
 /// 1.5 s, as the admitter's log says (the default waits 10 s).
 async fn check_backend_timeout(t: &TestStack, pod: &str) {
@@ -655,8 +753,9 @@ async fn every_chart_value_reaches_its_binary() {
         .as_str()
         .unwrap_or_default();
     check_vault_non_loopback(&t, &pod_name, vault_addr).await;
+    check_kube_timeout(&t).await;
     eprintln!(
-        "{:>5.1}s  the grace, margin and vault checks took {:.1}s",
+        "{:>5.1}s  the grace, margin, vault and timeout checks took {:.1}s",
         started.elapsed().as_secs_f64(),
         (started.elapsed() - new_checks).as_secs_f64()
     );

@@ -23,7 +23,11 @@
 //!   picked up) and the pod's namespace as the context's, and hands the
 //!   containers `KUBECONFIG=<dir>/kubeconfig`. The same token, CA and
 //!   namespace the in-cluster files would hold; the token is renewed at
-//!   80 % of its life, as the kubelet's token manager does.
+//!   80 % of its life, as the kubelet's token manager does. A test may
+//!   name another server for one pod with the annotation
+//!   [`API_SERVER_ANNOTATION`] (the stack's fault proxy, which serves the
+//!   API server's certificate and forwards the pod's token), so API faults
+//!   reach the pod's calls.
 //! - **probes** (`httpGet` only, on 127.0.0.1 and the container's port,
 //!   named or numbered; `initialDelaySeconds`, `periodSeconds`,
 //!   `timeoutSeconds`, `failureThreshold`, `successThreshold` with the
@@ -54,6 +58,19 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+
+/// A pod annotation naming the server its kubeconfig points at instead of
+/// the agent's API server (e.g. a fault proxy in front of it, serving the
+/// API server's certificate): a test rig's hook, no kubelet's.
+pub const API_SERVER_ANNOTATION: &str = "node-agent.tcab.dev/api-server";
+
+/// The server a local-binary pod's kubeconfig names: the annotation's
+/// ([`API_SERVER_ANNOTATION`]) if the pod has one, else `default`.
+pub fn api_server_of(pod: &Value, default: String) -> String {
+    pod["metadata"]["annotations"][API_SERVER_ANNOTATION]
+        .as_str()
+        .map_or(default, str::to_owned)
+}
 
 /// The kubelet's first crash-loop back-off, doubling ...
 pub const CRASH_BACK_OFF: Duration = Duration::from_secs(10);
@@ -610,6 +627,16 @@ mod tests {
         assert_eq!(local_binaries(&images, &pod), Some(Path::new("/bins")));
         let other = json!({"spec": {"containers": [{"image": "tcab/driver:dev"}]}});
         assert_eq!(local_binaries(&images, &other), None);
+    }
+
+    #[test]
+    fn the_api_server_annotation_overrides_the_kubeconfig_server() {
+        let api = "https://127.0.0.1:6443".to_owned();
+        let plain = json!({"metadata": {"annotations": {"other": "x"}}});
+        assert_eq!(api_server_of(&plain, api.clone()), api);
+        let proxied = json!({"metadata": {"annotations":
+            {API_SERVER_ANNOTATION: "https://127.0.0.1:7000"}}});
+        assert_eq!(api_server_of(&proxied, api), "https://127.0.0.1:7000");
     }
 
     #[test]

@@ -665,7 +665,7 @@ impl Worker {
                 let files = PodFiles::create(
                     &life.shared.pods_dir,
                     &self.uid,
-                    &life.shared.conn.url(),
+                    &procs::api_server_of(&self.pod, life.shared.conn.url()),
                     &life.shared.ca_pem,
                     &self.ns,
                 )
