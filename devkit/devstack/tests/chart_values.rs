@@ -8,7 +8,8 @@
 //!
 //! Families exercised by the other chart scenarios are not repeated here:
 //! the caps and the lease (`chart.rs`: the drain, the upgrade), the
-//! managed-by values and `dispatcher.vaultAddr` (two releases), the sandbox
+//! managed-by values and a loopback `dispatcher.vaultAddr` (two releases;
+//! here it is on every address, with the flag that allows it), the sandbox
 //! namespace, the liveness and readiness probes and
 //! `terminationGracePeriodSeconds` (the wedged container).
 
