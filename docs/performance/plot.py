@@ -2,8 +2,9 @@
 
 Left: each container's resident memory against the number of owned Jobs cached
 (the footprint bench's `<binary> rss at <N> jobs`), last recorded run of each size.
-Right: the reaction times under load (the reaction bench's `<what> p50|p95|p99|max`),
-last recorded run. Run through scripts/bench-plot.
+Middle and right: the reaction times under load (the reaction bench's
+`<what> p50|p95|p99|max`), last recorded run on the simulated cluster (`reaction-load`)
+and on the real control plane (`reaction-load-real`). Run through scripts/bench-plot.
 """
 
 import csv
@@ -26,21 +27,39 @@ def last_values(path):
     return out
 
 
+def reaction_panel(ax, title, figures_of):
+    """Bars of p50/p95/p99/max per reaction, against the 100 ms p99 target."""
+    quantiles = ["p50", "p95", "p99", "max"]
+    names = sorted(figures_of)
+    width = 0.8 / len(quantiles)
+    for i, q in enumerate(quantiles):
+        xs = [j + i * width for j in range(len(names))]
+        ax.bar(xs, [figures_of[n].get(q, 0) for n in names], width, label=q)
+    ax.set_xticks([j + width * 1.5 for j in range(len(names))])
+    ax.set_xticklabels([n.replace(" -> ", "\n-> ") for n in names], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms (log scale)")
+    ax.axhline(100, color="grey", linestyle="--", linewidth=1)
+    ax.set_title(title if names else f"{title}: not recorded yet")
+    if names:
+        ax.legend()
+
+
 def main(figures, png):
     last = last_values(figures)
     memory = defaultdict(dict)
-    reactions = defaultdict(dict)
+    reactions = {"reaction-load": defaultdict(dict), "reaction-load-real": defaultdict(dict)}
     for (bench, name), (value, unit, _) in last.items():
         m = re.fullmatch(r"(\S+) rss at (\d+) jobs", name)
         if bench == "footprint" and m:
             memory[m.group(1)][int(m.group(2))] = value
         m = re.fullmatch(r"(.+) (p50|p95|p99|max)", name)
-        if bench == "reaction-load" and m and unit == "ms":
-            reactions[m.group(1)][m.group(2)] = value
-    if not memory and not reactions:
+        if bench in reactions and m and unit == "ms":
+            reactions[bench][m.group(1)][m.group(2)] = value
+    if not memory and not any(reactions.values()):
         sys.exit(f"plot.py: no footprint or reaction-load figures in {figures}")
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (left, *right) = plt.subplots(1, 3, figsize=(18, 5))
     for binary, points in sorted(memory.items()):
         xs = sorted(points)
         left.plot(xs, [points[x] for x in xs], marker="o", label=binary)
@@ -52,18 +71,12 @@ def main(figures, png):
     left.axhline(40, color="grey", linestyle="--", linewidth=1)
     left.legend()
 
-    quantiles = ["p50", "p95", "p99", "max"]
-    names = sorted(reactions)
-    width = 0.8 / max(len(quantiles), 1)
-    for i, q in enumerate(quantiles):
-        xs = [j + i * width for j in range(len(names))]
-        right.bar(xs, [reactions[n].get(q, 0) for n in names], width, label=q)
-    right.set_xticks([j + width * 1.5 for j in range(len(names))])
-    right.set_xticklabels(names, rotation=12, fontsize=8)
-    right.set_ylabel("ms")
-    right.axhline(100, color="grey", linestyle="--", linewidth=1)
-    right.set_title("Reaction times with 500 live Jobs (reaction-load)")
-    right.legend()
+    titles = {
+        "reaction-load": "Reactions under load, simulated cluster",
+        "reaction-load-real": "Reactions under load, real control plane",
+    }
+    for ax, (bench, figures_of) in zip(right, reactions.items()):
+        reaction_panel(ax, titles[bench], figures_of)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     print(f"wrote {png}")
