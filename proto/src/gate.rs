@@ -49,6 +49,19 @@ pub enum GateReason {
 }
 
 impl GateReason {
+    /// The reason's name in a log field (`renewal_failing`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            GateReason::ViewNotCurrent => "view_not_current",
+            GateReason::LaneNotRenewed => "lane_not_renewed",
+            GateReason::RenewalFailing => "renewal_failing",
+            GateReason::NeverRenewed => "never_renewed",
+            GateReason::RenewalStale => "renewal_stale",
+            GateReason::KeeperUnreachable => "keeper_unreachable",
+            GateReason::UnreadableAnswer => "unreadable_answer",
+        }
+    }
+
     /// The reason in a few words, for a closed gate that came without detail.
     pub fn describe(self) -> &'static str {
         match self {

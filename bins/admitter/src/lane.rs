@@ -404,6 +404,8 @@ impl LaneAdmitter {
 
     /// Asks the lease-keeper for this lane's gate verdict (it judges it; the
     /// lane acts on it as given); an unreachable lease-keeper is a closed gate.
+    /// Asked before every claim, never reused: a reused open verdict could
+    /// let a claim through after the first failed renewal.
     async fn read_gate(&self) -> GateVerdict {
         let max_age = self.edges.settings.gate_max_age;
         match self.edges.vault.verdict(self.lane, max_age).await {
@@ -440,7 +442,10 @@ impl LaneAdmitter {
                 );
             }
             Some(HoldReason::GateClosed(closed)) if changed => {
-                tracing::info!(%lane, why = %closed, "admissions held: admission gate closed");
+                tracing::info!(
+                    %lane, reason = closed.reason.name(), why = %closed,
+                    "admissions held: admission gate closed"
+                );
             }
             Some(HoldReason::ViewNotCurrent { why }) if changed => {
                 tracing::info!(%lane, why = %why, "admissions held: the Job view is not current");
