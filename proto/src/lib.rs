@@ -1,6 +1,9 @@
 //! gRPC types for the lease-keeper's localhost services: the per-job token
-//! vault and the admission gate. The standard health service is re-exported
-//! so the binaries depend on one crate for everything on the wire.
+//! vault and the admission gate, with the gate's verdict as both binaries
+//! hold it ([`gate`]). The standard health service is re-exported so the
+//! binaries depend on one crate for everything on the wire.
+
+pub mod gate;
 
 /// Generated types and stubs of `tcab.vault.v1`.
 pub mod vault {

@@ -86,6 +86,26 @@ pub fn job_name(lane: Lane, job_id: &str, claim: &str) -> String {
     name
 }
 
+/// What one claim is called on the cluster: its claim tag (the
+/// `tcab.dev/claim` label, and the vault key beside the job id) and its
+/// Job's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimNames {
+    /// The claim tag of the claim's per-job token ([`claim_tag`]).
+    pub claim: String,
+    /// The name of the claim's Job ([`job_name`]).
+    pub job_name: String,
+}
+
+/// The claim tag and Job name of the claim of `job_id` in `lane` whose
+/// per-job token is `token`: every place that names a fresh claim (the
+/// admission, the driver and publisher Jobs) derives both here.
+pub fn claim_names(lane: Lane, job_id: &str, token: &str) -> ClaimNames {
+    let claim = claim_tag(token);
+    let job_name = job_name(lane, job_id, &claim);
+    ClaimNames { claim, job_name }
+}
+
 /// Whether `value` is a valid label value (at most 63 characters of
 /// `[A-Za-z0-9-_.]`, starting and ending alphanumeric, or empty).
 pub fn is_label_value(value: &str) -> bool {
@@ -160,6 +180,21 @@ pub mod job_env {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_claims_names_are_its_tokens_tag_and_the_job_name_built_on_it() {
+        for lane in Lane::ALL {
+            let names = claim_names(lane, "run-42", "tok-1");
+            assert_eq!(names.claim, claim_tag("tok-1"));
+            assert_eq!(names.job_name, job_name(lane, "run-42", &names.claim));
+            assert!(names.job_name.starts_with(lane.name_prefix()));
+        }
+        assert_ne!(
+            claim_names(Lane::Run, "run-42", "tok-1"),
+            claim_names(Lane::Run, "run-42", "tok-2"),
+            "each claim (fresh token) gets its own tag and Job"
+        );
+    }
 
     fn is_dns1123_label(s: &str) -> bool {
         !s.is_empty()

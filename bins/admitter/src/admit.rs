@@ -462,8 +462,8 @@ async fn admit_claimed(
     claimed_at: Instant,
 ) -> Admission {
     let job_id = claimed.id().to_owned();
-    let claim = names::claim_tag(claimed.token().expose());
-    let job_name = names::job_name(lane, &job_id, &claim);
+    let names::ClaimNames { claim, job_name } =
+        names::claim_names(lane, &job_id, claimed.token().expose());
 
     let size = claimed.request_bytes();
     if size > MAX_REQUEST_BYTES {

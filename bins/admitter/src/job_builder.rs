@@ -130,8 +130,10 @@ pub enum JobBuildError {
 /// with the driver), so never log or `Debug`-print it.
 pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
     let token = run.token.expose();
-    let claim = names::claim_tag(token);
-    let name = names::job_name(Lane::Run, &run.id, &claim);
+    let names::ClaimNames {
+        claim,
+        job_name: name,
+    } = names::claim_names(Lane::Run, &run.id, token);
     let mut object_labels = job_labels(settings, Lane::Run, &run.id, &claim);
     let mut object_annotations = annotations();
     describe(
@@ -267,8 +269,10 @@ pub fn publisher_job(
                 id: publish.id.clone(),
             })?;
     let token = publish.token.expose();
-    let claim = names::claim_tag(token);
-    let name = names::job_name(Lane::Publish, &publish.id, &claim);
+    let names::ClaimNames {
+        claim,
+        job_name: name,
+    } = names::claim_names(Lane::Publish, &publish.id, token);
     let mut object_labels = job_labels(settings, Lane::Publish, &publish.id, &claim);
     let mut object_annotations = annotations();
     let named = |key: &str| publish.request.get(key).and_then(scalar_text);

@@ -1,17 +1,18 @@
 //! The admitter's gRPC client of the lease-keeper's localhost services: the
 //! token vault (`Put` each claim's per-job token before its Job exists,
-//! `Forget` it when no Job will exist) and the admission gate (`LastRenewal`).
+//! `Forget` it when no Job will exist) and the admission gate (`Verdict`: the
+//! lease-keeper judges a lane's gate and answers with a typed verdict, read
+//! here into [`GateVerdict`] and acted on as given).
 //!
 //! The channel connects lazily, so a lease-keeper that is not up yet is not
 //! a start-up error: it is a closed gate until it answers.
 
 use std::net::SocketAddr;
 use std::time::Duration;
+use tcab_proto::gate::GateVerdict;
 use tcab_proto::vault::admission_gate_client::AdmissionGateClient;
 use tcab_proto::vault::token_vault_client::TokenVaultClient;
-use tcab_proto::vault::{
-    self as pb, ClaimKey, ForgetRequest, LastRenewalRequest, PutRequest, RenewalStatus,
-};
+use tcab_proto::vault::{self as pb, ClaimKey, ForgetRequest, PutRequest, VerdictRequest};
 use tcab_shared::retry::{Backoff, Retries};
 use tcab_shared::{Lane, Secret};
 use tonic::transport::{Channel, Endpoint};
@@ -115,10 +116,7 @@ impl KeeperClient {
                 claim: claim.to_owned(),
             }),
             token: token.expose().to_owned(),
-            lane: match lane {
-                Lane::Run => pb::Lane::Run,
-                Lane::Publish => pb::Lane::Publish,
-            } as i32,
+            lane: wire_lane(lane) as i32,
         };
         let mut retries = self.settings.put_retries();
         loop {
@@ -161,19 +159,33 @@ impl KeeperClient {
             })
     }
 
-    /// Asks the admission gate for the lease-keeper's renewal status.
-    pub async fn last_renewal(&self) -> Result<RenewalStatus, VaultError> {
+    /// Asks the admission gate for the verdict of `lane`, whose last
+    /// successful renewal may be at most `max_age` old. The answer is read
+    /// into the typed verdict here (an answer that cannot be read is a closed
+    /// gate); a call that fails is an error, for the caller to hold on.
+    pub async fn verdict(&self, lane: Lane, max_age: Duration) -> Result<GateVerdict, VaultError> {
         let mut client = self.gate.clone();
+        let request = VerdictRequest {
+            lane: wire_lane(lane) as i32,
+            max_age_ms: u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX),
+        };
         client
-            .last_renewal(LastRenewalRequest {})
+            .verdict(request)
             .await
-            .map(tonic::Response::into_inner)
+            .map(|answer| GateVerdict::from_wire(answer.into_inner()))
             .map_err(|status| VaultError::Call {
-                call: "LastRenewal",
+                call: "Verdict",
                 attempts: 1,
                 code: status.code(),
                 message: status.message().to_owned(),
             })
+    }
+}
+
+fn wire_lane(lane: Lane) -> pb::Lane {
+    match lane {
+        Lane::Run => pb::Lane::Run,
+        Lane::Publish => pb::Lane::Publish,
     }
 }
 

@@ -11,16 +11,16 @@
 use crate::admit::{
     self, Admission, AdmitDeps, ClaimTimes, CreateFailure, LaneOutcome, PoisonReport, StaleDeletion,
 };
-use crate::gate::lane_gate;
 use crate::keeper_client::KeeperClient;
 use crate::lanes::LaneState;
-use crate::plan::{self, Decision, GateState, HoldReason, LaneInput, LaneSnapshot};
+use crate::plan::{self, Decision, HoldReason, LaneInput, LaneSnapshot};
 use crate::run::AdmitterSettings;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use std::fmt;
 use std::sync::Arc;
+use tcab_proto::gate::{GateReason, GateVerdict};
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::error_chain;
@@ -154,7 +154,7 @@ impl LaneReport {
                 HoldReason::BackingOff { .. } => AdmissionResult::BackingOff,
                 HoldReason::Resting { .. } => AdmissionResult::Resting,
                 HoldReason::LaneFull { .. } => AdmissionResult::LaneFull,
-                HoldReason::GateClosed { .. } => AdmissionResult::GateClosed,
+                HoldReason::GateClosed(_) => AdmissionResult::GateClosed,
             },
             // A decision to admit always carries an outcome.
             (None, Decision::Admit { .. }) => AdmissionResult::Error,
@@ -397,18 +397,23 @@ impl LaneAdmitter {
                 unsettled: self.state.unsettled(),
                 backoff_until: self.state.backoff_until(),
                 rest_until: self.state.rest_until(),
-                gate: GateState::Open,
+                gate: GateVerdict::Open,
             },
         }
     }
 
-    /// Asks the lease-keeper for this lane's gate; an unreachable
-    /// lease-keeper is a closed gate.
-    async fn read_gate(&self) -> GateState {
+    /// Asks the lease-keeper for this lane's gate verdict (it judges it; the
+    /// lane acts on it as given); an unreachable lease-keeper is a closed gate.
+    /// Asked before every claim, never reused: a reused open verdict could
+    /// let a claim through after the first failed renewal.
+    async fn read_gate(&self) -> GateVerdict {
         let max_age = self.edges.settings.gate_max_age;
-        match self.edges.vault.last_renewal().await {
-            Ok(status) => lane_gate(Ok(&status), self.lane, max_age),
-            Err(error) => lane_gate(Err(&error.to_string()), self.lane, max_age),
+        match self.edges.vault.verdict(self.lane, max_age).await {
+            Ok(verdict) => verdict,
+            Err(error) => GateVerdict::closed(
+                GateReason::KeeperUnreachable,
+                format!("lease-keeper unreachable: {error}"),
+            ),
         }
     }
 
@@ -422,7 +427,7 @@ impl LaneAdmitter {
         let changed = self.state.note_hold(hold);
         match hold {
             None => match was {
-                Some(HoldReason::GateClosed { .. }) => {
+                Some(HoldReason::GateClosed(_)) => {
                     tracing::info!(%lane, "admission gate open again: lease renewals are current");
                 }
                 Some(HoldReason::ViewNotCurrent { .. }) => {
@@ -436,8 +441,11 @@ impl LaneAdmitter {
                     "lane paused: its cap is 0, so it claims nothing (the lease-keeper's renewals and reports go on)"
                 );
             }
-            Some(HoldReason::GateClosed { why }) if changed => {
-                tracing::info!(%lane, why = %why, "admissions held: admission gate closed");
+            Some(HoldReason::GateClosed(closed)) if changed => {
+                tracing::info!(
+                    %lane, reason = closed.reason.name(), why = %closed,
+                    "admissions held: admission gate closed"
+                );
             }
             Some(HoldReason::ViewNotCurrent { why }) if changed => {
                 tracing::info!(%lane, why = %why, "admissions held: the Job view is not current");

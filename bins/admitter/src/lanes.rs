@@ -212,12 +212,13 @@ impl LaneState {
     }
 
     /// Remembers why the lane was held; returns whether that is a change
-    /// (a different kind of reason, or a different gate reason).
+    /// (a different kind of reason, or a different gate reason: the gate's
+    /// typed reason, not its words).
     pub fn note_hold(&mut self, reason: Option<&HoldReason>) -> bool {
         let same = match (&self.last_hold, reason) {
             (None, None) => true,
-            (Some(HoldReason::GateClosed { why: x }), Some(HoldReason::GateClosed { why: y })) => {
-                x == y
+            (Some(HoldReason::GateClosed(x)), Some(HoldReason::GateClosed(y))) => {
+                x.reason == y.reason
             }
             (Some(a), Some(b)) => std::mem::discriminant(a) == std::mem::discriminant(b),
             _ => false,
@@ -236,6 +237,7 @@ impl LaneState {
 mod tests {
     use super::*;
     use k8s_openapi::api::batch::v1::Job;
+    use tcab_proto::gate::{GateClosed, GateReason};
 
     const LEASE: Duration = Duration::from_secs(120);
 
@@ -362,10 +364,18 @@ mod tests {
     #[test]
     fn hold_changes_are_noticed_once() {
         let mut lane = LaneState::default();
-        let closed = |why: &str| HoldReason::GateClosed { why: why.into() };
-        assert!(lane.note_hold(Some(&closed("stale"))));
-        assert!(!lane.note_hold(Some(&closed("stale"))));
-        assert!(lane.note_hold(Some(&closed("unreachable"))));
+        let closed = |reason, detail: &str| {
+            HoldReason::GateClosed(GateClosed {
+                reason,
+                detail: detail.into(),
+            })
+        };
+        assert!(lane.note_hold(Some(&closed(GateReason::RenewalStale, "61.0s ago"))));
+        assert!(
+            !lane.note_hold(Some(&closed(GateReason::RenewalStale, "62.0s ago"))),
+            "new words for the same reason are no new hold"
+        );
+        assert!(lane.note_hold(Some(&closed(GateReason::KeeperUnreachable, "refused"))));
         let view = |why: &str| HoldReason::ViewNotCurrent { why: why.into() };
         assert!(lane.note_hold(Some(&view("500"))));
         assert!(

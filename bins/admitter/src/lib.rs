@@ -8,7 +8,6 @@
 //!
 //! - [`plan`]: a lane's decision (admit, or hold with its reason), pure;
 //! - [`job_builder`]: the driver and publisher Jobs built from a claim, pure;
-//! - [`gate`]: the lease-keeper's renewal status read into a lane's gate, pure;
 //! - [`settle`]: settling a create whose answer did not tell (pure next step,
 //!   and the bounded calls that carry it out);
 //! - [`lanes`]: what a lane remembers between ticks (back-off, rest after an
@@ -18,7 +17,8 @@
 //!   the token when no Job will exist);
 //! - [`lane`]: one lane's loop and its report;
 //! - [`keeper_client`]: the gRPC client of the lease-keeper's token vault and
-//!   admission gate;
+//!   admission gate (whose verdict the lease-keeper judges; the admitter acts
+//!   on it as given, a lease-keeper it cannot reach being a closed gate);
 //! - [`metrics`]: the lanes' metrics, recorded from each tick's report;
 //! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
 //!   tests) and `run(config, deps, shutdown)`, which runs each lane's loop
@@ -43,7 +43,6 @@
 
 pub mod admit;
 pub mod config;
-pub mod gate;
 pub mod job_builder;
 pub mod keeper_client;
 pub mod lane;

@@ -151,7 +151,7 @@ pub fn admission_error(outcome: &LaneOutcome) -> Option<(AdmissionStep, ErrorRea
 pub fn gate_reading(report: &LaneReport) -> Option<bool> {
     match &report.decision {
         Decision::Admit { .. } => Some(true),
-        Decision::Hold(HoldReason::GateClosed { .. }) => Some(false),
+        Decision::Hold(HoldReason::GateClosed(_)) => Some(false),
         Decision::Hold(_) => None,
     }
 }
@@ -680,9 +680,10 @@ mod tests {
     #[test]
     fn each_tick_counts_as_the_documented_outcome() {
         let gate_closed = || {
-            hold(HoldReason::GateClosed {
-                why: "renewal failed".into(),
-            })
+            hold(HoldReason::GateClosed(tcab_proto::gate::GateClosed {
+                reason: tcab_proto::gate::GateReason::RenewalFailing,
+                detail: "renewal failed".into(),
+            }))
         };
         let cases = [
             (report(admit(), Some(admitted("a"))), vec!["created"]),
@@ -956,7 +957,10 @@ mod tests {
     #[test]
     fn the_gate_is_read_only_when_the_lane_asked() {
         assert_eq!(gate_reading(&report(admit(), None)), Some(true));
-        let closed = hold(HoldReason::GateClosed { why: "x".into() });
+        let closed = hold(HoldReason::GateClosed(tcab_proto::gate::GateClosed {
+            reason: tcab_proto::gate::GateReason::NeverRenewed,
+            detail: "x".into(),
+        }));
         assert_eq!(gate_reading(&report(closed, None)), Some(false));
         let full = hold(HoldReason::LaneFull {
             in_flight: 1,

@@ -11,25 +11,10 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use tcab_proto::gate::{GateClosed, GateVerdict};
 use tcab_shared::Lane;
 use tcab_shared::job_cache::{JobSummary, ViewState};
 use tokio::time::Instant;
-
-/// What the admission gate says about one lane: may the admitter claim?
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GateState {
-    /// The lease-keeper renews this lane's leases, and did so recently.
-    Open,
-    /// Claiming now could requeue a job whose Job is alive; the reason says why.
-    Closed(String),
-}
-
-impl GateState {
-    /// Whether the gate lets a claim through.
-    pub fn is_open(&self) -> bool {
-        matches!(self, GateState::Open)
-    }
-}
 
 /// What one lane remembers and is configured with, as its decision reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,8 +33,8 @@ pub struct LaneInput {
     pub backoff_until: Option<Instant>,
     /// The lane's last claim came back empty; it rests until then.
     pub rest_until: Option<Instant>,
-    /// The admission gate's answer for this lane.
-    pub gate: GateState,
+    /// The admission gate's verdict for this lane, as the lease-keeper gave it.
+    pub gate: GateVerdict,
 }
 
 /// Everything one lane's decision reads.
@@ -97,11 +82,8 @@ pub enum HoldReason {
         /// The lane's cap.
         cap: u32,
     },
-    /// The admission gate is closed for this lane.
-    GateClosed {
-        /// Why, as the gate said.
-        why: String,
-    },
+    /// The admission gate is closed for this lane, for the lease-keeper's reason.
+    GateClosed(GateClosed),
 }
 
 impl fmt::Display for HoldReason {
@@ -113,7 +95,7 @@ impl fmt::Display for HoldReason {
             HoldReason::BackingOff { .. } => f.write_str("backing off after failures"),
             HoldReason::Resting { .. } => f.write_str("queue was empty at the last claim"),
             HoldReason::LaneFull { in_flight, cap } => write!(f, "lane full ({in_flight}/{cap})"),
-            HoldReason::GateClosed { why } => write!(f, "admission gate closed: {why}"),
+            HoldReason::GateClosed(closed) => write!(f, "admission gate closed: {closed}"),
         }
     }
 }
@@ -215,8 +197,8 @@ pub fn decide(snapshot: &LaneSnapshot) -> Decision {
             cap: input.cap,
         });
     }
-    if let GateState::Closed(why) = &input.gate {
-        return Decision::Hold(HoldReason::GateClosed { why: why.clone() });
+    if let GateVerdict::Closed(closed) = &input.gate {
+        return Decision::Hold(HoldReason::GateClosed(closed.clone()));
     }
     Decision::Admit { in_flight: n }
 }
@@ -270,6 +252,11 @@ mod tests {
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
     use std::time::Duration;
+    use tcab_proto::gate::GateReason;
+
+    fn closed(reason: GateReason) -> GateVerdict {
+        GateVerdict::closed(reason, "why")
+    }
 
     fn input(cap: u32) -> LaneInput {
         LaneInput {
@@ -279,7 +266,7 @@ mod tests {
             unsettled: vec![],
             backoff_until: None,
             rest_until: None,
-            gate: GateState::Open,
+            gate: GateVerdict::Open,
         }
     }
 
@@ -404,7 +391,7 @@ mod tests {
         let mut s = snapshot(0, 0);
         assert_eq!(decide(&s), Decision::Hold(HoldReason::Paused));
         s.view = ViewState::Listing;
-        s.input.gate = GateState::Closed("stale".into());
+        s.input.gate = closed(GateReason::RenewalStale);
         s.live_cached = 3;
         assert_eq!(decide(&s), Decision::Hold(HoldReason::Paused));
         s.input.enabled = false;
@@ -434,7 +421,7 @@ mod tests {
         s.view = ViewState::Current;
         let until = s.now + Duration::from_secs(4);
         s.input.backoff_until = Some(until);
-        s.input.gate = GateState::Closed("renewal failed".into());
+        s.input.gate = closed(GateReason::RenewalFailing);
         assert_eq!(decide(&s), Decision::Hold(HoldReason::BackingOff { until }));
         s.input.backoff_until = Some(s.now);
         s.input.rest_until = Some(until);
@@ -452,11 +439,12 @@ mod tests {
         s.live_cached = 0;
         assert_eq!(
             decide(&s),
-            Decision::Hold(HoldReason::GateClosed {
-                why: "renewal failed".into()
-            })
+            Decision::Hold(HoldReason::GateClosed(GateClosed {
+                reason: GateReason::RenewalFailing,
+                detail: "why".into()
+            }))
         );
-        s.input.gate = GateState::Open;
+        s.input.gate = GateVerdict::Open;
         assert!(decide(&s).admits());
     }
 
@@ -474,10 +462,10 @@ mod tests {
         ]
     }
 
-    fn arb_gate() -> impl Strategy<Value = GateState> {
+    fn arb_gate() -> impl Strategy<Value = GateVerdict> {
         prop_oneof![
-            Just(GateState::Open),
-            Just(GateState::Closed("stale".into()))
+            Just(GateVerdict::Open),
+            Just(closed(GateReason::RenewalStale))
         ]
     }
 

@@ -1,52 +1,24 @@
-//! The admission gate: per lane, the outcome of the lease-keeper's renewal
-//! calls, which the admitter asks before it claims anything.
+//! The admission gate's record: per lane, the outcome of the lease-keeper's
+//! renewal calls, beside its Job view. The admitter asks for a lane's
+//! verdict before it claims anything; [`Gate::verdict`] judges it from this
+//! record with the pure [`crate::plan::gate::verdict`], once, and the
+//! admitter acts on it as given.
 //!
 //! A claim is what makes the backend requeue a lapsed `dispatched` job, so the
 //! admitter must not claim while leases of live Jobs may be going unrenewed.
 //! The gate of a lane therefore closes at once when a renewal call of that
-//! lane fails (not at the end of a round), and both lanes close while the
-//! lease-keeper's Job view is not current (new Jobs would go unrenewed). The
-//! admitter also refuses a last success older than its maximum age.
+//! lane fails (not at the end of a round), both lanes close while the
+//! lease-keeper's Job view is not current (new Jobs would go unrenewed), and
+//! a last success older than the admitter's maximum age closes its lane.
 
+pub use crate::plan::gate::LaneRenewals;
+use crate::plan::gate::verdict;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tcab_proto::vault::{LaneRenewal, RenewalStatus};
+use tcab_proto::gate::GateVerdict;
 use tcab_shared::Lane;
-use tcab_shared::job_cache::{OwnedJobs, ViewState};
+use tcab_shared::job_cache::OwnedJobs;
 use tokio::time::Instant;
-
-/// What the gate knows of one lane's renewals.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LaneRenewals {
-    /// Whether this lane is renewed at all (publishes only while publishing is on).
-    pub enabled: bool,
-    /// When a renewal call of this lane last succeeded.
-    pub last_success: Option<Instant>,
-    /// Why the most recent renewal call failed, when it did.
-    pub failing: Option<String>,
-}
-
-impl LaneRenewals {
-    /// Whether the lane's renewals are healthy: enabled, renewed at least
-    /// once, and the latest call succeeded. Lost jobs of a lane are judged
-    /// only then.
-    pub fn healthy(&self) -> bool {
-        self.enabled && self.last_success.is_some() && self.failing.is_none()
-    }
-
-    fn wire(&self, now: Instant) -> LaneRenewal {
-        LaneRenewal {
-            enabled: self.enabled,
-            renewed: self.last_success.is_some(),
-            age_ms: self
-                .last_success
-                .map(|at| millis(now.saturating_duration_since(at)))
-                .unwrap_or(0),
-            failing: self.failing.is_some(),
-            detail: self.failing.clone().unwrap_or_default(),
-        }
-    }
-}
 
 #[derive(Debug, Default)]
 struct Lanes {
@@ -119,20 +91,11 @@ impl Gate {
         }
     }
 
-    /// What the gate tells the admitter at `now`.
-    pub fn status(&self, now: Instant) -> RenewalStatus {
-        let lanes = self.lock();
-        let view = self.view.view_state();
-        RenewalStatus {
-            runs: Some(lanes.runs.wire(now)),
-            publishes: Some(lanes.publishes.wire(now)),
-            view_current: view.is_current(),
-            view_detail: match view {
-                ViewState::Current => String::new(),
-                ViewState::Listing => "the lease-keeper's Job view has not listed yet".into(),
-                ViewState::Failed(why) => format!("the lease-keeper's Job watch failed: {why}"),
-            },
-        }
+    /// The gate of `lane` at `now`, its last successful renewal allowed to
+    /// be at most `max_age` old (judged by [`crate::plan::gate::verdict`]).
+    pub fn verdict(&self, lane: Lane, now: Instant, max_age: Duration) -> GateVerdict {
+        let renewals = self.lane(lane);
+        verdict(lane, &renewals, &self.view.view_state(), now, max_age)
     }
 
     /// Seconds since each lane's last successful renewal (for metrics).
@@ -157,62 +120,86 @@ impl std::fmt::Debug for Gate {
     }
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use kube::runtime::watcher::Event;
+    use tcab_proto::gate::GateReason;
+
+    const MAX: Duration = Duration::from_secs(60);
+
+    fn reason(v: GateVerdict) -> Option<GateReason> {
+        match v {
+            GateVerdict::Closed(c) => Some(c.reason),
+            GateVerdict::Open => None,
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_lane_closes_at_its_first_failed_call_and_reopens_on_success() {
         let gate = Gate::new(true, OwnedJobs::listed([]));
-        let s = gate.status(Instant::now());
-        assert!(s.view_current);
-        let runs = s.runs.unwrap();
-        assert!(runs.enabled && !runs.renewed && !runs.failing);
+        assert_eq!(
+            reason(gate.verdict(Lane::Run, Instant::now(), MAX)),
+            Some(GateReason::NeverRenewed)
+        );
 
         gate.succeeded(Lane::Run, Instant::now());
         tokio::time::advance(Duration::from_millis(1500)).await;
-        let runs = gate.status(Instant::now()).runs.unwrap();
-        assert!(runs.renewed && !runs.failing);
-        assert_eq!(runs.age_ms, 1500);
+        assert!(gate.verdict(Lane::Run, Instant::now(), MAX).is_open());
+        assert_eq!(
+            reason(gate.verdict(Lane::Run, Instant::now(), Duration::from_millis(1499))),
+            Some(GateReason::RenewalStale),
+            "the last success ages"
+        );
         assert!(gate.lane(Lane::Run).healthy());
 
         gate.failed(Lane::Run, "POST /jobs/leases: 500".into());
-        let s = gate.status(Instant::now());
-        let runs = s.runs.unwrap();
-        assert!(runs.failing && runs.detail.contains("500"));
-        assert_eq!(runs.age_ms, 1500, "the last success still ages");
+        match gate.verdict(Lane::Run, Instant::now(), MAX) {
+            GateVerdict::Closed(c) => {
+                assert_eq!(c.reason, GateReason::RenewalFailing);
+                assert!(c.detail.contains("500"), "{}", c.detail);
+            }
+            GateVerdict::Open => panic!("a failed call closes the lane"),
+        }
         assert!(!gate.lane(Lane::Run).healthy());
-        assert!(!s.publishes.unwrap().failing, "the other lane is untouched");
+        assert_eq!(
+            reason(gate.verdict(Lane::Publish, Instant::now(), MAX)),
+            Some(GateReason::NeverRenewed),
+            "the other lane is untouched"
+        );
 
         gate.succeeded(Lane::Run, Instant::now());
         assert!(gate.lane(Lane::Run).healthy());
+        assert!(gate.verdict(Lane::Run, Instant::now(), MAX).is_open());
     }
 
     #[tokio::test(start_paused = true)]
     async fn publishing_off_keeps_the_publish_gate_closed() {
         let gate = Gate::new(false, OwnedJobs::listed([]));
-        let publishes = gate.status(Instant::now()).publishes.unwrap();
-        assert!(!publishes.enabled && publishes.failing);
-        assert!(publishes.detail.contains("TCAB_PUBLISHER_IMAGE"));
+        match gate.verdict(Lane::Publish, Instant::now(), MAX) {
+            GateVerdict::Closed(c) => {
+                assert_eq!(c.reason, GateReason::LaneNotRenewed);
+                assert!(c.detail.contains("TCAB_PUBLISHER_IMAGE"), "{}", c.detail);
+            }
+            GateVerdict::Open => panic!("publishing is off"),
+        }
         assert!(!gate.lane(Lane::Publish).healthy());
     }
 
     #[test]
-    fn the_view_state_reaches_the_admitter() {
+    fn the_view_state_reaches_the_verdict() {
         let view = OwnedJobs::new();
         let gate = Gate::new(true, view.clone());
-        let s = gate.status(Instant::now());
-        assert!(!s.view_current && s.view_detail.contains("not listed"));
+        gate.succeeded(Lane::Run, Instant::now());
+        let detail = |v: GateVerdict| match v {
+            GateVerdict::Closed(c) if c.reason == GateReason::ViewNotCurrent => c.detail,
+            other => panic!("expected a view hold, got {other:?}"),
+        };
+        assert!(detail(gate.verdict(Lane::Run, Instant::now(), MAX)).contains("not listed"));
         view.apply(Event::Init);
         view.apply(Event::InitDone);
-        assert!(gate.status(Instant::now()).view_current);
+        assert!(gate.verdict(Lane::Run, Instant::now(), MAX).is_open());
         view.mark_failed("503 from list");
-        let s = gate.status(Instant::now());
-        assert!(!s.view_current && s.view_detail.contains("503"));
+        assert!(detail(gate.verdict(Lane::Run, Instant::now(), MAX)).contains("503"));
     }
 }

@@ -1,10 +1,12 @@
 //! The lease-keeper's gRPC face, served on 127.0.0.1 beside the standard
 //! gRPC health service: the token vault (`Put` and `Forget`, no way to read
-//! a token back) and the admission gate (`LastRenewal`).
+//! a token back) and the admission gate (`Verdict`: one lane's gate, judged
+//! here and sent as a typed verdict).
 
 use crate::gate::Gate;
 use crate::tokens::{TokenKey, TokenStore};
 use std::net::SocketAddr;
+use std::time::Duration;
 use tcab_proto::vault::{
     self as pb,
     admission_gate_server::{AdmissionGate, AdmissionGateServer},
@@ -158,11 +160,15 @@ impl TokenVault for VaultService {
 
 #[tonic::async_trait]
 impl AdmissionGate for VaultService {
-    async fn last_renewal(
+    async fn verdict(
         &self,
-        _request: Request<pb::LastRenewalRequest>,
-    ) -> Result<Response<pb::RenewalStatus>, Status> {
-        Ok(Response::new(self.gate.status(Instant::now())))
+        request: Request<pb::VerdictRequest>,
+    ) -> Result<Response<pb::LaneGate>, Status> {
+        let req = request.into_inner();
+        let lane = lane_of(req.lane)?;
+        let max_age = Duration::from_millis(req.max_age_ms);
+        let verdict = self.gate.verdict(lane, Instant::now(), max_age);
+        Ok(Response::new(verdict.to_wire()))
     }
 }
 

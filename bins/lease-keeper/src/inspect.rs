@@ -1,5 +1,5 @@
 //! The lease-keeper's cluster reads and its one write: a Job's pods and
-//! their log tail (the evidence of a death), a Job, the owned Jobs of one
+//! their log tail (the evidence of a death), the owned Jobs of one
 //! backend job (to confirm a view that does not show any), and deleting a
 //! Job whose pod can never start. Every call is bounded by the API timeout.
 
@@ -89,11 +89,6 @@ impl Inspector {
             )),
             Err(error) => LogTail::Unreadable(log_error(&error)),
         }
-    }
-
-    /// The Job named `name`, if it still exists.
-    pub async fn job(&self, name: &str) -> Result<Option<Job>, CallError> {
-        call(KubeCall::GetJob, self.timeout, self.jobs.get_opt(name)).await
     }
 
     /// The names of the live owned Jobs of one backend job, read from the

@@ -3,14 +3,15 @@
 //! cannot finish failing and pods that never start, reports lost drivers and
 //! publishers, and serves the token vault and the admission gate.
 //!
-//! - [`plan`]: every decision, pure ([`plan::renew`], [`plan::failures`],
-//!   [`plan::deaths`], [`plan::lost`], [`plan::tokens`]);
+//! - [`plan`]: every decision, pure ([`plan::renew`], [`plan::gate`],
+//!   [`plan::failures`], [`plan::deaths`], [`plan::lost`], [`plan::tokens`]);
 //! - [`cause`]: reading why a Job died from its pod and its conditions;
 //! - [`run`]: the renewal and report loops, and `run(config, deps, shutdown)`,
 //!   which serves the vault and runs both loops under the shared supervisor
 //!   (`tcab_shared::runtime`);
 //! - [`inspect`]: the cluster reads (and the delete of a Job that never starts);
-//! - [`gate`]: the per-lane renewal state the admitter asks;
+//! - [`gate`]: the per-lane renewal state, from which each lane's admission
+//!   gate verdict is judged when the admitter asks;
 //! - [`metrics`]: renewals, reports and renewal ages, recorded at the loops' edges;
 //! - [`tokens`] and [`grpc`]: the per-job token store and its gRPC face;
 //! - [`config`]: the lease-keeper's configuration, read from the environment.

@@ -232,13 +232,10 @@ async fn shutdown_during_a_slow_create_lets_it_finish() {
 #[tokio::test]
 async fn no_claim_while_the_gate_is_closed() {
     let rig = Rig::start().await;
-    let mut closed = crate::support::gate::renewed();
-    closed.runs = Some(tcab_proto::vault::LaneRenewal {
-        renewed: false,
-        ..crate::support::gate::lane_renewed()
-    });
-    closed.publishes = closed.runs.clone();
-    rig.gate.set_status(closed);
+    rig.gate.set_both(tcab_proto::gate::GateVerdict::closed(
+        tcab_proto::gate::GateReason::NeverRenewed,
+        "no lease renewal has succeeded yet",
+    ));
     rig.backend.queue(Lane::Run, 2);
     rig.backend.queue(Lane::Publish, 2);
     let (trigger, handle) = start(&rig, rig.config(&[]));
@@ -250,7 +247,7 @@ async fn no_claim_while_the_gate_is_closed() {
         rig.backend.requests(Lane::Run) + rig.backend.requests(Lane::Publish),
         0
     );
-    rig.gate.set_status(crate::support::gate::renewed());
+    rig.gate.set_both(tcab_proto::gate::GateVerdict::Open);
     eventually("admissions resume", || {
         rig.kube.creates(Lane::Run) >= 1 && rig.kube.creates(Lane::Publish) >= 1
     })

@@ -5,7 +5,7 @@
 
 use crate::support::backend::token_for;
 use crate::support::fake_kube::CreateFault;
-use crate::support::gate::{dead_addr, renewed};
+use crate::support::gate::dead_addr;
 use crate::support::*;
 use kube::runtime::watcher::Event;
 use std::time::Duration;
@@ -13,6 +13,8 @@ use tcab_admitter::AdmissionResult;
 use tcab_admitter::admit::{CreateFailure, LaneOutcome, Settled};
 use tcab_admitter::plan::{Decision, HoldReason};
 use tcab_admitter::settle::Confirmation;
+use tcab_proto::gate::{GateReason, GateVerdict};
+use tcab_proto::vault::Lane as PbLane;
 use tcab_shared::tick::TickOutcome;
 use tcab_shared::{Lane, names};
 
@@ -25,12 +27,13 @@ fn key(id: &str) -> (String, String) {
     (id.to_owned(), names::claim_tag(&token_for(id)))
 }
 
-fn gate_closed_with(decision: &Decision, part: &str) {
+fn gate_closed_with(decision: &Decision, reason: GateReason, part: &str) {
     match decision {
-        Decision::Hold(HoldReason::GateClosed { why }) => {
-            assert!(why.contains(part), "{why:?} lacks {part:?}")
+        Decision::Hold(HoldReason::GateClosed(closed)) => {
+            assert_eq!(closed.reason, reason, "{closed:?}");
+            assert!(closed.detail.contains(part), "{closed:?} lacks {part:?}")
         }
-        other => panic!("expected a closed gate ({part}), got {other:?}"),
+        other => panic!("expected a closed gate ({reason:?}: {part}), got {other:?}"),
     }
 }
 
@@ -325,8 +328,12 @@ async fn an_unreachable_lease_keeper_means_no_claim() {
         let report = admitter.tick().await;
         for lane in Lane::ALL {
             match report.plan.lane(lane) {
-                Decision::Hold(HoldReason::GateClosed { why }) => {
-                    assert!(why.contains("lease-keeper unreachable"), "{why}")
+                Decision::Hold(HoldReason::GateClosed(closed)) => {
+                    assert_eq!(closed.reason, GateReason::KeeperUnreachable);
+                    assert!(
+                        closed.detail.contains("lease-keeper unreachable"),
+                        "{closed:?}"
+                    )
                 }
                 other => panic!("expected a closed gate, got {other:?}"),
             }
@@ -340,21 +347,23 @@ async fn an_unreachable_lease_keeper_means_no_claim() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_latest_failed_renewal_call_closes_its_lane_however_recent_the_last_success() {
+async fn a_closed_verdict_holds_only_its_lane_with_the_lease_keepers_reason() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
     rig.backend.queue(Lane::Publish, 3);
     let (mut admitter, _cache) = rig.admitter(&rig.config(&[]));
-    let mut status = renewed();
-    if let Some(runs) = status.runs.as_mut() {
-        runs.failing = true;
-        runs.detail = "POST /jobs/leases answered 500".into();
-    }
-    rig.gate.set_status(status);
+    rig.gate.set_verdict(
+        Lane::Run,
+        GateVerdict::closed(
+            GateReason::RenewalFailing,
+            "the latest run lease renewal failed: run renewal failed: POST /jobs/leases answered 500",
+        ),
+    );
     let report = admitter.tick().await;
     gate_closed_with(
         &report.plan.run,
-        "latest run lease renewal failed: POST /jobs/leases answered 500",
+        GateReason::RenewalFailing,
+        "latest run lease renewal failed: run renewal failed: POST /jobs/leases answered 500",
     );
     assert_eq!(report.result(Lane::Run), AdmissionResult::GateClosed);
     assert!(matches!(report.publish, Some(LaneOutcome::Admitted { .. })));
@@ -367,50 +376,73 @@ async fn the_lease_keepers_view_not_current_closes_both_lanes() {
     rig.backend.queue(Lane::Run, 3);
     rig.backend.queue(Lane::Publish, 3);
     let (mut admitter, _cache) = rig.admitter(&rig.config(&[]));
-    rig.gate.set_status(tcab_proto::vault::RenewalStatus {
-        view_current: false,
-        view_detail: "the lease-keeper's Job watch failed: 500 Internal Server Error".into(),
-        ..renewed()
-    });
+    rig.gate.set_both(GateVerdict::closed(
+        GateReason::ViewNotCurrent,
+        "the lease-keeper's Job view is not current: the lease-keeper's Job watch failed: 500 Internal Server Error",
+    ));
     let report = admitter.tick().await;
     for lane in Lane::ALL {
-        gate_closed_with(report.plan.lane(lane), "Job watch failed: 500");
+        gate_closed_with(
+            report.plan.lane(lane),
+            GateReason::ViewNotCurrent,
+            "Job watch failed: 500",
+        );
     }
     assert_eq!(
         rig.backend.requests(Lane::Run) + rig.backend.requests(Lane::Publish),
         0
     );
-    rig.gate.set_status(renewed());
+    rig.gate.set_both(GateVerdict::Open);
     let report = admitter.tick().await;
     assert!(report.plan.run.admits() && report.plan.publish.admits());
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_stale_last_successful_renewal_closes_its_lane() {
+async fn each_lane_asks_with_its_lane_and_the_configured_maximum_age() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
     rig.backend.queue(Lane::Publish, 3);
     let config = rig.config(&[]);
     let (mut admitter, _cache) = rig.admitter(&config);
-    let mut status = renewed();
-    if let Some(publishes) = status.publishes.as_mut() {
-        publishes.age_ms = config.gate_max_age.as_millis() as u64 + 1;
-    }
-    rig.gate.set_status(status);
+    rig.gate.set_verdict(
+        Lane::Publish,
+        GateVerdict::closed(
+            GateReason::RenewalStale,
+            "the last successful publish lease renewal was 61.0s ago (max 60.0s)",
+        ),
+    );
     let report = admitter.tick().await;
     gate_closed_with(
         &report.plan.publish,
+        GateReason::RenewalStale,
         "last successful publish lease renewal was",
     );
     assert!(matches!(report.run, Some(LaneOutcome::Admitted { .. })));
+    let max_age_ms = config.gate_max_age.as_millis() as u64;
+    let mut asked = rig.gate.asked();
+    asked.sort();
+    assert_eq!(
+        asked,
+        [
+            (PbLane::Run as i32, max_age_ms),
+            (PbLane::Publish as i32, max_age_ms)
+        ]
+    );
     // No renewal has succeeded yet: closed too.
-    let mut status = renewed();
-    if let Some(runs) = status.runs.as_mut() {
-        runs.renewed = false;
-    }
-    rig.gate.set_status(status);
+    rig.gate.set_verdict(Lane::Publish, GateVerdict::Open);
+    rig.gate.set_verdict(
+        Lane::Run,
+        GateVerdict::closed(
+            GateReason::NeverRenewed,
+            "no run lease renewal has succeeded yet",
+        ),
+    );
     let report = admitter.tick().await;
-    gate_closed_with(&report.plan.run, "no run lease renewal has succeeded yet");
+    gate_closed_with(
+        &report.plan.run,
+        GateReason::NeverRenewed,
+        "no run lease renewal has succeeded yet",
+    );
     assert!(report.plan.publish.admits());
     assert_eq!(rig.backend.requests(Lane::Run), 1);
     assert_eq!(rig.backend.requests(Lane::Publish), 1);
@@ -424,20 +456,26 @@ async fn the_gate_is_asked_before_every_claim_so_a_failed_renewal_stops_the_next
     assert!(admitter.tick().await.plan.run.admits());
     assert_eq!(rig.gate.gate_calls(), 1);
     // The clock stands still: nothing but the gate's answer changes.
-    let mut status = renewed();
-    if let Some(runs) = status.runs.as_mut() {
-        runs.failing = true;
-    }
-    rig.gate.set_status(status);
+    rig.gate.set_verdict(
+        Lane::Run,
+        GateVerdict::closed(
+            GateReason::RenewalFailing,
+            "the latest run lease renewal failed",
+        ),
+    );
     let report = admitter.tick().await;
-    gate_closed_with(&report.plan.run, "latest run lease renewal failed");
+    gate_closed_with(
+        &report.plan.run,
+        GateReason::RenewalFailing,
+        "latest run lease renewal failed",
+    );
     assert_eq!(rig.gate.gate_calls(), 2);
     assert_eq!(
         rig.backend.requests(Lane::Run),
         1,
         "no claim behind a failed renewal"
     );
-    rig.gate.set_status(renewed());
+    rig.gate.set_verdict(Lane::Run, GateVerdict::Open);
     assert!(admitter.tick().await.plan.run.admits());
     assert_eq!(rig.gate.gate_calls(), 3);
 }

@@ -1,6 +1,7 @@
 //! The lease-keeper's decisions, pure functions over plain data:
 //!
 //! - [`renew`]: which leases each lane's renewal call carries;
+//! - [`gate`]: each lane's admission gate verdict, which the admitter acts on;
 //! - [`failures`]: what to read, judge and report about failing Jobs;
 //! - [`deaths`]: which claim's death is reported, once each;
 //! - [`lost`]: which driven jobs are lost (lapsed lease, no live Job);
@@ -12,6 +13,7 @@
 
 pub mod deaths;
 pub mod failures;
+pub mod gate;
 pub mod lost;
 pub mod renew;
 pub mod tokens;

@@ -539,9 +539,21 @@ async fn a_job_view_that_is_not_current_closes_the_gate_and_judges_nothing() {
         !report.reports.judged_runs,
         "nothing is judged from a stale view"
     );
-    let status = rig.gate.status(tokio::time::Instant::now());
-    assert!(!status.view_current, "admissions are held");
-    assert!(status.view_detail.contains("500"), "{}", status.view_detail);
+    match rig.gate.verdict(
+        Lane::Run,
+        tokio::time::Instant::now(),
+        Duration::from_secs(60),
+    ) {
+        tcab_proto::gate::GateVerdict::Closed(c) => {
+            assert_eq!(
+                c.reason,
+                tcab_proto::gate::GateReason::ViewNotCurrent,
+                "admissions are held"
+            );
+            assert!(c.detail.contains("500"), "{}", c.detail);
+        }
+        open => panic!("admissions are held, not {open:?}"),
+    }
     assert!(rig.backend.lock().lost_reports.is_empty());
     // An event does not make it current again; only a completed relist does.
     rig.claimed_run("new", JobState::Running, live_status());

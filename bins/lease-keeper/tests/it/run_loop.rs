@@ -5,8 +5,9 @@ use crate::support::*;
 use std::time::Duration;
 use tcab_lease_keeper::grpc as vault;
 use tcab_lease_keeper::{Deps, run};
+use tcab_proto::gate::{GateReason, GateVerdict};
 use tcab_proto::vault::{
-    ClaimKey, Lane as PbLane, LastRenewalRequest, PutRequest,
+    ClaimKey, Lane as PbLane, PutRequest, VerdictRequest,
     admission_gate_client::AdmissionGateClient, token_vault_client::TokenVaultClient,
 };
 use tcab_shared::Lane;
@@ -74,15 +75,21 @@ async fn waits_for_the_first_list_then_reports_a_death_with_the_vaulted_token() 
     .await
     .unwrap();
     let mut gate = AdmissionGateClient::connect(url).await.unwrap();
-    let status = gate
-        .last_renewal(LastRenewalRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(
-        !status.view_current && !status.runs.unwrap().renewed,
-        "no round before the view has listed"
-    );
+    let mut ask = async |lane: PbLane| {
+        let request = VerdictRequest {
+            lane: lane as i32,
+            max_age_ms: 60_000,
+        };
+        GateVerdict::from_wire(gate.verdict(request).await.unwrap().into_inner())
+    };
+    match ask(PbLane::Run).await {
+        GateVerdict::Closed(c) => assert_eq!(
+            c.reason,
+            GateReason::ViewNotCurrent,
+            "no round before the view has listed"
+        ),
+        GateVerdict::Open => panic!("open before the view has listed"),
+    }
     eventually("the Job list to be asked for (and held)", || {
         kube.lock().held_lists >= 1
     })
@@ -101,20 +108,15 @@ async fn waits_for_the_first_list_then_reports_a_death_with_the_vaulted_token() 
         backend.lock().run_renewals.len() >= 3
     })
     .await;
-    let status = gate
-        .last_renewal(LastRenewalRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(status.view_current && status.runs.unwrap().renewed);
+    assert_eq!(ask(PbLane::Run).await, GateVerdict::Open);
     // This keeper does not renew publishes, so the publish lane stays closed.
-    let publishes = status.publishes.unwrap();
-    assert!(!publishes.enabled && publishes.failing);
-    assert!(
-        publishes.detail.contains("publishing is off"),
-        "{}",
-        publishes.detail
-    );
+    match ask(PbLane::Publish).await {
+        GateVerdict::Closed(c) => {
+            assert_eq!(c.reason, GateReason::LaneNotRenewed);
+            assert!(c.detail.contains("publishing is off"), "{}", c.detail);
+        }
+        GateVerdict::Open => panic!("the publish lane is not renewed"),
+    }
 
     {
         let s = backend.lock();

@@ -5,11 +5,12 @@ use std::time::Duration;
 use tcab_lease_keeper::gate::Gate;
 use tcab_lease_keeper::grpc as vault;
 use tcab_lease_keeper::tokens::{TokenKey, TokenStore};
+use tcab_proto::gate::{GateReason, GateVerdict};
 use tcab_proto::tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
 use tcab_proto::vault::{
-    ClaimKey, ForgetRequest, Lane, LastRenewalRequest, PutRequest,
+    ClaimKey, ForgetRequest, Lane, PutRequest, VerdictRequest,
     admission_gate_client::AdmissionGateClient, token_vault_client::TokenVaultClient,
 };
 use tcab_shared::job_cache::OwnedJobs;
@@ -99,13 +100,19 @@ async fn put_forget_gate_and_health_over_grpc() {
 
     // The gate: nothing renewed and the view not listed, then per lane.
     let mut ag = AdmissionGateClient::connect(url.clone()).await.unwrap();
-    let s = ag
-        .last_renewal(LastRenewalRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(!s.view_current && !s.view_detail.is_empty());
-    assert!(!s.runs.unwrap().renewed);
+    let ask = |lane: Lane| VerdictRequest {
+        lane: lane as i32,
+        max_age_ms: 60_000,
+    };
+    let verdict = |gate: tcab_proto::vault::LaneGate| GateVerdict::from_wire(gate);
+    let reason = |v: GateVerdict| match v {
+        GateVerdict::Closed(c) => Some((c.reason, c.detail)),
+        GateVerdict::Open => None,
+    };
+    let s = ag.verdict(ask(Lane::Run)).await.unwrap().into_inner();
+    let (why, detail) = reason(verdict(s)).expect("closed before the view listed");
+    assert_eq!(why, GateReason::ViewNotCurrent);
+    assert!(detail.contains("not listed"), "{detail}");
     view.apply(Event::Init);
     view.apply(Event::InitDone);
     gate.succeeded(tcab_shared::Lane::Run, tokio::time::Instant::now());
@@ -113,16 +120,29 @@ async fn put_forget_gate_and_health_over_grpc() {
         tcab_shared::Lane::Publish,
         "publish renewal failed: 503".into(),
     );
-    let s = ag
-        .last_renewal(LastRenewalRequest {})
+    let runs = ag.verdict(ask(Lane::Run)).await.unwrap().into_inner();
+    assert_eq!(verdict(runs), GateVerdict::Open);
+    let publishes = ag.verdict(ask(Lane::Publish)).await.unwrap().into_inner();
+    let (why, detail) = reason(verdict(publishes)).expect("the failing lane is closed");
+    assert_eq!(why, GateReason::RenewalFailing);
+    assert!(detail.contains("503"), "{detail}");
+    // The age limit is the asker's.
+    let strict = VerdictRequest {
+        lane: Lane::Run as i32,
+        max_age_ms: 0,
+    };
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let runs = ag.verdict(strict).await.unwrap().into_inner();
+    assert_eq!(reason(verdict(runs)).unwrap().0, GateReason::RenewalStale);
+    // A lane is required.
+    let err = ag
+        .verdict(VerdictRequest {
+            lane: 0,
+            max_age_ms: 60_000,
+        })
         .await
-        .unwrap()
-        .into_inner();
-    let runs = s.runs.unwrap();
-    let publishes = s.publishes.unwrap();
-    assert!(s.view_current);
-    assert!(runs.renewed && !runs.failing && runs.age_ms < 60_000);
-    assert!(publishes.failing && publishes.detail.contains("503"));
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
 
     // Health: overall and per service.
     let channel = tonic::transport::Endpoint::from_shared(url)

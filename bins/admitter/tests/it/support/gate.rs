@@ -1,9 +1,11 @@
 //! A tiny lease-keeper stand-in on 127.0.0.1:0: the token vault (records
 //! Puts and Forgets, can refuse Puts) and the admission gate (answers a
-//! settable status, per lane as the lease-keeper does).
+//! settable verdict per lane, as the lease-keeper judges it, and records the
+//! maximum age each question came with).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use tcab_proto::gate::GateVerdict;
 use tcab_proto::vault::admission_gate_server::{AdmissionGate, AdmissionGateServer};
 use tcab_proto::vault::token_vault_server::{TokenVault, TokenVaultServer};
 use tcab_proto::vault::*;
@@ -20,8 +22,13 @@ pub struct Put {
 /// The key of one `Forget`: (job id, claim tag).
 pub type Forgotten = (String, String);
 
+/// One question to the gate: (lane, as on the wire; max age in ms).
+pub type Asked = (i32, u64);
+
 struct Inner {
-    status: RenewalStatus,
+    runs: GateVerdict,
+    publishes: GateVerdict,
+    asked: Vec<Asked>,
     puts: Vec<Put>,
     put_calls: u32,
     refuse_puts: bool,
@@ -38,32 +45,13 @@ pub struct FakeGate {
 #[derive(Clone)]
 struct Svc(Arc<Mutex<Inner>>);
 
-/// A lane whose last renewal call succeeded just now.
-pub fn lane_renewed() -> LaneRenewal {
-    LaneRenewal {
-        enabled: true,
-        renewed: true,
-        age_ms: 5,
-        failing: false,
-        detail: String::new(),
-    }
-}
-
-/// A status saying both lanes were renewed just now, with a current view.
-pub fn renewed() -> RenewalStatus {
-    RenewalStatus {
-        runs: Some(lane_renewed()),
-        publishes: Some(lane_renewed()),
-        view_current: true,
-        view_detail: String::new(),
-    }
-}
-
 impl FakeGate {
     /// Starts with the gate open.
     pub async fn start() -> Self {
         let inner = Arc::new(Mutex::new(Inner {
-            status: renewed(),
+            runs: GateVerdict::Open,
+            publishes: GateVerdict::Open,
+            asked: vec![],
             puts: vec![],
             put_calls: 0,
             refuse_puts: false,
@@ -84,8 +72,25 @@ impl FakeGate {
         FakeGate { addr, inner }
     }
 
-    pub fn set_status(&self, status: RenewalStatus) {
-        self.inner.lock().unwrap().status = status;
+    /// What the gate answers for `lane` from now on.
+    pub fn set_verdict(&self, lane: tcab_shared::Lane, verdict: GateVerdict) {
+        let mut inner = self.inner.lock().unwrap();
+        match lane {
+            tcab_shared::Lane::Run => inner.runs = verdict,
+            tcab_shared::Lane::Publish => inner.publishes = verdict,
+        }
+    }
+
+    /// The same verdict for both lanes.
+    pub fn set_both(&self, verdict: GateVerdict) {
+        for lane in tcab_shared::Lane::ALL {
+            self.set_verdict(lane, verdict.clone());
+        }
+    }
+
+    /// Every question asked, in order.
+    pub fn asked(&self) -> Vec<Asked> {
+        self.inner.lock().unwrap().asked.clone()
     }
 
     pub fn refuse_puts(&self, refuse: bool) {
@@ -146,12 +151,23 @@ impl TokenVault for Svc {
 
 #[tonic::async_trait]
 impl AdmissionGate for Svc {
-    async fn last_renewal(
+    async fn verdict(
         &self,
-        _: Request<LastRenewalRequest>,
-    ) -> Result<Response<RenewalStatus>, Status> {
+        request: Request<VerdictRequest>,
+    ) -> Result<Response<LaneGate>, Status> {
+        let request = request.into_inner();
         let mut inner = self.0.lock().unwrap();
         inner.gate_calls += 1;
-        Ok(Response::new(inner.status.clone()))
+        inner.asked.push((request.lane, request.max_age_ms));
+        let verdict = match Lane::try_from(request.lane) {
+            Ok(Lane::Run) => &inner.runs,
+            Ok(Lane::Publish) => &inner.publishes,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "lane must be LANE_RUN or LANE_PUBLISH",
+                ));
+            }
+        };
+        Ok(Response::new(verdict.to_wire()))
     }
 }
