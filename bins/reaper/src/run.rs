@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::job_cache::{JobSummary, OwnedJobs, ViewState, WatchSettings};
+use tcab_shared::job_cache::{self, JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::kube_api::{CallError, KubeCall, call};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::names;
@@ -258,7 +258,7 @@ pub struct Reaper {
 /// time, and a receiver that notices any later transition of the view.
 fn current_view(
     jobs: &OwnedJobs,
-) -> Result<(Arc<Vec<JobSummary>>, watch::Receiver<ViewState>), String> {
+) -> Result<(job_cache::Snapshot, watch::Receiver<ViewState>), String> {
     let mut view = jobs.view_changes();
     match view.borrow_and_update().clone() {
         ViewState::Current => {}
@@ -392,7 +392,7 @@ impl Reaper {
         let verdicts = plan::judge_ids(&jobs, &dead);
         let plan = plan::plan(
             &Snapshot {
-                jobs: &jobs,
+                jobs: jobs.as_slice(),
                 pods: &pods,
                 now: self.clock.now(),
                 dead: &dead,
