@@ -202,6 +202,11 @@ impl ReapMemory {
             .collect()
     }
 
+    /// The job ids warned about for sandboxes of another managed-by value.
+    pub fn warned_mismatches(&self) -> impl Iterator<Item = &str> {
+        self.mismatch_warned.iter().map(String::as_str)
+    }
+
     /// Whether the reap of the Job with this key is complete.
     pub fn is_reaped(&self, key: &str) -> bool {
         self.reaped.contains(key)

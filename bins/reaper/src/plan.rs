@@ -471,9 +471,39 @@ pub fn judge_ids(
     jobs: &[impl Borrow<JobSummary>],
     dead: &BTreeSet<String>,
 ) -> BTreeMap<String, IdVerdict> {
+    judge_ids_where(jobs, dead, |_| true)
+}
+
+/// The verdicts a tick needs, judged once from its view: those of every
+/// job id with a driver Job that failed or was judged dead (the only ids a
+/// verdict can reap), and of the ids `also` names (the listed sandboxes'
+/// ids, the ids warned about). Each verdict is [`judge_ids`]'s; the other
+/// ids, most of them at scale, are not judged at all.
+pub fn tick_verdicts(
+    jobs: &[impl Borrow<JobSummary>],
+    dead: &BTreeSet<String>,
+    also: &BTreeSet<&str>,
+) -> BTreeMap<String, IdVerdict> {
+    let reapable: BTreeSet<&str> = summaries(jobs)
+        .filter(|job| matches!(standing(job, dead), Standing::Failed | Standing::Stuck))
+        .filter_map(|job| job.job_id.as_deref())
+        .collect();
+    judge_ids_where(jobs, dead, |id| reapable.contains(id) || also.contains(id))
+}
+
+/// [`judge_ids`] for the ids `wanted` accepts only.
+fn judge_ids_where(
+    jobs: &[impl Borrow<JobSummary>],
+    dead: &BTreeSet<String>,
+    wanted: impl Fn(&str) -> bool,
+) -> BTreeMap<String, IdVerdict> {
     let mut index: BTreeMap<&str, JobsForId> = BTreeMap::new();
     for job in summaries(jobs) {
-        let Some(id) = job.job_id.as_deref().filter(|id| is_job_id(id)) else {
+        let Some(id) = job
+            .job_id
+            .as_deref()
+            .filter(|id| is_job_id(id) && wanted(id))
+        else {
             continue;
         };
         let entry = index.entry(id).or_default();
@@ -587,7 +617,23 @@ pub fn plan<J: Borrow<JobSummary>>(
     snapshot: &Snapshot<'_, J>,
     settings: &SweepSettings,
 ) -> ReapPlan {
-    let verdicts = judge_ids(snapshot.jobs, snapshot.dead);
+    let ids: BTreeSet<&str> = snapshot
+        .pods
+        .iter()
+        .filter_map(|p| p.job_id.as_deref())
+        .collect();
+    let verdicts = tick_verdicts(snapshot.jobs, snapshot.dead, &ids);
+    plan_with(snapshot, &verdicts, settings)
+}
+
+/// [`plan`] with the verdicts of the snapshot already judged
+/// ([`tick_verdicts`], covering at least every listed pod's id), so a tick
+/// judges its view once.
+pub fn plan_with<J: Borrow<JobSummary>>(
+    snapshot: &Snapshot<'_, J>,
+    verdicts: &BTreeMap<String, IdVerdict>,
+    settings: &SweepSettings,
+) -> ReapPlan {
     let grace = SignedDuration::try_from(settings.orphan_grace).unwrap_or(SignedDuration::MAX);
 
     let mut pods: Vec<&PodSummary> = snapshot.pods.iter().collect();
@@ -596,7 +642,7 @@ pub fn plan<J: Borrow<JobSummary>>(
 
     let mut out = ReapPlan::default();
     for pod in pods {
-        match decide(pod, &verdicts, snapshot, grace, settings) {
+        match decide(pod, verdicts, snapshot, grace, settings) {
             Ok((job_id, reason)) => out.delete.push(PodDelete {
                 pod: pod.clone(),
                 job_id,
@@ -1558,6 +1604,32 @@ mod tests {
             let base = plan(&Snapshot { jobs: &jobs, pods: &pods, now: now(), dead: &dead, driven: driven_of(&driven) }, &settings);
             let shuffled = plan(&Snapshot { jobs: &jobs2, pods: &pods2, now: now(), dead: &dead2, driven: driven_of(&driven) }, &settings);
             prop_assert_eq!(base, shuffled);
+        }
+
+        /// The verdicts a tick judges are `judge_ids`' own: every reap,
+        /// and every id asked for that any Job carries; nothing else. A
+        /// plan with them is the plan with every id judged.
+        #[test]
+        fn a_ticks_verdicts_are_judge_ids_own_for_the_ids_it_needs(
+            jobs in arb_jobs(),
+            pods in prop::collection::vec(arb_pod(), 0..10),
+            settings in arb_settings(),
+            driven in arb_driven(),
+        ) {
+            let (jobs, dead) = split(jobs);
+            let all = judge_ids(&jobs, &dead);
+            let asked: BTreeSet<&str> = pods.iter().filter_map(|p| p.job_id.as_deref()).collect();
+            let some = tick_verdicts(&jobs, &dead, &asked);
+            for (id, verdict) in &some {
+                prop_assert_eq!(all.get(id), Some(verdict));
+            }
+            for (id, verdict) in &all {
+                if matches!(verdict, IdVerdict::Reap { .. }) || asked.contains(id.as_str()) {
+                    prop_assert_eq!(some.get(id), Some(verdict));
+                }
+            }
+            let snapshot = Snapshot { jobs: &jobs, pods: &pods, now: now(), dead: &dead, driven: driven_of(&driven) };
+            prop_assert_eq!(plan(&snapshot, &settings), super::plan_with(&snapshot, &all, &settings));
         }
     }
 

@@ -332,9 +332,10 @@ impl Reaper {
         self.resume();
         let now = Instant::now();
         let dead = self.memory.observe(&jobs, now, margin);
-        let verdicts = plan::judge_ids(&jobs, &dead);
+        // Only the ids that may be reaped are judged to decide what is due.
+        let verdicts = plan::tick_verdicts(&jobs, &dead, &BTreeSet::new());
         report.due = self.memory.due(&verdicts, now, &self.settings);
-        drop(jobs);
+        drop((jobs, verdicts));
         if !report.due.needs_list() {
             tracing::trace!("no reap awaits and the sweep is not due: nothing to list");
             return report;
@@ -389,8 +390,17 @@ impl Reaper {
         };
         let now = Instant::now();
         let dead = self.memory.observe(&jobs, now, margin);
-        let verdicts = plan::judge_ids(&jobs, &dead);
-        let plan = plan::plan(
+        // Judged once: the ids that may be reaped, the listed sandboxes'
+        // ids (all the plan looks up), and the ids warned about (whether a
+        // Job still carries them).
+        let also: BTreeSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.job_id.as_deref())
+            .chain(self.memory.warned_mismatches())
+            .collect();
+        let verdicts = plan::tick_verdicts(&jobs, &dead, &also);
+        drop(also);
+        let plan = plan::plan_with(
             &Snapshot {
                 jobs: jobs.as_slice(),
                 pods: &pods,
@@ -398,6 +408,7 @@ impl Reaper {
                 dead: &dead,
                 driven,
             },
+            &verdicts,
             &self.settings,
         );
         drop(jobs);
