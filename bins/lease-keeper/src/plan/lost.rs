@@ -206,9 +206,12 @@ pub fn plan_lost<J: Borrow<JobSummary>>(active: &ActiveList, known: &Known<'_, J
             .then(b.lease.cmp(&a.lease))
             .then(a.rank.cmp(&b.rank))
     });
+    // Indexed for the listed ids only: the cached Jobs of other ids are
+    // never looked up, and at scale they are most of them.
+    let listed: BTreeSet<&str> = entries.iter().map(|e| e.id.as_str()).collect();
     let mut by_id: BTreeMap<&str, Vec<&JobSummary>> = BTreeMap::new();
     for j in summaries(jobs).filter(|j| j.lane == lane) {
-        if let Some(id) = j.job_id.as_deref() {
+        if let Some(id) = j.job_id.as_deref().filter(|id| listed.contains(id)) {
             by_id.entry(id).or_default().push(j);
         }
     }

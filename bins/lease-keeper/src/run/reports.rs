@@ -188,6 +188,18 @@ pub struct ReporterParts {
     pub settings: FailureSettings,
 }
 
+/// Whether the report loop keeps a [`JobMemory`] of a Job: every Job but
+/// one running well (live with a ready pod, no sign of failure, not
+/// deleted). Its memory's first sighting serves only the start check of a
+/// Job without a ready pod, and its evidence only a Job that shows failure
+/// or vanished, so at scale, where most Jobs run, most keep none; a Job
+/// that stops running well is remembered from then on.
+fn needs_memory(job: &JobSummary) -> bool {
+    let running_well =
+        job.is_live() && job.ready_pods > 0 && !job.shows_failure() && !job.gone && !job.deleting;
+    !running_well
+}
+
 impl Reporter {
     /// A reporter over these parts.
     pub fn new(parts: ReporterParts) -> Self {
@@ -406,17 +418,31 @@ impl Reporter {
         self.last_seen = Arc::clone(snapshot);
 
         let known = |name: &str| present(name) || self.vanished.contains_key(name);
-        self.memory.retain(|name, _| known(name));
+        // A Job running well needs no memory (see `needs_memory`); one
+        // with evidence read keeps it while it has an entry.
+        let running_well = |name: &str| {
+            snapshot
+                .binary_search_by(|j| j.name.as_str().cmp(name))
+                .is_ok_and(|i| !needs_memory(&snapshot[i]))
+        };
+        self.memory.retain(|name, mem| {
+            known(name) && (mem.evidence != EvidenceState::Missing || !running_well(name))
+        });
         self.evidence.retain(|name, _| known(name));
         self.never_started.retain(|name, _| present(name));
         self.judged_dead
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|name| present(name));
-        for job in snapshot.iter() {
-            if !self.memory.contains_key(job.name.as_str()) {
+        let unremembered = snapshot
+            .iter()
+            .filter(|job| needs_memory(job))
+            .map(|job| &job.name)
+            .chain(self.vanished.values().map(|v| &v.last.name));
+        for name in unremembered {
+            if !self.memory.contains_key(name.as_str()) {
                 self.memory.insert(
-                    job.name.clone(),
+                    name.clone(),
                     JobMemory {
                         first_seen: now,
                         evidence: EvidenceState::Missing,
@@ -527,5 +553,50 @@ impl Tick for Reporter {
     async fn tick(&mut self) -> TickOutcome {
         self.tick_at(None).await;
         TickOutcome::Idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcab_shared::job_cache::JobPhase;
+
+    #[test]
+    fn only_a_job_running_well_is_not_remembered() {
+        let running = JobSummary {
+            name: "d".into(),
+            active_pods: 1,
+            ready_pods: 1,
+            ..JobSummary::default()
+        };
+        assert!(!needs_memory(&running));
+        for not_well in [
+            JobSummary {
+                ready_pods: 0,
+                ..running.clone()
+            },
+            JobSummary {
+                failed_pods: 1,
+                ..running.clone()
+            },
+            JobSummary {
+                terminating_pods: 1,
+                ..running.clone()
+            },
+            JobSummary {
+                deleting: true,
+                ..running.clone()
+            },
+            JobSummary {
+                gone: true,
+                ..running.clone()
+            },
+            JobSummary {
+                phase: JobPhase::Failed,
+                ..running.clone()
+            },
+        ] {
+            assert!(needs_memory(&not_well), "{not_well:?}");
+        }
     }
 }
