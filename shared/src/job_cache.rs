@@ -1075,6 +1075,30 @@ mod tests {
         .expect("valid job json")
     }
 
+    /// What a cached Job costs in place (docs/performance.md counts on it):
+    /// the strings are held inline, so a well-formed Job has no heap block.
+    #[test]
+    fn a_summary_stays_small() {
+        assert!(
+            size_of::<JobSummary>() <= 264,
+            "{}",
+            size_of::<JobSummary>()
+        );
+        let s = JobSummary::from_job(&job(
+            "tcab-publisher-0b6f7c8e-2a51-4d1c-9a0e-3f1b2c4d5e6f-abcdefgh",
+            json!({"tcab.dev/job-id": "0b6f7c8e-2a51-4d1c-9a0e-3f1b2c4d5e6f", "tcab.dev/claim": "abcdefgh"}),
+            json!({}),
+        ));
+        assert!(matches!(
+            s.name,
+            crate::inline_str::InlineStr::Inline { .. }
+        ));
+        assert!(matches!(
+            s.job_id,
+            Some(crate::inline_str::InlineStr::Inline { .. })
+        ));
+    }
+
     #[test]
     fn summary_reads_labels_phase_counts_and_conditions() {
         let j = job(
