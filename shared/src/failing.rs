@@ -13,7 +13,8 @@
 //! clock changes no judgement, and after a restart the wait only starts over
 //! (the safe direction).
 
-use crate::job_cache::JobSummary;
+use crate::job_cache::{JobSummary, summaries};
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -45,9 +46,9 @@ impl FailingSince {
 
     /// Records the Jobs that are failing and not settled now (keeping the
     /// earliest sighting) and forgets every other Job.
-    pub fn observe(&mut self, jobs: &[JobSummary], now: Instant) {
+    pub fn observe(&mut self, jobs: &[impl Borrow<JobSummary>], now: Instant) {
         let mut kept = HashMap::with_capacity(self.since.len());
-        for job in jobs.iter().filter(|j| j.failing_unsettled()) {
+        for job in summaries(jobs).filter(|j| j.failing_unsettled()) {
             let at = self.since.get(key(job)).copied().unwrap_or(now);
             kept.insert(key(job).to_owned(), at);
         }
@@ -87,7 +88,7 @@ mod tests {
     fn job(name: &str, failing: bool, phase: JobPhase) -> JobSummary {
         JobSummary {
             name: name.into(),
-            uid: format!("uid-{name}"),
+            uid: format!("uid-{name}").into(),
             lane: Lane::Run,
             job_id: Some(name.into()),
             claim: Some("c".into()),

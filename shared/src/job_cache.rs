@@ -23,6 +23,7 @@
 
 pub mod pods;
 
+use crate::inline_str::{IdStr, NameStr, TagStr};
 use crate::kube_api::{KubeCall, Verb};
 use crate::lane::Lane;
 use crate::metrics::labels::{ErrorReason, JobOutcome};
@@ -37,7 +38,7 @@ use kube::api::ListParams;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use pods::{Gone, OwnedPod, gone_after_list, standing};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -69,16 +70,16 @@ pub struct JobCondition {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobSummary {
     /// The Job's name.
-    pub name: String,
+    pub name: NameStr,
     /// The Job's uid ("" when the server gave none).
-    pub uid: String,
+    pub uid: IdStr,
     /// Its admission lane (label first, then the name rule).
     pub lane: Lane,
     /// The `tcab.dev/job-id` label as it is (possibly empty or malformed:
     /// planners check it with `backend::is_job_id`).
-    pub job_id: Option<String>,
+    pub job_id: Option<IdStr>,
     /// The claim tag from `tcab.dev/claim`, if labelled.
-    pub claim: Option<String>,
+    pub claim: Option<TagStr>,
     /// Live, succeeded or failed.
     pub phase: JobPhase,
     /// `status.failed`: pods that failed; it outlives the pods themselves.
@@ -105,7 +106,15 @@ pub struct JobSummary {
     /// keeping its lease, until the pod finishes.
     pub gone: bool,
     /// The pod standing for the gone Job, once it is known.
-    pub orphan_pod: Option<String>,
+    pub orphan_pod: Option<Box<str>>,
+}
+
+/// The summaries of `jobs`, whether held (a test's plain data) or shared
+/// (a [`Snapshot`]'s): planners take either.
+pub fn summaries<J: std::borrow::Borrow<JobSummary>>(
+    jobs: &[J],
+) -> impl Iterator<Item = &JobSummary> + Clone {
+    jobs.iter().map(std::borrow::Borrow::borrow)
 }
 
 impl JobSummary {
@@ -138,9 +147,9 @@ impl JobSummary {
         };
         JobSummary {
             lane: Lane::classify(labels, &name),
-            uid: job.metadata.uid.clone().unwrap_or_default(),
-            job_id: labels.get(names::JOB_ID).cloned(),
-            claim: labels.get(names::CLAIM).cloned(),
+            uid: job.metadata.uid.as_deref().unwrap_or_default().into(),
+            job_id: labels.get(names::JOB_ID).map(Into::into),
+            claim: labels.get(names::CLAIM).map(Into::into),
             phase,
             failed_pods: count(|s| s.failed),
             active_pods: count(|s| s.active),
@@ -161,7 +170,7 @@ impl JobSummary {
             deleting: job.metadata.deletion_timestamp.is_some(),
             gone: false,
             orphan_pod: None,
-            name,
+            name: name.into(),
         }
     }
 
@@ -188,11 +197,45 @@ impl JobSummary {
     }
 }
 
+/// A cached Job, keyed by its own name: the set holds one pointer per Job
+/// and no second copy of the name, and a snapshot shares the summary.
+#[derive(Debug, Clone)]
+struct Entry(Arc<JobSummary>);
+
+impl std::borrow::Borrow<str> for Entry {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.name.as_str().cmp(other.0.name.as_str())
+    }
+}
+
+/// The cached Jobs by name (sorted, so a snapshot needs no sort).
+type Jobs = BTreeSet<Entry>;
+
 /// The view's state behind its lock.
 struct State {
-    jobs: HashMap<String, JobSummary>,
+    jobs: Jobs,
     /// Objects of a Job relist in progress; swapped in at `InitDone`.
-    relist: Option<HashMap<String, JobSummary>>,
+    relist: Option<Jobs>,
     /// The Job watch's own state.
     jobs_view: ViewState,
     /// Jobs gone while a pod of theirs may still live, by Job name.
@@ -207,7 +250,7 @@ struct State {
 impl State {
     fn new(tracked: bool) -> Self {
         State {
-            jobs: HashMap::new(),
+            jobs: Jobs::new(),
             relist: None,
             jobs_view: ViewState::Listing,
             gone: HashMap::new(),
@@ -234,7 +277,7 @@ impl State {
     /// and something stands for it.
     fn live_in_view(&self, name: &str) -> bool {
         match self.jobs.get(name) {
-            Some(job) => job.is_live(),
+            Some(job) => job.0.is_live(),
             None => self.gone.contains_key(name),
         }
     }
@@ -242,14 +285,10 @@ impl State {
     fn live_in_lane(&self, lane: Lane) -> usize {
         let jobs = self
             .jobs
-            .values()
-            .filter(|j| j.lane == lane && j.is_live())
+            .iter()
+            .filter(|j| j.0.lane == lane && j.0.is_live())
             .count();
-        jobs + self
-            .gone
-            .values()
-            .filter(|g| g.entry().lane == lane)
-            .count()
+        jobs + self.gone.values().filter(|g| g.lane() == lane).count()
     }
 }
 
@@ -345,8 +384,12 @@ enum Check {
     Vanished(String),
 }
 
+/// A snapshot of the view: every entry, sorted by name, each shared with
+/// the cache (a snapshot costs a pointer per Job, not a copy).
+pub type Snapshot = Arc<Vec<Arc<JobSummary>>>;
+
 /// A snapshot of the cache, shared, and the generation it was taken at.
-type SharedSnapshot = (u64, Arc<Vec<JobSummary>>);
+type SharedSnapshot = (u64, Snapshot);
 
 /// A shared, cheaply cloned cache of the owned Jobs (and of the pods that
 /// outlived theirs), fed by a watch.
@@ -511,15 +554,15 @@ impl OwnedJobs {
         let mut state = self.write();
         let (finished, listed, check) = match event {
             Event::Init => {
-                state.relist = Some(HashMap::new());
+                state.relist = Some(Jobs::new());
                 (false, None, None)
             }
             Event::InitApply(job) => {
                 let summary = JobSummary::from_job(&job);
                 state
                     .relist
-                    .get_or_insert_with(HashMap::new)
-                    .insert(summary.name.clone(), summary);
+                    .get_or_insert_with(Jobs::new)
+                    .replace(Entry(Arc::new(summary)));
                 (false, None, None)
             }
             Event::InitDone => {
@@ -534,23 +577,28 @@ impl OwnedJobs {
             }
             Event::Apply(job) => {
                 let summary = JobSummary::from_job(&job);
-                let name = summary.name.clone();
-                told = milestone(state.jobs.get(&name), &summary);
+                let before = state.jobs.get(summary.name.as_str()).map(|e| &*e.0);
+                told = milestone(before, &summary);
                 // A Job first seen already finished frees room too (its
                 // create was counted before the watch showed it).
-                let before = state.jobs.get(&name).is_none_or(JobSummary::is_live);
+                let before = before.is_none_or(JobSummary::is_live);
+                let name = summary.name.as_str().to_owned();
                 state.gone.remove(&name);
-                state.jobs.insert(name.clone(), summary);
+                state.jobs.replace(Entry(Arc::new(summary)));
                 (before && !state.live_in_view(&name), None, None)
             }
             Event::Delete(job) => {
                 let name = job.name_any();
-                let last = state.jobs.remove(&name);
-                let was_live = last.as_ref().is_some_and(JobSummary::is_live);
+                let last = state.jobs.take(name.as_str());
+                let was_live = last.as_ref().is_some_and(|e| e.0.is_live());
                 let check = match last {
                     // Its pod may outlive it: it stands as it was until its pods are known.
-                    Some(last) if was_live && self.checks.is_some() => {
-                        state.gone.insert(name.clone(), Gone::Checking(last));
+                    Some(Entry(last)) if was_live && self.checks.is_some() => {
+                        let stands = Arc::new(JobSummary {
+                            gone: true,
+                            ..JobSummary::clone(&last)
+                        });
+                        state.gone.insert(name.clone(), Gone::Checking(stands));
                         Some(Check::Vanished(name.clone()))
                     }
                     _ => None,
@@ -634,7 +682,7 @@ impl OwnedJobs {
     /// Every cached Job, and what stands for each Job gone while a pod of it
     /// may live, sorted by name (a stable order for the planners).
     /// Shared, not copied, while nothing changed since the last one.
-    pub fn snapshot(&self) -> Arc<Vec<JobSummary>> {
+    pub fn snapshot(&self) -> Snapshot {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((generation, jobs)) = shared.as_ref()
@@ -645,10 +693,13 @@ impl OwnedJobs {
         // The old one goes first: a loop still holding it keeps it alive,
         // but the cache does not hold two.
         *shared = None;
-        let mut jobs: Vec<JobSummary> = Vec::with_capacity(state.jobs.len() + state.gone.len());
-        jobs.extend(state.jobs.values().cloned());
-        jobs.extend(state.gone.values().map(Gone::entry));
-        jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut jobs: Vec<Arc<JobSummary>> =
+            Vec::with_capacity(state.jobs.len() + state.gone.len());
+        jobs.extend(state.jobs.iter().map(|e| Arc::clone(&e.0)));
+        if !state.gone.is_empty() {
+            jobs.extend(state.gone.values().map(Gone::entry));
+            jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        }
         let jobs = Arc::new(jobs);
         *shared = Some((state.generation, jobs.clone()));
         jobs
@@ -675,7 +726,8 @@ impl OwnedJobs {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         let jobs = state
             .jobs
-            .values()
+            .iter()
+            .map(|e| &e.0)
             .filter(|j| j.lane == lane && j.is_live())
             .filter_map(|j| j.created_at);
         let gone = state
@@ -693,10 +745,11 @@ impl OwnedJobs {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         let mut jobs: Vec<JobSummary> = state
             .jobs
-            .values()
-            .cloned()
+            .iter()
+            .map(|e| Arc::clone(&e.0))
             .chain(state.gone.values().map(Gone::entry))
             .filter(|j| j.job_id.as_deref() == Some(job_id))
+            .map(|j| JobSummary::clone(&j))
             .collect();
         jobs.sort_by(|a, b| a.name.cmp(&b.name));
         jobs
@@ -705,7 +758,7 @@ impl OwnedJobs {
     /// Whether the cache holds a Job of this name.
     pub fn contains(&self, name: &str) -> bool {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state.jobs.contains_key(name)
+        state.jobs.contains(name)
     }
 
     /// How many Jobs are cached.
@@ -754,7 +807,7 @@ impl OwnedJobs {
                 // A Job relist is under way; its own pod list follows.
                 return;
             }
-            state.gone = gone_after_list(pods, &state.jobs);
+            state.gone = gone_after_list(pods, |name| state.jobs.contains(name));
             state.pods_view = ViewState::Current;
             (state.view(), state.jobs.len())
         };
@@ -1020,6 +1073,30 @@ mod tests {
             "status": status,
         }))
         .expect("valid job json")
+    }
+
+    /// What a cached Job costs in place (docs/performance.md counts on it):
+    /// the strings are held inline, so a well-formed Job has no heap block.
+    #[test]
+    fn a_summary_stays_small() {
+        assert!(
+            size_of::<JobSummary>() <= 264,
+            "{}",
+            size_of::<JobSummary>()
+        );
+        let s = JobSummary::from_job(&job(
+            "tcab-publisher-0b6f7c8e-2a51-4d1c-9a0e-3f1b2c4d5e6f-abcdefgh",
+            json!({"tcab.dev/job-id": "0b6f7c8e-2a51-4d1c-9a0e-3f1b2c4d5e6f", "tcab.dev/claim": "abcdefgh"}),
+            json!({}),
+        ));
+        assert!(matches!(
+            s.name,
+            crate::inline_str::InlineStr::Inline { .. }
+        ));
+        assert!(matches!(
+            s.job_id,
+            Some(crate::inline_str::InlineStr::Inline { .. })
+        ));
     }
 
     #[test]
@@ -1359,7 +1436,11 @@ mod tests {
             pod("k-x", "k", "Pending", false),
         ]);
         assert!(cache.is_current());
-        let names: Vec<String> = cache.snapshot().iter().map(|j| j.name.clone()).collect();
+        let names: Vec<String> = cache
+            .snapshot()
+            .iter()
+            .map(|j| j.name.to_string())
+            .collect();
         assert_eq!(names, ["j", "k"]);
         cache.pods_failed("403 Forbidden");
         assert!(matches!(cache.view_state(), ViewState::Failed(e) if e.contains("403")));

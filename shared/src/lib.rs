@@ -16,6 +16,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod failing;
+pub mod inline_str;
 pub mod job_cache;
 pub mod kube_api;
 pub mod lane;

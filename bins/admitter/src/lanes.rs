@@ -155,10 +155,10 @@ impl LaneState {
         unseen
             .chain(unsettled)
             .map(|(name, claim)| JobSummary {
-                name,
+                name: name.into(),
                 lane,
-                job_id: Some(job_id.to_owned()),
-                claim,
+                job_id: Some(job_id.into()),
+                claim: claim.map(Into::into),
                 ..JobSummary::default()
             })
             .collect()

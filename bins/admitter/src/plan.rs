@@ -236,9 +236,13 @@ pub fn stale_jobs(lane: Lane, job_id: &str, new_name: &str, seen: &[JobSummary])
                 && (!j.gone || (j.orphan_pod.is_some() && j.terminating_pods == 0))
         })
         .map(|j| StaleJob {
-            name: j.name.clone(),
-            claim: j.claim.clone(),
-            pod: j.orphan_pod.clone().filter(|_| j.gone),
+            name: j.name.to_string(),
+            claim: j.claim.as_deref().map(str::to_owned),
+            pod: j
+                .orphan_pod
+                .as_deref()
+                .filter(|_| j.gone)
+                .map(str::to_owned),
         })
         .collect();
     stale.sort_by(|a, b| a.name.cmp(&b.name));
@@ -337,7 +341,7 @@ mod tests {
         assert_eq!(
             stale_jobs(Lane::Run, "a", new, &seen),
             [StaleJob {
-                name: old.name.clone(),
+                name: old.name.to_string(),
                 claim: Some("c1".into()),
                 pod: None,
             }],
@@ -373,7 +377,7 @@ mod tests {
         assert_eq!(
             stale_jobs(Lane::Run, "a", new, std::slice::from_ref(&orphan)),
             [StaleJob {
-                name: orphan.name.clone(),
+                name: orphan.name.to_string(),
                 claim: Some("c1".into()),
                 pod: Some("tcab-driver-a-c1-x7k".into()),
             }]

@@ -657,7 +657,7 @@ pub fn job_for_cause(summary: &tcab_shared::job_cache::JobSummary) -> Job {
     .flatten()
     .collect();
     let mut job = Job::default();
-    job.metadata.name = Some(summary.name.clone());
+    job.metadata.name = Some(summary.name.to_string());
     job.metadata.labels = Some(
         [(
             tcab_shared::names::JOB_KIND.to_owned(),

@@ -111,7 +111,7 @@ impl Inspector {
             .iter()
             .map(JobSummary::from_job)
             .filter(JobSummary::is_live)
-            .map(|j| j.name)
+            .map(|j| j.name.into())
             .collect();
         live.sort();
         Ok(live)

@@ -5,10 +5,11 @@
 //! forgets every token, which leaves those jobs to lost-driver detection.
 
 use crate::plan::tokens::{DropReason, TokenVerdict, judge_token};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tcab_shared::job_cache::JobSummary;
+use tcab_shared::job_cache::{JobSummary, summaries};
 use tcab_shared::{Lane, Secret};
 use tokio::time::Instant;
 
@@ -132,12 +133,11 @@ impl TokenStore {
     /// that has listed (an unlisted cache would look like "no Job").
     pub fn prune(
         &self,
-        jobs: &[JobSummary],
+        jobs: &[impl Borrow<JobSummary>],
         now: Instant,
         lease_length: Duration,
     ) -> Vec<(TokenKey, DropReason)> {
-        let by_claim: HashMap<(&str, &str), &JobSummary> = jobs
-            .iter()
+        let by_claim: HashMap<(&str, &str), &JobSummary> = summaries(jobs)
             .filter_map(|j| Some(((j.job_id.as_deref()?, j.claim.as_deref()?), j)))
             .collect();
         let mut inner = self.lock();
@@ -175,7 +175,7 @@ mod tests {
 
     fn summary(id: &str, claim: &str, lane: Lane, phase: JobPhase) -> JobSummary {
         JobSummary {
-            name: tcab_shared::names::job_name(lane, id, claim),
+            name: tcab_shared::names::job_name(lane, id, claim).into(),
             lane,
             job_id: Some(id.into()),
             claim: Some(claim.into()),

@@ -15,11 +15,12 @@
 //! Everything here is pure: the caller passes `now` and the snapshot.
 
 use crate::plan::{IdVerdict, SweepSettings, job_key};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::failing::FailingSince;
-use tcab_shared::job_cache::JobSummary;
+use tcab_shared::job_cache::{JobSummary, summaries};
 use tcab_shared::retry::{Backoff, PerKey};
 use tokio::time::Instant;
 
@@ -101,17 +102,19 @@ impl ReapMemory {
     /// Forgets completed reaps of Jobs no longer in the view.
     pub fn observe(
         &mut self,
-        jobs: &[JobSummary],
+        jobs: &[impl Borrow<JobSummary>],
         now: Instant,
         margin: Duration,
     ) -> BTreeSet<String> {
         self.failing.observe(jobs, now);
-        let present: BTreeSet<&str> = jobs.iter().map(job_key).collect();
+        let present: BTreeSet<&str> = summaries(jobs).map(job_key).collect();
         self.reaped.retain(|key| present.contains(key.as_str()));
-        let ids: BTreeSet<&str> = jobs.iter().filter_map(|j| j.job_id.as_deref()).collect();
+        let ids: BTreeSet<&str> = summaries(jobs)
+            .filter_map(|j| j.job_id.as_deref())
+            .collect();
         self.backoffs.retain(|id| ids.contains(id.as_str()));
 
-        jobs.iter()
+        summaries(jobs)
             .filter(|job| job.lane == Lane::Run && self.failing.is_stuck(job, now, margin))
             .map(|job| job_key(job).to_owned())
             .collect()
@@ -199,6 +202,11 @@ impl ReapMemory {
             .collect()
     }
 
+    /// The job ids warned about for sandboxes of another managed-by value.
+    pub fn warned_mismatches(&self) -> impl Iterator<Item = &str> {
+        self.mismatch_warned.iter().map(String::as_str)
+    }
+
     /// Whether the reap of the Job with this key is complete.
     pub fn is_reaped(&self, key: &str) -> bool {
         self.reaped.contains(key)
@@ -233,7 +241,7 @@ mod tests {
         let failed = phase == JobPhase::Failed;
         JobSummary {
             name: name.into(),
-            uid: format!("uid-{name}"),
+            uid: format!("uid-{name}").into(),
             lane: Lane::Run,
             job_id: Some(id.into()),
             claim: Some("c".into()),
@@ -369,7 +377,7 @@ mod tests {
         assert_eq!(memory.record(&verdicts, &[], Instant::now()).len(), 1);
 
         // Jobs that left the view are forgotten; a restart starts empty.
-        memory.observe(&[], t0, MARGIN);
+        memory.observe(&[] as &[JobSummary], t0, MARGIN);
         assert!(!memory.is_reaped("uid-tcab-driver-a-1"));
     }
 

@@ -22,12 +22,13 @@
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::client::is_job_id;
-use tcab_shared::job_cache::{JobPhase, JobSummary};
+use tcab_shared::job_cache::{JobPhase, JobSummary, summaries};
 use tcab_shared::names;
 
 /// Labels the Job controller puts on the pods of a Job. A pod carrying one
@@ -330,11 +331,11 @@ pub enum Driven<'a> {
     Known(&'a BTreeSet<String>),
 }
 
-/// One snapshot the plan decides over.
-#[derive(Debug, Clone, Copy)]
-pub struct Snapshot<'a> {
+/// One snapshot the plan decides over (`J`: a summary, or a shared one).
+#[derive(Debug)]
+pub struct Snapshot<'a, J = JobSummary> {
     /// The owned Jobs, from a view that is current.
-    pub jobs: &'a [JobSummary],
+    pub jobs: &'a [J],
     /// What the sandbox LIST returned (selected on the driver's managed-by
     /// value, but the plan checks every rule itself).
     pub pods: &'a [PodSummary],
@@ -346,6 +347,14 @@ pub struct Snapshot<'a> {
     /// What the backend drives (orphan sweep).
     pub driven: Driven<'a>,
 }
+
+impl<J> Clone for Snapshot<'_, J> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<J> Copy for Snapshot<'_, J> {}
 
 /// One pod to delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -458,10 +467,43 @@ fn first<'a, T>(slot: &mut Option<(&'a JobSummary, T)>, job: &'a JobSummary, ext
 /// and when all of them are succeeded drivers the verdict says so (their
 /// sandboxes are leftovers for the sweep).
 /// Jobs whose job id is not a valid backend id are left out.
-pub fn judge_ids(jobs: &[JobSummary], dead: &BTreeSet<String>) -> BTreeMap<String, IdVerdict> {
+pub fn judge_ids(
+    jobs: &[impl Borrow<JobSummary>],
+    dead: &BTreeSet<String>,
+) -> BTreeMap<String, IdVerdict> {
+    judge_ids_where(jobs, dead, |_| true)
+}
+
+/// The verdicts a tick needs, judged once from its view: those of every
+/// job id with a driver Job that failed or was judged dead (the only ids a
+/// verdict can reap), and of the ids `also` names (the listed sandboxes'
+/// ids, the ids warned about). Each verdict is [`judge_ids`]'s; the other
+/// ids, most of them at scale, are not judged at all.
+pub fn tick_verdicts(
+    jobs: &[impl Borrow<JobSummary>],
+    dead: &BTreeSet<String>,
+    also: &BTreeSet<&str>,
+) -> BTreeMap<String, IdVerdict> {
+    let reapable: BTreeSet<&str> = summaries(jobs)
+        .filter(|job| matches!(standing(job, dead), Standing::Failed | Standing::Stuck))
+        .filter_map(|job| job.job_id.as_deref())
+        .collect();
+    judge_ids_where(jobs, dead, |id| reapable.contains(id) || also.contains(id))
+}
+
+/// [`judge_ids`] for the ids `wanted` accepts only.
+fn judge_ids_where(
+    jobs: &[impl Borrow<JobSummary>],
+    dead: &BTreeSet<String>,
+    wanted: impl Fn(&str) -> bool,
+) -> BTreeMap<String, IdVerdict> {
     let mut index: BTreeMap<&str, JobsForId> = BTreeMap::new();
-    for job in jobs {
-        let Some(id) = job.job_id.as_deref().filter(|id| is_job_id(id)) else {
+    for job in summaries(jobs) {
+        let Some(id) = job
+            .job_id
+            .as_deref()
+            .filter(|id| is_job_id(id) && wanted(id))
+        else {
             continue;
         };
         let entry = index.entry(id).or_default();
@@ -489,15 +531,15 @@ pub fn judge_ids(jobs: &[JobSummary], dead: &BTreeSet<String>) -> BTreeMap<Strin
         .map(|(id, e)| {
             let verdict = if let Some(job) = e.live {
                 IdVerdict::Hold(KeepReason::LiveJob {
-                    job: job.name.clone(),
+                    job: job.name.to_string(),
                 })
             } else if let Some((job, terminating)) = e.terminating {
                 IdVerdict::Hold(KeepReason::PodsTerminating {
-                    job: job.name.clone(),
+                    job: job.name.to_string(),
                     terminating,
                 })
             } else if let Some((job, stuck)) = e.dead {
-                let job = job.name.clone();
+                let job = job.name.to_string();
                 IdVerdict::Reap {
                     reason: if stuck {
                         DeleteReason::DriverJobStuck { job }
@@ -509,11 +551,11 @@ pub fn judge_ids(jobs: &[JobSummary], dead: &BTreeSet<String>) -> BTreeMap<Strin
             } else {
                 match (e.other, e.succeeded) {
                     (Some((job, phase)), _) => IdVerdict::Hold(KeepReason::NoFailedDriverJob {
-                        job: job.name.clone(),
+                        job: job.name.to_string(),
                         phase,
                     }),
                     (None, Some((job, ()))) => IdVerdict::Hold(KeepReason::DriverSucceeded {
-                        job: job.name.clone(),
+                        job: job.name.to_string(),
                     }),
                     // An entry always holds a Job; were it ever empty, keep.
                     (None, None) => IdVerdict::Hold(KeepReason::NoJobId),
@@ -571,8 +613,27 @@ pub fn mismatches(plan: &ReapPlan) -> BTreeMap<String, Vec<String>> {
 /// sweep) no owned Job carries its id (or only succeeded driver Jobs do),
 /// the backend's driven list was read and lacks it, and it is at least the
 /// grace old.
-pub fn plan(snapshot: &Snapshot<'_>, settings: &SweepSettings) -> ReapPlan {
-    let verdicts = judge_ids(snapshot.jobs, snapshot.dead);
+pub fn plan<J: Borrow<JobSummary>>(
+    snapshot: &Snapshot<'_, J>,
+    settings: &SweepSettings,
+) -> ReapPlan {
+    let ids: BTreeSet<&str> = snapshot
+        .pods
+        .iter()
+        .filter_map(|p| p.job_id.as_deref())
+        .collect();
+    let verdicts = tick_verdicts(snapshot.jobs, snapshot.dead, &ids);
+    plan_with(snapshot, &verdicts, settings)
+}
+
+/// [`plan`] with the verdicts of the snapshot already judged
+/// ([`tick_verdicts`], covering at least every listed pod's id), so a tick
+/// judges its view once.
+pub fn plan_with<J: Borrow<JobSummary>>(
+    snapshot: &Snapshot<'_, J>,
+    verdicts: &BTreeMap<String, IdVerdict>,
+    settings: &SweepSettings,
+) -> ReapPlan {
     let grace = SignedDuration::try_from(settings.orphan_grace).unwrap_or(SignedDuration::MAX);
 
     let mut pods: Vec<&PodSummary> = snapshot.pods.iter().collect();
@@ -581,7 +642,7 @@ pub fn plan(snapshot: &Snapshot<'_>, settings: &SweepSettings) -> ReapPlan {
 
     let mut out = ReapPlan::default();
     for pod in pods {
-        match decide(pod, &verdicts, snapshot, grace, settings) {
+        match decide(pod, verdicts, snapshot, grace, settings) {
             Ok((job_id, reason)) => out.delete.push(PodDelete {
                 pod: pod.clone(),
                 job_id,
@@ -596,10 +657,10 @@ pub fn plan(snapshot: &Snapshot<'_>, settings: &SweepSettings) -> ReapPlan {
     out
 }
 
-fn decide(
+fn decide<J>(
     pod: &PodSummary,
     verdicts: &BTreeMap<String, IdVerdict>,
-    snapshot: &Snapshot<'_>,
+    snapshot: &Snapshot<'_, J>,
     grace: SignedDuration,
     settings: &SweepSettings,
 ) -> Result<(String, DeleteReason), KeepReason> {
@@ -676,11 +737,10 @@ fn decide(
 pub fn confirm(
     job_id: &str,
     reason: &DeleteReason,
-    fresh: &[JobSummary],
+    fresh: &[impl Borrow<JobSummary>],
     dead: &BTreeSet<String>,
 ) -> Result<(), KeepReason> {
-    let mut same_id: Vec<&JobSummary> = fresh
-        .iter()
+    let mut same_id: Vec<&JobSummary> = summaries(fresh)
         .filter(|j| j.job_id.as_deref() == Some(job_id))
         .collect();
     same_id.sort_by(|a, b| a.name.cmp(&b.name));
@@ -689,12 +749,11 @@ pub fn confirm(
     };
     if matches!(reason, DeleteReason::Orphan { .. }) {
         return Err(KeepReason::JobFound {
-            job: first_job.name.clone(),
+            job: first_job.name.to_string(),
         });
     }
     let leftover = matches!(reason, DeleteReason::Leftover { .. });
-    let first_name = first_job.name.clone();
-    let same_id: Vec<JobSummary> = same_id.into_iter().cloned().collect();
+    let first_name = first_job.name.to_string();
     match judge_ids(&same_id, dead).remove(job_id) {
         Some(IdVerdict::Reap { .. }) if !leftover => Ok(()),
         Some(IdVerdict::Hold(KeepReason::DriverSucceeded { .. })) if leftover => Ok(()),
@@ -741,7 +800,7 @@ mod tests {
         let failed = phase == JobPhase::Failed;
         JobSummary {
             name: name.into(),
-            uid: format!("uid-{name}"),
+            uid: format!("uid-{name}").into(),
             lane,
             job_id: Some(id.into()),
             claim: Some("c".into()),
@@ -978,7 +1037,7 @@ mod tests {
     fn a_leftover_is_confirmed_only_while_every_job_of_its_id_is_a_succeeded_driver() {
         let done = job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Succeeded);
         let leftover = DeleteReason::Leftover {
-            job: done.name.clone(),
+            job: done.name.to_string(),
             age: SignedDuration::from_secs(700),
         };
         let none = no_dead();
@@ -986,7 +1045,7 @@ mod tests {
             confirm("a", &leftover, std::slice::from_ref(&done), &none),
             Ok(())
         );
-        assert_eq!(confirm("a", &leftover, &[], &none), Ok(()));
+        assert_eq!(confirm("a", &leftover, &[] as &[JobSummary], &none), Ok(()));
         // A newer claim of the same job went live meanwhile.
         let newer = job("tcab-driver-a-2", "a", Lane::Run, JobPhase::Live);
         assert_eq!(
@@ -1119,7 +1178,7 @@ mod tests {
         ] {
             let p = plan(
                 &Snapshot {
-                    jobs: &[],
+                    jobs: &[] as &[JobSummary],
                     pods: &pods,
                     now: now(),
                     dead: &no_dead(),
@@ -1218,7 +1277,7 @@ mod tests {
             stuck.clone(),
             job("tcab-driver-b-1", "b", Lane::Run, JobPhase::Succeeded),
             JobSummary {
-                job_id: Some(String::new()),
+                job_id: Some(String::new().into()),
                 ..job("tcab-driver-x-1", "x", Lane::Run, JobPhase::Failed)
             },
         ];
@@ -1253,7 +1312,7 @@ mod tests {
     fn a_fresh_read_confirms_or_stops_a_delete() {
         let failed = job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed);
         let driver_reason = DeleteReason::DriverJobFailed {
-            job: failed.name.clone(),
+            job: failed.name.to_string(),
         };
         let orphan = DeleteReason::Orphan {
             age: SignedDuration::from_secs(700),
@@ -1265,7 +1324,10 @@ mod tests {
             Ok(())
         );
         // The failed Job is gone meanwhile, and nothing else carries the id.
-        assert_eq!(confirm("a", &driver_reason, &[], &none), Ok(()));
+        assert_eq!(
+            confirm("a", &driver_reason, &[] as &[JobSummary], &none),
+            Ok(())
+        );
         // A live Job of the same id the view had not shown yet.
         let live = job("tcab-driver-a-2", "a", Lane::Run, JobPhase::Live);
         assert_eq!(
@@ -1284,7 +1346,7 @@ mod tests {
         let stuck = failing("tcab-driver-a-1", "a");
         let dead = dead_of(&[&stuck]);
         let stuck_reason = DeleteReason::DriverJobStuck {
-            job: stuck.name.clone(),
+            job: stuck.name.to_string(),
         };
         assert_eq!(
             confirm("a", &stuck_reason, std::slice::from_ref(&stuck), &dead),
@@ -1542,6 +1604,32 @@ mod tests {
             let base = plan(&Snapshot { jobs: &jobs, pods: &pods, now: now(), dead: &dead, driven: driven_of(&driven) }, &settings);
             let shuffled = plan(&Snapshot { jobs: &jobs2, pods: &pods2, now: now(), dead: &dead2, driven: driven_of(&driven) }, &settings);
             prop_assert_eq!(base, shuffled);
+        }
+
+        /// The verdicts a tick judges are `judge_ids`' own: every reap,
+        /// and every id asked for that any Job carries; nothing else. A
+        /// plan with them is the plan with every id judged.
+        #[test]
+        fn a_ticks_verdicts_are_judge_ids_own_for_the_ids_it_needs(
+            jobs in arb_jobs(),
+            pods in prop::collection::vec(arb_pod(), 0..10),
+            settings in arb_settings(),
+            driven in arb_driven(),
+        ) {
+            let (jobs, dead) = split(jobs);
+            let all = judge_ids(&jobs, &dead);
+            let asked: BTreeSet<&str> = pods.iter().filter_map(|p| p.job_id.as_deref()).collect();
+            let some = tick_verdicts(&jobs, &dead, &asked);
+            for (id, verdict) in &some {
+                prop_assert_eq!(all.get(id), Some(verdict));
+            }
+            for (id, verdict) in &all {
+                if matches!(verdict, IdVerdict::Reap { .. }) || asked.contains(id.as_str()) {
+                    prop_assert_eq!(some.get(id), Some(verdict));
+                }
+            }
+            let snapshot = Snapshot { jobs: &jobs, pods: &pods, now: now(), dead: &dead, driven: driven_of(&driven) };
+            prop_assert_eq!(plan(&snapshot, &settings), super::plan_with(&snapshot, &all, &settings));
         }
     }
 

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::job_cache::{JobSummary, OwnedJobs, ViewState, WatchSettings};
+use tcab_shared::job_cache::{self, JobSummary, OwnedJobs, ViewState, WatchSettings};
 use tcab_shared::kube_api::{CallError, KubeCall, call};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::names;
@@ -258,7 +258,7 @@ pub struct Reaper {
 /// time, and a receiver that notices any later transition of the view.
 fn current_view(
     jobs: &OwnedJobs,
-) -> Result<(Arc<Vec<JobSummary>>, watch::Receiver<ViewState>), String> {
+) -> Result<(job_cache::Snapshot, watch::Receiver<ViewState>), String> {
     let mut view = jobs.view_changes();
     match view.borrow_and_update().clone() {
         ViewState::Current => {}
@@ -332,9 +332,10 @@ impl Reaper {
         self.resume();
         let now = Instant::now();
         let dead = self.memory.observe(&jobs, now, margin);
-        let verdicts = plan::judge_ids(&jobs, &dead);
+        // Only the ids that may be reaped are judged to decide what is due.
+        let verdicts = plan::tick_verdicts(&jobs, &dead, &BTreeSet::new());
         report.due = self.memory.due(&verdicts, now, &self.settings);
-        drop(jobs);
+        drop((jobs, verdicts));
         if !report.due.needs_list() {
             tracing::trace!("no reap awaits and the sweep is not due: nothing to list");
             return report;
@@ -389,15 +390,25 @@ impl Reaper {
         };
         let now = Instant::now();
         let dead = self.memory.observe(&jobs, now, margin);
-        let verdicts = plan::judge_ids(&jobs, &dead);
-        let plan = plan::plan(
+        // Judged once: the ids that may be reaped, the listed sandboxes'
+        // ids (all the plan looks up), and the ids warned about (whether a
+        // Job still carries them).
+        let also: BTreeSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.job_id.as_deref())
+            .chain(self.memory.warned_mismatches())
+            .collect();
+        let verdicts = plan::tick_verdicts(&jobs, &dead, &also);
+        drop(also);
+        let plan = plan::plan_with(
             &Snapshot {
-                jobs: &jobs,
+                jobs: jobs.as_slice(),
                 pods: &pods,
                 now: self.clock.now(),
                 dead: &dead,
                 driven,
             },
+            &verdicts,
             &self.settings,
         );
         drop(jobs);

@@ -20,6 +20,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The field selector of a pod list that wants only pods that have not finished.
 pub const LIVE_PHASES: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -99,18 +100,18 @@ impl OwnedPod {
     /// of one pod, named after the Job, that says which pod it is.
     pub fn stand_in(&self) -> JobSummary {
         JobSummary {
-            name: self.job_name.clone(),
-            uid: String::new(),
+            name: self.job_name.as_str().into(),
+            uid: Default::default(),
             lane: self.lane,
-            job_id: self.job_id.clone(),
-            claim: self.claim.clone(),
+            job_id: self.job_id.as_deref().map(Into::into),
+            claim: self.claim.as_deref().map(Into::into),
             active_pods: i32::from(!self.deleting),
             ready_pods: i32::from(self.ready && !self.deleting),
             terminating_pods: i32::from(self.deleting),
             termination_grace_seconds: self.termination_grace_seconds,
             created_at: self.created_at,
             gone: true,
-            orphan_pod: Some(self.name.clone()),
+            orphan_pod: Some(self.name.as_str().into()),
             ..JobSummary::default()
         }
     }
@@ -120,21 +121,30 @@ impl OwnedPod {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gone {
     /// The Job vanished while live and its pods are being listed: its last
-    /// summary stands for it meanwhile.
-    Checking(JobSummary),
+    /// summary stands for it meanwhile (shared with the snapshots that held it).
+    Checking(Arc<JobSummary>),
     /// A live pod of it.
     Pod(OwnedPod),
 }
 
 impl Gone {
-    /// The view's entry.
-    pub fn entry(&self) -> JobSummary {
+    /// The lane of the entry, without building it.
+    pub fn lane(&self) -> Lane {
         match self {
-            Gone::Checking(last) => JobSummary {
+            Gone::Checking(last) => last.lane,
+            Gone::Pod(pod) => pod.lane,
+        }
+    }
+
+    /// The view's entry.
+    pub fn entry(&self) -> Arc<JobSummary> {
+        match self {
+            Gone::Checking(last) if last.gone => Arc::clone(last),
+            Gone::Checking(last) => Arc::new(JobSummary {
                 gone: true,
-                ..last.clone()
-            },
-            Gone::Pod(pod) => pod.stand_in(),
+                ..JobSummary::clone(last)
+            }),
+            Gone::Pod(pod) => Arc::new(pod.stand_in()),
         }
     }
 }
@@ -151,10 +161,10 @@ pub fn standing(pods: impl IntoIterator<Item = OwnedPod>) -> Option<OwnedPod> {
 /// whose live pods the Job view does not hold, one entry each. Pure.
 pub fn gone_after_list(
     pods: Vec<OwnedPod>,
-    jobs: &HashMap<String, JobSummary>,
+    has_job: impl Fn(&str) -> bool,
 ) -> HashMap<String, Gone> {
     let mut by_job: HashMap<String, Vec<OwnedPod>> = HashMap::new();
-    for pod in pods.into_iter().filter(|p| !jobs.contains_key(&p.job_name)) {
+    for pod in pods.into_iter().filter(|p| !has_job(&p.job_name)) {
         by_job.entry(pod.job_name.clone()).or_default().push(pod);
     }
     by_job
@@ -256,7 +266,7 @@ mod tests {
             pod("j2-x", "j2", false, "2026-11-29T17:00:00Z", "Running"),
             pod("j3-x", "j3", false, "2026-11-29T17:00:00Z", "Succeeded"),
         ];
-        let gone = gone_after_list(pods, &jobs);
+        let gone = gone_after_list(pods, |n| jobs.contains_key(n));
         assert_eq!(gone.len(), 1, "{gone:?}");
         assert_eq!(
             gone["j1"].entry().orphan_pod.as_deref(),
@@ -273,7 +283,7 @@ mod tests {
             job_id: Some("a".into()),
             ..JobSummary::default()
         };
-        let entry = Gone::Checking(last).entry();
+        let entry = Gone::Checking(Arc::new(last)).entry();
         assert!(entry.gone && entry.is_live() && entry.orphan_pod.is_none());
         assert_eq!(entry.job_id.as_deref(), Some("a"));
     }

@@ -10,9 +10,10 @@
 use super::Answer;
 use super::failures::DeathKind;
 use crate::tokens::{HeldClaim, TokenKey};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use tcab_shared::Lane;
-use tcab_shared::job_cache::JobSummary;
+use tcab_shared::job_cache::{JobSummary, summaries};
 
 /// A failed driver Job whose death is to be reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,16 +86,15 @@ pub fn current_claims(held: &[HeldClaim]) -> BTreeMap<&str, &HeldClaim> {
 /// Plans the death reports from the cached Jobs, the claims the vault holds,
 /// and the claims already handled.
 pub fn plan_deaths(
-    jobs: &[JobSummary],
+    jobs: &[impl Borrow<JobSummary>],
     due: &BTreeMap<String, DeathKind>,
     held: &[HeldClaim],
     handled: &BTreeSet<TokenKey>,
 ) -> DeathPlan {
     let current = current_claims(held);
-    let mut failed: Vec<(&JobSummary, DeathKind)> = jobs
-        .iter()
+    let mut failed: Vec<(&JobSummary, DeathKind)> = summaries(jobs)
         .filter(|j| j.lane == Lane::Run)
-        .filter_map(|j| due.get(&j.name).map(|kind| (j, *kind)))
+        .filter_map(|j| due.get(j.name.as_str()).map(|kind| (j, *kind)))
         .collect();
     failed.sort_by(|a, b| a.0.name.cmp(&b.0.name));
 
@@ -125,11 +125,11 @@ pub fn plan_deaths(
                 chosen.insert(key.clone());
                 plan.report.push(DeathCandidate {
                     key,
-                    job_name: job.name.clone(),
+                    job_name: job.name.to_string(),
                     kind,
                 });
             }
-            Err(skip) => plan.skipped.push((job.name.clone(), skip)),
+            Err(skip) => plan.skipped.push((job.name.to_string(), skip)),
         }
     }
     plan.report
@@ -215,7 +215,7 @@ mod tests {
 
     fn job(id: &str, claim: &str, phase: JobPhase) -> JobSummary {
         JobSummary {
-            name: tcab_shared::names::job_name(Lane::Run, id, claim),
+            name: tcab_shared::names::job_name(Lane::Run, id, claim).into(),
             lane: Lane::Run,
             job_id: Some(id.into()),
             claim: Some(claim.into()),
@@ -230,7 +230,7 @@ mod tests {
     fn due(jobs: &[JobSummary]) -> BTreeMap<String, DeathKind> {
         jobs.iter()
             .filter(|j| j.phase == JobPhase::Failed)
-            .map(|j| (j.name.clone(), DeathKind::Failed))
+            .map(|j| (j.name.to_string(), DeathKind::Failed))
             .collect()
     }
 
@@ -303,7 +303,10 @@ mod tests {
             &BTreeSet::new(),
         );
         assert!(plan.report.is_empty());
-        assert_eq!(plan.skipped, vec![(no_claim.name, DeathSkip::NoClaim)]);
+        assert_eq!(
+            plan.skipped,
+            vec![(no_claim.name.to_string(), DeathSkip::NoClaim)]
+        );
     }
 
     fn arb_job() -> impl Strategy<Value = JobSummary> {
@@ -315,7 +318,7 @@ mod tests {
                     j.lane = Lane::Publish;
                 }
                 if !label {
-                    j.name.push_str("-x");
+                    j.name = format!("{}-x", j.name).into();
                 }
                 j
             },

@@ -19,11 +19,13 @@
 
 use crate::cause::{LogTail, StartFailure, StartFailureKind, start_failure};
 use k8s_openapi::api::core::v1::Pod;
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::failing::FailingSince;
-use tcab_shared::job_cache::{JobPhase, JobSummary};
+use tcab_shared::inline_str::NameStr;
+use tcab_shared::job_cache::{JobPhase, JobSummary, summaries};
 use tokio::time::Instant;
 
 /// The knobs of these decisions.
@@ -108,10 +110,10 @@ pub struct FailurePlan {
 /// Plans one report tick. `vanished` are the entries that left the view
 /// while live (their Job deleted, and no pod of it left running).
 #[allow(clippy::too_many_arguments)]
-pub fn plan_failures(
-    jobs: &[JobSummary],
-    vanished: &[JobSummary],
-    memory: &BTreeMap<String, JobMemory>,
+pub fn plan_failures<J: Borrow<JobSummary>>(
+    jobs: &[J],
+    vanished: &[J],
+    memory: &BTreeMap<NameStr, JobMemory>,
     failing: &FailingSince,
     judged_dead: &BTreeSet<String>,
     never_started: &BTreeSet<String>,
@@ -119,20 +121,20 @@ pub fn plan_failures(
     settings: &FailureSettings,
 ) -> FailurePlan {
     let mut plan = FailurePlan::default();
-    for job in jobs {
-        if never_started.contains(&job.name) {
+    for job in summaries(jobs) {
+        if never_started.contains(job.name.as_str()) {
             if job.lane == Lane::Run {
                 plan.deaths
-                    .push((job.name.clone(), DeathKind::NeverStarted));
+                    .push((job.name.to_string(), DeathKind::NeverStarted));
             }
             continue;
         }
-        let mem = memory.get(&job.name);
+        let mem = memory.get(job.name.as_str());
         let evidence = mem.map_or(EvidenceState::Missing, |m| m.evidence);
-        let stuck = judged_dead.contains(&job.name)
+        let stuck = judged_dead.contains(job.name.as_str())
             || failing.is_stuck(job, now, settings.terminating_margin);
-        if stuck && !judged_dead.contains(&job.name) {
-            plan.newly_stuck.push(job.name.clone());
+        if stuck && !judged_dead.contains(job.name.as_str()) {
+            plan.newly_stuck.push(job.name.to_string());
         }
         let failed = job.phase == JobPhase::Failed;
         // A Job deleted under its pod is evidence to read at once: the pod
@@ -140,21 +142,21 @@ pub fn plan_failures(
         let shows = (job.is_live() && (job.shows_failure() || job.gone)) || failed;
         if shows {
             match evidence {
-                EvidenceState::Missing => plan.capture.push(job.name.clone()),
+                EvidenceState::Missing => plan.capture.push(job.name.to_string()),
                 EvidenceState::LogPending { attempts } if attempts < settings.log_attempts => {
-                    plan.retry_logs.push(job.name.clone())
+                    plan.retry_logs.push(job.name.to_string())
                 }
                 _ => {}
             }
         }
         if job.lane == Lane::Run {
             if stuck {
-                plan.deaths.push((job.name.clone(), DeathKind::Stuck));
+                plan.deaths.push((job.name.to_string(), DeathKind::Stuck));
             } else if failed && job.terminating_pods > 0 {
                 plan.waiting
-                    .push((job.name.clone(), "its pods are still terminating"));
+                    .push((job.name.to_string(), "its pods are still terminating"));
             } else if failed {
-                plan.deaths.push((job.name.clone(), DeathKind::Failed));
+                plan.deaths.push((job.name.to_string(), DeathKind::Failed));
             }
         }
         let may_start_late = job.is_live()
@@ -169,19 +171,19 @@ pub fn plan_failures(
                 .last_start_check
                 .is_none_or(|at| now.saturating_duration_since(at) >= settings.start_check_every);
             if seen_for > settings.first_start_check() && due {
-                plan.check_start.push(job.name.clone());
+                plan.check_start.push(job.name.to_string());
             }
         }
     }
-    for job in vanished {
+    for job in summaries(vanished) {
         let evidence = memory
-            .get(&job.name)
+            .get(job.name.as_str())
             .map_or(EvidenceState::Missing, |m| m.evidence);
         if evidence == EvidenceState::Missing {
-            plan.capture.push(job.name.clone());
+            plan.capture.push(job.name.to_string());
         }
-        if job.lane == Lane::Run && !never_started.contains(&job.name) {
-            plan.deaths.push((job.name.clone(), DeathKind::Deleted));
+        if job.lane == Lane::Run && !never_started.contains(job.name.as_str()) {
+            plan.deaths.push((job.name.to_string(), DeathKind::Deleted));
         }
     }
     plan.capture.sort();
@@ -251,7 +253,7 @@ mod tests {
     /// The plan with nothing judged dead or never started, on the test settings.
     fn plan_at(
         jobs: &[JobSummary],
-        mem: &BTreeMap<String, JobMemory>,
+        mem: &BTreeMap<NameStr, JobMemory>,
         failing: &FailingSince,
         now: Instant,
     ) -> FailurePlan {
@@ -278,7 +280,7 @@ mod tests {
     fn job(name: &str, lane: Lane) -> JobSummary {
         JobSummary {
             name: name.into(),
-            uid: format!("uid-{name}"),
+            uid: format!("uid-{name}").into(),
             lane,
             job_id: Some(name.into()),
             claim: Some("c".into()),
@@ -308,7 +310,7 @@ mod tests {
         j
     }
 
-    fn memory(entries: &[(&JobSummary, Instant, EvidenceState)]) -> BTreeMap<String, JobMemory> {
+    fn memory(entries: &[(&JobSummary, Instant, EvidenceState)]) -> BTreeMap<NameStr, JobMemory> {
         entries
             .iter()
             .map(|(j, first_seen, evidence)| {

@@ -12,10 +12,11 @@ use super::Answer;
 use super::deaths::current_claims;
 use crate::tokens::HeldClaim;
 use jiff::Timestamp;
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use tcab_shared::Lane;
 use tcab_shared::backend::{ActivePublishes, ActiveRuns, JobId, JobState, PublishState};
-use tcab_shared::job_cache::{JobPhase, JobSummary};
+use tcab_shared::job_cache::{JobPhase, JobSummary, summaries};
 
 /// What the cluster shows for a lost job; the detail sent with the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,10 +176,10 @@ impl From<&ActivePublishes> for ActiveList {
 }
 
 /// What the lease-keeper knows beside a lane's active list.
-#[derive(Debug, Clone, Copy)]
-pub struct Known<'a> {
+#[derive(Debug)]
+pub struct Known<'a, J = JobSummary> {
     /// The cached Jobs (every lane; the plan reads its own).
-    pub jobs: &'a [JobSummary],
+    pub jobs: &'a [J],
     /// The claims the vault holds.
     pub held: &'a [HeldClaim],
     /// The lane's jobs already reported lost.
@@ -188,13 +189,13 @@ pub struct Known<'a> {
 }
 
 /// Plans one lane's lost reports from its active list and what is known.
-pub fn plan_lost(active: &ActiveList, known: &Known<'_>) -> LostPlan {
-    let Known {
+pub fn plan_lost<J: Borrow<JobSummary>>(active: &ActiveList, known: &Known<'_, J>) -> LostPlan {
+    let &Known {
         jobs,
         held,
         reported,
         judged_dead,
-    } = *known;
+    } = known;
     let lane = active.lane;
     let now = active.now;
     let mut entries: Vec<&Entry> = active.entries.iter().collect();
@@ -205,9 +206,12 @@ pub fn plan_lost(active: &ActiveList, known: &Known<'_>) -> LostPlan {
             .then(b.lease.cmp(&a.lease))
             .then(a.rank.cmp(&b.rank))
     });
+    // Indexed for the listed ids only: the cached Jobs of other ids are
+    // never looked up, and at scale they are most of them.
+    let listed: BTreeSet<&str> = entries.iter().map(|e| e.id.as_str()).collect();
     let mut by_id: BTreeMap<&str, Vec<&JobSummary>> = BTreeMap::new();
-    for j in jobs.iter().filter(|j| j.lane == lane) {
-        if let Some(id) = j.job_id.as_deref() {
+    for j in summaries(jobs).filter(|j| j.lane == lane) {
+        if let Some(id) = j.job_id.as_deref().filter(|id| listed.contains(id)) {
             by_id.entry(id).or_default().push(j);
         }
     }
@@ -233,11 +237,11 @@ pub fn plan_lost(active: &ActiveList, known: &Known<'_>) -> LostPlan {
             }
             if let Some(live) = own_jobs
                 .iter()
-                .filter(|j| j.is_live() && !judged_dead.contains(&j.name))
+                .filter(|j| j.is_live() && !judged_dead.contains(j.name.as_str()))
                 .min_by(|a, b| a.name.cmp(&b.name))
             {
                 return Err(LostSkip::JobLive {
-                    job_name: live.name.clone(),
+                    job_name: live.name.to_string(),
                 });
             }
             let claim = current.get(id).map(|h| h.key.claim.as_str());
@@ -274,11 +278,11 @@ fn cause_of(jobs: &[&JobSummary], current_claim: Option<&str>) -> LostCause {
         None => LostCause::JobGone,
         Some(j) => match j.phase {
             JobPhase::Succeeded => LostCause::ExitedWithoutReport {
-                job_name: j.name.clone(),
+                job_name: j.name.to_string(),
             },
             // A live Job was ruled out before; treat it as failed defensively.
             JobPhase::Failed | JobPhase::Live => LostCause::Died {
-                job_name: j.name.clone(),
+                job_name: j.name.to_string(),
             },
         },
     }
@@ -341,7 +345,7 @@ mod tests {
 
     fn job(lane: Lane, id: &str, claim: &str, phase: JobPhase, created: &str) -> JobSummary {
         JobSummary {
-            name: tcab_shared::names::job_name(lane, id, claim),
+            name: tcab_shared::names::job_name(lane, id, claim).into(),
             lane,
             job_id: Some(id.into()),
             claim: Some(claim.into()),

@@ -5,11 +5,12 @@
 //! `tcab.dev/job-id`) must not stop every renewal: it is skipped with its
 //! reason, and the rest are renewed.
 
+use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use tcab_shared::Lane;
 use tcab_shared::backend::JobId;
 use tcab_shared::backend::client::is_job_id;
-use tcab_shared::job_cache::JobSummary;
+use tcab_shared::job_cache::{JobSummary, summaries};
 
 /// Why a live Job's lease is not renewed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,10 +52,14 @@ pub struct LaneRenewal {
 }
 
 /// Plans the renewal call of one lane.
-pub fn plan_lane(jobs: &[JobSummary], lane: Lane, judged_dead: &BTreeSet<String>) -> LaneRenewal {
+pub fn plan_lane(
+    jobs: &[impl Borrow<JobSummary>],
+    lane: Lane,
+    judged_dead: &BTreeSet<String>,
+) -> LaneRenewal {
     let mut plan = LaneRenewal::default();
-    for job in jobs.iter().filter(|j| j.lane == lane && j.is_live()) {
-        let verdict = if judged_dead.contains(&job.name) {
+    for job in summaries(jobs).filter(|j| j.lane == lane && j.is_live()) {
+        let verdict = if judged_dead.contains(job.name.as_str()) {
             Err(RenewSkip::JudgedDead)
         } else {
             match job.job_id.as_deref() {
@@ -65,7 +70,7 @@ pub fn plan_lane(jobs: &[JobSummary], lane: Lane, judged_dead: &BTreeSet<String>
         };
         match verdict {
             Ok(id) => plan.ids.push(id),
-            Err(skip) => plan.skipped.push((job.name.clone(), skip)),
+            Err(skip) => plan.skipped.push((job.name.to_string(), skip)),
         }
     }
     plan.ids.sort();
@@ -86,7 +91,7 @@ pub struct RenewalPlan {
 
 /// Plans one renewal round.
 pub fn plan_renewals(
-    jobs: &[JobSummary],
+    jobs: &[impl Borrow<JobSummary>],
     publishing: bool,
     judged_dead: &BTreeSet<String>,
 ) -> RenewalPlan {
@@ -127,7 +132,12 @@ mod tests {
         let plan = plan_renewals(&jobs, true, &none);
         assert_eq!(plan.publishes.map(|p| p.ids), Some(vec!["p".to_string()]));
         assert_eq!(plan_renewals(&jobs, false, &none).publishes, None);
-        assert!(plan_renewals(&[], false, &none).runs.ids.is_empty());
+        assert!(
+            plan_renewals(&[] as &[JobSummary], false, &none)
+                .runs
+                .ids
+                .is_empty()
+        );
     }
 
     /// The defect: a live Job with an empty job id made every renewal call

@@ -12,6 +12,7 @@ use crate::plan::deaths::{
 use crate::plan::failures::{DeathKind, StartVerdict, start_verdict};
 use crate::tokens::TokenKey;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use tcab_shared::Lane;
 use tcab_shared::error_chain;
 use tcab_shared::job_cache::JobSummary;
@@ -31,7 +32,7 @@ impl Reporter {
     /// vanished), once per claim; a job whose report fails backs off alone.
     pub(super) async fn report_deaths(
         &mut self,
-        entries: &[JobSummary],
+        entries: &[Arc<JobSummary>],
         due: &BTreeMap<String, DeathKind>,
         now: Instant,
         deadline: Instant,
@@ -151,7 +152,7 @@ impl Reporter {
     /// Reads the pod of a Job without a ready pod; true when it is judged
     /// never to start (its Job is then failed fast).
     pub(super) async fn check_start(&mut self, job: &JobSummary, now: Instant) -> bool {
-        let Some(mem) = self.memory.get_mut(&job.name) else {
+        let Some(mem) = self.memory.get_mut(job.name.as_str()) else {
             return false;
         };
         mem.last_start_check = Some(now);
@@ -179,7 +180,7 @@ impl Reporter {
                 self.keep(job, pod, log);
                 self.evidence_complete(&job.name);
                 self.judge_dead(&job.name);
-                self.never_started.insert(job.name.clone(), failure);
+                self.never_started.insert(job.name.to_string(), failure);
                 true
             }
         }
@@ -190,7 +191,7 @@ impl Reporter {
     /// lost path), a run once its death is settled or cannot be reported.
     pub(super) async fn delete_never_started(
         &mut self,
-        snapshot: &[JobSummary],
+        snapshot: &[Arc<JobSummary>],
         deadline: Instant,
         report: &mut ReportTick,
     ) -> Vec<String> {

@@ -55,7 +55,7 @@ impl Reporter {
     pub(super) fn keep(&mut self, job: &JobSummary, pod: Option<Pod>, log: LogTail) {
         let state = evidence_after_log(&log, pod.is_some(), 1);
         tracing::debug!(job = %job.name, has_pod = pod.is_some(), log_read = matches!(log, LogTail::Read(_)), "evidence captured");
-        if let Some(mem) = self.memory.get_mut(&job.name) {
+        if let Some(mem) = self.memory.get_mut(job.name.as_str()) {
             mem.evidence = state;
         }
         if job.gone
@@ -64,7 +64,7 @@ impl Reporter {
         {
             // Said in a lost report if no death report lands (no token).
             let cause = DeathCause::Deleted {
-                job: job.name.clone(),
+                job: job.name.to_string(),
                 evidence: pod
                     .as_ref()
                     .map(|p| Box::new(death_cause(&job_for_cause(job), Some(p)))),
@@ -72,7 +72,7 @@ impl Reporter {
             self.note(id, &death_detail(&cause, &log), Instant::now());
         }
         self.evidence.insert(
-            job.name.clone(),
+            job.name.to_string(),
             Evidence {
                 pod,
                 log,
@@ -95,7 +95,7 @@ impl Reporter {
 
     /// Tries a log that could not be read once more.
     pub(super) async fn retry_log(&mut self, job: &JobSummary) {
-        let Some(evidence) = self.evidence.get_mut(&job.name) else {
+        let Some(evidence) = self.evidence.get_mut(job.name.as_str()) else {
             return;
         };
         let Some(pod) = evidence.pod.clone() else {
@@ -106,7 +106,7 @@ impl Reporter {
         let attempts = evidence.log_attempts;
         let state = evidence_after_log(&log, true, attempts);
         evidence.log = log;
-        if let Some(mem) = self.memory.get_mut(&job.name) {
+        if let Some(mem) = self.memory.get_mut(job.name.as_str()) {
             mem.evidence = state;
         }
     }
@@ -125,15 +125,18 @@ impl Reporter {
         let keep_old_log = !matches!(log, LogTail::Read(_))
             && self
                 .evidence
-                .get(&job.name)
+                .get(job.name.as_str())
                 .is_some_and(|e| matches!(e.log, LogTail::Read(_)));
         let first_sign = self.failing.since(job).unwrap_or_else(Instant::now);
-        let entry = self.evidence.entry(job.name.clone()).or_insert(Evidence {
-            pod: None,
-            log: log.clone(),
-            log_attempts: 0,
-            first_sign,
-        });
+        let entry = self
+            .evidence
+            .entry(job.name.to_string())
+            .or_insert(Evidence {
+                pod: None,
+                log: log.clone(),
+                log_attempts: 0,
+                first_sign,
+            });
         entry.pod = Some(pod);
         if !keep_old_log {
             entry.log = log;
@@ -154,7 +157,7 @@ impl Reporter {
         {
             return None;
         }
-        let evidence = self.evidence.get(&job.name);
+        let evidence = self.evidence.get(job.name.as_str());
         let pod = evidence.and_then(|e| e.pod.as_ref());
         let log = evidence
             .map(|e| e.log.clone())
@@ -163,7 +166,7 @@ impl Reporter {
         let cause = match kind {
             DeathKind::Failed => base,
             DeathKind::Deleted => DeathCause::Deleted {
-                job: job.name.clone(),
+                job: job.name.to_string(),
                 evidence: pod.map(|_| Box::new(base)),
             },
             DeathKind::Stuck => DeathCause::Stuck {
@@ -177,7 +180,7 @@ impl Reporter {
                     .unwrap_or_default(),
                 evidence: Box::new(base),
             },
-            DeathKind::NeverStarted => match self.never_started.get(&job.name) {
+            DeathKind::NeverStarted => match self.never_started.get(job.name.as_str()) {
                 Some(failure) => DeathCause::NeverStarted(failure.clone()),
                 None => base,
             },

@@ -33,7 +33,8 @@ use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobId};
 use tcab_shared::error_chain;
 use tcab_shared::failing::FailingSince;
-use tcab_shared::job_cache::{JobSummary, OwnedJobs};
+use tcab_shared::inline_str::NameStr;
+use tcab_shared::job_cache::{JobSummary, OwnedJobs, Snapshot};
 use tcab_shared::metrics::labels::{Cause, ReportKind};
 use tcab_shared::retry::{Backoff, PerKey};
 use tcab_shared::tick::{Tick, TickOutcome};
@@ -86,7 +87,7 @@ pub(super) struct LostNote {
 /// An entry that left the view while live, kept until its death is settled.
 #[derive(Debug, Clone)]
 pub(super) struct Vanished {
-    pub(super) last: JobSummary,
+    pub(super) last: Arc<JobSummary>,
     pub(super) at: Instant,
 }
 
@@ -133,11 +134,11 @@ pub struct Reporter {
     pub(super) poll: Duration,
     pub(super) budget: Duration,
     pub(super) settings: FailureSettings,
-    pub(super) memory: BTreeMap<String, JobMemory>,
+    pub(super) memory: BTreeMap<NameStr, JobMemory>,
     /// The view as the last tick saw it (sorted by name), to tell an entry
     /// that vanished. Shared with that tick's snapshot, never copied: a
     /// copy per tick cost about a cached Job's size again for every Job.
-    pub(super) last_seen: Arc<Vec<JobSummary>>,
+    pub(super) last_seen: Snapshot,
     /// Entries that left the view while live.
     pub(super) vanished: BTreeMap<String, Vanished>,
     pub(super) evidence: BTreeMap<String, Evidence>,
@@ -185,6 +186,18 @@ pub struct ReporterParts {
     pub budget: Duration,
     /// The failure knobs.
     pub settings: FailureSettings,
+}
+
+/// Whether the report loop keeps a [`JobMemory`] of a Job: every Job but
+/// one running well (live with a ready pod, no sign of failure, not
+/// deleted). Its memory's first sighting serves only the start check of a
+/// Job without a ready pod, and its evidence only a Job that shows failure
+/// or vanished, so at scale, where most Jobs run, most keep none; a Job
+/// that stops running well is remembered from then on.
+fn needs_memory(job: &JobSummary) -> bool {
+    let running_well =
+        job.is_live() && job.ready_pods > 0 && !job.shows_failure() && !job.gone && !job.deleting;
+    !running_well
 }
 
 impl Reporter {
@@ -240,13 +253,13 @@ impl Reporter {
 
     /// The entries the tick judges: the view's, then those that vanished
     /// (the snapshot itself, shared, when none did).
-    pub(super) fn entries(&self, snapshot: &Arc<Vec<JobSummary>>) -> Arc<Vec<JobSummary>> {
+    pub(super) fn entries(&self, snapshot: &Snapshot) -> Snapshot {
         if self.vanished.is_empty() {
             return Arc::clone(snapshot);
         }
         let mut all = Vec::with_capacity(snapshot.len() + self.vanished.len());
         all.extend(snapshot.iter().cloned());
-        all.extend(self.vanished.values().map(|v| v.last.clone()));
+        all.extend(self.vanished.values().map(|v| Arc::clone(&v.last)));
         Arc::new(all)
     }
 
@@ -265,7 +278,11 @@ impl Reporter {
         let deadline = now + self.budget;
         let snapshot = self.jobs.snapshot();
         self.remember(&snapshot, now);
-        let vanished: Vec<JobSummary> = self.vanished.values().map(|v| v.last.clone()).collect();
+        let vanished: Vec<Arc<JobSummary>> = self
+            .vanished
+            .values()
+            .map(|v| Arc::clone(&v.last))
+            .collect();
 
         let plan = plan_failures(
             &snapshot,
@@ -292,7 +309,7 @@ impl Reporter {
         }
         let entries = self.entries(&snapshot);
         let by_name: BTreeMap<&str, &JobSummary> =
-            entries.iter().map(|j| (j.name.as_str(), j)).collect();
+            entries.iter().map(|j| (j.name.as_str(), &**j)).collect();
         for name in &plan.capture {
             if out_of_budget(deadline, &mut report) {
                 break;
@@ -332,7 +349,7 @@ impl Reporter {
             .filter(|(name, _)| {
                 let settled = self
                     .memory
-                    .get(name)
+                    .get(name.as_str())
                     .is_some_and(|m| evidence_settled(m.evidence, &self.settings));
                 if !settled {
                     tracing::debug!(job = %name, "death report waits for its evidence");
@@ -375,7 +392,7 @@ impl Reporter {
     /// Names are looked up in the snapshot by binary search (it is sorted
     /// by name) and nothing of it is copied: with many cached Jobs a copy
     /// or an index per tick is most of the lease-keeper's memory.
-    fn remember(&mut self, snapshot: &Arc<Vec<JobSummary>>, now: Instant) {
+    fn remember(&mut self, snapshot: &Snapshot, now: Instant) {
         let present = |name: &str| {
             snapshot
                 .binary_search_by(|j| j.name.as_str().cmp(name))
@@ -387,9 +404,9 @@ impl Reporter {
             }
             tracing::info!(job = %last.name, job_id = last.job_id.as_deref().unwrap_or(""), pod = last.orphan_pod.as_deref().unwrap_or(""), "a live Job left the view (deleted, and no pod of it runs on): its pod is read and its death judged");
             self.vanished.insert(
-                last.name.clone(),
+                last.name.to_string(),
                 Vanished {
-                    last: last.clone(),
+                    last: Arc::clone(last),
                     at: now,
                 },
             );
@@ -401,17 +418,31 @@ impl Reporter {
         self.last_seen = Arc::clone(snapshot);
 
         let known = |name: &str| present(name) || self.vanished.contains_key(name);
-        self.memory.retain(|name, _| known(name));
+        // A Job running well needs no memory (see `needs_memory`); one
+        // with evidence read keeps it while it has an entry.
+        let running_well = |name: &str| {
+            snapshot
+                .binary_search_by(|j| j.name.as_str().cmp(name))
+                .is_ok_and(|i| !needs_memory(&snapshot[i]))
+        };
+        self.memory.retain(|name, mem| {
+            known(name) && (mem.evidence != EvidenceState::Missing || !running_well(name))
+        });
         self.evidence.retain(|name, _| known(name));
         self.never_started.retain(|name, _| present(name));
         self.judged_dead
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|name| present(name));
-        for job in snapshot.iter() {
-            if !self.memory.contains_key(&job.name) {
+        let unremembered = snapshot
+            .iter()
+            .filter(|job| needs_memory(job))
+            .map(|job| &job.name)
+            .chain(self.vanished.values().map(|v| &v.last.name));
+        for name in unremembered {
+            if !self.memory.contains_key(name.as_str()) {
                 self.memory.insert(
-                    job.name.clone(),
+                    name.clone(),
                     JobMemory {
                         first_seen: now,
                         evidence: EvidenceState::Missing,
@@ -522,5 +553,50 @@ impl Tick for Reporter {
     async fn tick(&mut self) -> TickOutcome {
         self.tick_at(None).await;
         TickOutcome::Idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcab_shared::job_cache::JobPhase;
+
+    #[test]
+    fn only_a_job_running_well_is_not_remembered() {
+        let running = JobSummary {
+            name: "d".into(),
+            active_pods: 1,
+            ready_pods: 1,
+            ..JobSummary::default()
+        };
+        assert!(!needs_memory(&running));
+        for not_well in [
+            JobSummary {
+                ready_pods: 0,
+                ..running.clone()
+            },
+            JobSummary {
+                failed_pods: 1,
+                ..running.clone()
+            },
+            JobSummary {
+                terminating_pods: 1,
+                ..running.clone()
+            },
+            JobSummary {
+                deleting: true,
+                ..running.clone()
+            },
+            JobSummary {
+                gone: true,
+                ..running.clone()
+            },
+            JobSummary {
+                phase: JobPhase::Failed,
+                ..running.clone()
+            },
+        ] {
+            assert!(needs_memory(&not_well), "{not_well:?}");
+        }
     }
 }
