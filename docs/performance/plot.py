@@ -36,7 +36,7 @@ def reaction_panel(ax, title, figures_of):
         xs = [j + i * width for j in range(len(names))]
         ax.bar(xs, [figures_of[n].get(q, 0) for n in names], width, label=q)
     ax.set_xticks([j + width * 1.5 for j in range(len(names))])
-    ax.set_xticklabels([n.replace(" -> ", "\n-> ") for n in names], fontsize=7)
+    ax.set_xticklabels(names, fontsize=7, rotation=30, ha="right")
     ax.set_yscale("log")
     ax.set_ylabel("ms (log scale)")
     ax.axhline(100, color="grey", linestyle="--", linewidth=1)
@@ -59,7 +59,7 @@ def main(figures, png):
     if not memory and not any(reactions.values()):
         sys.exit(f"plot.py: no footprint or reaction-load figures in {figures}")
 
-    fig, (left, *right) = plt.subplots(1, 3, figsize=(18, 5))
+    fig, (left, *right) = plt.subplots(1, 3, figsize=(18, 7))
     for binary, points in sorted(memory.items()):
         xs = sorted(points)
         left.plot(xs, [points[x] for x in xs], marker="o", label=binary)
