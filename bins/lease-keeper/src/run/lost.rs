@@ -199,6 +199,16 @@ impl Reporter {
             LostCause::Died { job_name } => {
                 let snapshot = self.jobs.snapshot();
                 match snapshot.iter().find(|j| &j.name == job_name) {
+                    // Deleted (by this lease-keeper, as its pod could never
+                    // start, or by hand) and still in the view while its pod
+                    // terminates: the note of why it went is the cause, not
+                    // how its terminating pod looks now.
+                    Some(job)
+                        if (job.deleting || job.gone)
+                            && let Some(note) = self.lost_notes.get(&lost.job_id) =>
+                    {
+                        note.detail.clone()
+                    }
                     Some(job) => {
                         let kind_of_death = if self.judged_dead().contains(job_name) {
                             DeathKind::Stuck
