@@ -22,6 +22,7 @@
 //! is current only while both the Jobs and those pods are known.
 
 pub mod pods;
+pub mod watched;
 
 use crate::inline_str::{IdStr, NameStr, TagStr};
 use crate::kube_api::{KubeCall, Verb};
@@ -32,16 +33,18 @@ use crate::retry::Backoff;
 use crate::tick::Wake;
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use pods::{Gone, OwnedPod, gone_after_list, standing};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+pub use watched::{Summarize, WatchedJob};
 
 /// Where an owned Job is in its life.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -120,9 +123,25 @@ pub fn summaries<J: std::borrow::Borrow<JobSummary>>(
 impl JobSummary {
     /// Reads the summary of a Job.
     pub fn from_job(job: &Job) -> Self {
-        let labels = job.labels();
-        let name = job.name_any();
-        let status = job.status.as_ref();
+        let grace = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.termination_grace_period_seconds);
+        JobSummary::from_parts(&job.metadata, grace, job.status.as_ref())
+    }
+
+    /// The summary of a Job from its metadata, its pod template's
+    /// termination grace and its status (what [`WatchedJob`] keeps).
+    pub fn from_parts(
+        meta: &ObjectMeta,
+        termination_grace_seconds: Option<i64>,
+        status: Option<&JobStatus>,
+    ) -> Self {
+        static NO_LABELS: std::collections::BTreeMap<String, String> =
+            std::collections::BTreeMap::new();
+        let labels = meta.labels.as_ref().unwrap_or(&NO_LABELS);
+        let name = meta.name.as_deref().unwrap_or_default();
         let condition = |kind: &str| {
             status
                 .and_then(|s| s.conditions.as_ref())
@@ -142,12 +161,10 @@ impl JobSummary {
         } else {
             JobPhase::Live
         };
-        let count = |f: fn(&k8s_openapi::api::batch::v1::JobStatus) -> Option<i32>| {
-            status.and_then(f).unwrap_or(0)
-        };
+        let count = |f: fn(&JobStatus) -> Option<i32>| status.and_then(f).unwrap_or(0);
         JobSummary {
-            lane: Lane::classify(labels, &name),
-            uid: job.metadata.uid.as_deref().unwrap_or_default().into(),
+            lane: Lane::classify(labels, name),
+            uid: meta.uid.as_deref().unwrap_or_default().into(),
             job_id: labels.get(names::JOB_ID).map(Into::into),
             claim: labels.get(names::CLAIM).map(Into::into),
             phase,
@@ -157,17 +174,12 @@ impl JobSummary {
             terminating_pods: count(|s| s.terminating),
             failure_target: condition("FailureTarget"),
             failed,
-            termination_grace_seconds: job
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.spec.as_ref())
-                .and_then(|s| s.termination_grace_period_seconds),
-            created_at: job
-                .metadata
+            termination_grace_seconds,
+            created_at: meta
                 .creation_timestamp
                 .as_ref()
                 .map(|t| Timestamp::from_second(t.0.as_second()).unwrap_or(Timestamp::UNIX_EPOCH)),
-            deleting: job.metadata.deletion_timestamp.is_some(),
+            deleting: meta.deletion_timestamp.is_some(),
             gone: false,
             orphan_pod: None,
             name: name.into(),
@@ -548,8 +560,14 @@ impl OwnedJobs {
         (cache, task)
     }
 
-    /// Applies one Job watch event. Public so tests can feed a cache directly.
+    /// Applies one event of full Jobs (tests and benchmarks feed a cache
+    /// directly this way; the watch reads [`WatchedJob`]s).
     pub fn apply(&self, event: Event<Job>) {
+        self.apply_summary(summarised(event));
+    }
+
+    /// Applies one Job watch event, each Job already summarised.
+    fn apply_summary(&self, event: Event<JobSummary>) {
         let mut told = None;
         let mut state = self.write();
         let (finished, listed, check) = match event {
@@ -557,8 +575,7 @@ impl OwnedJobs {
                 state.relist = Some(Jobs::new());
                 (false, None, None)
             }
-            Event::InitApply(job) => {
-                let summary = JobSummary::from_job(&job);
+            Event::InitApply(summary) => {
                 state
                     .relist
                     .get_or_insert_with(Jobs::new)
@@ -575,8 +592,7 @@ impl OwnedJobs {
                 }
                 (true, Some(state.jobs.len()), check)
             }
-            Event::Apply(job) => {
-                let summary = JobSummary::from_job(&job);
+            Event::Apply(summary) => {
                 let before = state.jobs.get(summary.name.as_str()).map(|e| &*e.0);
                 told = milestone(before, &summary);
                 // A Job first seen already finished frees room too (its
@@ -588,7 +604,7 @@ impl OwnedJobs {
                 (before && !state.live_in_view(&name), None, None)
             }
             Event::Delete(job) => {
-                let name = job.name_any();
+                let name = job.name.as_str().to_owned();
                 let last = state.jobs.take(name.as_str());
                 let was_live = last.as_ref().is_some_and(|e| e.0.is_live());
                 let check = match last {
@@ -901,9 +917,25 @@ impl OwnedJobs {
     }
 }
 
+/// The event with each Job replaced by its summary.
+fn summarised<J: Summarize>(event: Event<J>) -> Event<JobSummary> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(job) => Event::InitApply(job.summary()),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(job) => Event::Apply(job.summary()),
+        Event::Delete(job) => Event::Delete(job.summary()),
+    }
+}
+
 /// Watches the owned Jobs forever, feeding `cache`: after an error the view
 /// is marked not current and, after a back-off, the Jobs are listed afresh.
-async fn watch_jobs(api: Api<Job>, selector: String, settings: WatchSettings, cache: OwnedJobs) {
+async fn watch_jobs(
+    api: Api<WatchedJob>,
+    selector: String,
+    settings: WatchSettings,
+    cache: OwnedJobs,
+) {
     // Lists are paged (250 Jobs a page) so a relist of 10,000 Jobs never
     // holds them all in memory at once.
     let timeout = u32::try_from(settings.timeout.as_secs().max(1)).unwrap_or(u32::MAX);
@@ -921,7 +953,7 @@ async fn watch_jobs(api: Api<Job>, selector: String, settings: WatchSettings, ca
                     if matches!(event, Event::InitDone) {
                         failures = 0;
                     }
-                    cache.apply(event);
+                    cache.apply_summary(summarised(event));
                 }
                 Some(Err(error)) => {
                     break (
