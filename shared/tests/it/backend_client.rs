@@ -1266,3 +1266,49 @@ async fn every_attempt_is_timed_by_call_status_and_outcome() {
         assert!(!text.contains(secret), "{secret} in the metrics:\n{text}");
     }
 }
+
+/// A renewal answer is checked against the ask whatever the ask's order:
+/// every asked lease of a long answer is kept, the one nobody asked for is
+/// skipped, and a `leases` that is not a list renews nothing.
+#[tokio::test]
+async fn a_long_renewal_is_matched_to_an_unsorted_ask() {
+    use axum::routing::post;
+    let app = axum::Router::new()
+        .route(
+            "/jobs/leases",
+            post(|axum::Json(ask): axum::Json<serde_json::Value>| async move {
+                let mut leases: Vec<serde_json::Value> = ask["job_ids"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|id| serde_json::json!({"id": id, "lease_expires_at": "2026-11-29T17:03:00Z"}))
+                    .collect();
+                leases.push(serde_json::json!({"id": "stranger", "lease_expires_at": "2026-11-29T17:03:00Z"}));
+                axum::Json(serde_json::json!({"now": "2026-11-29T17:01:00Z", "leases": leases}))
+            }),
+        )
+        .route(
+            "/publish-jobs/leases",
+            post(|| async {
+                axum::Json(serde_json::json!({"now": "2026-11-29T17:01:00Z", "leases": {"id": "p"}}))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = BackendClient::new(
+        &url,
+        tcab_shared::Secret::new("svc-token-xyz"),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    let ask: Vec<String> = (0..1000).rev().map(|i| format!("r-{i}")).collect();
+    let renewal = client.renew_run_leases(&ask).await.unwrap();
+    assert_eq!(renewal.leases.len(), 1000);
+    assert_eq!(renewal.leases[0].id, "r-999", "the answer's order is kept");
+    assert_eq!(renewal.skipped.len(), 1);
+    assert_eq!(renewal.skipped[0].index, 1000);
+    assert_eq!(renewal.skipped[0].id.as_deref(), Some("stranger"));
+    let renewal = client.renew_publish_leases(&["p".into()]).await.unwrap();
+    assert!(renewal.leases.is_empty() && renewal.skipped.is_empty());
+}

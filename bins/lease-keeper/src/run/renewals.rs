@@ -35,8 +35,10 @@ pub struct Renewer {
     gate: Gate,
     judged_dead: JudgedDead,
     publishing: bool,
-    /// The ids each lane renewed last, so only a change is logged at info.
-    last_renewed: [BTreeSet<JobId>; 2],
+    /// What each lane renewed last, so only a change is logged at info: a
+    /// fingerprint of the set, not the ids (10,000 live Jobs would keep
+    /// 10,000 strings a lane just to compare).
+    last_renewed: [Renewed; 2],
     /// Malformed Jobs already warned about (by name).
     warned: BTreeSet<String>,
 }
@@ -56,7 +58,7 @@ impl Renewer {
             gate,
             judged_dead,
             publishing,
-            last_renewed: [BTreeSet::new(), BTreeSet::new()],
+            last_renewed: [Renewed::default(); 2],
             warned: BTreeSet::new(),
         }
     }
@@ -104,15 +106,35 @@ impl Renewer {
     }
 
     fn log_change(&mut self, lane: Lane, renewed: &[JobId]) {
-        let now: BTreeSet<JobId> = renewed.iter().cloned().collect();
+        let now = Renewed::of(renewed);
         let last = &mut self.last_renewed[lane as usize];
         if now != *last {
-            let started: Vec<&JobId> = now.difference(last).collect();
-            let stopped: Vec<&JobId> = last.difference(&now).collect();
-            tracing::info!(%lane, count = now.len(), started = %list(&started), stopped = %list(&stopped), "renewed {} {lane} leases", now.len());
+            tracing::info!(%lane, count = now.count, before = last.count, "renewed {} {lane} leases", now.count);
             *last = now;
         } else {
-            tracing::debug!(%lane, count = renewed.len(), "renewed {} {lane} leases (unchanged)", renewed.len());
+            tracing::debug!(%lane, count = now.count, "renewed {} {lane} leases (unchanged)", now.count);
+        }
+    }
+}
+
+/// A set of renewed ids as a count and an order-free fingerprint: equal
+/// sets give equal values (a change the fingerprint misses only skips one
+/// info line).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Renewed {
+    count: usize,
+    fingerprint: u64,
+}
+
+impl Renewed {
+    fn of(ids: &[JobId]) -> Self {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let hasher = BuildHasherDefault::<DefaultHasher>::default();
+        Renewed {
+            count: ids.len(),
+            fingerprint: ids
+                .iter()
+                .fold(0u64, |sum, id| sum.wrapping_add(hasher.hash_one(id))),
         }
     }
 }
@@ -137,8 +159,13 @@ async fn renew(
             }
             let renewed: Vec<JobId> = renewal.leases.into_iter().map(|l| l.id).collect();
             if renewed.len() < plan.ids.len() {
-                let left: Vec<&JobId> =
-                    plan.ids.iter().filter(|id| !renewed.contains(id)).collect();
+                let mut answered: Vec<&str> = renewed.iter().map(String::as_str).collect();
+                answered.sort_unstable();
+                let left: Vec<&JobId> = plan
+                    .ids
+                    .iter()
+                    .filter(|id| answered.binary_search(&id.as_str()).is_err())
+                    .collect();
                 tracing::debug!(%lane, job_ids = %list(&left), "not renewed: the backend no longer drives them");
             }
             Some(renewed)
@@ -161,5 +188,27 @@ impl Tick for Renewer {
     async fn tick(&mut self) -> TickOutcome {
         self.round().await;
         TickOutcome::Idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Renewed;
+
+    fn ids(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_renewed_set_is_known_again_in_any_order_and_a_change_is_seen() {
+        let a = Renewed::of(&ids(&["r-1", "r-2", "r-3"]));
+        assert_eq!(a, Renewed::of(&ids(&["r-3", "r-1", "r-2"])));
+        assert_ne!(
+            a,
+            Renewed::of(&ids(&["r-1", "r-2", "r-4"])),
+            "one id swapped"
+        );
+        assert_ne!(a, Renewed::of(&ids(&["r-1", "r-2"])), "one id gone");
+        assert_eq!(Renewed::of(&[]), Renewed::default());
     }
 }

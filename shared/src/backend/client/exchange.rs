@@ -10,7 +10,7 @@ use crate::metrics::labels::BackendCall;
 use crate::secret::Secret;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use std::time::Duration;
 
 use super::*;
@@ -179,21 +179,21 @@ impl BackendClient {
         }
     }
 
-    pub(super) fn parse<T: DeserializeOwned>(
+    pub(super) fn parse<'a, T: Deserialize<'a>>(
         &self,
         call: Call,
         job_id: Option<&str>,
-        answer: &Answer,
+        answer: &'a Answer,
     ) -> Result<T, BackendError> {
         self.parse_scrubbing(call, job_id, answer, None)
     }
 
     /// Parses a 2xx body as `T`, naming the failing field by its path.
-    pub(super) fn parse_scrubbing<T: DeserializeOwned>(
+    pub(super) fn parse_scrubbing<'a, T: Deserialize<'a>>(
         &self,
         call: Call,
         job_id: Option<&str>,
-        answer: &Answer,
+        answer: &'a Answer,
         job_token: Option<&Secret>,
     ) -> Result<T, BackendError> {
         let malformed = |what: String| {

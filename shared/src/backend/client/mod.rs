@@ -24,9 +24,9 @@ use exchange::{bearer, bound_message};
 use super::error::{BackendError, Call};
 use super::types::{
     ActivePublish, ActivePublishes, ActiveRun, ActiveRuns, ClaimAnswer, ClaimedPublish, ClaimedRun,
-    FailureKind, JobId, JobState, JobView, Lease, LeaseRenewal, LeaseRequest, LostOutcome,
-    LostReport, PoisonedClaim, PublishClaim, PublishOutcome, PublishResult, RunClaim, SkippedEntry,
-    StatusAck, StatusReport,
+    FailureKind, JobId, JobState, JobView, Lease, LeaseRenewal, LostOutcome, LostReport,
+    PoisonedClaim, PublishClaim, PublishOutcome, PublishResult, RunClaim, SkippedEntry, StatusAck,
+    StatusReport,
 };
 use crate::clock::WallClock;
 use crate::names::is_label_value;
@@ -34,6 +34,7 @@ use crate::retry::{Backoff, Retries, Sleeper, TokioSleeper};
 use crate::secret::Secret;
 use reqwest::header::HeaderValue;
 use reqwest::{Method, StatusCode};
+use serde_json::value::RawValue;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -364,9 +365,7 @@ impl BackendClient {
         for id in ids {
             valid_input_id(call, id)?;
         }
-        let body = to_body(&LeaseRequest {
-            job_ids: ids.to_vec(),
-        });
+        let body = to_body(&LeaseBody { job_ids: ids });
         let answer = self.post(call, path.into(), None, Some(body)).await?;
         // Only the contract's 200 body is a renewal. A 204, another 2xx or a
         // body without `now` and `leases` renewed nothing we can trust, and a
@@ -386,10 +385,16 @@ impl BackendClient {
         // One odd entry must not fail the whole renewal (and close the
         // gate): it is skipped, counted as not renewed, and named.
         let raw: RawList = self.parse(call, None, &answer)?;
-        let (leases, mut skipped) = entries::<Lease>(raw.list("leases"), "leases");
+        let (leases, mut skipped) = entries::<Lease>(raw_entries(raw.leases), "leases");
+        // Sorted (the planner sends them so already), so checking 10,000
+        // answered leases is not 10,000 scans of the ask.
+        let mut asked_ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        if !asked_ids.is_sorted() {
+            asked_ids.sort_unstable();
+        }
         let mut asked = Vec::with_capacity(leases.len());
         for (index, lease) in leases {
-            if ids.contains(&lease.id) {
+            if asked_ids.binary_search(&lease.id.as_str()).is_ok() {
                 asked.push(lease);
             } else {
                 skipped.push(SkippedEntry {
@@ -415,7 +420,7 @@ impl BackendClient {
                 const CALL: Call = "GET /jobs/active";
                 let answer = self.get(CALL, "/jobs/active".into(), None).await?;
                 let raw: RawList = self.parse(CALL, None, &answer)?;
-                let (jobs, skipped) = entries::<ActiveRun>(raw.list("jobs"), "jobs");
+                let (jobs, skipped) = entries::<ActiveRun>(raw_entries(raw.jobs), "jobs");
                 Ok(ActiveRuns {
                     now: raw.now,
                     jobs: jobs.into_iter().map(|(_, j)| j).collect(),
@@ -435,7 +440,7 @@ impl BackendClient {
                 let answer = self.get(CALL, "/publish-jobs/active".into(), None).await?;
                 let raw: RawList = self.parse(CALL, None, &answer)?;
                 let (publish_jobs, skipped) =
-                    entries::<ActivePublish>(raw.list("publish_jobs"), "publish_jobs");
+                    entries::<ActivePublish>(raw_entries(raw.publish_jobs), "publish_jobs");
                 Ok(ActivePublishes {
                     now: raw.now,
                     publish_jobs: publish_jobs.into_iter().map(|(_, p)| p).collect(),
@@ -744,29 +749,38 @@ fn normalize_base_url(raw: &str) -> Result<String, BackendError> {
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
+/// The body of a lease renewal, borrowing the ids (the wire form of
+/// [`LeaseRequest`](super::types::LeaseRequest)).
+#[derive(serde::Serialize)]
+struct LeaseBody<'a> {
+    job_ids: &'a [JobId],
+}
+
 /// Serializes a request body. The wire types hold plain strings and enums,
 /// so serialization cannot fail; an empty object stands in if it ever did.
 fn to_body<T: serde::Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec())
 }
 
-/// A list answer read loosely: the backend's `now` and each list as raw
-/// entries, so one entry that does not fit is skipped, not the whole answer.
+/// A list answer read loosely: the backend's `now` and each list's entries
+/// as raw JSON borrowed from the body, so one entry that does not fit is
+/// skipped, not the whole answer, and a list of 10,000 entries is never
+/// held as a tree of values (one entry at a time is read into its type).
 #[derive(Debug, serde::Deserialize)]
-struct RawList {
+struct RawList<'a> {
     now: jiff::Timestamp,
-    #[serde(flatten)]
-    lists: std::collections::BTreeMap<String, serde_json::Value>,
+    #[serde(borrow, default)]
+    leases: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    jobs: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    publish_jobs: Option<&'a RawValue>,
 }
 
-impl RawList {
-    /// The entries of list `name` (none when absent or not a list).
-    fn list(&self, name: &str) -> Vec<serde_json::Value> {
-        match self.lists.get(name) {
-            Some(serde_json::Value::Array(items)) => items.clone(),
-            _ => Vec::new(),
-        }
-    }
+/// The entries of a list field (none when absent or not a list).
+fn raw_entries(list: Option<&RawValue>) -> Vec<&RawValue> {
+    list.and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .unwrap_or_default()
 }
 
 /// An entry type with an id checked as a job id.
@@ -795,18 +809,14 @@ impl WithId for ActivePublish {
 /// Reads each entry of list `field` as `T` (with a valid job id); the
 /// others are skipped with their position, id when readable, and why.
 fn entries<T: serde::de::DeserializeOwned + WithId>(
-    items: Vec<serde_json::Value>,
+    items: Vec<&RawValue>,
     field: &str,
 ) -> (Vec<(usize, T)>, Vec<SkippedEntry>) {
-    let mut read = Vec::new();
+    let mut read = Vec::with_capacity(items.len());
     let mut skipped = Vec::new();
     for (index, item) in items.into_iter().enumerate() {
-        let id = item
-            .get("id")
-            .and_then(serde_json::Value::as_str)
-            .filter(|id| is_job_id(id))
-            .map(str::to_owned);
-        match serde_path_to_error::deserialize::<_, T>(item) {
+        let mut de = serde_json::Deserializer::from_str(item.get());
+        match serde_path_to_error::deserialize::<_, T>(&mut de) {
             Ok(entry) if is_job_id(entry.id()) => read.push((index, entry)),
             Ok(_) => skipped.push(SkippedEntry {
                 index,
@@ -815,12 +825,23 @@ fn entries<T: serde::de::DeserializeOwned + WithId>(
             }),
             Err(error) => skipped.push(SkippedEntry {
                 index,
-                id,
+                id: readable_id(item),
                 why: format!("{field}[{index}].{}: {}", error.path(), error.inner()),
             }),
         }
     }
     (read, skipped)
+}
+
+/// The id of an entry that could not be read as a whole, when it has a
+/// valid one (only for naming the skipped entry).
+fn readable_id(item: &RawValue) -> Option<JobId> {
+    serde_json::from_str::<serde_json::Value>(item.get())
+        .ok()?
+        .get("id")
+        .and_then(serde_json::Value::as_str)
+        .filter(|id| is_job_id(id))
+        .map(str::to_owned)
 }
 
 #[cfg(test)]
