@@ -144,7 +144,8 @@ pub(crate) fn router(sim: Arc<Sim>, test_clock: bool) -> Router {
             .route("/admin/faults", post(add_fault).get(list_faults))
             .route("/admin/faults/clear", post(clear_faults))
             .route("/admin/history", get(audit_history))
-            .route("/admin/calls", get(call_counts).post(call_counts_reset));
+            .route("/admin/calls", get(call_counts).post(call_counts_reset))
+            .route("/admin/driven", post(seed_driven));
     }
     let faults = sim.faults.clone();
     router
@@ -529,6 +530,25 @@ async fn list_faults(State(sim): State<Arc<Sim>>, headers: HeaderMap) -> ApiResu
 async fn call_counts(State(sim): State<Arc<Sim>>, headers: HeaderMap) -> ApiResult {
     require_service(&sim, &headers)?;
     ok(StatusCode::OK, sim.calls.take(false))
+}
+
+/// `POST /admin/driven`: holds the given run and publish ids as claimed and
+/// driven (see `ops::seed_driven`); answers with what it seeded.
+async fn seed_driven(State(sim): State<Arc<Sim>>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    require_service(&sim, &headers)?;
+    let req: SeedDriven = parse(&body)?;
+    let seeded = sim
+        .run(move |tx, ctx| ops::seed_driven(tx, ctx, &req))
+        .await?;
+    tracing::info!(
+        runs = seeded.runs.len(),
+        publish_jobs = seeded.publish_jobs.len(),
+        "seeded driven jobs"
+    );
+    ok(
+        StatusCode::OK,
+        serde_json::json!({"runs": seeded.runs.len(), "publish_jobs": seeded.publish_jobs.len()}),
+    )
 }
 
 /// `POST /admin/calls`: the same, and the counts start again from none.

@@ -311,6 +311,45 @@ fn unique(ids: &[String]) -> Vec<&String> {
     ids.iter().filter(|id| seen.insert(id.as_str())).collect()
 }
 
+/// `POST /admin/driven`: inserts the runs as `running` and the publishes as
+/// `dispatched`, each with a current lease and a token nobody holds, as if
+/// claimed long ago (no history is written: nothing reads it for these).
+/// An id that exists already is a bad request, and nothing is inserted.
+pub(crate) fn seed_driven(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    req: &SeedDriven,
+) -> Result<SeedDriven, OpError> {
+    let lease = ctx.lease_until();
+    let exists = |e: rusqlite::Error| match e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            OpError::BadRequest("an id to seed exists already".into())
+        }
+        other => OpError::from(other),
+    };
+    let mut runs = tx.prepare_cached(
+        "INSERT INTO runs (id, harness, model, launch_request, state, attempt, token_hash, \
+         lease_expires_at, enqueued_at) VALUES (?1, 'seeded', 'seeded', '{}', 'running', 1, \
+         'seeded', ?2, ?3)",
+    )?;
+    for id in &req.runs {
+        runs.execute(params![id, lease, ctx.now_ms])
+            .map_err(exists)?;
+    }
+    let mut publishes = tx.prepare_cached(
+        "INSERT INTO publishes (id, request, state, attempt, token_hash, lease_expires_at, \
+         enqueued_at, dispatched_at) VALUES (?1, '{}', 'dispatched', 1, 'seeded', ?2, ?3, ?3)",
+    )?;
+    for id in &req.publish_jobs {
+        publishes
+            .execute(params![id, lease, ctx.now_ms])
+            .map_err(exists)?;
+    }
+    Ok(req.clone())
+}
+
 /// `POST /jobs/leases`: renews every listed run that is driven.
 pub(crate) fn renew_run_leases(
     tx: &Transaction<'_>,

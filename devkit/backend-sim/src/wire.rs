@@ -46,6 +46,17 @@ pub struct LeaseRequest {
     pub job_ids: Vec<String>,
 }
 
+/// `POST /admin/driven` (test admin only): jobs to hold as already claimed
+/// and driven, under these ids, for benchmarks that need a backend driving
+/// thousands of jobs without claiming each one.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct SeedDriven {
+    #[serde(default)]
+    pub runs: Vec<String>,
+    #[serde(default)]
+    pub publish_jobs: Vec<String>,
+}
+
 /// `POST /jobs/{id}/lost`, `POST /publish-jobs/{id}/lost`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct LostReport {

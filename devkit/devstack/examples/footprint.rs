@@ -3,7 +3,11 @@
 //! `cargo run --release -p tcab-devstack --example footprint [-- SIZES...]`
 //!
 //! For each size (default `1 10000 100000`): a fresh dev stack, that many
-//! owned Jobs that never get a pod (a fifth of them publishes), the three
+//! owned Jobs that never get a pod (a fifth of them publishes), each driven
+//! by the backend as if claimed (so every renewal answers with every lease
+//! and every active list names every job, as in production; with
+//! `--unknown-to-backend` the backend knows none of them, the method before
+//! 2026-12-02's second round), the three
 //! containers restarted so each lists them into its cache, then 10 s of
 //! steady state at a 1 s poll. Prints each container's resident memory
 //! (now and peak), the memory per cached Job from the smallest and largest
@@ -32,6 +36,10 @@ struct Args {
     /// Numbers of owned Jobs, one fresh stack each
     #[arg(default_values_t = [1usize, 10_000, 100_000])]
     sizes: Vec<usize>,
+    /// Leave the Jobs' ids unknown to the backend (renewals and active
+    /// lists then answer with nothing)
+    #[arg(long)]
+    unknown_to_backend: bool,
 }
 
 /// What one size measured.
@@ -51,10 +59,13 @@ fn figure(name: &str, value: f64, unit: &str) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Args { sizes } = Args::parse();
+    let Args {
+        sizes,
+        unknown_to_backend,
+    } = Args::parse();
     let mut all = Vec::new();
     for jobs in sizes {
-        let m = measure(jobs).await?;
+        let m = measure(jobs, !unknown_to_backend).await?;
         println!("\nresident memory with {} owned Jobs cached:", m.jobs);
         for (binary, mem) in &m.memory {
             let Memory {
@@ -156,13 +167,21 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-async fn measure(jobs: usize) -> anyhow::Result<Measured> {
+async fn measure(jobs: usize, driven: bool) -> anyhow::Result<Measured> {
     let dir = tempfile::tempdir()?;
     let mut options = StackOptions::new(dir.path());
     options.poll_seconds = POLL_SECONDS;
     let mut stack = Stack::start(options).await?;
     let admin = AdminClient::new(stack.cluster.url());
     admin.never_pod_next(jobs as u32).await?;
+    if driven {
+        let (publishes, runs): (Vec<usize>, Vec<usize>) = (0..jobs).partition(|i| is_publish(*i));
+        let ids = |of: Vec<usize>| of.into_iter().map(job_id).collect::<Vec<_>>();
+        stack
+            .backend
+            .seed_driven(&ids(runs), &ids(publishes))
+            .await?;
+    }
 
     let started = Instant::now();
     let created = create_jobs(&stack, jobs).await?;
@@ -227,6 +246,16 @@ async fn measure(jobs: usize) -> anyhow::Result<Measured> {
     Ok(m)
 }
 
+/// Whether Job `i` is a publish (a fifth of them are).
+fn is_publish(i: usize) -> bool {
+    i % 5 == 0
+}
+
+/// The backend job id of Job `i`.
+fn job_id(i: usize) -> String {
+    format!("bench-{i}")
+}
+
 /// Creates `jobs` owned Jobs through the API (32 in flight); answers how
 /// many were created.
 async fn create_jobs(stack: &Stack, jobs: usize) -> anyhow::Result<usize> {
@@ -242,12 +271,12 @@ async fn create_jobs(stack: &Stack, jobs: usize) -> anyhow::Result<usize> {
         .map(|i| {
             let (client, url, token) = (client.clone(), url.clone(), token.clone());
             async move {
-                let kind = if i % 5 == 0 { "publish" } else { "run" };
+                let kind = if is_publish(i) { "publish" } else { "run" };
                 let job = json!({
                     "apiVersion": "batch/v1", "kind": "Job",
                     "metadata": {"name": format!("bench-{kind}-{i}"), "labels": {
                         "app.kubernetes.io/managed-by": "tcab-dispatcher",
-                        "tcab.dev/job-kind": kind, "tcab.dev/job-id": format!("bench-{i}"),
+                        "tcab.dev/job-kind": kind, "tcab.dev/job-id": job_id(i),
                         "tcab.dev/claim": "00000000"}},
                     "spec": {"backoffLimit": 0, "template": {
                         "metadata": {"labels": {"app.kubernetes.io/managed-by": "tcab-dispatcher"}},

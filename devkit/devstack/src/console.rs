@@ -172,6 +172,23 @@ impl Backend {
             .await
     }
 
+    /// Holds these run and publish ids as claimed and driven (`POST
+    /// /admin/driven`, test admin only): a backend driving thousands of
+    /// jobs without claiming each.
+    pub async fn seed_driven(
+        &self,
+        runs: &[String],
+        publish_jobs: &[String],
+    ) -> anyhow::Result<()> {
+        self.call(
+            reqwest::Method::POST,
+            "/admin/driven",
+            Some(serde_json::json!({"runs": runs, "publish_jobs": publish_jobs})),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// The calls the backend served per caller `User-Agent` and route
     /// (`GET /admin/calls`, test admin only); with `reset`, its counts start
     /// again from none (`POST`).

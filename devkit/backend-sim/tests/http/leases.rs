@@ -170,3 +170,53 @@ async fn the_old_token_is_refused_as_soon_as_the_job_is_requeued() {
     assert_eq!(again, a);
     assert_ne!(new_token, old_token);
 }
+
+/// Seeded jobs are driven as if claimed: their leases renew and the active
+/// lists show them; seeding an id twice is refused and changes nothing.
+#[tokio::test]
+async fn seeded_jobs_are_driven_renewed_and_listed() {
+    let rig = Rig::start().await;
+    let r = rig
+        .post(
+            "/admin/driven",
+            json!({"runs": ["seed-r1", "seed-r2"], "publish_jobs": ["seed-p1"]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body, json!({"runs": 2, "publish_jobs": 1}));
+    let renewed = rig
+        .post(
+            "/jobs/leases",
+            json!({"job_ids": ["seed-r1", "seed-r2", "other"]}),
+        )
+        .await;
+    let ids: Vec<&str> = renewed.body["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["seed-r1", "seed-r2"]);
+    let renewed = rig
+        .post("/publish-jobs/leases", json!({"job_ids": ["seed-p1"]}))
+        .await;
+    assert_eq!(renewed.body["leases"][0]["id"], "seed-p1");
+    let active = rig.get("/jobs/active").await;
+    assert_eq!(
+        active.body["jobs"].as_array().unwrap().len(),
+        2,
+        "{:?}",
+        active.body
+    );
+    assert_eq!(active.body["jobs"][0]["state"], "running");
+    let again = rig
+        .post("/admin/driven", json!({"runs": ["seed-r3", "seed-r1"]}))
+        .await;
+    assert_eq!(again.status, StatusCode::BAD_REQUEST, "{:?}", again.body);
+    let active = rig.get("/jobs/active").await;
+    assert_eq!(
+        active.body["jobs"].as_array().unwrap().len(),
+        2,
+        "seed-r3 was not kept"
+    );
+}
