@@ -248,7 +248,7 @@ async fn measure(jobs: usize, driven: bool) -> anyhow::Result<Measured> {
 
 /// Whether Job `i` is a publish (a fifth of them are).
 fn is_publish(i: usize) -> bool {
-    i % 5 == 0
+    i.is_multiple_of(5)
 }
 
 /// The backend job id of Job `i`.
