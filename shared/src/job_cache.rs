@@ -576,10 +576,14 @@ impl OwnedJobs {
                 (false, None, None)
             }
             Event::InitApply(summary) => {
-                state
-                    .relist
-                    .get_or_insert_with(Jobs::new)
-                    .replace(Entry(Arc::new(summary)));
+                // An unchanged Job shares the summary the cache holds: a
+                // relist then costs a pointer per Job until it completes,
+                // not a second copy of every summary.
+                let entry = match state.jobs.get(summary.name.as_str()) {
+                    Some(held) if *held.0 == summary => Entry(Arc::clone(&held.0)),
+                    _ => Entry(Arc::new(summary)),
+                };
+                state.relist.get_or_insert_with(Jobs::new).replace(entry);
                 (false, None, None)
             }
             Event::InitDone => {
@@ -1129,6 +1133,36 @@ mod tests {
             s.job_id,
             Some(crate::inline_str::InlineStr::Inline { .. })
         ));
+    }
+
+    /// A relist shares the summary of every Job that did not change, so the
+    /// cache never holds two copies of an unchanged Job while it relists.
+    #[test]
+    fn a_relist_shares_the_summaries_of_unchanged_jobs() {
+        let a = || {
+            job(
+                "tcab-driver-a-1",
+                json!({"tcab.dev/job-id": "a"}),
+                json!({}),
+            )
+        };
+        let b = |active| {
+            job(
+                "tcab-driver-b-1",
+                json!({"tcab.dev/job-id": "b"}),
+                json!({"active": active}),
+            )
+        };
+        let cache = OwnedJobs::listed([a(), b(0)]);
+        let before = cache.snapshot();
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(a()));
+        cache.apply(Event::InitApply(b(1)));
+        cache.apply(Event::InitDone);
+        let after = cache.snapshot();
+        assert!(Arc::ptr_eq(&before[0], &after[0]), "a is unchanged: shared");
+        assert!(!Arc::ptr_eq(&before[1], &after[1]), "b changed: its own");
+        assert_eq!(after[1].active_pods, 1);
     }
 
     #[test]
