@@ -22,7 +22,11 @@
 //! on any doubt it keeps them and plans again on a later tick. Every
 //! Kubernetes call is bounded; a tick in progress at SIGTERM is finished.
 //!
-//! - [`plan`]: the reap plan and the confirmation, pure;
+//! - [`plan`]: the reap plan and the confirmation, pure, one decision a
+//!   file: the verdict of a job id from its Jobs ([`plan::judge_ids`]), the
+//!   keep or delete of one pod ([`plan::plan`]), what a reap lists
+//!   ([`plan::reap_selector`]), the fresh read before a delete
+//!   ([`plan::confirm`]);
 //! - [`memory`]: what is due (a reap awaited, the sweep's cadence);
 //! - [`run`]: the tick's I/O, one step a file (reading the Job view, listing
 //!   the sandboxes, asking the backend, confirming and deleting), and
