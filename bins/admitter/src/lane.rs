@@ -14,7 +14,7 @@ use crate::admit::{
 use crate::keeper_client::KeeperClient;
 use crate::lanes::LaneState;
 use crate::plan::{self, Decision, HoldReason, LaneInput, LaneSnapshot};
-use crate::run::AdmitterSettings;
+use crate::settings::AdmitterSettings;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;

@@ -20,7 +20,10 @@
 //!   admission gate (whose verdict the lease-keeper judges; the admitter acts
 //!   on it as given, a lease-keeper it cannot reach being a closed gate);
 //! - [`metrics`]: the lanes' metrics, recorded from each tick's report;
-//! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
+//! - [`settings`]: what the admitter reads from its configuration (caps,
+//!   gate bound, settle limits), which the lanes, the metrics and the loop
+//!   read;
+//! - [`mod@run`]: both lanes together ([`Admitter::tick`] for
 //!   tests) and `run(config, deps, shutdown)`, which runs each lane's loop
 //!   under the shared supervisor (`tcab_shared::runtime`);
 //! - [`config`]: the admitter's configuration, read from the environment;
@@ -51,8 +54,10 @@ pub mod metrics;
 pub mod plan;
 pub mod preflight;
 pub mod run;
+pub mod settings;
 pub mod settle;
 
 pub use config::AdmitterConfig;
 pub use lane::{AdmissionResult, LaneAdmitter, LaneReport};
-pub use run::{Admitter, AdmitterSettings, Deps, TickReport, run};
+pub use run::{Admitter, Deps, TickReport, run};
+pub use settings::AdmitterSettings;

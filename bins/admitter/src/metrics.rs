@@ -12,7 +12,7 @@
 use crate::admit::{CreateFailure, LaneOutcome};
 use crate::lane::{AdmissionResult, LaneAdmitter, LaneReport};
 use crate::plan::{Decision, HoldReason};
-use crate::run::AdmitterSettings;
+use crate::settings::AdmitterSettings;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
