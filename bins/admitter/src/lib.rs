@@ -14,7 +14,9 @@
 //!   empty claim, Jobs created that the cache has not shown yet, creations
 //!   not settled yet);
 //! - [`admit`]: one admission (claim, vault `Put`, create and settle; `Forget`
-//!   the token when no Job will exist);
+//!   the token when no Job will exist), one step a file: reading the claim,
+//!   ending a poisoned claim once, deleting the stale Jobs of its id,
+//!   settling the create into the lane's outcome;
 //! - [`lane`]: one lane's loop and its report;
 //! - [`keeper_client`]: the gRPC client of the lease-keeper's token vault and
 //!   admission gate (whose verdict the lease-keeper judges; the admitter acts
