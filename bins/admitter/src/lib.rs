@@ -17,7 +17,9 @@
 //!   the token when no Job will exist), one step a file: reading the claim,
 //!   ending a poisoned claim once, deleting the stale Jobs of its id,
 //!   settling the create into the lane's outcome;
-//! - [`lane`]: one lane's loop and its report;
+//! - [`lane`]: one lane's loop (the tick: settle, snapshot, decide, ask the
+//!   gate, admit), its report ([`LaneReport`]), and, a file each, settling
+//!   what earlier ticks left and recording each outcome in the lane's memory;
 //! - [`keeper_client`]: the gRPC client of the lease-keeper's token vault and
 //!   admission gate (whose verdict the lease-keeper judges; the admitter acts
 //!   on it as given, a lease-keeper it cannot reach being a closed gate);
