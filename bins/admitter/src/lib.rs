@@ -23,7 +23,9 @@
 //! - [`keeper_client`]: the gRPC client of the lease-keeper's token vault and
 //!   admission gate (whose verdict the lease-keeper judges; the admitter acts
 //!   on it as given, a lease-keeper it cannot reach being a closed gate);
-//! - [`metrics`]: the lanes' metrics, recorded from each tick's report;
+//! - [`metrics`]: the lanes' metrics, recorded from each tick's report (what
+//!   a report counts as, outcome, error, gate, saturation, queue wait, is
+//!   read apart, pure);
 //! - [`settings`]: what the admitter reads from its configuration (caps,
 //!   gate bound, settle limits), which the lanes, the metrics and the loop
 //!   read;
