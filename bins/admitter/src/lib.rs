@@ -14,13 +14,22 @@
 //!   empty claim, Jobs created that the cache has not shown yet, creations
 //!   not settled yet);
 //! - [`admit`]: one admission (claim, vault `Put`, create and settle; `Forget`
-//!   the token when no Job will exist);
-//! - [`lane`]: one lane's loop and its report;
+//!   the token when no Job will exist), one step a file: reading the claim,
+//!   ending a poisoned claim once, deleting the stale Jobs of its id,
+//!   settling the create into the lane's outcome;
+//! - [`lane`]: one lane's loop (the tick: settle, snapshot, decide, ask the
+//!   gate, admit), its report ([`LaneReport`]), and, a file each, settling
+//!   what earlier ticks left and recording each outcome in the lane's memory;
 //! - [`keeper_client`]: the gRPC client of the lease-keeper's token vault and
 //!   admission gate (whose verdict the lease-keeper judges; the admitter acts
 //!   on it as given, a lease-keeper it cannot reach being a closed gate);
-//! - [`metrics`]: the lanes' metrics, recorded from each tick's report;
-//! - [`mod@run`]: the settings, both lanes together ([`Admitter::tick`] for
+//! - [`metrics`]: the lanes' metrics, recorded from each tick's report (what
+//!   a report counts as, outcome, error, gate, saturation, queue wait, is
+//!   read apart, pure);
+//! - [`settings`]: what the admitter reads from its configuration (caps,
+//!   gate bound, settle limits), which the lanes, the metrics and the loop
+//!   read;
+//! - [`mod@run`]: both lanes together ([`Admitter::tick`] for
 //!   tests) and `run(config, deps, shutdown)`, which runs each lane's loop
 //!   under the shared supervisor (`tcab_shared::runtime`);
 //! - [`config`]: the admitter's configuration, read from the environment;
@@ -51,8 +60,10 @@ pub mod metrics;
 pub mod plan;
 pub mod preflight;
 pub mod run;
+pub mod settings;
 pub mod settle;
 
 pub use config::AdmitterConfig;
 pub use lane::{AdmissionResult, LaneAdmitter, LaneReport};
-pub use run::{Admitter, AdmitterSettings, Deps, TickReport, run};
+pub use run::{Admitter, Deps, TickReport, run};
+pub use settings::AdmitterSettings;

@@ -5,7 +5,10 @@
 //!
 //! - [`plan`]: every decision, pure ([`plan::renew`], [`plan::gate`],
 //!   [`plan::failures`], [`plan::deaths`], [`plan::lost`], [`plan::tokens`]);
-//! - [`cause`]: reading why a Job died from its pod and its conditions;
+//! - [`cause`]: reading why a Job died ([`cause::death_cause`]), one input
+//!   a file: the pod's status, the Job's conditions, a pod that can never
+//!   start ([`cause::start_failure`]), the log tail of the death detail
+//!   ([`cause::death_detail`]);
 //! - [`run`]: the renewal and report loops, and `run(config, deps, shutdown)`,
 //!   which serves the vault and runs both loops under the shared supervisor
 //!   (`tcab_shared::runtime`);

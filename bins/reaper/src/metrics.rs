@@ -3,7 +3,7 @@
 //! recorded from each tick's report at the loop's edge. Its Kubernetes API
 //! errors are counted where every call is made (`kube_api::call`).
 
-use crate::run::TickReport;
+use crate::report::TickReport;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -71,7 +71,7 @@ impl ReaperMetrics {
 mod tests {
     use super::*;
     use crate::plan::DeleteReason;
-    use crate::run::{DeleteOutcome, DeleteRecord, SkipReason};
+    use crate::report::{DeleteOutcome, DeleteRecord, SkipReason};
     use tcab_shared::metrics::{Common, Exporter};
 
     fn record(reason: DeleteReason, outcome: DeleteOutcome) -> DeleteRecord {

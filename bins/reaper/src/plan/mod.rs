@@ -18,27 +18,32 @@
 //!   older than the grace; or, by the same gates, the only Jobs with its job
 //!   id are driver Jobs that succeeded (a **leftover**: the driver finished
 //!   but its own cleanup did not land, say while the API server was down).
+//!
+//! Each decision has its module: `verdicts` judges a job id from its Jobs,
+//! `decide` one pod, `listing` what a reap lists and what the LIST showed,
+//! `confirm` the fresh read before the deletes; `pods` reads a pod and
+//! `reasons` says why a pod goes or stays. This module holds the snapshot,
+//! the plan and [`plan`] itself.
 
+mod confirm;
+mod decide;
+mod listing;
+mod pods;
+mod reasons;
+mod verdicts;
+
+pub use confirm::confirm;
+pub use listing::{MAX_SELECTED_IDS, listed_all_of, mismatches, reap_selector};
+pub use pods::PodSummary;
+pub use reasons::{DeleteReason, KeepReason, ReapKind};
+pub use verdicts::{IdVerdict, job_key, judge_ids, tick_verdicts};
+
+use decide::decide;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::time::Duration;
-use tcab_shared::Lane;
-use tcab_shared::backend::client::is_job_id;
-use tcab_shared::job_cache::{JobPhase, JobSummary, summaries};
-use tcab_shared::names;
-
-/// Labels the Job controller puts on the pods of a Job. A pod carrying one
-/// of them is a Job's own pod (such as the driver's), never a sandbox.
-const JOB_POD_LABELS: [&str; 4] = [
-    names::JOB_NAME,
-    "batch.kubernetes.io/job-name",
-    "controller-uid",
-    "batch.kubernetes.io/controller-uid",
-];
+use tcab_shared::job_cache::JobSummary;
 
 /// The reaper's settings, from its configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,265 +63,6 @@ pub struct SweepSettings {
     /// How long past its pods' termination grace a failing driver Job may
     /// stay unfinished before it is judged dead.
     pub terminating_margin: Duration,
-}
-
-/// The fields of one pod the plan reads.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PodSummary {
-    /// The pod's namespace.
-    pub namespace: String,
-    /// The pod's name.
-    pub name: String,
-    /// The pod's uid; a delete is made conditional on it when known.
-    pub uid: Option<String>,
-    /// `app.kubernetes.io/managed-by`, if labelled.
-    pub managed_by: Option<String>,
-    /// `tcab.dev/job-id`, if labelled.
-    pub job_id: Option<String>,
-    /// `metadata.creationTimestamp`.
-    pub created_at: Option<Timestamp>,
-    /// `metadata.deletionTimestamp` is set: the pod is already going away.
-    pub terminating: bool,
-    /// The pod belongs to a Job (an owner reference to a Job, or the Job
-    /// controller's labels): a Job's own pod, such as the driver's.
-    pub job_owned: bool,
-}
-
-impl PodSummary {
-    /// Reads the summary of a pod. `default_namespace` is used when the
-    /// object names none (a list always does).
-    pub fn from_pod(pod: &Pod, default_namespace: &str) -> Self {
-        let pod_labels = pod.labels();
-        let meta = &pod.metadata;
-        let owned_by_job = meta
-            .owner_references
-            .as_ref()
-            .is_some_and(|refs| refs.iter().any(|r| r.kind == "Job"));
-        let labelled_as_job_pod = JOB_POD_LABELS.iter().any(|k| pod_labels.contains_key(*k));
-        PodSummary {
-            namespace: meta
-                .namespace
-                .clone()
-                .unwrap_or_else(|| default_namespace.to_owned()),
-            name: pod.name_any(),
-            uid: meta.uid.clone(),
-            managed_by: pod_labels.get(names::MANAGED_BY).cloned(),
-            job_id: pod_labels.get(names::JOB_ID).cloned(),
-            created_at: meta.creation_timestamp.as_ref().map(|t| t.0),
-            terminating: meta.deletion_timestamp.is_some(),
-            job_owned: owned_by_job || labelled_as_job_pod,
-        }
-    }
-
-    /// `namespace/name`, for logs.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
-}
-
-/// The key the reaper remembers a Job by: its uid, or its name when the
-/// server gave no uid.
-pub fn job_key(job: &JobSummary) -> &str {
-    if job.uid.is_empty() {
-        &job.name
-    } else {
-        &job.uid
-    }
-}
-
-/// The two kinds of reap, as metrics count them (`driver_failed`,
-/// `orphan`: the `reason` label of `sandboxes_reaped_total`, declared with
-/// the other label values).
-pub use tcab_shared::metrics::labels::ReapReason as ReapKind;
-
-/// Why a pod is deleted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeleteReason {
-    /// A driver Job with the pod's job id failed terminally, its pods have
-    /// finished, and no Job with that id is live.
-    DriverJobFailed {
-        /// The failed driver Job (the first by name when several failed).
-        job: String,
-    },
-    /// A driver Job with the pod's job id has shown failure for longer than
-    /// its pods' termination grace plus the margin without finishing (a
-    /// lost node): it is judged dead.
-    DriverJobStuck {
-        /// The Job judged dead (the first by name).
-        job: String,
-    },
-    /// No owned Job carries the pod's job id, the backend does not list the
-    /// job as driven, and the pod is older than the grace.
-    Orphan {
-        /// How old the pod is.
-        age: SignedDuration,
-    },
-    /// Every Job with the pod's job id is a driver Job that succeeded: the
-    /// driver exited, so nothing uses the sandbox, but its own cleanup did
-    /// not land. Swept by the orphan sweep's rules (the backend does not
-    /// drive the job, the pod is older than the grace).
-    Leftover {
-        /// The succeeded driver Job (the first by name).
-        job: String,
-        /// How old the pod is.
-        age: SignedDuration,
-    },
-}
-
-impl DeleteReason {
-    /// The kind of reap, for metrics.
-    pub fn kind(&self) -> ReapKind {
-        match self {
-            DeleteReason::DriverJobFailed { .. } | DeleteReason::DriverJobStuck { .. } => {
-                ReapKind::DriverFailed
-            }
-            DeleteReason::Orphan { .. } | DeleteReason::Leftover { .. } => ReapKind::Orphan,
-        }
-    }
-}
-
-impl fmt::Display for DeleteReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DeleteReason::DriverJobFailed { job } => write!(f, "driver Job {job} failed"),
-            DeleteReason::DriverJobStuck { job } => write!(
-                f,
-                "driver Job {job} judged dead: failing past its termination grace and margin"
-            ),
-            DeleteReason::Orphan { age } => write!(
-                f,
-                "orphan: no owned Job has its job id, the backend does not drive it, {}s old",
-                age.as_secs()
-            ),
-            DeleteReason::Leftover { job, age } => write!(
-                f,
-                "leftover: driver Job {job} succeeded without deleting it, the backend does not drive it, {}s old",
-                age.as_secs()
-            ),
-        }
-    }
-}
-
-/// Why a pod is kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeepReason {
-    /// It lacks the driver's managed-by value: not a sandbox.
-    NotDriverManaged,
-    /// It carries the job id of a dead driver whose sandboxes are due, but
-    /// another managed-by value than the driver's (and not the dispatcher's:
-    /// it is no driver pod): possibly a sandbox of a driver that labels with
-    /// a value of its own. Not ours to match: kept, and warned about once.
-    ManagedByMismatch {
-        /// Its managed-by value, if any.
-        managed_by: Option<String>,
-    },
-    /// It is a Job's own pod (the driver's, whose logs the death report reads).
-    JobPod,
-    /// It has no valid `tcab.dev/job-id` label, so it maps to no backend job.
-    NoJobId,
-    /// It is already being deleted.
-    Terminating,
-    /// A Job with its job id is live (a newer claim of the same backend job,
-    /// or the driver itself).
-    LiveJob {
-        /// The live Job (the first by name).
-        job: String,
-    },
-    /// A driver Job with its job id failed, but that Job's pods are still
-    /// terminating (a cluster before 1.31 marks `Failed` early): the driver
-    /// may still be handing over. Reaped once they finish, or once the Job
-    /// is judged dead.
-    PodsTerminating {
-        /// The failed Job (the first by name).
-        job: String,
-        /// Its `status.terminating`.
-        terminating: i32,
-    },
-    /// Jobs with its job id exist, but none failed and none is live, and
-    /// not every one is a succeeded driver (a failed publisher: never a
-    /// sandbox's owner).
-    NoFailedDriverJob {
-        /// One such Job (the first by name).
-        job: String,
-        /// That Job's phase.
-        phase: JobPhase,
-    },
-    /// Every Job with its job id is a driver Job that succeeded. A driver
-    /// normally deletes its own sandbox before it exits; one it left is
-    /// swept as a [`DeleteReason::Leftover`] under the orphan sweep's rules.
-    DriverSucceeded {
-        /// One such Job (the first by name).
-        job: String,
-    },
-    /// No owned Job has its job id, and the orphan sweep is off.
-    SweepDisabled,
-    /// No owned Job has its job id, but the orphan sweep is not due this
-    /// tick (the backend was not asked).
-    SweepNotDue,
-    /// No owned Job has its job id, but the backend's list of driven jobs
-    /// could not be read this round.
-    DrivenUnknown,
-    /// No owned Job has its job id, but the backend lists the job as driven
-    /// (its Job may be too new for the view, or in another namespace).
-    DrivenByBackend,
-    /// No owned Job has its job id, but its age is unknown.
-    AgeUnknown,
-    /// No owned Job has its job id, but it is younger than the grace.
-    TooYoung {
-        /// How old the pod is.
-        age: SignedDuration,
-    },
-    /// A fresh read of the owned Jobs carrying its job id, made just before
-    /// the delete, found a Job the plan did not account for.
-    JobFound {
-        /// That Job.
-        job: String,
-    },
-}
-
-impl fmt::Display for KeepReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KeepReason::NotDriverManaged => f.write_str("not managed by the driver"),
-            KeepReason::ManagedByMismatch { managed_by } => write!(
-                f,
-                "a dead driver's job id, but managed by {:?}, not the expected driver value",
-                managed_by.as_deref().unwrap_or("")
-            ),
-            KeepReason::JobPod => f.write_str("a Job's own pod"),
-            KeepReason::NoJobId => f.write_str("no valid job-id label"),
-            KeepReason::Terminating => f.write_str("already terminating"),
-            KeepReason::LiveJob { job } => write!(f, "Job {job} with its job id is live"),
-            KeepReason::PodsTerminating { job, terminating } => write!(
-                f,
-                "driver Job {job} failed but {terminating} of its pods are still terminating"
-            ),
-            KeepReason::NoFailedDriverJob { job, phase } => {
-                write!(
-                    f,
-                    "no failed driver Job for its job id ({job} is {phase:?})"
-                )
-            }
-            KeepReason::DriverSucceeded { job } => {
-                write!(f, "driver Job {job} with its job id succeeded")
-            }
-            KeepReason::SweepDisabled => f.write_str("orphan, but the orphan sweep is off"),
-            KeepReason::SweepNotDue => f.write_str("orphan candidate; the sweep is not due"),
-            KeepReason::DrivenUnknown => {
-                f.write_str("orphan candidate, but the backend's driven jobs are unknown")
-            }
-            KeepReason::DrivenByBackend => {
-                f.write_str("no owned Job has its job id, but the backend drives it")
-            }
-            KeepReason::AgeUnknown => f.write_str("orphan of unknown age"),
-            KeepReason::TooYoung { age } => {
-                write!(f, "orphan only {}s old, inside the grace", age.as_secs())
-            }
-            KeepReason::JobFound { job } => {
-                write!(f, "a fresh read found Job {job} with its job id")
-            }
-        }
-    }
 }
 
 /// What the backend said about the jobs it drives, for the orphan sweep.
@@ -386,225 +132,6 @@ pub struct ReapPlan {
     pub keep: Vec<PodKept>,
 }
 
-/// What the owned Jobs say about the sandboxes of one job id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IdVerdict {
-    /// Reap them.
-    Reap {
-        /// Why (a driver Job that failed, or one judged dead).
-        reason: DeleteReason,
-        /// Keys of every dead driver Job with the id: the reap completes
-        /// all of them at once, since sandboxes carry the job id, not the claim.
-        jobs: BTreeSet<String>,
-    },
-    /// Keep them.
-    Hold(KeepReason),
-}
-
-/// Where one owned Job stands, for the reap of its job id's sandboxes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Standing {
-    /// Live (and not judged dead): holds the reap.
-    Live,
-    /// A failed driver Job whose pods are still terminating: holds the reap.
-    Terminating(i32),
-    /// A driver Job that failed with its pods finished.
-    Failed,
-    /// A driver Job judged dead without finishing.
-    Stuck,
-    /// A driver Job that succeeded: its sandboxes are leftovers, if any.
-    Succeeded,
-    /// Anything else (a succeeded or failed publisher): reaps nothing.
-    Other(JobPhase),
-}
-
-fn standing(job: &JobSummary, dead: &BTreeSet<String>) -> Standing {
-    let driver = job.lane == Lane::Run;
-    // Judged dead only while it still shows what it was judged on.
-    let judged_dead = driver
-        && dead.contains(job_key(job))
-        && (job.phase == JobPhase::Failed || job.shows_failure());
-    match job.phase {
-        JobPhase::Live if judged_dead => Standing::Stuck,
-        JobPhase::Live => Standing::Live,
-        JobPhase::Failed if driver => {
-            if job.terminating_pods <= 0 {
-                Standing::Failed
-            } else if judged_dead {
-                Standing::Stuck
-            } else {
-                Standing::Terminating(job.terminating_pods)
-            }
-        }
-        JobPhase::Succeeded if driver => Standing::Succeeded,
-        phase => Standing::Other(phase),
-    }
-}
-
-/// The first Job by name of each standing, for one job id.
-#[derive(Debug, Default)]
-struct JobsForId<'a> {
-    live: Option<&'a JobSummary>,
-    terminating: Option<(&'a JobSummary, i32)>,
-    dead: Option<(&'a JobSummary, bool)>,
-    dead_keys: BTreeSet<String>,
-    succeeded: Option<(&'a JobSummary, ())>,
-    other: Option<(&'a JobSummary, JobPhase)>,
-}
-
-fn first<'a, T>(slot: &mut Option<(&'a JobSummary, T)>, job: &'a JobSummary, extra: T) {
-    if slot
-        .as_ref()
-        .is_none_or(|(current, _)| job.name < current.name)
-    {
-        *slot = Some((job, extra));
-    }
-}
-
-/// Judges every job id the owned Jobs carry. A live Job (not judged dead)
-/// holds the id's sandboxes; then a failed driver Job whose pods still
-/// terminate; then a dead driver Job reaps them; any other Job keeps them,
-/// and when all of them are succeeded drivers the verdict says so (their
-/// sandboxes are leftovers for the sweep).
-/// Jobs whose job id is not a valid backend id are left out.
-pub fn judge_ids(
-    jobs: &[impl Borrow<JobSummary>],
-    dead: &BTreeSet<String>,
-) -> BTreeMap<String, IdVerdict> {
-    judge_ids_where(jobs, dead, |_| true)
-}
-
-/// The verdicts a tick needs, judged once from its view: those of every
-/// job id with a driver Job that failed or was judged dead (the only ids a
-/// verdict can reap), and of the ids `also` names (the listed sandboxes'
-/// ids, the ids warned about). Each verdict is [`judge_ids`]'s; the other
-/// ids, most of them at scale, are not judged at all.
-pub fn tick_verdicts(
-    jobs: &[impl Borrow<JobSummary>],
-    dead: &BTreeSet<String>,
-    also: &BTreeSet<&str>,
-) -> BTreeMap<String, IdVerdict> {
-    let reapable: BTreeSet<&str> = summaries(jobs)
-        .filter(|job| matches!(standing(job, dead), Standing::Failed | Standing::Stuck))
-        .filter_map(|job| job.job_id.as_deref())
-        .collect();
-    judge_ids_where(jobs, dead, |id| reapable.contains(id) || also.contains(id))
-}
-
-/// [`judge_ids`] for the ids `wanted` accepts only.
-fn judge_ids_where(
-    jobs: &[impl Borrow<JobSummary>],
-    dead: &BTreeSet<String>,
-    wanted: impl Fn(&str) -> bool,
-) -> BTreeMap<String, IdVerdict> {
-    let mut index: BTreeMap<&str, JobsForId> = BTreeMap::new();
-    for job in summaries(jobs) {
-        let Some(id) = job
-            .job_id
-            .as_deref()
-            .filter(|id| is_job_id(id) && wanted(id))
-        else {
-            continue;
-        };
-        let entry = index.entry(id).or_default();
-        match standing(job, dead) {
-            Standing::Live => {
-                if entry.live.is_none_or(|current| job.name < current.name) {
-                    entry.live = Some(job);
-                }
-            }
-            Standing::Terminating(n) => first(&mut entry.terminating, job, n),
-            Standing::Failed => {
-                entry.dead_keys.insert(job_key(job).to_owned());
-                first(&mut entry.dead, job, false);
-            }
-            Standing::Stuck => {
-                entry.dead_keys.insert(job_key(job).to_owned());
-                first(&mut entry.dead, job, true);
-            }
-            Standing::Succeeded => first(&mut entry.succeeded, job, ()),
-            Standing::Other(phase) => first(&mut entry.other, job, phase),
-        }
-    }
-    index
-        .into_iter()
-        .map(|(id, e)| {
-            let verdict = if let Some(job) = e.live {
-                IdVerdict::Hold(KeepReason::LiveJob {
-                    job: job.name.to_string(),
-                })
-            } else if let Some((job, terminating)) = e.terminating {
-                IdVerdict::Hold(KeepReason::PodsTerminating {
-                    job: job.name.to_string(),
-                    terminating,
-                })
-            } else if let Some((job, stuck)) = e.dead {
-                let job = job.name.to_string();
-                IdVerdict::Reap {
-                    reason: if stuck {
-                        DeleteReason::DriverJobStuck { job }
-                    } else {
-                        DeleteReason::DriverJobFailed { job }
-                    },
-                    jobs: e.dead_keys,
-                }
-            } else {
-                match (e.other, e.succeeded) {
-                    (Some((job, phase)), _) => IdVerdict::Hold(KeepReason::NoFailedDriverJob {
-                        job: job.name.to_string(),
-                        phase,
-                    }),
-                    (None, Some((job, ()))) => IdVerdict::Hold(KeepReason::DriverSucceeded {
-                        job: job.name.to_string(),
-                    }),
-                    // An entry always holds a Job; were it ever empty, keep.
-                    (None, None) => IdVerdict::Hold(KeepReason::NoJobId),
-                }
-            };
-            (id.to_owned(), verdict)
-        })
-        .collect()
-}
-
-/// The most job ids one reap LIST names in its selector; more are listed
-/// by the label's presence, which keeps the request line short.
-pub const MAX_SELECTED_IDS: usize = 100;
-
-/// The label selector of a reap's LIST: the job-id label alone, for the ids
-/// whose sandboxes are due (`tcab.dev/job-id in (a,b)`), so the sandboxes of
-/// another managed-by value show up too and can be told apart (see
-/// [`KeepReason::ManagedByMismatch`]); the label's presence for more than
-/// [`MAX_SELECTED_IDS`] ids.
-pub fn reap_selector(ids: &BTreeSet<String>) -> String {
-    if ids.is_empty() || ids.len() > MAX_SELECTED_IDS {
-        return names::JOB_ID.to_owned();
-    }
-    let joined: Vec<&str> = ids.iter().map(String::as_str).collect();
-    format!("{} in ({})", names::JOB_ID, joined.join(","))
-}
-
-/// Whether the pods listed for `due_reap` (and, with `sweep`, the sweep's
-/// LIST) show every sandbox of `job_id`: the sweep lists every pod of the
-/// driver's managed-by value and the label's presence every pod with a job
-/// id, but a reap's `in` selector only the ids it names. A Job that failed
-/// after the ids were chosen is judged by the plan but was not listed: its
-/// reap is not complete until a LIST names it.
-pub fn listed_all_of(due_reap: &BTreeSet<String>, sweep: bool, job_id: &str) -> bool {
-    sweep || due_reap.len() > MAX_SELECTED_IDS || due_reap.contains(job_id)
-}
-
-/// The job ids whose due sandboxes include pods of another managed-by value
-/// (kept by the plan), each with those pods' `namespace/name`, sorted.
-pub fn mismatches(plan: &ReapPlan) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for kept in &plan.keep {
-        if let (KeepReason::ManagedByMismatch { .. }, Some(id)) = (&kept.reason, &kept.pod.job_id) {
-            out.entry(id.clone()).or_default().push(kept.pod.key());
-        }
-    }
-    out
-}
-
 /// Decides which pods to delete.
 ///
 /// A pod is deleted only when it carries the driver's managed-by value, is
@@ -657,122 +184,16 @@ pub fn plan_with<J: Borrow<JobSummary>>(
     out
 }
 
-fn decide<J>(
-    pod: &PodSummary,
-    verdicts: &BTreeMap<String, IdVerdict>,
-    snapshot: &Snapshot<'_, J>,
-    grace: SignedDuration,
-    settings: &SweepSettings,
-) -> Result<(String, DeleteReason), KeepReason> {
-    if pod.managed_by.as_deref() != Some(settings.driver_managed_by.as_str()) {
-        let dispatchers =
-            pod.managed_by.as_deref() == Some(settings.dispatcher_managed_by.as_str());
-        let dead_drivers_id = pod
-            .job_id
-            .as_deref()
-            .is_some_and(|id| matches!(verdicts.get(id), Some(IdVerdict::Reap { .. })));
-        if dead_drivers_id && !pod.job_owned && !dispatchers {
-            return Err(KeepReason::ManagedByMismatch {
-                managed_by: pod.managed_by.clone(),
-            });
-        }
-        return Err(KeepReason::NotDriverManaged);
-    }
-    if pod.job_owned || pod.managed_by.as_deref() == Some(settings.dispatcher_managed_by.as_str()) {
-        return Err(KeepReason::JobPod);
-    }
-    let Some(job_id) = pod.job_id.as_deref().filter(|id| is_job_id(id)) else {
-        return Err(KeepReason::NoJobId);
-    };
-    if pod.terminating {
-        return Err(KeepReason::Terminating);
-    }
-    let succeeded = match verdicts.get(job_id) {
-        Some(IdVerdict::Reap { reason, .. }) => return Ok((job_id.to_owned(), reason.clone())),
-        Some(IdVerdict::Hold(KeepReason::DriverSucceeded { job })) => Some(job),
-        Some(IdVerdict::Hold(reason)) => return Err(reason.clone()),
-        None => None,
-    };
-    // The orphan sweep's gates, for an orphan and a leftover alike.
-    let held = || match succeeded {
-        Some(job) => KeepReason::DriverSucceeded { job: job.clone() },
-        None => KeepReason::SweepDisabled,
-    };
-    if !settings.orphan_sweep {
-        return Err(held());
-    }
-    match snapshot.driven {
-        Driven::NotAsked if succeeded.is_some() => return Err(held()),
-        Driven::NotAsked => return Err(KeepReason::SweepNotDue),
-        Driven::Unknown => return Err(KeepReason::DrivenUnknown),
-        Driven::Known(ids) if ids.contains(job_id) => {
-            return Err(KeepReason::DrivenByBackend);
-        }
-        Driven::Known(_) => {}
-    }
-    let Some(created) = pod.created_at else {
-        return Err(KeepReason::AgeUnknown);
-    };
-    let age = snapshot.now.duration_since(created);
-    if age < grace {
-        return Err(KeepReason::TooYoung { age });
-    }
-    let reason = match succeeded {
-        Some(job) => DeleteReason::Leftover {
-            job: job.clone(),
-            age,
-        },
-        None => DeleteReason::Orphan { age },
-    };
-    Ok((job_id.to_owned(), reason))
-}
-
-/// Whether a fresh read of the owned Jobs carrying `job_id` (made after
-/// the plan, just before the deletes) still allows deleting that id's
-/// sandboxes for `reason`. An orphan needs no Job with the id at all; a
-/// leftover needs every fresh Job with the id to be a succeeded driver (or
-/// none left); a driver reap needs the fresh Jobs to judge the id a reap
-/// too (or no Job with the id to be left). Anything else is a doubt: keep,
-/// and let the next tick plan again.
-pub fn confirm(
-    job_id: &str,
-    reason: &DeleteReason,
-    fresh: &[impl Borrow<JobSummary>],
-    dead: &BTreeSet<String>,
-) -> Result<(), KeepReason> {
-    let mut same_id: Vec<&JobSummary> = summaries(fresh)
-        .filter(|j| j.job_id.as_deref() == Some(job_id))
-        .collect();
-    same_id.sort_by(|a, b| a.name.cmp(&b.name));
-    let Some(first_job) = same_id.first() else {
-        return Ok(());
-    };
-    if matches!(reason, DeleteReason::Orphan { .. }) {
-        return Err(KeepReason::JobFound {
-            job: first_job.name.to_string(),
-        });
-    }
-    let leftover = matches!(reason, DeleteReason::Leftover { .. });
-    let first_name = first_job.name.to_string();
-    match judge_ids(&same_id, dead).remove(job_id) {
-        Some(IdVerdict::Reap { .. }) if !leftover => Ok(()),
-        Some(IdVerdict::Hold(KeepReason::DriverSucceeded { .. })) if leftover => Ok(()),
-        Some(IdVerdict::Reap { .. }) => Err(KeepReason::JobFound { job: first_name }),
-        Some(IdVerdict::Hold(keep)) => Err(keep),
-        // Only a malformed id lands here; the plan never deletes for one.
-        None => Err(KeepReason::NoJobId),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
-    use tcab_shared::job_cache::JobCondition;
+    use tcab_shared::Lane;
+    use tcab_shared::job_cache::{JobCondition, JobPhase};
 
-    const DRIVER: &str = "tcab-driver";
-    const DISPATCHER: &str = "tcab-dispatcher";
+    pub(super) const DRIVER: &str = "tcab-driver";
+    pub(super) const DISPATCHER: &str = "tcab-dispatcher";
 
     fn settings() -> SweepSettings {
         SweepSettings {
@@ -796,7 +217,7 @@ mod tests {
         })
     }
 
-    fn job(name: &str, id: &str, lane: Lane, phase: JobPhase) -> JobSummary {
+    pub(super) fn job(name: &str, id: &str, lane: Lane, phase: JobPhase) -> JobSummary {
         let failed = phase == JobPhase::Failed;
         JobSummary {
             name: name.into(),
@@ -820,7 +241,7 @@ mod tests {
     }
 
     /// A live driver Job bound to fail whose pod cannot finish terminating.
-    fn failing(name: &str, id: &str) -> JobSummary {
+    pub(super) fn failing(name: &str, id: &str) -> JobSummary {
         JobSummary {
             active_pods: 0,
             terminating_pods: 1,
@@ -830,7 +251,7 @@ mod tests {
     }
 
     /// A driver Job marked Failed while its pod still terminates (before 1.31).
-    fn failed_terminating(name: &str, id: &str) -> JobSummary {
+    pub(super) fn failed_terminating(name: &str, id: &str) -> JobSummary {
         JobSummary {
             terminating_pods: 1,
             ..job(name, id, Lane::Run, JobPhase::Failed)
@@ -858,11 +279,11 @@ mod tests {
         }
     }
 
-    fn no_dead() -> BTreeSet<String> {
+    pub(super) fn no_dead() -> BTreeSet<String> {
         BTreeSet::new()
     }
 
-    fn dead_of(jobs: &[&JobSummary]) -> BTreeSet<String> {
+    pub(super) fn dead_of(jobs: &[&JobSummary]) -> BTreeSet<String> {
         jobs.iter().map(|j| job_key(j).to_owned()).collect()
     }
 
@@ -1269,140 +690,6 @@ mod tests {
         assert_eq!(kept_reason(&p, "tcab-driver-a-1-xyz"), &KeepReason::JobPod);
     }
 
-    #[test]
-    fn verdicts_name_every_dead_driver_job_of_an_id() {
-        let stuck = failing("tcab-driver-a-2", "a");
-        let jobs = [
-            job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed),
-            stuck.clone(),
-            job("tcab-driver-b-1", "b", Lane::Run, JobPhase::Succeeded),
-            JobSummary {
-                job_id: Some(String::new().into()),
-                ..job("tcab-driver-x-1", "x", Lane::Run, JobPhase::Failed)
-            },
-        ];
-        let verdicts = judge_ids(&jobs, &dead_of(&[&stuck]));
-        assert_eq!(
-            verdicts.keys().collect::<Vec<_>>(),
-            ["a", "b"],
-            "a malformed id is left out"
-        );
-        assert_eq!(
-            verdicts["a"],
-            IdVerdict::Reap {
-                reason: DeleteReason::DriverJobFailed {
-                    job: "tcab-driver-a-1".into()
-                },
-                jobs: [
-                    "uid-tcab-driver-a-1".to_owned(),
-                    "uid-tcab-driver-a-2".to_owned()
-                ]
-                .into(),
-            }
-        );
-        assert_eq!(
-            verdicts["b"],
-            IdVerdict::Hold(KeepReason::DriverSucceeded {
-                job: "tcab-driver-b-1".into()
-            })
-        );
-    }
-
-    #[test]
-    fn a_fresh_read_confirms_or_stops_a_delete() {
-        let failed = job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed);
-        let driver_reason = DeleteReason::DriverJobFailed {
-            job: failed.name.to_string(),
-        };
-        let orphan = DeleteReason::Orphan {
-            age: SignedDuration::from_secs(700),
-        };
-        let none = no_dead();
-        // The read agrees with the plan.
-        assert_eq!(
-            confirm("a", &driver_reason, std::slice::from_ref(&failed), &none),
-            Ok(())
-        );
-        // The failed Job is gone meanwhile, and nothing else carries the id.
-        assert_eq!(
-            confirm("a", &driver_reason, &[] as &[JobSummary], &none),
-            Ok(())
-        );
-        // A live Job of the same id the view had not shown yet.
-        let live = job("tcab-driver-a-2", "a", Lane::Run, JobPhase::Live);
-        assert_eq!(
-            confirm("a", &driver_reason, &[failed.clone(), live.clone()], &none),
-            Err(KeepReason::LiveJob {
-                job: "tcab-driver-a-2".into()
-            })
-        );
-        // Its pods terminate again (a fresher status than the view's).
-        let terminating = failed_terminating("tcab-driver-a-1", "a");
-        assert!(matches!(
-            confirm("a", &driver_reason, &[terminating], &none),
-            Err(KeepReason::PodsTerminating { .. })
-        ));
-        // A stuck Job judged dead confirms while it still shows failure.
-        let stuck = failing("tcab-driver-a-1", "a");
-        let dead = dead_of(&[&stuck]);
-        let stuck_reason = DeleteReason::DriverJobStuck {
-            job: stuck.name.to_string(),
-        };
-        assert_eq!(
-            confirm("a", &stuck_reason, std::slice::from_ref(&stuck), &dead),
-            Ok(())
-        );
-        // Jobs of other ids in the answer are ignored.
-        let other = job("tcab-driver-b-1", "b", Lane::Run, JobPhase::Live);
-        assert_eq!(
-            confirm("a", &driver_reason, &[failed.clone(), other.clone()], &none),
-            Ok(())
-        );
-        // An orphan needs no Job with its id at all.
-        assert_eq!(confirm("gone", &orphan, &[other], &none), Ok(()));
-        assert_eq!(
-            confirm("a", &orphan, &[failed], &none),
-            Err(KeepReason::JobFound {
-                job: "tcab-driver-a-1".into()
-            })
-        );
-    }
-
-    #[test]
-    fn summary_from_pod_json() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "sb", "namespace": "sandboxes", "uid": "u1",
-                "creationTimestamp": "2027-01-15T08:00:00Z",
-                "labels": {"app.kubernetes.io/managed-by": DRIVER, "tcab.dev/job-id": "a"}},
-        }))
-        .expect("pod json");
-        let s = PodSummary::from_pod(&pod, "other");
-        assert_eq!(s.key(), "sandboxes/sb");
-        assert_eq!(s.uid.as_deref(), Some("u1"));
-        assert_eq!(s.managed_by.as_deref(), Some(DRIVER));
-        assert_eq!(s.job_id.as_deref(), Some("a"));
-        assert_eq!(
-            s.created_at,
-            Some("2027-01-15T08:00:00Z".parse().expect("ts"))
-        );
-        assert!(!s.terminating && !s.job_owned);
-
-        let driver: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "d", "deletionTimestamp": "2027-01-15T08:00:00Z",
-                "labels": {"app.kubernetes.io/managed-by": DISPATCHER},
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "x"}]},
-        }))
-        .expect("pod json");
-        let s = PodSummary::from_pod(&driver, "other");
-        assert_eq!(s.namespace, "other");
-        assert!(s.terminating && s.job_owned);
-        let labelled: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "d", "labels": {"job-name": "j"}},
-        }))
-        .expect("pod json");
-        assert!(PodSummary::from_pod(&labelled, "ns").job_owned);
-    }
-
     // ---- properties ----
 
     const IDS: [&str; 4] = ["a", "b", "c", "d"];
@@ -1700,31 +987,5 @@ mod tests {
                 vec!["ns/bare".to_owned(), "ns/fixed".to_owned()]
             )])
         );
-    }
-
-    #[test]
-    fn only_the_ids_a_list_named_are_known_to_have_no_sandbox_left() {
-        let due: BTreeSet<String> = ["a".to_owned()].into();
-        assert!(listed_all_of(&due, false, "a"));
-        assert!(
-            !listed_all_of(&due, false, "b"),
-            "failed after the LIST was chosen"
-        );
-        assert!(
-            listed_all_of(&due, true, "b"),
-            "the sweep listed every sandbox"
-        );
-        let many: BTreeSet<String> = (0..=MAX_SELECTED_IDS).map(|i| format!("j{i}")).collect();
-        assert!(
-            listed_all_of(&many, false, "b"),
-            "listed by the label's presence"
-        );
-    }
-
-    #[test]
-    fn a_reap_lists_by_the_job_ids_due_and_by_presence_past_the_bound() {
-        let ids = |n: usize| (0..n).map(|i| format!("j{i}")).collect::<BTreeSet<_>>();
-        assert_eq!(reap_selector(&ids(2)), "tcab.dev/job-id in (j0,j1)");
-        assert_eq!(reap_selector(&ids(MAX_SELECTED_IDS + 1)), "tcab.dev/job-id");
     }
 }

@@ -8,11 +8,18 @@
 //! ([`MeteredLane`]), from the Job view's milestones and, for the values that
 //! are read rather than counted (ages), at each scrape; the decisions never
 //! read them. Every counter series a lane can emit is created at 0 at start.
+//!
+//! What a tick's report counts as (its outcome, its error, the gate it
+//! read, the lane's saturation, the queue wait) is read in `readings`,
+//! pure; this module holds the families and records into them.
 
-use crate::admit::{CreateFailure, LaneOutcome};
-use crate::lane::{AdmissionResult, LaneAdmitter, LaneReport};
-use crate::plan::{Decision, HoldReason};
-use crate::run::AdmitterSettings;
+mod readings;
+
+pub use readings::{Saturation, admission_error, admissions, gate_reading, outcome, queue_wait};
+
+use crate::admit::LaneOutcome;
+use crate::lane::{LaneAdmitter, LaneReport};
+use crate::settings::AdmitterSettings;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -78,128 +85,6 @@ pub fn loop_name(lane: Lane) -> &'static str {
         Lane::Run => LoopName::AdmitRun.as_str(),
         Lane::Publish => LoopName::AdmitPublish.as_str(),
     }
-}
-
-/// The `outcome` a tick's result counts as, if it is an admission attempt:
-/// `created`, `empty_queue`, `gate_closed`, `lane_full`, `paused` (a cap of
-/// 0, counted each tick like a full lane) or `error`. A lane
-/// that holds before it would claim (its view not current, backing off,
-/// resting after an empty claim, disabled) made no attempt.
-pub fn outcome(result: AdmissionResult) -> Option<AdmissionOutcome> {
-    match result {
-        AdmissionResult::Created => Some(AdmissionOutcome::Created),
-        AdmissionResult::EmptyQueue => Some(AdmissionOutcome::EmptyQueue),
-        AdmissionResult::GateClosed => Some(AdmissionOutcome::GateClosed),
-        AdmissionResult::LaneFull => Some(AdmissionOutcome::LaneFull),
-        AdmissionResult::Paused => Some(AdmissionOutcome::Paused),
-        AdmissionResult::Error => Some(AdmissionOutcome::Error),
-        AdmissionResult::ViewNotCurrent
-        | AdmissionResult::BackingOff
-        | AdmissionResult::Resting
-        | AdmissionResult::Disabled => None,
-    }
-}
-
-/// The outcome a settle of an earlier unsettled create came to, once it
-/// came to one: its Job exists (`created`) or never will (`error`).
-fn settled_outcome(settled: &LaneOutcome) -> Option<AdmissionOutcome> {
-    match settled {
-        LaneOutcome::Unsettled { .. } => None,
-        done if done.created().is_some() => Some(AdmissionOutcome::Created),
-        LaneOutcome::Empty => Some(AdmissionOutcome::EmptyQueue),
-        _ => Some(AdmissionOutcome::Error),
-    }
-}
-
-/// Every admission outcome one tick of a lane counts. A claim whose create
-/// stays unsettled is counted once, when it settles (`created` when its Job
-/// turns out to exist, `error` when it is given up), so each claim counts
-/// once and `created` counts every Job the admitter made.
-pub fn admissions(report: &LaneReport) -> Vec<AdmissionOutcome> {
-    let mut out = Vec::new();
-    if !matches!(report.outcome, Some(LaneOutcome::Unsettled { .. }))
-        && let Some(outcome) = outcome(report.result())
-    {
-        out.push(outcome);
-    }
-    out.extend(report.resettled.iter().filter_map(settled_outcome));
-    out
-}
-
-/// The step and reason of an admission that failed for want of a call's
-/// success (a poisoned claim is counted in `poisoned_claims_total`
-/// instead), from the typed errors.
-pub fn admission_error(outcome: &LaneOutcome) -> Option<(AdmissionStep, ErrorReason)> {
-    match outcome {
-        LaneOutcome::ClaimFailed(error) => Some((AdmissionStep::Claim, error.kind().reason())),
-        LaneOutcome::CreateFailed { reason, .. } => Some((
-            AdmissionStep::Create,
-            match reason {
-                CreateFailure::Build(_) => ErrorReason::Request,
-                CreateFailure::Api { code, .. } => ErrorReason::of_status(*code),
-                // Half the lease passed before the Job was known to exist.
-                CreateFailure::Lapsed { .. } => ErrorReason::Timeout,
-                CreateFailure::GaveUp { first_reason, .. } => *first_reason,
-            },
-        )),
-        _ => None,
-    }
-}
-
-/// The gate as the tick read it: open when the lane admitted, closed when
-/// the gate held it, `None` when the lane did not ask (it held earlier).
-pub fn gate_reading(report: &LaneReport) -> Option<bool> {
-    match &report.decision {
-        Decision::Admit { .. } => Some(true),
-        Decision::Hold(HoldReason::GateClosed(_)) => Some(false),
-        Decision::Hold(_) => None,
-    }
-}
-
-/// Whether a lane is saturated, and since when: at its cap while its last
-/// claim found work. Ends when a claim finds the queue empty, when the lane
-/// has room after a tick, or when it is paused; held as it was while the
-/// lane's figures are stale (its view not current).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Saturation {
-    /// Saturated since then.
-    pub since: Option<Instant>,
-    /// Whether the lane's last claim found a job.
-    pub found_work: bool,
-}
-
-impl Saturation {
-    /// The state after `report`, at `now` (pure).
-    pub fn after(self, report: &LaneReport, now: Instant) -> Saturation {
-        let found_work = match report.outcome.as_ref() {
-            Some(LaneOutcome::Empty) => false,
-            Some(LaneOutcome::ClaimFailed(_)) | None => self.found_work,
-            Some(_) => true,
-        };
-        let since = match &report.decision {
-            Decision::Hold(HoldReason::ViewNotCurrent { .. }) => self.since,
-            Decision::Hold(HoldReason::Disabled | HoldReason::Paused) => None,
-            _ => {
-                let cap = report.cap;
-                let created = u32::from(report.result() == AdmissionResult::Created);
-                let at_cap = cap > 0 && report.in_flight + created >= cap;
-                (at_cap && found_work).then(|| self.since.unwrap_or(now))
-            }
-        };
-        Saturation { since, found_work }
-    }
-}
-
-/// The queue wait of a claimed job: from its enqueue to the claim, both on
-/// the backend's clock (the claim's time is its lease's expiry less the
-/// lease it grants); `None` when the claim said nothing of its enqueue.
-pub fn queue_wait(report: &LaneReport, lease: Duration) -> Option<Duration> {
-    let claimed = report.claimed.as_ref()?;
-    let enqueued = claimed.enqueued_at?;
-    let lease = jiff::SignedDuration::try_from(lease).ok()?;
-    let claimed_at = claimed.lease_expires_at.checked_sub(lease).ok()?;
-    let waited = claimed_at.duration_since(enqueued);
-    Some(Duration::try_from(waited).unwrap_or(Duration::ZERO))
 }
 
 /// What the scrape reads afresh: the Job view and the wall clock.
@@ -626,11 +511,11 @@ impl Tick for MeteredLane {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admit::CreateFailure;
+    use crate::plan::{Decision, HoldReason};
     use std::time::Duration;
     use tcab_shared::metrics::{Common, Exporter};
 
-    fn report(decision: Decision, outcome: Option<LaneOutcome>) -> LaneReport {
+    pub(super) fn report(decision: Decision, outcome: Option<LaneOutcome>) -> LaneReport {
         LaneReport {
             lane: Lane::Run,
             decision,
@@ -645,19 +530,11 @@ mod tests {
         }
     }
 
-    /// The outcomes one tick counts, as their label values.
-    fn names(report: &LaneReport) -> Vec<&'static str> {
-        admissions(report)
-            .into_iter()
-            .map(AdmissionOutcome::as_str)
-            .collect()
-    }
-
-    fn admit() -> Decision {
+    pub(super) fn admit() -> Decision {
         Decision::Admit { in_flight: 3 }
     }
 
-    fn admitted(name: &str) -> LaneOutcome {
+    pub(super) fn admitted(name: &str) -> LaneOutcome {
         LaneOutcome::Admitted {
             job_id: name.into(),
             job_name: format!("tcab-driver-{name}"),
@@ -665,232 +542,8 @@ mod tests {
         }
     }
 
-    fn unsettled(name: &str) -> LaneOutcome {
-        LaneOutcome::Unsettled {
-            job_id: name.into(),
-            job_name: format!("tcab-driver-{name}"),
-            error: "500".into(),
-        }
-    }
-
-    fn hold(reason: HoldReason) -> Decision {
+    pub(super) fn hold(reason: HoldReason) -> Decision {
         Decision::Hold(reason)
-    }
-
-    #[test]
-    fn each_tick_counts_as_the_documented_outcome() {
-        let gate_closed = || {
-            hold(HoldReason::GateClosed(tcab_proto::gate::GateClosed {
-                reason: tcab_proto::gate::GateReason::RenewalFailing,
-                detail: "renewal failed".into(),
-            }))
-        };
-        let cases = [
-            (report(admit(), Some(admitted("a"))), vec!["created"]),
-            (
-                report(admit(), Some(LaneOutcome::Empty)),
-                vec!["empty_queue"],
-            ),
-            (report(gate_closed(), None), vec!["gate_closed"]),
-            (
-                report(
-                    hold(HoldReason::LaneFull {
-                        in_flight: 8,
-                        cap: 8,
-                    }),
-                    None,
-                ),
-                vec!["lane_full"],
-            ),
-            (
-                report(
-                    admit(),
-                    Some(LaneOutcome::CreateFailed {
-                        job_id: "a".into(),
-                        job_name: "tcab-driver-a".into(),
-                        reason: CreateFailure::Lapsed {
-                            age: Duration::from_secs(90),
-                        },
-                    }),
-                ),
-                vec!["error"],
-            ),
-            // Not attempts: nothing counted.
-            (
-                report(
-                    hold(HoldReason::ViewNotCurrent {
-                        why: "listing".into(),
-                    }),
-                    None,
-                ),
-                vec![],
-            ),
-            (
-                report(
-                    hold(HoldReason::Resting {
-                        until: tokio::time::Instant::now(),
-                    }),
-                    None,
-                ),
-                vec![],
-            ),
-            (report(hold(HoldReason::Disabled), None), vec![]),
-            (report(hold(HoldReason::Paused), None), vec!["paused"]),
-        ];
-        for (report, want) in cases {
-            assert_eq!(names(&report), want, "{report:?}");
-        }
-    }
-
-    fn full(in_flight: u32) -> Decision {
-        hold(HoldReason::LaneFull { in_flight, cap: 8 })
-    }
-
-    fn at(report: &LaneReport, in_flight: u32) -> LaneReport {
-        LaneReport {
-            lane: report.lane,
-            decision: report.decision.clone(),
-            outcome: None,
-            resettled: vec![],
-            in_flight,
-            stale: vec![],
-            cap: report.cap,
-            view_current: report.view_current,
-            claimed: None,
-            claim_to_job: vec![],
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_lane_is_saturated_at_its_cap_while_its_last_claim_found_work() {
-        let t0 = Instant::now();
-        let none = Saturation::default();
-        // A claim that found work and filled the lane (7 + 1 = 8).
-        let mut filled = report(admit(), Some(admitted("a")));
-        filled.in_flight = 7;
-        let s = none.after(&filled, t0);
-        assert_eq!(
-            s,
-            Saturation {
-                since: Some(t0),
-                found_work: true
-            }
-        );
-        // Full ticks keep the start.
-        tokio::time::advance(Duration::from_secs(30)).await;
-        let s = s.after(&at(&report(full(8), None), 8), Instant::now());
-        assert_eq!(s.since, Some(t0));
-        // A freed slot refilled at once: still saturated, from the same start.
-        let s = s.after(&filled, Instant::now());
-        assert_eq!(s.since, Some(t0));
-        // A stale view holds the state as it was.
-        let blind = at(
-            &report(hold(HoldReason::ViewNotCurrent { why: "x".into() }), None),
-            8,
-        );
-        assert_eq!(s.after(&blind, Instant::now()), s);
-        // A claim that found the queue empty ends it, and a full lane after
-        // it is not saturated: its last claim found nothing.
-        let mut empty = report(admit(), Some(LaneOutcome::Empty));
-        empty.in_flight = 7;
-        let s = s.after(&empty, Instant::now());
-        assert_eq!(
-            s,
-            Saturation {
-                since: None,
-                found_work: false
-            }
-        );
-        assert_eq!(
-            s.after(&at(&report(full(8), None), 8), Instant::now())
-                .since,
-            None
-        );
-        // Room left after an admission: not at the cap.
-        let mut roomy = report(admit(), Some(admitted("b")));
-        roomy.in_flight = 2;
-        assert_eq!(none.after(&roomy, t0).since, None);
-        // A paused lane is never saturated.
-        let mut paused = at(&report(hold(HoldReason::Paused), None), 8);
-        paused.cap = 0;
-        let busy = Saturation {
-            since: Some(t0),
-            found_work: true,
-        };
-        assert_eq!(busy.after(&paused, t0).since, None);
-    }
-
-    #[test]
-    fn the_queue_wait_is_read_on_the_backends_clock() {
-        let ts = |s: &str| s.parse::<jiff::Timestamp>().expect("a time");
-        let mut claimed = report(admit(), Some(admitted("a")));
-        assert_eq!(
-            queue_wait(&claimed, Duration::from_secs(120)),
-            None,
-            "no claim"
-        );
-        claimed.claimed = Some(crate::admit::ClaimTimes {
-            enqueued_at: Some(ts("2026-11-29T17:00:00Z")),
-            lease_expires_at: ts("2026-11-29T17:07:30Z"),
-        });
-        // Claimed at 17:05:30 by the backend's clock: 330 s in the queue.
-        assert_eq!(
-            queue_wait(&claimed, Duration::from_secs(120)),
-            Some(Duration::from_secs(330))
-        );
-        // An enqueue after the claim (a lease longer than assumed) is 0.
-        assert_eq!(
-            queue_wait(&claimed, Duration::from_secs(600)),
-            Some(Duration::ZERO)
-        );
-        claimed.claimed = Some(crate::admit::ClaimTimes {
-            enqueued_at: None,
-            lease_expires_at: ts("2026-11-29T17:07:30Z"),
-        });
-        assert_eq!(queue_wait(&claimed, Duration::from_secs(120)), None);
-    }
-
-    #[test]
-    fn admission_errors_carry_the_failing_step_and_its_reason() {
-        let create = |reason| LaneOutcome::CreateFailed {
-            job_id: "a".into(),
-            job_name: "tcab-driver-a".into(),
-            reason,
-        };
-        let api = |code| CreateFailure::Api {
-            code,
-            reason: "R".into(),
-            message: "m".into(),
-        };
-        let cases = [
-            (
-                create(api(403)),
-                (AdmissionStep::Create, ErrorReason::Forbidden),
-            ),
-            (
-                create(api(500)),
-                (AdmissionStep::Create, ErrorReason::Http5xx),
-            ),
-            (
-                create(CreateFailure::Lapsed {
-                    age: Duration::from_secs(61),
-                }),
-                (AdmissionStep::Create, ErrorReason::Timeout),
-            ),
-            (
-                create(CreateFailure::GaveUp {
-                    calls: 8,
-                    first: "x".into(),
-                    first_reason: ErrorReason::Connect,
-                }),
-                (AdmissionStep::Create, ErrorReason::Connect),
-            ),
-        ];
-        for (outcome, want) in cases {
-            assert_eq!(admission_error(&outcome), Some(want), "{outcome:?}");
-        }
-        assert_eq!(admission_error(&admitted("a")), None);
-        assert_eq!(admission_error(&LaneOutcome::Empty), None);
     }
 
     #[test]
@@ -929,44 +582,6 @@ mod tests {
                 "missing {line:?} in:\n{text}"
             );
         }
-    }
-
-    #[test]
-    fn an_unsettled_create_counts_once_when_it_settles() {
-        let first = report(admit(), Some(unsettled("a")));
-        assert_eq!(names(&first), Vec::<&str>::new(), "not yet known");
-        let mut later = report(hold(HoldReason::Disabled), None);
-        later.resettled = vec![unsettled("a")];
-        assert_eq!(names(&later), Vec::<&str>::new(), "still unknown");
-        later.resettled = vec![admitted("a")];
-        assert_eq!(names(&later), ["created"]);
-        // A tick can admit a fresh claim and settle an older one.
-        let mut both = report(admit(), Some(admitted("b")));
-        both.resettled = vec![LaneOutcome::CreateFailed {
-            job_id: "a".into(),
-            job_name: "tcab-driver-a".into(),
-            reason: CreateFailure::GaveUp {
-                calls: 8,
-                first: "500".into(),
-                first_reason: ErrorReason::Http5xx,
-            },
-        }];
-        assert_eq!(names(&both), ["created", "error"]);
-    }
-
-    #[test]
-    fn the_gate_is_read_only_when_the_lane_asked() {
-        assert_eq!(gate_reading(&report(admit(), None)), Some(true));
-        let closed = hold(HoldReason::GateClosed(tcab_proto::gate::GateClosed {
-            reason: tcab_proto::gate::GateReason::NeverRenewed,
-            detail: "x".into(),
-        }));
-        assert_eq!(gate_reading(&report(closed, None)), Some(false));
-        let full = hold(HoldReason::LaneFull {
-            in_flight: 1,
-            cap: 1,
-        });
-        assert_eq!(gate_reading(&report(full, None)), None);
     }
 
     #[test]

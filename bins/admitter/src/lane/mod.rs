@@ -1,0 +1,232 @@
+//! One lane's loop: each tick settles what earlier ticks left unsettled,
+//! takes the lane's snapshot (its live cached Jobs, its memory, whether the
+//! Job view is current), decides, asks the gate when it would admit, and
+//! carries out one admission.
+//!
+//! Each lane runs its own loop on its own task, over the I/O edges both
+//! share ([`Edges`]: the Job cache, the backend client, the vault client and
+//! the Jobs API, all safe to use at once), so a slow or hung call in one
+//! lane never delays the other.
+//!
+//! Beside this file: `report` (what a tick came to, [`LaneReport`]),
+//! `settling` (the stale Jobs deleted and the creations left unsettled by
+//! earlier ticks), `record` (remembering an admission's outcome and
+//! logging it, and each hold once).
+
+mod record;
+mod report;
+mod settling;
+
+pub use report::{AdmissionResult, LaneReport};
+
+use crate::admit::{self, AdmitDeps};
+use crate::keeper_client::KeeperClient;
+use crate::lanes::LaneState;
+use crate::plan::{self, Decision, HoldReason, LaneInput, LaneSnapshot};
+use crate::settings::AdmitterSettings;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use std::fmt;
+use std::sync::Arc;
+use tcab_proto::gate::{GateReason, GateVerdict};
+use tcab_shared::Lane;
+use tcab_shared::backend::BackendClient;
+use tcab_shared::job_cache::OwnedJobs;
+use tcab_shared::tick::{Tick, TickOutcome};
+use tokio::time::Instant;
+
+/// The I/O edges and settings both lanes share (read only).
+pub struct Edges {
+    /// What the admitter reads from its configuration.
+    pub settings: AdmitterSettings,
+    /// The backend client.
+    pub backend: BackendClient,
+    /// The Jobs API of the admitter's namespace.
+    pub jobs: Api<Job>,
+    /// The pods API of the same namespace.
+    pub pods: Api<Pod>,
+    /// The token vault and admission gate.
+    pub vault: KeeperClient,
+    /// The watch-backed view of the owned Jobs.
+    pub cache: OwnedJobs,
+}
+
+impl fmt::Debug for Edges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Edges")
+            .field("settings", &self.settings)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One lane's loop: its memory, over the shared edges.
+pub struct LaneAdmitter {
+    lane: Lane,
+    edges: Arc<Edges>,
+    state: LaneState,
+}
+
+impl fmt::Debug for LaneAdmitter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LaneAdmitter")
+            .field("lane", &self.lane)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tick for LaneAdmitter {
+    async fn tick(&mut self) -> TickOutcome {
+        self.tick_report().await.tick_outcome()
+    }
+}
+
+impl LaneAdmitter {
+    /// The loop of `lane` over `edges`, with a fresh memory.
+    pub fn new(lane: Lane, edges: Arc<Edges>) -> Self {
+        LaneAdmitter {
+            lane,
+            edges,
+            state: LaneState::default(),
+        }
+    }
+
+    /// The lane.
+    pub fn lane(&self) -> Lane {
+        self.lane
+    }
+
+    /// The lane's memory.
+    pub fn state(&self) -> &LaneState {
+        &self.state
+    }
+
+    /// Whether the lane is configured (publish: a publisher image is set).
+    pub fn enabled(&self) -> bool {
+        self.edges.settings.enabled(self.lane)
+    }
+
+    fn deps(&self) -> AdmitDeps<'_> {
+        let edges = &*self.edges;
+        AdmitDeps {
+            backend: &edges.backend,
+            jobs: &edges.jobs,
+            pods: &edges.pods,
+            vault: &edges.vault,
+            settings: &edges.settings.jobs,
+            kube_timeout: edges.settings.kube_timeout,
+            limits: edges.settings.settle_limits(),
+        }
+    }
+
+    /// One tick of the lane.
+    pub async fn tick_report(&mut self) -> LaneReport {
+        let lane = self.lane;
+        if !self.enabled() {
+            return LaneReport {
+                lane,
+                decision: Decision::Hold(HoldReason::Disabled),
+                outcome: None,
+                resettled: vec![],
+                in_flight: 0,
+                stale: vec![],
+                cap: 0,
+                view_current: self.edges.cache.is_current(),
+                claimed: None,
+                claim_to_job: vec![],
+            };
+        }
+        let mut claim_to_job = vec![];
+        let resettled = self.settle_leftovers(&mut claim_to_job).await;
+
+        // Decide as if the gate were open first: only when the lane could
+        // admit is the gate worth asking (a full or idle lane makes no call).
+        let mut snapshot = self.snapshot();
+        let in_flight = plan::in_flight(
+            snapshot.live_cached,
+            &snapshot.input.created_unseen,
+            &snapshot.input.unsettled,
+        );
+        let mut decision = plan::decide(&snapshot);
+        if decision.admits() {
+            snapshot.input.gate = self.read_gate().await;
+            decision = plan::decide(&snapshot);
+        }
+        self.log_decision(&decision);
+
+        let mut stale = vec![];
+        let mut claimed = None;
+        let outcome = if decision.admits() {
+            let cache = &self.edges.cache;
+            let state = &self.state;
+            let jobs_of_id = |job_id: &str| {
+                let mut jobs = cache.with_job_id(job_id);
+                jobs.extend(state.pending_with_id(lane, job_id));
+                jobs
+            };
+            let mut admission = admit::admit(lane, self.deps(), &jobs_of_id).await;
+            stale = std::mem::take(&mut admission.stale);
+            claimed = admission.claimed;
+            claim_to_job.extend(admission.created_after);
+            self.settle_stale(&stale).await;
+            Some(self.record(admission, false))
+        } else {
+            None
+        };
+        LaneReport {
+            lane,
+            decision,
+            outcome,
+            resettled,
+            in_flight,
+            stale,
+            cap: snapshot.input.cap,
+            view_current: snapshot.view.is_current(),
+            claimed,
+            claim_to_job,
+        }
+    }
+
+    /// The lane's snapshot, with the gate open (the gate is asked only when
+    /// the lane would admit).
+    fn snapshot(&self) -> LaneSnapshot {
+        let edges = &*self.edges;
+        let now = Instant::now();
+        // The unseen names were checked against the cache before this count
+        // (`forget_seen`): a Job the watch shows in between counts twice for
+        // a tick, which can only hold an admission.
+        let view = edges.cache.view_state();
+        let live_cached = u32::try_from(edges.cache.live_count(self.lane)).unwrap_or(u32::MAX);
+        LaneSnapshot {
+            now,
+            view,
+            live_cached,
+            input: LaneInput {
+                enabled: self.enabled(),
+                cap: edges.settings.cap(self.lane),
+                created_unseen: self.state.created_unseen(),
+                unsettled: self.state.unsettled(),
+                backoff_until: self.state.backoff_until(),
+                rest_until: self.state.rest_until(),
+                gate: GateVerdict::Open,
+            },
+        }
+    }
+
+    /// Asks the lease-keeper for this lane's gate verdict (it judges it; the
+    /// lane acts on it as given); an unreachable lease-keeper is a closed gate.
+    /// Asked before every claim, never reused: a reused open verdict could
+    /// let a claim through after the first failed renewal.
+    async fn read_gate(&self) -> GateVerdict {
+        let max_age = self.edges.settings.gate_max_age;
+        match self.edges.vault.verdict(self.lane, max_age).await {
+            Ok(verdict) => verdict,
+            Err(error) => GateVerdict::closed(
+                GateReason::KeeperUnreachable,
+                format!("lease-keeper unreachable: {error}"),
+            ),
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! What the owned Jobs say about the sandboxes of one job id: reap them
+//! (a driver Job that failed or is judged dead) or hold them, and why.
+
+use super::{DeleteReason, KeepReason};
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet};
+use tcab_shared::Lane;
+use tcab_shared::backend::client::is_job_id;
+use tcab_shared::job_cache::{JobPhase, JobSummary, summaries};
+
+/// The key the reaper remembers a Job by: its uid, or its name when the
+/// server gave no uid.
+pub fn job_key(job: &JobSummary) -> &str {
+    if job.uid.is_empty() {
+        &job.name
+    } else {
+        &job.uid
+    }
+}
+
+/// What the owned Jobs say about the sandboxes of one job id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdVerdict {
+    /// Reap them.
+    Reap {
+        /// Why (a driver Job that failed, or one judged dead).
+        reason: DeleteReason,
+        /// Keys of every dead driver Job with the id: the reap completes
+        /// all of them at once, since sandboxes carry the job id, not the claim.
+        jobs: BTreeSet<String>,
+    },
+    /// Keep them.
+    Hold(KeepReason),
+}
+
+/// Where one owned Job stands, for the reap of its job id's sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Live (and not judged dead): holds the reap.
+    Live,
+    /// A failed driver Job whose pods are still terminating: holds the reap.
+    Terminating(i32),
+    /// A driver Job that failed with its pods finished.
+    Failed,
+    /// A driver Job judged dead without finishing.
+    Stuck,
+    /// A driver Job that succeeded: its sandboxes are leftovers, if any.
+    Succeeded,
+    /// Anything else (a succeeded or failed publisher): reaps nothing.
+    Other(JobPhase),
+}
+
+fn standing(job: &JobSummary, dead: &BTreeSet<String>) -> Standing {
+    let driver = job.lane == Lane::Run;
+    // Judged dead only while it still shows what it was judged on.
+    let judged_dead = driver
+        && dead.contains(job_key(job))
+        && (job.phase == JobPhase::Failed || job.shows_failure());
+    match job.phase {
+        JobPhase::Live if judged_dead => Standing::Stuck,
+        JobPhase::Live => Standing::Live,
+        JobPhase::Failed if driver => {
+            if job.terminating_pods <= 0 {
+                Standing::Failed
+            } else if judged_dead {
+                Standing::Stuck
+            } else {
+                Standing::Terminating(job.terminating_pods)
+            }
+        }
+        JobPhase::Succeeded if driver => Standing::Succeeded,
+        phase => Standing::Other(phase),
+    }
+}
+
+/// The first Job by name of each standing, for one job id.
+#[derive(Debug, Default)]
+struct JobsForId<'a> {
+    live: Option<&'a JobSummary>,
+    terminating: Option<(&'a JobSummary, i32)>,
+    dead: Option<(&'a JobSummary, bool)>,
+    dead_keys: BTreeSet<String>,
+    succeeded: Option<(&'a JobSummary, ())>,
+    other: Option<(&'a JobSummary, JobPhase)>,
+}
+
+fn first<'a, T>(slot: &mut Option<(&'a JobSummary, T)>, job: &'a JobSummary, extra: T) {
+    if slot
+        .as_ref()
+        .is_none_or(|(current, _)| job.name < current.name)
+    {
+        *slot = Some((job, extra));
+    }
+}
+
+/// Judges every job id the owned Jobs carry. A live Job (not judged dead)
+/// holds the id's sandboxes; then a failed driver Job whose pods still
+/// terminate; then a dead driver Job reaps them; any other Job keeps them,
+/// and when all of them are succeeded drivers the verdict says so (their
+/// sandboxes are leftovers for the sweep).
+/// Jobs whose job id is not a valid backend id are left out.
+pub fn judge_ids(
+    jobs: &[impl Borrow<JobSummary>],
+    dead: &BTreeSet<String>,
+) -> BTreeMap<String, IdVerdict> {
+    judge_ids_where(jobs, dead, |_| true)
+}
+
+/// The verdicts a tick needs, judged once from its view: those of every
+/// job id with a driver Job that failed or was judged dead (the only ids a
+/// verdict can reap), and of the ids `also` names (the listed sandboxes'
+/// ids, the ids warned about). Each verdict is [`judge_ids`]'s; the other
+/// ids, most of them at scale, are not judged at all.
+pub fn tick_verdicts(
+    jobs: &[impl Borrow<JobSummary>],
+    dead: &BTreeSet<String>,
+    also: &BTreeSet<&str>,
+) -> BTreeMap<String, IdVerdict> {
+    let reapable: BTreeSet<&str> = summaries(jobs)
+        .filter(|job| matches!(standing(job, dead), Standing::Failed | Standing::Stuck))
+        .filter_map(|job| job.job_id.as_deref())
+        .collect();
+    judge_ids_where(jobs, dead, |id| reapable.contains(id) || also.contains(id))
+}
+
+/// [`judge_ids`] for the ids `wanted` accepts only.
+fn judge_ids_where(
+    jobs: &[impl Borrow<JobSummary>],
+    dead: &BTreeSet<String>,
+    wanted: impl Fn(&str) -> bool,
+) -> BTreeMap<String, IdVerdict> {
+    let mut index: BTreeMap<&str, JobsForId> = BTreeMap::new();
+    for job in summaries(jobs) {
+        let Some(id) = job
+            .job_id
+            .as_deref()
+            .filter(|id| is_job_id(id) && wanted(id))
+        else {
+            continue;
+        };
+        let entry = index.entry(id).or_default();
+        match standing(job, dead) {
+            Standing::Live => {
+                if entry.live.is_none_or(|current| job.name < current.name) {
+                    entry.live = Some(job);
+                }
+            }
+            Standing::Terminating(n) => first(&mut entry.terminating, job, n),
+            Standing::Failed => {
+                entry.dead_keys.insert(job_key(job).to_owned());
+                first(&mut entry.dead, job, false);
+            }
+            Standing::Stuck => {
+                entry.dead_keys.insert(job_key(job).to_owned());
+                first(&mut entry.dead, job, true);
+            }
+            Standing::Succeeded => first(&mut entry.succeeded, job, ()),
+            Standing::Other(phase) => first(&mut entry.other, job, phase),
+        }
+    }
+    index
+        .into_iter()
+        .map(|(id, e)| {
+            let verdict = if let Some(job) = e.live {
+                IdVerdict::Hold(KeepReason::LiveJob {
+                    job: job.name.to_string(),
+                })
+            } else if let Some((job, terminating)) = e.terminating {
+                IdVerdict::Hold(KeepReason::PodsTerminating {
+                    job: job.name.to_string(),
+                    terminating,
+                })
+            } else if let Some((job, stuck)) = e.dead {
+                let job = job.name.to_string();
+                IdVerdict::Reap {
+                    reason: if stuck {
+                        DeleteReason::DriverJobStuck { job }
+                    } else {
+                        DeleteReason::DriverJobFailed { job }
+                    },
+                    jobs: e.dead_keys,
+                }
+            } else {
+                match (e.other, e.succeeded) {
+                    (Some((job, phase)), _) => IdVerdict::Hold(KeepReason::NoFailedDriverJob {
+                        job: job.name.to_string(),
+                        phase,
+                    }),
+                    (None, Some((job, ()))) => IdVerdict::Hold(KeepReason::DriverSucceeded {
+                        job: job.name.to_string(),
+                    }),
+                    // An entry always holds a Job; were it ever empty, keep.
+                    (None, None) => IdVerdict::Hold(KeepReason::NoJobId),
+                }
+            };
+            (id.to_owned(), verdict)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests::{dead_of, failing, job};
+
+    #[test]
+    fn verdicts_name_every_dead_driver_job_of_an_id() {
+        let stuck = failing("tcab-driver-a-2", "a");
+        let jobs = [
+            job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed),
+            stuck.clone(),
+            job("tcab-driver-b-1", "b", Lane::Run, JobPhase::Succeeded),
+            JobSummary {
+                job_id: Some(String::new().into()),
+                ..job("tcab-driver-x-1", "x", Lane::Run, JobPhase::Failed)
+            },
+        ];
+        let verdicts = judge_ids(&jobs, &dead_of(&[&stuck]));
+        assert_eq!(
+            verdicts.keys().collect::<Vec<_>>(),
+            ["a", "b"],
+            "a malformed id is left out"
+        );
+        assert_eq!(
+            verdicts["a"],
+            IdVerdict::Reap {
+                reason: DeleteReason::DriverJobFailed {
+                    job: "tcab-driver-a-1".into()
+                },
+                jobs: [
+                    "uid-tcab-driver-a-1".to_owned(),
+                    "uid-tcab-driver-a-2".to_owned()
+                ]
+                .into(),
+            }
+        );
+        assert_eq!(
+            verdicts["b"],
+            IdVerdict::Hold(KeepReason::DriverSucceeded {
+                job: "tcab-driver-b-1".into()
+            })
+        );
+    }
+}
