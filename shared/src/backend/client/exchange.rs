@@ -516,9 +516,10 @@ mod tests {
         for (call, name) in calls {
             assert_eq!(metric_call(call).map(BackendCall::as_str), Some(name));
         }
-        // Every call the client makes is one of them (a new call needs a name).
+        // Every call the client makes is one of them (a new call needs a
+        // name): those written in the client, and each lane's in the table.
         let source = include_str!("mod.rs");
-        let made: std::collections::BTreeSet<&str> = source
+        let mut made: std::collections::BTreeSet<&str> = source
             .split('"')
             .filter(|s| {
                 s.split_once(' ').is_some_and(|(method, path)| {
@@ -526,6 +527,15 @@ mod tests {
                 })
             })
             .collect();
+        for lane in crate::Lane::ALL {
+            let spec = lane.spec();
+            made.extend([
+                spec.claim_call,
+                spec.leases_call,
+                spec.active_call,
+                spec.lost_call,
+            ]);
+        }
         for call in &made {
             assert!(metric_call(call).is_some(), "{call} has no metric name");
         }

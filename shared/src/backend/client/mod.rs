@@ -29,6 +29,7 @@ use super::types::{
     StatusReport,
 };
 use crate::clock::WallClock;
+use crate::lane::{Lane, LaneSpec};
 use crate::names::is_label_value;
 use crate::retry::{Backoff, Retries, Sleeper, TokioSleeper};
 use crate::secret::Secret;
@@ -229,11 +230,10 @@ impl BackendClient {
     pub async fn claim_run(&self) -> Result<Option<ClaimedRun>, BackendError> {
         counted(
             async {
-                const CALL: Call = "POST /jobs/next";
-                let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
+                let Some((spec, answer)) = self.claim(Lane::Run).await? else {
                     return Ok(None);
                 };
-                let read = self.read_claim(CALL, "job", &answer, open_run);
+                let read = self.read_claim(spec.claim_call, spec.claim_key, &answer, open_run);
                 read.map(Some).map_err(|(error, _)| error)
             }
             .await,
@@ -244,11 +244,10 @@ impl BackendClient {
     pub async fn claim_publish(&self) -> Result<Option<ClaimedPublish>, BackendError> {
         counted(
             async {
-                const CALL: Call = "POST /publish-jobs/next";
-                let Some(answer) = self.claim(CALL, "/publish-jobs/next").await? else {
+                let Some((spec, answer)) = self.claim(Lane::Publish).await? else {
                     return Ok(None);
                 };
-                let read = self.read_claim(CALL, "publish_job", &answer, open_publish);
+                let read = self.read_claim(spec.claim_call, spec.claim_key, &answer, open_publish);
                 read.map(Some).map_err(|(error, _)| error)
             }
             .await,
@@ -261,13 +260,15 @@ impl BackendClient {
     pub async fn claim_run_answer(&self) -> Result<Option<ClaimAnswer<ClaimedRun>>, BackendError> {
         counted(
             async {
-                const CALL: Call = "POST /jobs/next";
-                let Some(answer) = self.claim(CALL, "/jobs/next").await? else {
+                let Some((spec, answer)) = self.claim(Lane::Run).await? else {
                     return Ok(None);
                 };
-                Ok(Some(answered(
-                    self.read_claim(CALL, "job", &answer, open_run),
-                )))
+                Ok(Some(answered(self.read_claim(
+                    spec.claim_call,
+                    spec.claim_key,
+                    &answer,
+                    open_run,
+                ))))
             }
             .await,
         )
@@ -280,13 +281,12 @@ impl BackendClient {
     ) -> Result<Option<ClaimAnswer<ClaimedPublish>>, BackendError> {
         counted(
             async {
-                const CALL: Call = "POST /publish-jobs/next";
-                let Some(answer) = self.claim(CALL, "/publish-jobs/next").await? else {
+                let Some((spec, answer)) = self.claim(Lane::Publish).await? else {
                     return Ok(None);
                 };
                 Ok(Some(answered(self.read_claim(
-                    CALL,
-                    "publish_job",
+                    spec.claim_call,
+                    spec.claim_key,
                     &answer,
                     open_publish,
                 ))))
@@ -342,26 +342,27 @@ impl BackendClient {
     /// `POST /jobs/leases`: renews the leases of `ids`; the answer leaves out
     /// the ids that are not driven.
     pub async fn renew_run_leases(&self, ids: &[JobId]) -> Result<LeaseRenewal, BackendError> {
-        counted(async { self.renew("POST /jobs/leases", "/jobs/leases", ids).await }.await)
+        self.renew_leases(Lane::Run, ids).await
     }
 
     /// `POST /publish-jobs/leases`: renews the leases of the publishes `ids`.
     pub async fn renew_publish_leases(&self, ids: &[JobId]) -> Result<LeaseRenewal, BackendError> {
-        counted(
-            async {
-                self.renew("POST /publish-jobs/leases", "/publish-jobs/leases", ids)
-                    .await
-            }
-            .await,
-        )
+        self.renew_leases(Lane::Publish, ids).await
     }
 
-    async fn renew(
+    /// `POST {jobs}/leases` of `lane` (`/jobs/leases`,
+    /// `/publish-jobs/leases`): renews the leases of `ids`; the answer leaves
+    /// out the ids that are not driven.
+    pub async fn renew_leases(
         &self,
-        call: Call,
-        path: &str,
+        lane: Lane,
         ids: &[JobId],
     ) -> Result<LeaseRenewal, BackendError> {
+        counted(self.renew(lane.spec(), ids).await)
+    }
+
+    async fn renew(&self, spec: &LaneSpec, ids: &[JobId]) -> Result<LeaseRenewal, BackendError> {
+        let (call, path) = (spec.leases_call, spec.leases_path);
         for id in ids {
             valid_input_id(call, id)?;
         }
@@ -417,8 +418,9 @@ impl BackendClient {
     pub async fn active_runs(&self) -> Result<ActiveRuns, BackendError> {
         counted(
             async {
-                const CALL: Call = "GET /jobs/active";
-                let answer = self.get(CALL, "/jobs/active".into(), None).await?;
+                const SPEC: &LaneSpec = Lane::Run.spec();
+                const CALL: Call = SPEC.active_call;
+                let answer = self.get(CALL, SPEC.active_path.into(), None).await?;
                 let raw: RawList = self.parse(CALL, None, &answer)?;
                 let (jobs, skipped) = entries::<ActiveRun>(raw_entries(raw.jobs), "jobs");
                 Ok(ActiveRuns {
@@ -436,8 +438,9 @@ impl BackendClient {
     pub async fn active_publishes(&self) -> Result<ActivePublishes, BackendError> {
         counted(
             async {
-                const CALL: Call = "GET /publish-jobs/active";
-                let answer = self.get(CALL, "/publish-jobs/active".into(), None).await?;
+                const SPEC: &LaneSpec = Lane::Publish.spec();
+                const CALL: Call = SPEC.active_call;
+                let answer = self.get(CALL, SPEC.active_path.into(), None).await?;
                 let raw: RawList = self.parse(CALL, None, &answer)?;
                 let (publish_jobs, skipped) =
                     entries::<ActivePublish>(raw_entries(raw.publish_jobs), "publish_jobs");
@@ -468,18 +471,7 @@ impl BackendClient {
 
     /// `POST /jobs/{id}/lost`: reports a run whose driver is gone.
     pub async fn report_lost(&self, id: &str, detail: &str) -> Result<LostOutcome, BackendError> {
-        counted(
-            async {
-                self.lost(
-                    "POST /jobs/{id}/lost",
-                    format!("/jobs/{id}/lost"),
-                    id,
-                    detail,
-                )
-                .await
-            }
-            .await,
-        )
+        self.report_lost_in(Lane::Run, id, detail).await
     }
 
     /// `POST /publish-jobs/{id}/lost`: reports a publish whose publisher is gone.
@@ -488,28 +480,29 @@ impl BackendClient {
         id: &str,
         detail: &str,
     ) -> Result<LostOutcome, BackendError> {
-        counted(
-            async {
-                self.lost(
-                    "POST /publish-jobs/{id}/lost",
-                    format!("/publish-jobs/{id}/lost"),
-                    id,
-                    detail,
-                )
-                .await
-            }
-            .await,
-        )
+        self.report_lost_in(Lane::Publish, id, detail).await
+    }
+
+    /// `POST {jobs}/{id}/lost` of `lane` (`/jobs/{id}/lost`,
+    /// `/publish-jobs/{id}/lost`): reports a job whose Job is gone.
+    pub async fn report_lost_in(
+        &self,
+        lane: Lane,
+        id: &str,
+        detail: &str,
+    ) -> Result<LostOutcome, BackendError> {
+        counted(self.lost(lane.spec(), id, detail).await)
     }
 
     async fn lost(
         &self,
-        call: Call,
-        path: String,
+        spec: &LaneSpec,
         id: &str,
         detail: &str,
     ) -> Result<LostOutcome, BackendError> {
+        let call = spec.lost_call;
         valid_input_id(call, id)?;
+        let path = format!("{}/{id}/lost", spec.jobs_path);
         let body = to_body(&LostReport {
             detail: detail.to_owned(),
         });
@@ -644,10 +637,14 @@ impl BackendClient {
         .await
     }
 
-    /// Sends a claim; `None` when the backend answers 204 (nothing claimable).
-    async fn claim(&self, call: Call, path: &str) -> Result<Option<Answer>, BackendError> {
-        let answer = self.post(call, path.into(), None, None).await?;
-        Ok((answer.status != StatusCode::NO_CONTENT).then_some(answer))
+    /// Sends `lane`'s claim; `None` when the backend answers 204 (nothing
+    /// claimable), else the answer beside the lane's constants to read it by.
+    async fn claim(&self, lane: Lane) -> Result<Option<(&'static LaneSpec, Answer)>, BackendError> {
+        let spec = lane.spec();
+        let answer = self
+            .post(spec.claim_call, spec.claim_path.into(), None, None)
+            .await?;
+        Ok((answer.status != StatusCode::NO_CONTENT).then_some((spec, answer)))
     }
 }
 
