@@ -37,6 +37,8 @@ pub struct LaneSpec {
     pub worker: &'static str,
     /// The name of the container that does this lane's work.
     pub container: &'static str,
+    /// What the worker hands the backend when it ends: `report`, `result`.
+    pub final_word: &'static str,
     /// The prefix of this lane's Job names.
     pub name_prefix: &'static str,
     /// The backend call that claims the next job of this lane, and its path.
@@ -61,6 +63,7 @@ const RUN: LaneSpec = LaneSpec {
     label_value: "run",
     worker: "driver",
     container: DRIVER_CONTAINER,
+    final_word: "report",
     name_prefix: DRIVER_PREFIX,
     claim_call: "POST /jobs/next",
     claim_path: "/jobs/next",
@@ -77,6 +80,7 @@ const PUBLISH: LaneSpec = LaneSpec {
     label_value: "publish",
     worker: "publisher",
     container: PUBLISHER_CONTAINER,
+    final_word: "result",
     name_prefix: PUBLISHER_PREFIX,
     claim_call: "POST /publish-jobs/next",
     claim_path: "/publish-jobs/next",

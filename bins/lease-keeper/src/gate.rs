@@ -18,22 +18,10 @@ use std::time::Duration;
 use tcab_proto::gate::GateVerdict;
 use tcab_shared::Lane;
 use tcab_shared::job_cache::OwnedJobs;
+use tcab_shared::lane::PerLane;
 use tokio::time::Instant;
 
-#[derive(Debug, Default)]
-struct Lanes {
-    runs: LaneRenewals,
-    publishes: LaneRenewals,
-}
-
-impl Lanes {
-    fn lane_mut(&mut self, lane: Lane) -> &mut LaneRenewals {
-        match lane {
-            Lane::Run => &mut self.runs,
-            Lane::Publish => &mut self.publishes,
-        }
-    }
-}
+type Lanes = PerLane<LaneRenewals>;
 
 /// The shared record of the renewals; cheap to clone.
 #[derive(Clone)]
@@ -46,19 +34,19 @@ impl Gate {
     /// A gate that has seen no renewal yet (the admitter stays held), over
     /// the lease-keeper's Job view.
     pub fn new(publishing: bool, view: OwnedJobs) -> Self {
-        let lanes = Lanes {
-            runs: LaneRenewals {
+        let lanes = Lanes::from_fn(|lane| match lane {
+            Lane::Run => LaneRenewals {
                 enabled: true,
                 ..LaneRenewals::default()
             },
-            publishes: LaneRenewals {
+            Lane::Publish => LaneRenewals {
                 enabled: publishing,
                 failing: (!publishing).then(|| {
                     "publishing is off in the lease-keeper (TCAB_PUBLISHER_IMAGE unset)".to_owned()
                 }),
                 ..LaneRenewals::default()
             },
-        };
+        });
         Gate {
             lanes: Arc::new(Mutex::new(lanes)),
             view,
@@ -72,23 +60,19 @@ impl Gate {
     /// A renewal call of `lane` succeeded at `at`.
     pub fn succeeded(&self, lane: Lane, at: Instant) {
         let mut lanes = self.lock();
-        let state = lanes.lane_mut(lane);
+        let state = &mut lanes[lane];
         state.last_success = Some(at);
         state.failing = None;
     }
 
     /// A renewal call of `lane` failed: the lane's gate closes now.
     pub fn failed(&self, lane: Lane, why: String) {
-        self.lock().lane_mut(lane).failing = Some(why);
+        self.lock()[lane].failing = Some(why);
     }
 
     /// What the gate knows of one lane.
     pub fn lane(&self, lane: Lane) -> LaneRenewals {
-        let lanes = self.lock();
-        match lane {
-            Lane::Run => lanes.runs.clone(),
-            Lane::Publish => lanes.publishes.clone(),
-        }
+        self.lock()[lane].clone()
     }
 
     /// The gate of `lane` at `now`, its last successful renewal allowed to
@@ -99,24 +83,24 @@ impl Gate {
     }
 
     /// Seconds since each lane's last successful renewal (for metrics).
-    pub fn ages(&self, now: Instant) -> [(Lane, Option<Duration>); 2] {
+    pub fn ages(&self, now: Instant) -> PerLane<Option<Duration>> {
         let lanes = self.lock();
-        let age = |l: &LaneRenewals| l.last_success.map(|at| now.saturating_duration_since(at));
-        [
-            (Lane::Run, age(&lanes.runs)),
-            (Lane::Publish, age(&lanes.publishes)),
-        ]
+        PerLane::from_fn(|lane| {
+            lanes[lane]
+                .last_success
+                .map(|at| now.saturating_duration_since(at))
+        })
     }
 }
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let lanes = self.lock();
-        f.debug_struct("Gate")
-            .field("runs", &lanes.runs)
-            .field("publishes", &lanes.publishes)
-            .field("view", &self.view.view_state())
-            .finish()
+        let mut gate = f.debug_struct("Gate");
+        for (lane, renewals) in lanes.iter() {
+            gate.field(lane.label_value(), renewals);
+        }
+        gate.field("view", &self.view.view_state()).finish()
     }
 }
 

@@ -14,7 +14,6 @@ use tcab_shared::error_chain;
 use tcab_shared::job_cache::JobSummary;
 use tcab_shared::kube_api::{CallError, KubeCall, call};
 use tcab_shared::names;
-use tcab_shared::names::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
 
 /// Reads (and deletes) owned Jobs and their pods in one namespace.
 #[derive(Clone)]
@@ -54,10 +53,7 @@ impl Inspector {
 
     /// The last lines of the pod's main container, or why they cannot be read.
     pub async fn log_tail(&self, pod: &Pod, lane: Lane) -> LogTail {
-        let wanted = match lane {
-            Lane::Run => DRIVER_CONTAINER,
-            Lane::Publish => PUBLISHER_CONTAINER,
-        };
+        let wanted = lane.container();
         let containers = pod
             .spec
             .as_ref()

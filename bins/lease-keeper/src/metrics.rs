@@ -199,7 +199,7 @@ impl KeeperMetrics {
     /// Sets each lane's renewal age from the gate at `now`; a lane never
     /// renewed has no age (no series).
     pub fn refresh_ages(&self, gate: &Gate, now: Instant) {
-        for (l, age) in gate.ages(now) {
+        for (l, age) in gate.ages(now).iter() {
             match age {
                 Some(age) => {
                     self.renewal_age

@@ -132,10 +132,7 @@ fn pick_container<'a>(job: &Job, statuses: &'a [ContainerStatus]) -> Option<&'a 
         job.metadata.labels.as_ref().unwrap_or(&Default::default()),
         job.metadata.name.as_deref().unwrap_or(""),
     );
-    let own = match lane {
-        Lane::Run => DRIVER_CONTAINER,
-        Lane::Publish => PUBLISHER_CONTAINER,
-    };
+    let own = lane.container();
     statuses
         .iter()
         .find(|s| s.name == own)

@@ -4,7 +4,6 @@
 use super::summary::{one_line, reason_message, text};
 use k8s_openapi::api::core::v1::Pod;
 use tcab_shared::Lane;
-use tcab_shared::names::{DRIVER_CONTAINER, PUBLISHER_CONTAINER};
 
 /// Why a pod could never start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,10 +88,7 @@ pub fn start_failure(lane: Lane, pod: &Pod) -> Option<StartFailure> {
             message: text(cond.message.as_deref()),
         });
     }
-    let own = match lane {
-        Lane::Run => DRIVER_CONTAINER,
-        Lane::Publish => PUBLISHER_CONTAINER,
-    };
+    let own = lane.container();
     let statuses = status.container_statuses.as_deref().unwrap_or_default();
     let container = statuses
         .iter()

@@ -13,7 +13,6 @@ use crate::plan::failures::{DeathKind, StartVerdict, start_verdict};
 use crate::tokens::TokenKey;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tcab_shared::Lane;
 use tcab_shared::error_chain;
 use tcab_shared::job_cache::JobSummary;
 use tokio::time::Instant;
@@ -217,10 +216,7 @@ impl Reporter {
                         .unwrap_or_default();
                     tracing::info!(job = %name, job_id = job.job_id.as_deref().unwrap_or(""), cause = %summary, "deleted a Job whose pod can never start");
                     if let Some(id) = &job.job_id {
-                        let kind = match job.lane {
-                            Lane::Run => "driver",
-                            Lane::Publish => "publisher",
-                        };
+                        let kind = job.lane.worker();
                         let detail = format!(
                             "{kind} Job {name} was deleted because its pod never started: {summary}"
                         );

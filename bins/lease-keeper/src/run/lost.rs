@@ -117,14 +117,10 @@ impl Reporter {
                 continue;
             }
             let detail = self.lost_detail(&lost).await;
-            let result = match lane {
-                Lane::Run => self.backend.report_lost(&lost.job_id, &detail).await,
-                Lane::Publish => {
-                    self.backend
-                        .report_publish_lost(&lost.job_id, &detail)
-                        .await
-                }
-            };
+            let result = self
+                .backend
+                .report_lost_in(lane, &lost.job_id, &detail)
+                .await;
             match (settle_lost_report(Answer::of(&result)), &result) {
                 (LostSettle::Reported, Ok(outcome)) => {
                     let summary = detail.lines().next().unwrap_or_default();
@@ -184,10 +180,8 @@ impl Reporter {
     }
 
     async fn explain_lost(&mut self, lost: &LostJob) -> String {
-        let (kind, what) = match lost.lane {
-            Lane::Run => ("driver", "report"),
-            Lane::Publish => ("publisher", "result"),
-        };
+        let spec = lost.lane.spec();
+        let (kind, what) = (spec.worker, spec.final_word);
         match &lost.cause {
             LostCause::JobGone => match self.lost_notes.get(&lost.job_id) {
                 Some(note) => note.detail.clone(),

@@ -11,6 +11,7 @@ use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, JobId};
 use tcab_shared::error_chain;
 use tcab_shared::job_cache::OwnedJobs;
+use tcab_shared::lane::PerLane;
 use tcab_shared::telemetry::list;
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
@@ -38,7 +39,7 @@ pub struct Renewer {
     /// What each lane renewed last, so only a change is logged at info: a
     /// fingerprint of the set, not the ids (10,000 live Jobs would keep
     /// 10,000 strings a lane just to compare).
-    last_renewed: [Renewed; 2],
+    last_renewed: PerLane<Renewed>,
     /// Malformed Jobs already warned about (by name).
     warned: BTreeSet<String>,
 }
@@ -58,7 +59,7 @@ impl Renewer {
             gate,
             judged_dead,
             publishing,
-            last_renewed: [Renewed::default(); 2],
+            last_renewed: PerLane::default(),
             warned: BTreeSet::new(),
         }
     }
@@ -107,7 +108,7 @@ impl Renewer {
 
     fn log_change(&mut self, lane: Lane, renewed: &[JobId]) {
         let now = Renewed::of(renewed);
-        let last = &mut self.last_renewed[lane as usize];
+        let last = &mut self.last_renewed[lane];
         if now != *last {
             tracing::info!(%lane, count = now.count, before = last.count, "renewed {} {lane} leases", now.count);
             *last = now;
@@ -146,11 +147,7 @@ async fn renew(
     lane: Lane,
     plan: &LaneRenewal,
 ) -> Option<Vec<JobId>> {
-    let result = match lane {
-        Lane::Run => backend.renew_run_leases(&plan.ids).await,
-        Lane::Publish => backend.renew_publish_leases(&plan.ids).await,
-    };
-    match result {
+    match backend.renew_leases(lane, &plan.ids).await {
         Ok(renewal) => {
             gate.succeeded(lane, Instant::now());
             for entry in &renewal.skipped {
