@@ -39,6 +39,9 @@ pub struct LaneSpec {
     pub container: &'static str,
     /// What the worker hands the backend when it ends: `report`, `result`.
     pub final_word: &'static str,
+    /// What a claimed job of this lane carries for its Job to do:
+    /// `launch request`, `publish request`.
+    pub request: &'static str,
     /// The prefix of this lane's Job names.
     pub name_prefix: &'static str,
     /// The backend call that claims the next job of this lane, and its path.
@@ -64,6 +67,7 @@ const RUN: LaneSpec = LaneSpec {
     worker: "driver",
     container: DRIVER_CONTAINER,
     final_word: "report",
+    request: "launch request",
     name_prefix: DRIVER_PREFIX,
     claim_call: "POST /jobs/next",
     claim_path: "/jobs/next",
@@ -81,6 +85,7 @@ const PUBLISH: LaneSpec = LaneSpec {
     worker: "publisher",
     container: PUBLISHER_CONTAINER,
     final_word: "result",
+    request: "publish request",
     name_prefix: PUBLISHER_PREFIX,
     claim_call: "POST /publish-jobs/next",
     claim_path: "/publish-jobs/next",

@@ -28,6 +28,42 @@ impl<T> PerLane<T> {
     pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> PerLane<U> {
         PerLane(self.0.map(&mut f))
     }
+
+    /// A mutable borrow of each lane's value.
+    pub fn each_mut(&mut self) -> PerLane<&mut T> {
+        PerLane(self.0.each_mut())
+    }
+
+    /// The values, in the order of [`Lane::ALL`].
+    pub fn into_array(self) -> [T; Lane::ALL.len()] {
+        self.0
+    }
+
+    /// Awaits each lane's future side by side (none waits for another's);
+    /// their outputs, per lane.
+    pub async fn join<F>(futures: PerLane<F>) -> PerLane<T>
+    where
+        F: Future<Output = T>,
+    {
+        let outputs = futures::future::join_all(futures.0).await;
+        match outputs.try_into() {
+            Ok(outputs) => PerLane(outputs),
+            Err(_) => unreachable!("join_all gives one output per future"),
+        }
+    }
+}
+
+impl<T> IntoIterator for PerLane<T> {
+    type Item = (Lane, T);
+    type IntoIter = std::iter::Zip<
+        std::array::IntoIter<Lane, { Lane::ALL.len() }>,
+        std::array::IntoIter<T, { Lane::ALL.len() }>,
+    >;
+
+    /// Each lane with its value, in the order of [`Lane::ALL`].
+    fn into_iter(self) -> Self::IntoIter {
+        Lane::ALL.into_iter().zip(self.0)
+    }
 }
 
 /// A lane's slot: its place in [`Lane::ALL`].
@@ -66,5 +102,21 @@ mod tests {
         assert_eq!(seen, [(Lane::Run, "run"), (Lane::Publish, "p")]);
         assert_eq!(per.map(str::len)[Lane::Run], 3);
         assert_eq!(PerLane::<u32>::default(), PerLane::from_fn(|_| 0));
+        let mut counts = PerLane::<u32>::default();
+        for (lane, count) in counts.each_mut() {
+            *count += lane as u32 + 1;
+        }
+        assert_eq!(counts.into_array(), [1, 2]);
+        assert_eq!(
+            counts.into_iter().collect::<Vec<_>>(),
+            [(Lane::Run, 1), (Lane::Publish, 2)]
+        );
+    }
+
+    #[tokio::test]
+    async fn join_keeps_each_output_with_its_lane() {
+        let joined =
+            PerLane::join(PerLane::from_fn(|lane| async move { lane.label_value() })).await;
+        assert_eq!(joined, PerLane::from_fn(Lane::label_value));
     }
 }
