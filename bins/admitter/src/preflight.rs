@@ -184,10 +184,7 @@ pub struct Refused {
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.lane {
-            Lane::Run => "driver",
-            Lane::Publish => "publisher",
-        };
+        let what = self.lane.worker();
         if self.code == 403 {
             return write!(
                 f,

@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
+use tcab_shared::lane::PerLane;
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::runtime::{CancellationToken, Supervisor};
 use tcab_shared::tick::TickOutcome;
@@ -45,8 +46,7 @@ impl fmt::Debug for Deps {
 /// task; tests drive both one tick at a time with [`Admitter::tick`].
 #[derive(Debug)]
 pub struct Admitter {
-    run: LaneAdmitter,
-    publish: LaneAdmitter,
+    lanes: PerLane<LaneAdmitter>,
 }
 
 /// What one [`Admitter::tick`] decided and did in both lanes.
@@ -61,7 +61,7 @@ pub struct TickReport {
     /// What settling earlier unsettled creations came to, per lane.
     pub resettled: Vec<(Lane, LaneOutcome)>,
     /// Each lane's result for the admissions metric (run, then publish).
-    pub results: [(Lane, AdmissionResult); 2],
+    pub results: [(Lane, AdmissionResult); Lane::ALL.len()],
 }
 
 impl TickReport {
@@ -87,10 +87,10 @@ impl TickReport {
 
     /// The result of one lane.
     pub fn result(&self, lane: Lane) -> AdmissionResult {
-        match lane {
-            Lane::Run => self.results[0].1,
-            Lane::Publish => self.results[1].1,
-        }
+        self.results
+            .iter()
+            .find_map(|&(l, result)| (l == lane).then_some(result))
+            .unwrap_or_else(|| unreachable!("every lane has a result"))
     }
 
     /// Busy when a Job was created for a fresh claim in either lane.
@@ -130,37 +130,31 @@ impl Admitter {
             cache,
         });
         Admitter {
-            run: LaneAdmitter::new(Lane::Run, edges.clone()),
-            publish: LaneAdmitter::new(Lane::Publish, edges),
+            lanes: PerLane::from_fn(|lane| LaneAdmitter::new(lane, edges.clone())),
         }
     }
 
     /// The loop of one lane.
     pub fn lane(&mut self, lane: Lane) -> &mut LaneAdmitter {
-        match lane {
-            Lane::Run => &mut self.run,
-            Lane::Publish => &mut self.publish,
-        }
+        &mut self.lanes[lane]
     }
 
     /// The memory of one lane.
     pub fn lane_state(&self, lane: Lane) -> &crate::lanes::LaneState {
-        match lane {
-            Lane::Run => self.run.state(),
-            Lane::Publish => self.publish.state(),
-        }
+        self.lanes[lane].state()
     }
 
     /// One tick of both lanes, side by side (neither waits for the other's
     /// calls, only for the report).
     pub async fn tick(&mut self) -> TickReport {
-        let (run, publish) = futures::join!(self.run.tick_report(), self.publish.tick_report());
+        let reports = PerLane::join(self.lanes.each_mut().map(LaneAdmitter::tick_report)).await;
+        let [run, publish] = reports.into_array();
         TickReport::from_lanes(run, publish)
     }
 
-    /// The two lanes' loops, to run each on its own task.
-    pub fn into_lanes(self) -> [LaneAdmitter; 2] {
-        [self.run, self.publish]
+    /// Each lane's loop, to run each on its own task.
+    pub fn into_lanes(self) -> PerLane<LaneAdmitter> {
+        self.lanes
     }
 }
 
@@ -227,7 +221,7 @@ pub async fn run(
     supervisor
         .run(|loops| {
             let admitter = Admitter::new(settings, deps.backend, jobs, vault, cache.clone());
-            for lane in admitter.into_lanes() {
+            for (_, lane) in admitter.into_lanes() {
                 if !lane.enabled() {
                     tracing::info!(lane = %lane.lane(), "lane disabled (no publisher image); not admitting");
                     continue;

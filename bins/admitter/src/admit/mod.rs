@@ -160,10 +160,7 @@ async fn admit_claimed(
 
     let size = claimed.request_bytes();
     if size > MAX_REQUEST_BYTES {
-        let what = match lane {
-            Lane::Run => "launch request",
-            Lane::Publish => "publish request",
-        };
+        let what = lane.spec().request;
         let detail = format!(
             "the dispatcher cannot make a Job of this claim: its {what} is {size} bytes, over the {MAX_REQUEST_BYTES} bytes one environment variable of a pod can carry"
         );

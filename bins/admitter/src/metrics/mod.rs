@@ -29,6 +29,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tcab_shared::job_cache::{Milestone, OwnedJobs};
+use tcab_shared::lane::PerLane;
 use tcab_shared::metrics::labels::{
     AdmissionOutcome, AdmissionStep, CallResult, ErrorReason, JobOutcome, LabelValue, LoopName,
     PoisonReason, PoisonResult,
@@ -112,8 +113,8 @@ pub struct AdmitterMetrics {
     claim_to_job: HistogramFamily<Labels<1>>,
     job_start: HistogramFamily<Labels<1>>,
     job_duration: HistogramFamily<Labels<2>>,
-    /// Each lane's saturation (run, publish).
-    saturation: Mutex<[Saturation; 2]>,
+    /// Each lane's saturation.
+    saturation: Mutex<PerLane<Saturation>>,
     /// The lease the backend grants (the claim's time on its clock).
     lease: Mutex<Duration>,
     reads: OnceLock<Reads>,
@@ -127,13 +128,6 @@ impl std::fmt::Debug for AdmitterMetrics {
 
 fn lane(lane: Lane) -> Labels<1> {
     [("lane", lane.label_value())]
-}
-
-fn index(lane: Lane) -> usize {
-    match lane {
-        Lane::Run => 0,
-        Lane::Publish => 1,
-    }
 }
 
 impl Default for AdmitterMetrics {
@@ -163,7 +157,7 @@ impl AdmitterMetrics {
             claim_to_job: histogram_family_with(claim_to_job_histogram),
             job_start: histogram_family_with(job_start_histogram),
             job_duration: histogram_family_with(job_duration_histogram),
-            saturation: Mutex::new([Saturation::default(); 2]),
+            saturation: Mutex::new(PerLane::default()),
             lease: Mutex::new(Duration::ZERO),
             reads: OnceLock::new(),
         }
@@ -400,7 +394,7 @@ impl AdmitterMetrics {
     pub fn refresh(&self, now: Instant) {
         let saturation = *self.saturation.lock().unwrap_or_else(|e| e.into_inner());
         for l in Lane::ALL {
-            let seconds = saturation[index(l)].since.map_or(0.0, |since| {
+            let seconds = saturation[l].since.map_or(0.0, |since| {
                 now.saturating_duration_since(since).as_secs_f64()
             });
             self.saturated.get_or_create(&lane(l)).set(seconds);
@@ -426,7 +420,7 @@ impl AdmitterMetrics {
             .set(i64::from(!report.view_current));
         {
             let mut saturation = self.saturation.lock().unwrap_or_else(|e| e.into_inner());
-            let state = &mut saturation[index(l)];
+            let state = &mut saturation[l];
             *state = state.after(report, Instant::now());
         }
         if let Some(open) = gate_reading(report) {
