@@ -11,6 +11,7 @@ mod per_lane;
 pub use per_lane::PerLane;
 
 use crate::backend::error::Call;
+use crate::metrics::labels::LoopName;
 use crate::names::{
     DRIVER_CONTAINER, DRIVER_PREFIX, JOB_KIND, PUBLISHER_CONTAINER, PUBLISHER_PREFIX,
 };
@@ -31,8 +32,13 @@ pub enum Lane {
 /// backend calls that serve it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct LaneSpec {
-    /// The value of the `tcab.dev/job-kind` label.
+    /// The value of the `tcab.dev/job-kind` label (and of the `lane`
+    /// metric label).
     pub label_value: &'static str,
+    /// What the lane is, for the metrics documentation.
+    pub meaning: &'static str,
+    /// The `loop` metric label of the admitter's loop of this lane.
+    pub admit_loop: LoopName,
     /// What a Job of this lane is called in messages: `driver`, `publisher`.
     pub worker: &'static str,
     /// The name of the container that does this lane's work.
@@ -64,6 +70,8 @@ pub struct LaneSpec {
 
 const RUN: LaneSpec = LaneSpec {
     label_value: "run",
+    meaning: "runs, executed by driver Jobs",
+    admit_loop: LoopName::AdmitRun,
     worker: "driver",
     container: DRIVER_CONTAINER,
     final_word: "report",
@@ -82,6 +90,8 @@ const RUN: LaneSpec = LaneSpec {
 
 const PUBLISH: LaneSpec = LaneSpec {
     label_value: "publish",
+    meaning: "publishes, executed by publisher Jobs",
+    admit_loop: LoopName::AdmitPublish,
     worker: "publisher",
     container: PUBLISHER_CONTAINER,
     final_word: "result",

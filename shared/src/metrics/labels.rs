@@ -81,10 +81,7 @@ impl LabelValue for Lane {
         self.label_value()
     }
     fn meaning(self) -> &'static str {
-        match self {
-            Lane::Run => "runs, executed by driver Jobs",
-            Lane::Publish => "publishes, executed by publisher Jobs",
-        }
+        self.spec().meaning
     }
 }
 

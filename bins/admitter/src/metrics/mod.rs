@@ -82,10 +82,7 @@ fn job_duration_histogram() -> Histogram {
 
 /// The `loop` label of a lane's loop: `admit_run`, `admit_publish`.
 pub fn loop_name(lane: Lane) -> &'static str {
-    match lane {
-        Lane::Run => LoopName::AdmitRun.as_str(),
-        Lane::Publish => LoopName::AdmitPublish.as_str(),
-    }
+    lane.spec().admit_loop.as_str()
 }
 
 /// What the scrape reads afresh: the Job view and the wall clock.
