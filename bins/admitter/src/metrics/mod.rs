@@ -31,8 +31,8 @@ use std::time::Duration;
 use tcab_shared::job_cache::{Milestone, OwnedJobs};
 use tcab_shared::lane::PerLane;
 use tcab_shared::metrics::labels::{
-    AdmissionOutcome, AdmissionStep, CallResult, ErrorReason, JobOutcome, LabelValue, LoopName,
-    PoisonReason, PoisonResult,
+    AdmissionOutcome, AdmissionStep, CallResult, ErrorReason, JobOutcome, LabelValue, PoisonReason,
+    PoisonResult,
 };
 use tcab_shared::metrics::{HistogramFamily, Labels, histogram_family_with, zero};
 use tcab_shared::tick::{Tick, TickOutcome};
