@@ -129,12 +129,20 @@ pub enum JobBuildError {
 /// The returned Job holds the per-job token in its pod env (the contract
 /// with the driver), so never log or `Debug`-print it.
 pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
+    let names = names::claim_names(Lane::Run, &run.id, run.token.expose());
+    named_driver_job(settings, run, &names)
+}
+
+/// The driver Job for one claim of a run, named `names` (which the
+/// admission derived from the claim once, with
+/// [`names::claim_names`]).
+pub fn named_driver_job(settings: &JobSettings, run: &ClaimedRun, names: &names::ClaimNames) -> Job {
     let token = run.token.expose();
     let names::ClaimNames {
         claim,
         job_name: name,
-    } = names::claim_names(Lane::Run, &run.id, token);
-    let mut object_labels = job_labels(settings, Lane::Run, &run.id, &claim);
+    } = names;
+    let mut object_labels = job_labels(settings, Lane::Run, &run.id, claim);
     let mut object_annotations = annotations();
     describe(
         &mut object_labels,
@@ -239,7 +247,7 @@ pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
         ..PodSpec::default()
     };
     assemble(
-        name,
+        name.clone(),
         object_labels,
         object_annotations,
         pod,
@@ -261,6 +269,17 @@ pub fn publisher_job(
     settings: &JobSettings,
     publish: &ClaimedPublish,
 ) -> Result<Job, JobBuildError> {
+    let names = names::claim_names(Lane::Publish, &publish.id, publish.token.expose());
+    named_publisher_job(settings, publish, &names)
+}
+
+/// The publisher Job for one claim of a publish, named `names` (derived
+/// once by the admission, with [`names::claim_names`]).
+pub fn named_publisher_job(
+    settings: &JobSettings,
+    publish: &ClaimedPublish,
+    names: &names::ClaimNames,
+) -> Result<Job, JobBuildError> {
     let image =
         settings
             .publisher_image
@@ -272,8 +291,8 @@ pub fn publisher_job(
     let names::ClaimNames {
         claim,
         job_name: name,
-    } = names::claim_names(Lane::Publish, &publish.id, token);
-    let mut object_labels = job_labels(settings, Lane::Publish, &publish.id, &claim);
+    } = names;
+    let mut object_labels = job_labels(settings, Lane::Publish, &publish.id, claim);
     let mut object_annotations = annotations();
     let named = |key: &str| publish.request.get(key).and_then(scalar_text);
     describe(
@@ -304,7 +323,7 @@ pub fn publisher_job(
         ..PodSpec::default()
     };
     Ok(assemble(
-        name,
+        name.clone(),
         object_labels,
         object_annotations,
         pod,

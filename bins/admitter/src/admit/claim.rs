@@ -5,7 +5,7 @@ use super::ClaimTimes;
 use crate::job_builder::{self, JobSettings};
 use k8s_openapi::api::batch::v1::Job;
 use tcab_shared::backend::{ClaimAnswer, ClaimedPublish, ClaimedRun, PoisonedClaim};
-use tcab_shared::{Lane, Secret};
+use tcab_shared::{Lane, Secret, names};
 
 /// A claimed job of either lane.
 pub(super) enum Claimed {
@@ -57,10 +57,17 @@ impl Claimed {
         request.to_string().len()
     }
 
-    pub(super) fn build(&self, settings: &JobSettings) -> Result<Job, job_builder::JobBuildError> {
+    /// The Job of this claim, named `names` (derived once per admission).
+    pub(super) fn build(
+        &self,
+        settings: &JobSettings,
+        names: &names::ClaimNames,
+    ) -> Result<Job, job_builder::JobBuildError> {
         match self {
-            Claimed::Run(run) => Ok(job_builder::driver_job(settings, run)),
-            Claimed::Publish(publish) => job_builder::publisher_job(settings, publish),
+            Claimed::Run(run) => Ok(job_builder::named_driver_job(settings, run, names)),
+            Claimed::Publish(publish) => {
+                job_builder::named_publisher_job(settings, publish, names)
+            }
         }
     }
 }

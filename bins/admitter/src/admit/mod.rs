@@ -155,8 +155,7 @@ async fn admit_claimed(
     claimed_at: Instant,
 ) -> Admission {
     let job_id = claimed.id().to_owned();
-    let names::ClaimNames { claim, job_name } =
-        names::claim_names(lane, &job_id, claimed.token().expose());
+    let named = names::claim_names(lane, &job_id, claimed.token().expose());
 
     let size = claimed.request_bytes();
     if size > MAX_REQUEST_BYTES {
@@ -178,7 +177,7 @@ async fn admit_claimed(
     // create finds it. A failed Put does not stop the Job.
     if let Err(error) = deps
         .vault
-        .put(claimed.lane(), &job_id, &claim, claimed.token())
+        .put(claimed.lane(), &job_id, &named.claim, claimed.token())
         .await
     {
         tracing::warn!(
@@ -187,7 +186,9 @@ async fn admit_claimed(
         );
     }
 
-    let job = match claimed.build(deps.settings) {
+    let job = claimed.build(deps.settings, &named);
+    let names::ClaimNames { claim, job_name } = named;
+    let job = match job {
         Ok(job) => job,
         Err(error) => {
             forget(deps, lane, &job_id, &claim).await;

@@ -356,14 +356,14 @@ async fn a_closed_verdict_holds_only_its_lane_with_the_lease_keepers_reason() {
         Lane::Run,
         GateVerdict::closed(
             GateReason::RenewalFailing,
-            "the latest run lease renewal failed: run renewal failed: POST /jobs/leases answered 500",
+            "the latest run lease renewal failed: POST /jobs/leases answered 500",
         ),
     );
     let report = admitter.tick().await;
     gate_closed_with(
         &report.plan.run,
         GateReason::RenewalFailing,
-        "latest run lease renewal failed: run renewal failed: POST /jobs/leases answered 500",
+        "latest run lease renewal failed: POST /jobs/leases answered 500",
     );
     assert_eq!(report.result(Lane::Run), AdmissionResult::GateClosed);
     assert!(matches!(report.publish, Some(LaneOutcome::Admitted { .. })));

@@ -181,11 +181,11 @@ mod tests {
     #[test]
     fn a_failing_lane_closes_however_recent_its_last_success() {
         let mut runs = renewed_at(10);
-        runs.failing = Some("run renewal failed: POST /jobs/leases answered 503".into());
+        runs.failing = Some("POST /jobs/leases answered 503".into());
         closed(
             verdict(Lane::Run, &runs, &ViewState::Current, at(10), MAX),
             GateReason::RenewalFailing,
-            "the latest run lease renewal failed: run renewal failed: POST",
+            "the latest run lease renewal failed: POST /jobs/leases answered 503",
         );
     }
 

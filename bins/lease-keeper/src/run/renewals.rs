@@ -170,12 +170,14 @@ async fn renew(
         Err(error) => {
             let why = error_chain(&error);
             let was_failing = gate.lane(lane).failing.is_some();
-            gate.failed(lane, format!("{lane} renewal failed: {why}"));
             if was_failing {
                 tracing::debug!(%lane, error = %why, "lease renewal still failing");
             } else {
                 tracing::warn!(%lane, call = error.call().unwrap_or("lease renewal"), reason = error.kind().reason().as_str(), error = %why, "lease renewal failed; the {lane} gate is closed and nothing of the lane is judged lost until a renewal succeeds");
             }
+            // The gate's verdict says which lane's renewal failed; the
+            // reason it keeps is the call's error alone.
+            gate.failed(lane, why);
             None
         }
     }

@@ -118,7 +118,7 @@ async fn put_forget_gate_and_health_over_grpc() {
     gate.succeeded(tcab_shared::Lane::Run, tokio::time::Instant::now());
     gate.failed(
         tcab_shared::Lane::Publish,
-        "publish renewal failed: 503".into(),
+        "503".into(),
     );
     let runs = ag.verdict(ask(Lane::Run)).await.unwrap().into_inner();
     assert_eq!(verdict(runs), GateVerdict::Open);
