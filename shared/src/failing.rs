@@ -26,16 +26,8 @@ pub const DEFAULT_TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// one whose pods are still terminating.
 #[derive(Debug, Clone, Default)]
 pub struct FailingSince {
-    /// Job uid (or name, when it has none) -> first seen failing.
+    /// [`JobSummary::key`] -> first seen failing.
     since: HashMap<String, Instant>,
-}
-
-fn key(job: &JobSummary) -> &str {
-    if job.uid.is_empty() {
-        &job.name
-    } else {
-        &job.uid
-    }
 }
 
 impl FailingSince {
@@ -49,15 +41,15 @@ impl FailingSince {
     pub fn observe(&mut self, jobs: &[impl Borrow<JobSummary>], now: Instant) {
         let mut kept = HashMap::with_capacity(self.since.len());
         for job in summaries(jobs).filter(|j| j.failing_unsettled()) {
-            let at = self.since.get(key(job)).copied().unwrap_or(now);
-            kept.insert(key(job).to_owned(), at);
+            let at = self.since.get(job.key()).copied().unwrap_or(now);
+            kept.insert(job.key().to_owned(), at);
         }
         self.since = kept;
     }
 
     /// When `job` was first seen failing, if it is failing.
     pub fn since(&self, job: &JobSummary) -> Option<Instant> {
-        self.since.get(key(job)).copied()
+        self.since.get(job.key()).copied()
     }
 
     /// Whether `job` has shown failure for longer than its termination grace
@@ -139,6 +131,27 @@ mod tests {
         assert!(!memory.is_stuck(&done, t1 + Duration::from_secs(999), margin));
         memory.observe(std::slice::from_ref(&failing), t1);
         assert_eq!(memory.since(&failing), Some(t1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_made_again_under_its_name_starts_its_wait_over() {
+        let margin = Duration::from_secs(60);
+        let mut memory = FailingSince::new();
+        let t0 = Instant::now();
+        let first = job("a", true, JobPhase::Live);
+        memory.observe(std::slice::from_ref(&first), t0);
+        let mut again = first.clone();
+        again.uid = "uid-a-2".into();
+        let t1 = t0 + Duration::from_secs(500);
+        assert!(memory.is_stuck(&first, t1, margin));
+        memory.observe(std::slice::from_ref(&again), t1);
+        assert_eq!(memory.since(&again), Some(t1), "keyed by uid, not name");
+        assert!(!memory.is_stuck(&again, t1 + Duration::from_secs(1), margin));
+        // Without a uid the name is the key.
+        let mut unnamed = first.clone();
+        unnamed.uid = "".into();
+        assert_eq!(unnamed.key(), "a");
+        assert_eq!(again.key(), "uid-a-2");
     }
 
     #[tokio::test(start_paused = true)]

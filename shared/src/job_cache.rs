@@ -121,6 +121,19 @@ pub fn summaries<J: std::borrow::Borrow<JobSummary>>(
 }
 
 impl JobSummary {
+    /// The Job's identity across views: its uid, or its name when it has
+    /// none (a Job read back before the API server gave it one). A Job
+    /// deleted and made again under the same name is another Job. Every
+    /// memory kept per Job (when it was first seen failing, which Jobs were
+    /// judged dead or reaped) is keyed by this.
+    pub fn key(&self) -> &str {
+        if self.uid.is_empty() {
+            &self.name
+        } else {
+            &self.uid
+        }
+    }
+
     /// Reads the summary of a Job.
     pub fn from_job(job: &Job) -> Self {
         let grace = job

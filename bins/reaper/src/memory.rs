@@ -14,7 +14,7 @@
 //!
 //! Everything here is pure: the caller passes `now` and the snapshot.
 
-use crate::plan::{IdVerdict, SweepSettings, job_key};
+use crate::plan::{IdVerdict, SweepSettings};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -107,7 +107,7 @@ impl ReapMemory {
         margin: Duration,
     ) -> BTreeSet<String> {
         self.failing.observe(jobs, now);
-        let present: BTreeSet<&str> = summaries(jobs).map(job_key).collect();
+        let present: BTreeSet<&str> = summaries(jobs).map(JobSummary::key).collect();
         self.reaped.retain(|key| present.contains(key.as_str()));
         let ids: BTreeSet<&str> = summaries(jobs)
             .filter_map(|j| j.job_id.as_deref())
@@ -116,7 +116,7 @@ impl ReapMemory {
 
         summaries(jobs)
             .filter(|job| job.lane == Lane::Run && self.failing.is_stuck(job, now, margin))
-            .map(|job| job_key(job).to_owned())
+            .map(|job| job.key().to_owned())
             .collect()
     }
 

@@ -36,7 +36,7 @@ pub use confirm::confirm;
 pub use listing::{MAX_SELECTED_IDS, listed_all_of, mismatches, reap_selector};
 pub use pods::PodSummary;
 pub use reasons::{DeleteReason, KeepReason, ReapKind};
-pub use verdicts::{IdVerdict, job_key, judge_ids, tick_verdicts};
+pub use verdicts::{IdVerdict, judge_ids, tick_verdicts};
 
 use decide::decide;
 use jiff::{SignedDuration, Timestamp};
@@ -87,7 +87,7 @@ pub struct Snapshot<'a, J = JobSummary> {
     pub pods: &'a [PodSummary],
     /// The time pod ages are measured against.
     pub now: Timestamp,
-    /// Keys ([`job_key`]) of the driver Jobs judged dead because they
+    /// Keys ([`JobSummary::key`]) of the driver Jobs judged dead because they
     /// cannot finish failing (see [`crate::memory::ReapMemory::observe`]).
     pub dead: &'a BTreeSet<String>,
     /// What the backend drives (orphan sweep).
@@ -284,7 +284,7 @@ mod tests {
     }
 
     pub(super) fn dead_of(jobs: &[&JobSummary]) -> BTreeSet<String> {
-        jobs.iter().map(|j| job_key(j).to_owned()).collect()
+        jobs.iter().map(|j| j.key().to_owned()).collect()
     }
 
     /// A plan with the backend's driven list read and `driven` in it.
@@ -785,7 +785,7 @@ mod tests {
         let dead = jobs
             .iter()
             .filter(|(_, d)| *d)
-            .map(|(j, _)| job_key(j).to_owned())
+            .map(|(j, _)| j.key().to_owned())
             .collect();
         (jobs.into_iter().map(|(j, _)| j).collect(), dead)
     }
@@ -802,7 +802,7 @@ mod tests {
     /// still showing failure (or Failed).
     fn really_dead(j: &JobSummary, dead: &BTreeSet<String>) -> bool {
         j.lane == Lane::Run
-            && dead.contains(job_key(j))
+            && dead.contains(j.key())
             && (j.phase == JobPhase::Failed || j.shows_failure())
     }
 

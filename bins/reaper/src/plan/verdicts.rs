@@ -8,16 +8,6 @@ use tcab_shared::Lane;
 use tcab_shared::backend::client::is_job_id;
 use tcab_shared::job_cache::{JobPhase, JobSummary, summaries};
 
-/// The key the reaper remembers a Job by: its uid, or its name when the
-/// server gave no uid.
-pub fn job_key(job: &JobSummary) -> &str {
-    if job.uid.is_empty() {
-        &job.name
-    } else {
-        &job.uid
-    }
-}
-
 /// What the owned Jobs say about the sandboxes of one job id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdVerdict {
@@ -54,7 +44,7 @@ fn standing(job: &JobSummary, dead: &BTreeSet<String>) -> Standing {
     let driver = job.lane == Lane::Run;
     // Judged dead only while it still shows what it was judged on.
     let judged_dead = driver
-        && dead.contains(job_key(job))
+        && dead.contains(job.key())
         && (job.phase == JobPhase::Failed || job.shows_failure());
     match job.phase {
         JobPhase::Live if judged_dead => Standing::Stuck,
@@ -147,11 +137,11 @@ fn judge_ids_where(
             }
             Standing::Terminating(n) => first(&mut entry.terminating, job, n),
             Standing::Failed => {
-                entry.dead_keys.insert(job_key(job).to_owned());
+                entry.dead_keys.insert(job.key().to_owned());
                 first(&mut entry.dead, job, false);
             }
             Standing::Stuck => {
-                entry.dead_keys.insert(job_key(job).to_owned());
+                entry.dead_keys.insert(job.key().to_owned());
                 first(&mut entry.dead, job, true);
             }
             Standing::Succeeded => first(&mut entry.succeeded, job, ()),
