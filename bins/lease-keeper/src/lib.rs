@@ -9,13 +9,14 @@
 //!   a file: the pod's status, the Job's conditions, a pod that can never
 //!   start ([`cause::start_failure`]), the log tail of the death detail
 //!   ([`cause::death_detail`]);
-//! - [`run`]: the renewal and report loops, and `run(config, deps, shutdown)`,
+//! - [`run`](mod@run): the renewal and report loops, and `run(config, deps, shutdown)`,
 //!   which serves the vault and runs both loops under the shared supervisor
 //!   (`tcab_shared::runtime`);
 //! - [`inspect`]: the cluster reads (and the delete of a Job that never starts);
 //! - [`gate`]: the per-lane renewal state, from which each lane's admission
 //!   gate verdict is judged when the admitter asks;
-//! - [`metrics`]: renewals, reports and renewal ages, recorded at the loops' edges;
+//! - [`report`]: what one pass of each loop did, as data;
+//! - [`metrics`]: renewals, reports and renewal ages, recorded from those reports;
 //! - [`tokens`] and [`grpc`]: the per-job token store and its gRPC face;
 //! - [`config`]: the lease-keeper's configuration, read from the environment.
 
@@ -26,6 +27,7 @@ pub mod grpc;
 pub mod inspect;
 pub mod metrics;
 pub mod plan;
+pub mod report;
 pub mod run;
 pub mod tokens;
 

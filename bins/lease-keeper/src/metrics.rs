@@ -1,12 +1,11 @@
 //! The lease-keeper's own metrics (docs/metrics.md): renewals by lane and
 //! result, death reports by cause, lost reports by lane (recorded from each
-//! loop's report at the loop's edge: [`MeteredRenewer`], [`MeteredReporter`]),
+//! loop's report at the loop's edge, by `run/metered.rs`),
 //! and the age of each lane's last successful renewal (read from the
 //! [`Gate`] at each scrape). The decisions never read them.
 
 use crate::gate::Gate;
-use crate::run::renewals::{RenewalReport, Renewer};
-use crate::run::reports::{ReportTick, Reporter};
+use crate::report::{RenewalReport, ReportTick};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -19,7 +18,6 @@ use tcab_shared::metrics::labels::{
     CallResult, Cause, ErrorReason, LabelValue, LoopName, ReportKind,
 };
 use tcab_shared::metrics::{Labels, zero};
-use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
 
 /// The `loop` label of the renewal loop.
@@ -214,53 +212,6 @@ impl KeeperMetrics {
     }
 }
 
-/// The renewal loop, recording each round.
-pub struct MeteredRenewer {
-    renewer: Renewer,
-    metrics: Arc<KeeperMetrics>,
-    publishing: bool,
-}
-
-impl MeteredRenewer {
-    /// `renewer`, recording into `metrics`; `publishing` says whether the
-    /// publish lane is renewed.
-    pub fn new(renewer: Renewer, metrics: Arc<KeeperMetrics>, publishing: bool) -> Self {
-        MeteredRenewer {
-            renewer,
-            metrics,
-            publishing,
-        }
-    }
-}
-
-impl Tick for MeteredRenewer {
-    async fn tick(&mut self) -> TickOutcome {
-        let report = self.renewer.round().await;
-        self.metrics.record_renewals(&report, self.publishing);
-        TickOutcome::Idle
-    }
-}
-
-/// The report loop, recording each tick's reports.
-pub struct MeteredReporter {
-    reporter: Reporter,
-    metrics: Arc<KeeperMetrics>,
-}
-
-impl MeteredReporter {
-    /// `reporter`, recording into `metrics`.
-    pub fn new(reporter: Reporter, metrics: Arc<KeeperMetrics>) -> Self {
-        MeteredReporter { reporter, metrics }
-    }
-}
-
-impl Tick for MeteredReporter {
-    async fn tick(&mut self) -> TickOutcome {
-        let tick = self.reporter.tick_at(None).await;
-        self.metrics.record_reports(&tick);
-        TickOutcome::Idle
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -322,7 +273,7 @@ mod tests {
             ],
             death_delays: vec![Duration::from_millis(1700)],
             failed_reports: vec![(
-                crate::run::reports::Report::Lost(Lane::Publish),
+                crate::report::Report::Lost(Lane::Publish),
                 tcab_shared::backend::BackendErrorKind::Transport,
             )],
             lost_runs: vec!["c".into()],

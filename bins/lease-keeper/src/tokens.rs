@@ -4,6 +4,7 @@
 //! only this process reads them, to present on a death report. A restart
 //! forgets every token, which leaves those jobs to lost-driver detection.
 
+pub use crate::plan::tokens::{HeldClaim, TokenKey};
 use crate::plan::tokens::{DropReason, TokenVerdict, judge_token};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
@@ -12,37 +13,6 @@ use std::time::Duration;
 use tcab_shared::job_cache::{JobSummary, summaries};
 use tcab_shared::{Lane, Secret};
 use tokio::time::Instant;
-
-/// What a token is stored under: the backend job id and the claim tag.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TokenKey {
-    /// The backend job id.
-    pub job_id: String,
-    /// The claim tag (a short hash of the token, also in the Job's name and labels).
-    pub claim: String,
-}
-
-impl TokenKey {
-    /// A key from its parts.
-    pub fn new(job_id: impl Into<String>, claim: impl Into<String>) -> Self {
-        Self {
-            job_id: job_id.into(),
-            claim: claim.into(),
-        }
-    }
-}
-
-/// What the vault knows about one held token, without the token itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldClaim {
-    /// Its key.
-    pub key: TokenKey,
-    /// The lane of the claim.
-    pub lane: Lane,
-    /// Order of the Puts: a later Put of the same job id has a larger number,
-    /// so the highest one is the job's current claim.
-    pub seq: u64,
-}
 
 /// The stored entry: the token and what pruning needs.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@
 
 use super::Answer;
 use super::failures::DeathKind;
-use crate::tokens::{HeldClaim, TokenKey};
+use super::tokens::{HeldClaim, TokenKey};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use tcab_shared::Lane;

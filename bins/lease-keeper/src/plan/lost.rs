@@ -10,7 +10,7 @@
 
 use super::Answer;
 use super::deaths::current_claims;
-use crate::tokens::HeldClaim;
+use super::tokens::HeldClaim;
 use jiff::Timestamp;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -314,7 +314,7 @@ pub fn settle_lost_report(answer: Answer) -> LostSettle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens::TokenKey;
+    use crate::plan::tokens::TokenKey;
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
     use tcab_shared::backend::{ActivePublish, ActiveRun};

@@ -1,11 +1,44 @@
-//! Which held tokens to keep: pure, from the cached Jobs.
+//! Which held tokens to keep, pure, from the cached Jobs; and what a token
+//! is held under ([`TokenKey`], [`HeldClaim`]), so the plans that read the
+//! vault's holdings need nothing of the store.
 
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::job_cache::{JobPhase, JobSummary};
 use tokio::time::Instant;
 
-/// Why a token was dropped by [`TokenStore::prune`].
+/// What a token is stored under: the backend job id and the claim tag.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TokenKey {
+    /// The backend job id.
+    pub job_id: String,
+    /// The claim tag (a short hash of the token, also in the Job's name and labels).
+    pub claim: String,
+}
+
+impl TokenKey {
+    /// A key from its parts.
+    pub fn new(job_id: impl Into<String>, claim: impl Into<String>) -> Self {
+        Self {
+            job_id: job_id.into(),
+            claim: claim.into(),
+        }
+    }
+}
+
+/// What the vault knows about one held token, without the token itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldClaim {
+    /// Its key.
+    pub key: TokenKey,
+    /// The lane of the claim.
+    pub lane: Lane,
+    /// Order of the Puts: a later Put of the same job id has a larger number,
+    /// so the highest one is the job's current claim.
+    pub seq: u64,
+}
+
+/// Why a token was dropped by [`TokenStore::prune`](crate::tokens::TokenStore::prune).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DropReason {
     /// Its Job completed: the driver or publisher reported for itself.

@@ -3,7 +3,8 @@
 //! then deleted). Which claim is reported, and what each backend answer
 //! settles, is decided in [`crate::plan::deaths`]; here the calls are made.
 
-use super::reports::{Report, ReportTick, Reporter, out_of_budget};
+use super::reports::{Reporter, out_of_budget};
+use crate::report::{Report, ReportTick};
 use crate::cause::{DeathCause, LogTail, StartFailure};
 use crate::plan::Answer;
 use crate::plan::deaths::{

@@ -6,7 +6,8 @@
 //! skipped with a warning and the rest are judged; a job whose report keeps
 //! failing backs off alone.
 
-use super::reports::{Report, ReportTick, Reporter, out_of_budget};
+use super::reports::{Reporter, out_of_budget};
+use crate::report::{Report, ReportTick};
 use crate::plan::Answer;
 use crate::plan::failures::DeathKind;
 use crate::plan::lost::{

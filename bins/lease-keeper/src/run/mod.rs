@@ -7,6 +7,7 @@
 mod deaths;
 mod evidence;
 mod lost;
+mod metered;
 pub mod renewals;
 pub mod reports;
 
@@ -17,7 +18,8 @@ use crate::config::LeaseKeeperConfig;
 use crate::gate::Gate;
 use crate::grpc;
 use crate::inspect::Inspector;
-use crate::metrics::{KeeperMetrics, MeteredRenewer, MeteredReporter, RENEW_LOOP, REPORT_LOOP};
+use crate::metrics::{KeeperMetrics, RENEW_LOOP, REPORT_LOOP};
+use metered::{MeteredRenewer, MeteredReporter};
 use crate::plan::failures::FailureSettings;
 use crate::tokens::TokenStore;
 use renewals::{JudgedDead, Renewer};
@@ -139,7 +141,7 @@ pub struct TickReport {
     /// Publish ids renewed; `None` when the call failed or publishing is off.
     pub renewed_publishes: Option<Vec<tcab_shared::backend::JobId>>,
     /// The report tick.
-    pub reports: reports::ReportTick,
+    pub reports: crate::report::ReportTick,
 }
 
 impl TickReport {

@@ -4,6 +4,7 @@
 //! once: the first failed call closes its lane's gate.
 
 use crate::gate::Gate;
+use crate::report::RenewalReport;
 use crate::plan::renew::{LaneRenewal, RenewSkip, plan_renewals};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -20,14 +21,6 @@ use tokio::time::Instant;
 /// and the renewal loop (which stops renewing them).
 pub type JudgedDead = Arc<Mutex<BTreeSet<String>>>;
 
-/// What one renewal round did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RenewalReport {
-    /// Run ids the backend renewed; `None` when the call failed.
-    pub runs: Option<Vec<JobId>>,
-    /// Publish ids renewed; `None` when the call failed or publishing is off.
-    pub publishes: Option<Vec<JobId>>,
-}
 
 /// The renewal loop's state.
 pub struct Renewer {

@@ -25,6 +25,7 @@ use crate::inspect::Inspector;
 use crate::plan::failures::{
     DeathKind, EvidenceState, FailureSettings, JobMemory, evidence_settled, plan_failures,
 };
+use crate::report::{Report, ReportTick};
 use crate::tokens::{TokenKey, TokenStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -45,37 +46,6 @@ use tokio::time::Instant;
 pub const REPORT_BACKOFF: Backoff =
     Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300));
 
-/// Which report a failure was of (its `report` label is [`Report::kind`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Report {
-    /// A death report (`POST /jobs/{id}/status`) or the read before it.
-    Death,
-    /// A lost report of a lane (`POST /jobs/{id}/lost`, `POST /publish-jobs/{id}/lost`).
-    Lost(Lane),
-}
-
-impl Report {
-    /// The `report` label: `death` or `lost`.
-    pub fn kind(self) -> ReportKind {
-        match self {
-            Report::Death => ReportKind::Death,
-            Report::Lost(_) => ReportKind::Lost,
-        }
-    }
-
-    /// The `report` label, as text.
-    pub fn as_str(self) -> &'static str {
-        self.kind().as_str()
-    }
-
-    /// The lane the report is about.
-    pub fn lane(self) -> Lane {
-        match self {
-            Report::Death => Lane::Run,
-            Report::Lost(lane) => lane,
-        }
-    }
-}
 
 /// A note kept about a job after its Job is gone, for its lost report.
 #[derive(Debug, Clone)]
@@ -91,35 +61,6 @@ pub(super) struct Vanished {
     pub(super) at: Instant,
 }
 
-/// What one report tick did; returned for tests and summarised in the log.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReportTick {
-    /// Whether the view was current (nothing is judged otherwise).
-    pub view_current: bool,
-    /// Jobs whose evidence was captured this tick.
-    pub captured: Vec<String>,
-    /// Jobs judged dead this tick (cannot finish failing, or never start).
-    pub judged_dead: Vec<String>,
-    /// Jobs deleted because their pod can never start.
-    pub deleted: Vec<String>,
-    /// Runs whose deaths were reported (job id, death kind for metrics).
-    pub reported_dead: Vec<(JobId, Cause)>,
-    /// For each death reported with its evidence in hand: from the Job's
-    /// first sign of failure to the report landing.
-    pub death_delays: Vec<Duration>,
-    /// Whether lost runs were judged this tick.
-    pub judged_runs: bool,
-    /// Whether lost publishes were judged this tick.
-    pub judged_publishes: bool,
-    /// Runs reported lost.
-    pub lost_runs: Vec<JobId>,
-    /// Publishes reported lost.
-    pub lost_publishes: Vec<JobId>,
-    /// Reports that failed, each with the failure's kind (for metrics).
-    pub failed_reports: Vec<(Report, BackendErrorKind)>,
-    /// Whether the tick's budget ran out and work was left for the next one.
-    pub deferred: bool,
-}
 
 /// The report loop's state. Everything else is read afresh.
 pub struct Reporter {
