@@ -29,10 +29,9 @@ pub struct Renewer {
     gate: Gate,
     judged_dead: JudgedDead,
     publishing: bool,
-    /// What each lane renewed last, so only a change is logged at info: a
-    /// fingerprint of the set, not the ids (10,000 live Jobs would keep
-    /// 10,000 strings a lane just to compare).
-    last_renewed: PerLane<Renewed>,
+    /// The ids each lane renewed last, sorted, so a change is logged at
+    /// info with the ids that started and stopped being renewed.
+    last_renewed: PerLane<Vec<JobId>>,
     /// Malformed Jobs already warned about (by name).
     warned: BTreeSet<String>,
 }
@@ -100,37 +99,47 @@ impl Renewer {
     }
 
     fn log_change(&mut self, lane: Lane, renewed: &[JobId]) {
-        let now = Renewed::of(renewed);
+        let mut now: Vec<&str> = renewed.iter().map(String::as_str).collect();
+        now.sort_unstable();
+        now.dedup();
         let last = &mut self.last_renewed[lane];
-        if now != *last {
-            tracing::info!(%lane, count = now.count, before = last.count, "renewed {} {lane} leases", now.count);
-            *last = now;
-        } else {
-            tracing::debug!(%lane, count = now.count, "renewed {} {lane} leases (unchanged)", now.count);
+        let (started, stopped) = changes(last, &now);
+        if started.is_empty() && stopped.is_empty() {
+            tracing::debug!(%lane, count = now.len(), "renewed {} {lane} leases (unchanged)", now.len());
+            return;
         }
+        tracing::info!(%lane, count = now.len(), started = %list(&started), stopped = %list(&stopped), "renewed {} {lane} leases", now.len());
+        *last = now.into_iter().map(str::to_owned).collect();
     }
 }
 
-/// A set of renewed ids as a count and an order-free fingerprint: equal
-/// sets give equal values (a change the fingerprint misses only skips one
-/// info line).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Renewed {
-    count: usize,
-    fingerprint: u64,
-}
-
-impl Renewed {
-    fn of(ids: &[JobId]) -> Self {
-        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-        let hasher = BuildHasherDefault::<DefaultHasher>::default();
-        Renewed {
-            count: ids.len(),
-            fingerprint: ids
-                .iter()
-                .fold(0u64, |sum, id| sum.wrapping_add(hasher.hash_one(id))),
+/// The ids of `now` not in `last` (started) and of `last` not in `now`
+/// (stopped), both sorted: one walk over the two sorted sets.
+fn changes<'a>(last: &'a [JobId], now: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str>) {
+    let (mut started, mut stopped) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < last.len() || j < now.len() {
+        match (last.get(i), now.get(j)) {
+            (Some(l), Some(n)) if l.as_str() == *n => {
+                i += 1;
+                j += 1;
+            }
+            (Some(l), Some(n)) if l.as_str() < *n => {
+                stopped.push(l.as_str());
+                i += 1;
+            }
+            (_, Some(n)) => {
+                started.push(*n);
+                j += 1;
+            }
+            (Some(l), None) => {
+                stopped.push(l.as_str());
+                i += 1;
+            }
+            (None, None) => break,
         }
     }
+    (started, stopped)
 }
 
 /// One lane's renewal call; its outcome reaches the gate at once.
@@ -185,22 +194,23 @@ impl Tick for Renewer {
 
 #[cfg(test)]
 mod tests {
-    use super::Renewed;
+    use super::changes;
 
     fn ids(ids: &[&str]) -> Vec<String> {
         ids.iter().map(|s| (*s).to_owned()).collect()
     }
 
     #[test]
-    fn a_renewed_set_is_known_again_in_any_order_and_a_change_is_seen() {
-        let a = Renewed::of(&ids(&["r-1", "r-2", "r-3"]));
-        assert_eq!(a, Renewed::of(&ids(&["r-3", "r-1", "r-2"])));
-        assert_ne!(
-            a,
-            Renewed::of(&ids(&["r-1", "r-2", "r-4"])),
-            "one id swapped"
-        );
-        assert_ne!(a, Renewed::of(&ids(&["r-1", "r-2"])), "one id gone");
-        assert_eq!(Renewed::of(&[]), Renewed::default());
+    fn a_change_of_the_renewed_set_names_the_ids_that_started_and_stopped() {
+        let last = ids(&["r-1", "r-2", "r-4"]);
+        let (started, stopped) = changes(&last, &["r-2", "r-3", "r-5"]);
+        assert_eq!(started, ["r-3", "r-5"]);
+        assert_eq!(stopped, ["r-1", "r-4"]);
+        let (started, stopped) = changes(&last, &["r-1", "r-2", "r-4"]);
+        assert!(started.is_empty() && stopped.is_empty(), "unchanged");
+        let (started, stopped) = changes(&[], &["r-1"]);
+        assert_eq!((started, stopped), (vec!["r-1"], vec![]));
+        let (started, stopped) = changes(&last, &[]);
+        assert_eq!((started, stopped), (vec![], vec!["r-1", "r-2", "r-4"]));
     }
 }
