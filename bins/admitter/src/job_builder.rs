@@ -136,7 +136,11 @@ pub fn driver_job(settings: &JobSettings, run: &ClaimedRun) -> Job {
 /// The driver Job for one claim of a run, named `names` (which the
 /// admission derived from the claim once, with
 /// [`names::claim_names`]).
-pub fn named_driver_job(settings: &JobSettings, run: &ClaimedRun, names: &names::ClaimNames) -> Job {
+pub fn named_driver_job(
+    settings: &JobSettings,
+    run: &ClaimedRun,
+    names: &names::ClaimNames,
+) -> Job {
     let token = run.token.expose();
     let names::ClaimNames {
         claim,

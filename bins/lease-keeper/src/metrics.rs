@@ -11,7 +11,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use tcab_shared::Lane;
 use tcab_shared::metrics::labels::{
@@ -211,7 +210,6 @@ impl KeeperMetrics {
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -4,8 +4,8 @@
 //! only this process reads them, to present on a death report. A restart
 //! forgets every token, which leaves those jobs to lost-driver detection.
 
-pub use crate::plan::tokens::{HeldClaim, TokenKey};
 use crate::plan::tokens::{DropReason, TokenVerdict, judge_token};
+pub use crate::plan::tokens::{HeldClaim, TokenKey};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

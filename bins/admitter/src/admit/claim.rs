@@ -65,9 +65,7 @@ impl Claimed {
     ) -> Result<Job, job_builder::JobBuildError> {
         match self {
             Claimed::Run(run) => Ok(job_builder::named_driver_job(settings, run, names)),
-            Claimed::Publish(publish) => {
-                job_builder::named_publisher_job(settings, publish, names)
-            }
+            Claimed::Publish(publish) => job_builder::named_publisher_job(settings, publish, names),
         }
     }
 }

@@ -4,13 +4,13 @@
 //! settles, is decided in [`crate::plan::deaths`]; here the calls are made.
 
 use super::reports::{Reporter, out_of_budget};
-use crate::report::{Report, ReportTick};
 use crate::cause::{DeathCause, LogTail, StartFailure};
 use crate::plan::Answer;
 use crate::plan::deaths::{
     DeathSettle, death_report_pending, plan_deaths, settle_death_check, settle_death_report,
 };
 use crate::plan::failures::{DeathKind, StartVerdict, start_verdict};
+use crate::report::{Report, ReportTick};
 use crate::tokens::TokenKey;
 use std::collections::BTreeMap;
 use std::sync::Arc;

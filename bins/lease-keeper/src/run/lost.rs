@@ -7,12 +7,12 @@
 //! failing backs off alone.
 
 use super::reports::{Reporter, out_of_budget};
-use crate::report::{Report, ReportTick};
 use crate::plan::Answer;
 use crate::plan::failures::DeathKind;
 use crate::plan::lost::{
     ActiveList, Known, LostCause, LostJob, LostPlan, LostSettle, plan_lost, settle_lost_report,
 };
+use crate::report::{Report, ReportTick};
 use std::collections::BTreeSet;
 use tcab_shared::Lane;
 use tcab_shared::backend::{JobId, SkippedEntry};

@@ -4,8 +4,8 @@
 //! once: the first failed call closes its lane's gate.
 
 use crate::gate::Gate;
-use crate::report::RenewalReport;
 use crate::plan::renew::{LaneRenewal, RenewSkip, plan_renewals};
+use crate::report::RenewalReport;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use tcab_shared::Lane;
@@ -20,7 +20,6 @@ use tokio::time::Instant;
 /// The names of Jobs judged dead, shared by the report loop (which judges)
 /// and the renewal loop (which stops renewing them).
 pub type JudgedDead = Arc<Mutex<BTreeSet<String>>>;
-
 
 /// The renewal loop's state.
 pub struct Renewer {

@@ -36,7 +36,6 @@ use tcab_shared::error_chain;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::inline_str::NameStr;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, Snapshot};
-use tcab_shared::metrics::labels::{Cause, ReportKind};
 use tcab_shared::retry::{Backoff, PerKey};
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
@@ -45,7 +44,6 @@ use tokio::time::Instant;
 /// most 5 minutes.
 pub const REPORT_BACKOFF: Backoff =
     Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300));
-
 
 /// A note kept about a job after its Job is gone, for its lost report.
 #[derive(Debug, Clone)]
@@ -60,7 +58,6 @@ pub(super) struct Vanished {
     pub(super) last: Arc<JobSummary>,
     pub(super) at: Instant,
 }
-
 
 /// The report loop's state. Everything else is read afresh.
 pub struct Reporter {

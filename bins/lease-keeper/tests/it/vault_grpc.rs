@@ -116,10 +116,7 @@ async fn put_forget_gate_and_health_over_grpc() {
     view.apply(Event::Init);
     view.apply(Event::InitDone);
     gate.succeeded(tcab_shared::Lane::Run, tokio::time::Instant::now());
-    gate.failed(
-        tcab_shared::Lane::Publish,
-        "503".into(),
-    );
+    gate.failed(tcab_shared::Lane::Publish, "503".into());
     let runs = ag.verdict(ask(Lane::Run)).await.unwrap().into_inner();
     assert_eq!(verdict(runs), GateVerdict::Open);
     let publishes = ag.verdict(ask(Lane::Publish)).await.unwrap().into_inner();
