@@ -1,7 +1,8 @@
 """Draws docs/performance/figures.png from the figures recorded in figures.tsv.
 
 Left: each container's resident memory against the number of owned Jobs cached
-(the footprint bench's `<binary> rss at <N> jobs`), last recorded run of each size.
+(the footprint bench's `<binary> rss at <N> jobs`, both methods: `footprint-driven` solid,
+`footprint`, Jobs unknown to the backend, dashed), last recorded run of each size.
 Middle and right: the reaction times under load (the reaction bench's
 `<what> p50|p95|p99|max`), last recorded run on the simulated cluster (`reaction-load`)
 and on the real control plane (`reaction-load-real`). Run through scripts/bench-plot.
@@ -47,12 +48,14 @@ def reaction_panel(ax, title, figures_of):
 
 def main(figures, png):
     last = last_values(figures)
+    # (binary, method) -> {jobs: MiB}; the driven method (the default since
+    # 2026-12-02) and the method of the earlier figures, drawn side by side.
     memory = defaultdict(dict)
     reactions = {"reaction-load": defaultdict(dict), "reaction-load-real": defaultdict(dict)}
     for (bench, name), (value, unit, _) in last.items():
         m = re.fullmatch(r"(\S+) rss at (\d+) jobs", name)
-        if bench == "footprint" and m:
-            memory[m.group(1)][int(m.group(2))] = value
+        if bench in ("footprint", "footprint-driven") and m:
+            memory[(m.group(1), bench)][int(m.group(2))] = value
         m = re.fullmatch(r"(.+) (p50|p95|p99|max)", name)
         if bench in reactions and m and unit == "ms":
             reactions[bench][m.group(1)][m.group(2)] = value
@@ -60,9 +63,19 @@ def main(figures, png):
         sys.exit(f"plot.py: no footprint or reaction-load figures in {figures}")
 
     fig, (left, *right) = plt.subplots(1, 3, figsize=(18, 7))
-    for binary, points in sorted(memory.items()):
+    colours = {}
+    for (binary, bench), points in sorted(memory.items()):
         xs = sorted(points)
-        left.plot(xs, [points[x] for x in xs], marker="o", label=binary)
+        driven = bench == "footprint-driven"
+        colour = colours.setdefault(binary, f"C{len(colours)}")
+        left.plot(
+            xs,
+            [points[x] for x in xs],
+            marker="o",
+            color=colour,
+            linestyle="-" if driven else "--",
+            label=f"{binary} ({'driven, as in production' if driven else 'Jobs unknown to the backend'})",
+        )
     left.set_xscale("symlog", linthresh=1000)
     left.set_xlabel("owned Jobs cached")
     left.set_ylabel("resident memory (MiB)")

@@ -164,7 +164,10 @@ async fn backend_down_then_back_renews_live_jobs_and_judges_only_the_rest() {
     );
     let runs = rig.gate.lane(Lane::Run);
     let failing = runs.failing.clone().unwrap_or_default();
-    assert!(!runs.healthy() && failing.contains("/jobs/leases"), "{failing}");
+    assert!(
+        !runs.healthy() && failing.contains("/jobs/leases"),
+        "{failing}"
+    );
     rig.backend.advance(600);
     assert_eq!(rig.backend.lock().active_reads, 1);
 
