@@ -141,19 +141,22 @@ impl Lane {
     }
 
     /// Classifies a Job by its `tcab.dev/job-kind` label, else by its name:
-    /// a Job without the label is a publish when its name starts with
-    /// `tcab-publisher-`, and a run otherwise.
+    /// a Job without the label (or with a value no lane has) is of the lane
+    /// whose name prefix its name starts with (`tcab-publisher-`: a
+    /// publish), and a run otherwise.
     pub fn classify(labels: &BTreeMap<String, String>, name: &str) -> Lane {
         let labelled = labels.get(JOB_KIND).and_then(|value| {
             Lane::ALL
                 .into_iter()
                 .find(|lane| lane.label_value() == value)
         });
-        match labelled {
-            Some(lane) => lane,
-            None if name.starts_with(PUBLISHER_PREFIX) => Lane::Publish,
-            None => Lane::Run,
-        }
+        labelled
+            .or_else(|| {
+                Lane::ALL
+                    .into_iter()
+                    .find(|lane| name.starts_with(lane.name_prefix()))
+            })
+            .unwrap_or(Lane::Run)
     }
 }
 
@@ -177,6 +180,9 @@ mod tests {
         assert_eq!(Lane::classify(&labels, "tcab-publisher-x-1"), Lane::Run);
         labels.insert(JOB_KIND.into(), "publish".into());
         assert_eq!(Lane::classify(&labels, "tcab-driver-x-1"), Lane::Publish);
+        labels.insert(JOB_KIND.into(), "odd".into());
+        assert_eq!(Lane::classify(&labels, "tcab-publisher-x-1"), Lane::Publish);
+        assert_eq!(Lane::classify(&labels, "tcab-driver-x-1"), Lane::Run);
     }
 
     #[test]

@@ -329,6 +329,10 @@ async fn the_containers_metrics_and_probes_follow_a_drain(kind: ClusterKind) {
             .is_some_and(|ids| ids.iter().all(serde_json::Value::is_string)),
         "{listed}"
     );
+    // The line counts every id it started, naming at most the first 20.
+    let named = listed["started"].as_array().map_or(0, Vec::len) as u64;
+    let counted = listed["started_count"].as_u64().unwrap_or(0);
+    assert!(named <= 20 && counted >= named, "{listed}");
 }
 
 /// A container whose metrics address is taken stops at once, naming it.

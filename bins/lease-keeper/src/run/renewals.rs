@@ -107,10 +107,26 @@ impl Renewer {
             tracing::debug!(%lane, count = now.len(), "renewed {} {lane} leases (unchanged)", now.len());
             return;
         }
-        tracing::info!(%lane, count = now.len(), started = %list(&started), stopped = %list(&stopped), "renewed {} {lane} leases", now.len());
+        // A restart over 10,000 live Jobs starts them all at once: the line
+        // names the first few of each side and counts all of them, so it
+        // stays one readable line.
+        tracing::info!(
+            %lane,
+            count = now.len(),
+            started = %list(started.iter().take(LOGGED_IDS)),
+            started_count = started.len(),
+            stopped = %list(stopped.iter().take(LOGGED_IDS)),
+            stopped_count = stopped.len(),
+            "renewed {} {lane} leases",
+            now.len()
+        );
         *last = now.into_iter().map(str::to_owned).collect();
     }
 }
+
+/// How many of the ids that started (or stopped) being renewed one info
+/// line names; the line counts all of them.
+const LOGGED_IDS: usize = 20;
 
 /// The ids of `now` not in `last` (started) and of `last` not in `now`
 /// (stopped), both sorted: one walk over the two sorted sets.
