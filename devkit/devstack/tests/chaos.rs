@@ -707,7 +707,12 @@ async fn random_container_kills_during_a_drain_lose_nothing(kind: ClusterKind) {
             .chain(pubs.iter())
             .all(|j| terminal(&j["state"]))
     };
-    for _ in 0..14 {
+    // Steps go on until every job is terminal, up to three leases' worth of
+    // backend time: a claim whose Job still looked live part-way through is
+    // renewed until its Job ends, so its lease lapses up to a lease after
+    // that, not after the first 120 s of steps (the drain below waits in
+    // real time, too short for a whole lease plus its requeue).
+    for _ in 0..36 {
         if all_done().await {
             break;
         }
