@@ -219,8 +219,8 @@ mod tests {
     use tcab_shared::job_cache::OwnedJobs;
     use tcab_shared::metrics::{Common, Exporter};
 
-    fn ids(names: &[&str]) -> Option<Vec<String>> {
-        Some(names.iter().map(|s| (*s).to_owned()).collect())
+    fn ids(names: &[&str]) -> Option<usize> {
+        Some(names.len())
     }
 
     #[test]

@@ -11,10 +11,12 @@ use tcab_shared::metrics::labels::{Cause, ReportKind};
 /// What one renewal round did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RenewalReport {
-    /// Run ids the backend renewed; `None` when the call failed.
-    pub runs: Option<Vec<JobId>>,
-    /// Publish ids renewed; `None` when the call failed or publishing is off.
-    pub publishes: Option<Vec<JobId>>,
+    /// How many run leases the backend renewed; `None` when the call
+    /// failed. (The ids are [`Renewer::renewed`](crate::run::renewals::Renewer::renewed).)
+    pub runs: Option<usize>,
+    /// How many publish leases were renewed; `None` when the call failed or
+    /// publishing is off.
+    pub publishes: Option<usize>,
 }
 
 /// Which report a failure was of (its `report` label is [`Report::kind`]).

@@ -200,6 +200,19 @@ pub struct LeaseRenewal {
     pub skipped: Vec<SkippedEntry>,
 }
 
+/// A lease renewal as the client reads it: which of the asked ids the
+/// backend renewed, as positions in the ask (in the answer's order), and the
+/// entries that could not be read (counted as not renewed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenewedLeases {
+    /// The backend's clock (informational; nothing is judged on it).
+    pub now: Timestamp,
+    /// Positions in the ask of the renewed ids.
+    pub renewed: Vec<usize>,
+    /// Entries of the answer that could not be read.
+    pub skipped: Vec<SkippedEntry>,
+}
+
 /// An entry of a list answer that could not be read: the rest of the list
 /// is used, and this one is named in a warning.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,12 +13,12 @@ use std::collections::VecDeque;
 use std::error::Error as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tcab_shared::Secret;
 use tcab_shared::backend::client::RetryPolicy;
 use tcab_shared::backend::{
     BackendClient, BackendError, BackendErrorKind, ClaimAnswer, JobState, PublishState,
 };
 use tcab_shared::retry::Sleeper;
+use tcab_shared::{Lane, Secret};
 
 const CLAIM_RUN: &str = include_str!("../../../docs/contract/claim-run.json");
 const CLAIM_PUBLISH: &str = include_str!("../../../docs/contract/claim-publish.json");
@@ -362,8 +362,8 @@ async fn lease_renewals_send_the_ids_and_parse_the_leases() {
     let client = backend.client();
     let ids: Vec<String> = serde_json::from_value(parse(LEASE_REQUEST)["job_ids"].clone()).unwrap();
 
-    let runs = client.renew_run_leases(&ids).await.unwrap();
-    let publishes = client.renew_publish_leases(&ids).await.unwrap();
+    let runs = client.renew_leases(Lane::Run, &ids).await.unwrap();
+    let publishes = client.renew_leases(Lane::Publish, &ids).await.unwrap();
 
     let seen = backend.seen();
     assert_service_call(&seen[0], Method::POST, "/jobs/leases");
@@ -374,12 +374,8 @@ async fn lease_renewals_send_the_ids_and_parse_the_leases() {
     }
     for renewal in [runs, publishes] {
         assert_eq!(renewal.now.to_string(), "2026-11-29T17:01:00Z");
-        assert_eq!(renewal.leases.len(), 1);
-        assert_eq!(renewal.leases[0].id, RUN_ID);
-        assert_eq!(
-            renewal.leases[0].lease_expires_at.to_string(),
-            "2026-11-29T17:03:00Z"
-        );
+        assert_eq!(renewal.renewed.len(), 1);
+        assert_eq!(ids[renewal.renewed[0]], RUN_ID);
     }
 }
 
@@ -668,7 +664,7 @@ async fn other_4xx_are_rejected_with_the_backends_words() {
     .await;
     let client = backend.client();
 
-    let err = client.renew_run_leases(&[RUN_ID.into()]).await.unwrap_err();
+    let err = client.renew_leases(Lane::Run, &[RUN_ID]).await.unwrap_err();
     assert_eq!(err.kind(), BackendErrorKind::Rejected, "{err:?}");
     assert_eq!(err.call(), Some("POST /jobs/leases"));
     assert_eq!(err.status(), Some(400));
@@ -744,7 +740,7 @@ async fn unavailable_after_two_retries_with_the_wait_capped() {
     ])
     .await;
     let (client, sleeper) = backend.recording_client();
-    let err = client.renew_run_leases(&[RUN_ID.into()]).await.unwrap_err();
+    let err = client.renew_leases(Lane::Run, &[RUN_ID]).await.unwrap_err();
     assert_eq!(err.kind(), BackendErrorKind::Unavailable, "{err:?}");
     assert_eq!(err.call(), Some("POST /jobs/leases"));
     assert_eq!(err.status(), Some(503));
@@ -910,7 +906,10 @@ async fn a_missing_or_mistyped_field_is_named_by_its_path() {
         active.skipped
     );
 
-    let err = client.renew_run_leases(&[]).await.unwrap_err();
+    let err = client
+        .renew_leases(Lane::Run, &[] as &[&str])
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("now:"), "{err}");
 }
 
@@ -974,7 +973,7 @@ async fn an_invalid_id_from_the_caller_is_never_sent() {
         assert!(err.kind() == BackendErrorKind::InvalidJobId, "{err:?}");
     }
     let err = client
-        .renew_publish_leases(&[PUBLISH_ID.into(), "no/slash".into()])
+        .renew_leases(Lane::Publish, &[PUBLISH_ID, "no/slash"])
         .await
         .unwrap_err();
     assert!(err.kind() == BackendErrorKind::InvalidJobId, "{err:?}");
@@ -1146,7 +1145,7 @@ async fn a_renewal_that_is_not_the_contracts_200_body_fails() {
         .unwrap()
     };
     let err = client(&url)
-        .renew_run_leases(&["a".into()])
+        .renew_leases(Lane::Run, &["a"])
         .await
         .expect_err("204 is not a renewal");
     assert!(
@@ -1154,7 +1153,7 @@ async fn a_renewal_that_is_not_the_contracts_200_body_fails() {
         "{err}"
     );
     let err = client(&url)
-        .renew_publish_leases(&[])
+        .renew_leases(Lane::Publish, &[] as &[&str])
         .await
         .expect_err("a body without `now` is not the contract's");
     assert!(
@@ -1165,10 +1164,10 @@ async fn a_renewal_that_is_not_the_contracts_200_body_fails() {
     // A lease nobody asked for is one odd entry: skipped and named, the
     // renewal itself stands (one entry must not close the gate).
     let renewal = client(&other)
-        .renew_run_leases(&["a".into()])
+        .renew_leases(Lane::Run, &["a"])
         .await
         .expect("a renewal with one odd entry");
-    assert!(renewal.leases.is_empty());
+    assert!(renewal.renewed.is_empty());
     assert_eq!(renewal.skipped.len(), 1);
     assert_eq!(renewal.skipped[0].id.as_deref(), Some("never-asked"));
     assert!(
@@ -1177,7 +1176,7 @@ async fn a_renewal_that_is_not_the_contracts_200_body_fails() {
         renewal.skipped
     );
     let err = client(&other)
-        .renew_publish_leases(&[])
+        .renew_leases(Lane::Publish, &[] as &[&str])
         .await
         .expect_err("202 is not 200");
     assert!(
@@ -1302,13 +1301,27 @@ async fn a_long_renewal_is_matched_to_an_unsorted_ask() {
         std::time::Duration::from_secs(5),
     )
     .unwrap();
-    let ask: Vec<String> = (0..1000).rev().map(|i| format!("r-{i}")).collect();
-    let renewal = client.renew_run_leases(&ask).await.unwrap();
-    assert_eq!(renewal.leases.len(), 1000);
-    assert_eq!(renewal.leases[0].id, "r-999", "the answer's order is kept");
+    let mut ask: Vec<String> = (0..1000).rev().map(|i| format!("r-{i}")).collect();
+    let renewal = client.renew_leases(Lane::Run, &ask).await.unwrap();
+    assert_eq!(renewal.renewed.len(), 1000);
+    assert_eq!(
+        ask[renewal.renewed[0]], "r-999",
+        "the answer's order is kept"
+    );
+    let positions: std::collections::BTreeSet<usize> = renewal.renewed.iter().copied().collect();
+    assert_eq!(positions.len(), 1000, "every asked id is renewed once");
     assert_eq!(renewal.skipped.len(), 1);
     assert_eq!(renewal.skipped[0].index, 1000);
     assert_eq!(renewal.skipped[0].id.as_deref(), Some("stranger"));
-    let renewal = client.renew_publish_leases(&["p".into()]).await.unwrap();
-    assert!(renewal.leases.is_empty() && renewal.skipped.is_empty());
+    // The planner's sorted ask is searched in place: same answer.
+    ask.sort();
+    let renewal = client.renew_leases(Lane::Run, &ask).await.unwrap();
+    let renewed: Vec<&str> = renewal.renewed.iter().map(|&at| ask[at].as_str()).collect();
+    assert_eq!(
+        renewed, ask,
+        "a sorted ask comes back in order, each id at its place"
+    );
+    assert_eq!(renewal.skipped.len(), 1);
+    let renewal = client.renew_leases(Lane::Publish, &["p"]).await.unwrap();
+    assert!(renewal.renewed.is_empty() && renewal.skipped.is_empty());
 }

@@ -133,11 +133,12 @@ impl ActiveList {
     }
 }
 
-impl From<&ActiveRuns> for ActiveList {
+impl From<ActiveRuns> for ActiveList {
     /// A run is eligible once past dispatched (its driver reports from then).
-    fn from(active: &ActiveRuns) -> Self {
-        let entries = active.jobs.iter().map(|r| Entry {
-            id: r.id.clone(),
+    /// The answer's ids move into the list: no second copy of each.
+    fn from(active: ActiveRuns) -> Self {
+        let entries = active.jobs.into_iter().map(|r| Entry {
+            id: r.id,
             rank: r.state as u8,
             eligible: if r.state.is_past_dispatched() {
                 Ok(())
@@ -154,11 +155,11 @@ impl From<&ActiveRuns> for ActiveList {
     }
 }
 
-impl From<&ActivePublishes> for ActiveList {
+impl From<ActivePublishes> for ActiveList {
     /// A publish is eligible while dispatched.
-    fn from(active: &ActivePublishes) -> Self {
-        let entries = active.publish_jobs.iter().map(|p| Entry {
-            id: p.id.clone(),
+    fn from(active: ActivePublishes) -> Self {
+        let entries = active.publish_jobs.into_iter().map(|p| Entry {
+            id: p.id,
             rank: p.state as u8,
             eligible: if p.state == PublishState::Dispatched {
                 Ok(())
@@ -320,15 +321,15 @@ mod tests {
     use tcab_shared::backend::{ActivePublish, ActiveRun};
 
     /// The plan of one lane, over the backend's own answer for it.
-    fn plan_from<'a, A>(
-        active: &'a A,
+    fn plan_from<A: Clone>(
+        active: &A,
         jobs: &[JobSummary],
         held: &[HeldClaim],
         reported: &BTreeSet<JobId>,
         judged_dead: &BTreeSet<String>,
     ) -> LostPlan
     where
-        ActiveList: From<&'a A>,
+        ActiveList: From<A>,
     {
         let known = Known {
             jobs,
@@ -336,7 +337,7 @@ mod tests {
             reported,
             judged_dead,
         };
-        plan_lost(&ActiveList::from(active), &known)
+        plan_lost(&ActiveList::from(active.clone()), &known)
     }
 
     fn ts(s: &str) -> Timestamp {

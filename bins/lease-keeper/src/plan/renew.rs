@@ -8,7 +8,6 @@
 use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use tcab_shared::Lane;
-use tcab_shared::backend::JobId;
 use tcab_shared::backend::client::is_job_id;
 use tcab_shared::job_cache::{JobSummary, summaries};
 
@@ -41,22 +40,23 @@ impl RenewSkip {
     }
 }
 
-/// The renewal call of one lane.
+/// The renewal call of one lane, borrowing its ids from the view it was
+/// planned from (a round renews every live Job: no id is copied).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LaneRenewal {
+pub struct LaneRenewal<'a> {
     /// Ids to renew, sorted and deduplicated. Two live Jobs of one id (an old
     /// claim still running beside a new one) renew it once.
-    pub ids: Vec<JobId>,
+    pub ids: Vec<&'a str>,
     /// Live Jobs of the lane not renewed, by name (sorted), with the reason.
     pub skipped: Vec<(String, RenewSkip)>,
 }
 
 /// Plans the renewal call of one lane.
-pub fn plan_lane(
-    jobs: &[impl Borrow<JobSummary>],
+pub fn plan_lane<'a>(
+    jobs: &'a [impl Borrow<JobSummary>],
     lane: Lane,
     judged_dead: &BTreeSet<String>,
-) -> LaneRenewal {
+) -> LaneRenewal<'a> {
     let mut plan = LaneRenewal::default();
     for job in summaries(jobs).filter(|j| j.lane == lane && j.is_live()) {
         let verdict = if judged_dead.contains(job.name.as_str()) {
@@ -65,7 +65,7 @@ pub fn plan_lane(
             match job.job_id.as_deref() {
                 None => Err(RenewSkip::NoJobId),
                 Some(id) if !is_job_id(id) => Err(RenewSkip::MalformedJobId(id.to_owned())),
-                Some(id) => Ok(id.to_owned()),
+                Some(id) => Ok(id),
             }
         };
         match verdict {
@@ -81,20 +81,20 @@ pub fn plan_lane(
 
 /// The renewal calls of one round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenewalPlan {
+pub struct RenewalPlan<'a> {
     /// The run call; always made, even when empty, so the gate reflects
     /// whether the backend answers.
-    pub runs: LaneRenewal,
+    pub runs: LaneRenewal<'a>,
     /// The publish call, or `None` while publishing is off.
-    pub publishes: Option<LaneRenewal>,
+    pub publishes: Option<LaneRenewal<'a>>,
 }
 
 /// Plans one renewal round.
-pub fn plan_renewals(
-    jobs: &[impl Borrow<JobSummary>],
+pub fn plan_renewals<'a>(
+    jobs: &'a [impl Borrow<JobSummary>],
     publishing: bool,
     judged_dead: &BTreeSet<String>,
-) -> RenewalPlan {
+) -> RenewalPlan<'a> {
     RenewalPlan {
         runs: plan_lane(jobs, Lane::Run, judged_dead),
         publishes: publishing.then(|| plan_lane(jobs, Lane::Publish, judged_dead)),
@@ -130,7 +130,7 @@ mod tests {
         let none = BTreeSet::new();
         assert_eq!(plan_lane(&jobs, Lane::Run, &none).ids, ["a", "b"]);
         let plan = plan_renewals(&jobs, true, &none);
-        assert_eq!(plan.publishes.map(|p| p.ids), Some(vec!["p".to_string()]));
+        assert_eq!(plan.publishes.map(|p| p.ids), Some(vec!["p"]));
         assert_eq!(plan_renewals(&jobs, false, &none).publishes, None);
         assert!(
             plan_renewals(&[] as &[JobSummary], false, &none)

@@ -37,14 +37,14 @@ impl Reporter {
                 .backend
                 .active_runs()
                 .await
-                .map(|a| (ActiveList::from(&a), a.skipped)),
+                .map(|mut a| (std::mem::take(&mut a.skipped), ActiveList::from(a))),
             Lane::Publish => self
                 .backend
                 .active_publishes()
                 .await
-                .map(|a| (ActiveList::from(&a), a.skipped)),
+                .map(|mut a| (std::mem::take(&mut a.skipped), ActiveList::from(a))),
         };
-        let (active, skipped) = match active {
+        let (skipped, active) = match active {
             Ok(active) => active,
             Err(error) => {
                 tracing::warn!(%lane, call = error.call().unwrap_or("active list"), reason = error.kind().reason().as_str(), error = %error_chain(&error), "cannot read the lane's active list; its lost jobs are not judged this tick");

@@ -26,6 +26,7 @@ use renewals::{JudgedDead, Renewer};
 use reports::{Reporter, ReporterParts};
 use std::sync::Arc;
 use std::time::Duration;
+use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
@@ -161,10 +162,18 @@ impl Keeper {
     /// as separate loops).
     pub async fn tick(&mut self) -> TickReport {
         let renewal = self.renewer.round().await;
+        let renewed = |lane: Lane, call: Option<usize>| {
+            call.map(|_| {
+                let ids = self.renewer.renewed(lane).iter();
+                ids.map(ToString::to_string).collect()
+            })
+        };
+        let renewed_runs = renewed(Lane::Run, renewal.runs);
+        let renewed_publishes = renewed(Lane::Publish, renewal.publishes);
         let reports = self.reporter.tick_at(Some(true)).await;
         TickReport {
-            renewed_runs: renewal.runs,
-            renewed_publishes: renewal.publishes,
+            renewed_runs,
+            renewed_publishes,
             reports,
         }
     }

@@ -9,8 +9,9 @@ use crate::report::RenewalReport;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use tcab_shared::Lane;
-use tcab_shared::backend::{BackendClient, JobId};
+use tcab_shared::backend::BackendClient;
 use tcab_shared::error_chain;
+use tcab_shared::inline_str::IdStr;
 use tcab_shared::job_cache::OwnedJobs;
 use tcab_shared::lane::PerLane;
 use tcab_shared::telemetry::list;
@@ -29,8 +30,9 @@ pub struct Renewer {
     judged_dead: JudgedDead,
     publishing: bool,
     /// The ids each lane renewed last, sorted, so a change is logged at
-    /// info with the ids that started and stopped being renewed.
-    last_renewed: PerLane<Vec<JobId>>,
+    /// info with the ids that started and stopped being renewed (in place:
+    /// no heap block per live Job).
+    last_renewed: PerLane<Vec<IdStr>>,
     /// Malformed Jobs already warned about (by name).
     warned: BTreeSet<String>,
 }
@@ -94,11 +96,19 @@ impl Renewer {
                 self.log_change(lane, ids);
             }
         }
-        RenewalReport { runs, publishes }
+        RenewalReport {
+            runs: runs.map(|ids| ids.len()),
+            publishes: publishes.map(|ids| ids.len()),
+        }
     }
 
-    fn log_change(&mut self, lane: Lane, renewed: &[JobId]) {
-        let mut now: Vec<&str> = renewed.iter().map(String::as_str).collect();
+    /// The ids `lane` renewed in its last successful call, sorted.
+    pub fn renewed(&self, lane: Lane) -> &[IdStr] {
+        &self.last_renewed[lane]
+    }
+
+    fn log_change(&mut self, lane: Lane, renewed: &[&str]) {
+        let mut now: Vec<&str> = renewed.to_vec();
         now.sort_unstable();
         now.dedup();
         let last = &mut self.last_renewed[lane];
@@ -120,7 +130,7 @@ impl Renewer {
             "renewed {} {lane} leases",
             now.len()
         );
-        *last = now.into_iter().map(str::to_owned).collect();
+        *last = now.into_iter().map(IdStr::from).collect();
     }
 }
 
@@ -130,7 +140,7 @@ const LOGGED_IDS: usize = 20;
 
 /// The ids of `now` not in `last` (started) and of `last` not in `now`
 /// (stopped), both sorted: one walk over the two sorted sets.
-fn changes<'a>(last: &'a [JobId], now: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str>) {
+fn changes<'a>(last: &'a [IdStr], now: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str>) {
     let (mut started, mut stopped) = (Vec::new(), Vec::new());
     let (mut i, mut j) = (0, 0);
     while i < last.len() || j < now.len() {
@@ -157,13 +167,14 @@ fn changes<'a>(last: &'a [JobId], now: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str
     (started, stopped)
 }
 
-/// One lane's renewal call; its outcome reaches the gate at once.
-async fn renew(
+/// One lane's renewal call; its outcome reaches the gate at once. The ids
+/// renewed, borrowed from the plan; `None` when the call failed.
+async fn renew<'p>(
     backend: &BackendClient,
     gate: &Gate,
     lane: Lane,
-    plan: &LaneRenewal,
-) -> Option<Vec<JobId>> {
+    plan: &LaneRenewal<'p>,
+) -> Option<Vec<&'p str>> {
     match backend.renew_leases(lane, &plan.ids).await {
         Ok(renewal) => {
             gate.succeeded(lane, Instant::now());
@@ -171,14 +182,17 @@ async fn renew(
                 // One odd entry is not a failed renewal: the rest stand.
                 tracing::warn!(%lane, job_id = entry.id.as_deref().unwrap_or(""), why = %entry.why, "an entry of the renewal answer cannot be read; that lease counts as not renewed");
             }
-            let renewed: Vec<JobId> = renewal.leases.into_iter().map(|l| l.id).collect();
+            let renewed: Vec<&str> = renewal.renewed.iter().map(|&at| plan.ids[at]).collect();
             if renewed.len() < plan.ids.len() {
-                let mut answered: Vec<&str> = renewed.iter().map(String::as_str).collect();
-                answered.sort_unstable();
-                let left: Vec<&JobId> = plan
+                let mut answered = vec![false; plan.ids.len()];
+                for &at in &renewal.renewed {
+                    answered[at] = true;
+                }
+                let left: Vec<&str> = plan
                     .ids
                     .iter()
-                    .filter(|id| answered.binary_search(&id.as_str()).is_err())
+                    .zip(answered)
+                    .filter_map(|(id, renewed)| (!renewed).then_some(*id))
                     .collect();
                 tracing::debug!(%lane, job_ids = %list(&left), "not renewed: the backend no longer drives them");
             }
@@ -211,8 +225,8 @@ impl Tick for Renewer {
 mod tests {
     use super::changes;
 
-    fn ids(ids: &[&str]) -> Vec<String> {
-        ids.iter().map(|s| (*s).to_owned()).collect()
+    fn ids(ids: &[&str]) -> Vec<tcab_shared::inline_str::IdStr> {
+        ids.iter().map(|s| (*s).into()).collect()
     }
 
     #[test]

@@ -166,7 +166,7 @@ async fn a_driver_whose_pod_vanished_while_the_keeper_was_down_is_lost_within_on
     // The previous lease-keeper renewed just before it went down; meanwhile
     // the driver's Job and pod vanished. The new keeper holds no token.
     w.client
-        .renew_run_leases(std::slice::from_ref(&run.id))
+        .renew_leases(tcab_shared::Lane::Run, std::slice::from_ref(&run.id))
         .await
         .unwrap();
     let store = TokenStore::new();

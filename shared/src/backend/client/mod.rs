@@ -24,9 +24,8 @@ use exchange::{bearer, bound_message};
 use super::error::{BackendError, Call};
 use super::types::{
     ActivePublish, ActivePublishes, ActiveRun, ActiveRuns, ClaimAnswer, ClaimedPublish, ClaimedRun,
-    FailureKind, JobId, JobState, JobView, Lease, LeaseRenewal, LostOutcome, LostReport,
-    PoisonedClaim, PublishClaim, PublishOutcome, PublishResult, RunClaim, SkippedEntry, StatusAck,
-    StatusReport,
+    FailureKind, JobId, JobState, JobView, LostOutcome, LostReport, PoisonedClaim, PublishClaim,
+    PublishOutcome, PublishResult, RenewedLeases, RunClaim, SkippedEntry, StatusAck, StatusReport,
 };
 use crate::clock::WallClock;
 use crate::lane::{Lane, LaneSpec};
@@ -339,34 +338,29 @@ impl BackendClient {
         Err((error, poisoned))
     }
 
-    /// `POST /jobs/leases`: renews the leases of `ids`; the answer leaves out
-    /// the ids that are not driven.
-    pub async fn renew_run_leases(&self, ids: &[JobId]) -> Result<LeaseRenewal, BackendError> {
-        self.renew_leases(Lane::Run, ids).await
-    }
-
-    /// `POST /publish-jobs/leases`: renews the leases of the publishes `ids`.
-    pub async fn renew_publish_leases(&self, ids: &[JobId]) -> Result<LeaseRenewal, BackendError> {
-        self.renew_leases(Lane::Publish, ids).await
-    }
-
     /// `POST {jobs}/leases` of `lane` (`/jobs/leases`,
     /// `/publish-jobs/leases`): renews the leases of `ids`; the answer leaves
-    /// out the ids that are not driven.
-    pub async fn renew_leases(
+    /// out the ids that are not driven. What was renewed comes back as
+    /// positions in `ids`, so no id is copied (a round renews every live Job).
+    pub async fn renew_leases<S: AsRef<str> + Sync>(
         &self,
         lane: Lane,
-        ids: &[JobId],
-    ) -> Result<LeaseRenewal, BackendError> {
+        ids: &[S],
+    ) -> Result<RenewedLeases, BackendError> {
         counted(self.renew(lane.spec(), ids).await)
     }
 
-    async fn renew(&self, spec: &LaneSpec, ids: &[JobId]) -> Result<LeaseRenewal, BackendError> {
+    async fn renew<S: AsRef<str> + Sync>(
+        &self,
+        spec: &LaneSpec,
+        ids: &[S],
+    ) -> Result<RenewedLeases, BackendError> {
         let (call, path) = (spec.leases_call, spec.leases_path);
-        for id in ids {
+        let job_ids: Vec<&str> = ids.iter().map(AsRef::as_ref).collect();
+        for id in &job_ids {
             valid_input_id(call, id)?;
         }
-        let body = to_body(&LeaseBody { job_ids: ids });
+        let body = to_body(&LeaseBody { job_ids: &job_ids });
         let answer = self.post(call, path.into(), None, Some(body)).await?;
         // Only the contract's 200 body is a renewal. A 204, another 2xx or a
         // body without `now` and `leases` renewed nothing we can trust, and a
@@ -386,28 +380,22 @@ impl BackendClient {
         // One odd entry must not fail the whole renewal (and close the
         // gate): it is skipped, counted as not renewed, and named.
         let raw: RawList = self.parse(call, None, &answer)?;
-        let (leases, mut skipped) = entries::<Lease>(raw_entries(raw.leases), "leases");
-        // Sorted (the planner sends them so already), so checking 10,000
-        // answered leases is not 10,000 scans of the ask.
-        let mut asked_ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        if !asked_ids.is_sorted() {
-            asked_ids.sort_unstable();
-        }
-        let mut asked = Vec::with_capacity(leases.len());
+        let (leases, mut skipped) = entries::<LeaseEntry>(raw_entries(raw.leases), "leases");
+        let ask = Ask::new(&job_ids);
+        let mut renewed = Vec::with_capacity(leases.len());
         for (index, lease) in leases {
-            if asked_ids.binary_search(&lease.id.as_str()).is_ok() {
-                asked.push(lease);
-            } else {
-                skipped.push(SkippedEntry {
+            match ask.position(&lease.id) {
+                Some(position) => renewed.push(position),
+                None => skipped.push(SkippedEntry {
                     index,
                     why: format!("leases[{index}].id: {:?} was not asked for", lease.id),
-                    id: Some(lease.id),
-                });
+                    id: Some(lease.id.into_owned()),
+                }),
             }
         }
-        Ok(LeaseRenewal {
+        Ok(RenewedLeases {
             now: raw.now,
-            leases: asked,
+            renewed,
             skipped,
         })
     }
@@ -750,7 +738,47 @@ fn normalize_base_url(raw: &str) -> Result<String, BackendError> {
 /// [`LeaseRequest`](super::types::LeaseRequest)).
 #[derive(serde::Serialize)]
 struct LeaseBody<'a> {
-    job_ids: &'a [JobId],
+    job_ids: &'a [&'a str],
+}
+
+/// The ids of a renewal's ask, looked up by value: the planner sends them
+/// sorted, so a lookup is a binary search of the ask itself; an unsorted
+/// ask is indexed once. 10,000 answered leases are never 10,000 scans.
+enum Ask<'a> {
+    Sorted(&'a [&'a str]),
+    Indexed(Vec<(&'a str, usize)>),
+}
+
+impl<'a> Ask<'a> {
+    fn new(ids: &'a [&'a str]) -> Self {
+        if ids.is_sorted() {
+            return Ask::Sorted(ids);
+        }
+        let mut index: Vec<(&str, usize)> = ids.iter().copied().zip(0..).collect();
+        index.sort_unstable();
+        Ask::Indexed(index)
+    }
+
+    /// The position in the ask of `id`, if it was asked for.
+    fn position(&self, id: &str) -> Option<usize> {
+        match self {
+            Ask::Sorted(ids) => ids.binary_search(&id).ok(),
+            Ask::Indexed(index) => index
+                .binary_search_by(|(asked, _)| (*asked).cmp(id))
+                .ok()
+                .map(|at| index[at].1),
+        }
+    }
+}
+
+/// One entry of a renewal answer, its id borrowed from the body. The
+/// expiry is read only to check the entry is a lease.
+#[derive(serde::Deserialize)]
+struct LeaseEntry<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    #[allow(dead_code)]
+    lease_expires_at: jiff::Timestamp,
 }
 
 /// Serializes a request body. The wire types hold plain strings and enums,
@@ -785,7 +813,7 @@ trait WithId {
     fn id(&self) -> &str;
 }
 
-impl WithId for Lease {
+impl WithId for LeaseEntry<'_> {
     fn id(&self) -> &str {
         &self.id
     }
@@ -805,8 +833,8 @@ impl WithId for ActivePublish {
 
 /// Reads each entry of list `field` as `T` (with a valid job id); the
 /// others are skipped with their position, id when readable, and why.
-fn entries<T: serde::de::DeserializeOwned + WithId>(
-    items: Vec<&RawValue>,
+fn entries<'de, T: serde::Deserialize<'de> + WithId>(
+    items: Vec<&'de RawValue>,
     field: &str,
 ) -> (Vec<(usize, T)>, Vec<SkippedEntry>) {
     let mut read = Vec::with_capacity(items.len());
