@@ -3,8 +3,10 @@
 //! admission lanes, each under its own cap and each on its own loop.
 //!
 //! Each lane's tick is: settle what earlier ticks could not, take the lane's
-//! snapshot, decide with the pure [`plan::decide`], ask the gate when it
-//! would admit, and carry out one admission. The modules:
+//! snapshot, decide with the pure [`plan::ungated`] (every check but the
+//! gate's), ask the gate only when it would admit and finish with
+//! [`plan::gated`] ([`plan::decide`] is the two together), and carry out one
+//! admission. The modules:
 //!
 //! - [`plan`]: a lane's decision (admit, or hold with its reason), pure;
 //! - [`job_builder`]: the driver and publisher Jobs built from a claim, pure;

@@ -33,8 +33,6 @@ pub struct LaneInput {
     pub backoff_until: Option<Instant>,
     /// The lane's last claim came back empty; it rests until then.
     pub rest_until: Option<Instant>,
-    /// The admission gate's verdict for this lane, as the lease-keeper gave it.
-    pub gate: GateVerdict,
 }
 
 /// Everything one lane's decision reads.
@@ -162,29 +160,40 @@ pub fn in_flight(live_cached: u32, created_unseen: &[String], unsettled: &[Strin
     live_cached.saturating_add(u32::try_from(pending).unwrap_or(u32::MAX))
 }
 
-/// Decides one lane. The checks run in a fixed order, so the reason given is
-/// the first that holds: disabled, paused (a cap of 0), view not current,
-/// backing off, resting, full, gate.
-pub fn decide(snapshot: &LaneSnapshot) -> Decision {
+/// Decides one lane with the admission gate's verdict for it. The checks
+/// run in a fixed order, so the reason given is the first that holds:
+/// disabled, paused (a cap of 0), view not current, backing off, resting,
+/// full, gate. [`ungated`] then [`gated`], each once.
+pub fn decide(snapshot: &LaneSnapshot, gate: &GateVerdict) -> Decision {
+    match ungated(snapshot) {
+        Ok(in_flight) => gated(gate, in_flight),
+        Err(hold) => Decision::Hold(hold),
+    }
+}
+
+/// Every check but the gate's, in [`decide`]'s order: the lane's in-flight
+/// count when it would admit, else why it holds. The loop asks the gate
+/// only on `Ok` (a full or idle lane makes no call), then calls [`gated`].
+pub fn ungated(snapshot: &LaneSnapshot) -> Result<u32, HoldReason> {
     let input = &snapshot.input;
     if !input.enabled {
-        return Decision::Hold(HoldReason::Disabled);
+        return Err(HoldReason::Disabled);
     }
     if input.cap == 0 {
-        return Decision::Hold(HoldReason::Paused);
+        return Err(HoldReason::Paused);
     }
     if let Some(why) = view_problem(&snapshot.view) {
-        return Decision::Hold(HoldReason::ViewNotCurrent { why });
+        return Err(HoldReason::ViewNotCurrent { why });
     }
     if let Some(until) = input.backoff_until
         && until > snapshot.now
     {
-        return Decision::Hold(HoldReason::BackingOff { until });
+        return Err(HoldReason::BackingOff { until });
     }
     if let Some(until) = input.rest_until
         && until > snapshot.now
     {
-        return Decision::Hold(HoldReason::Resting { until });
+        return Err(HoldReason::Resting { until });
     }
     let n = in_flight(
         snapshot.live_cached,
@@ -192,15 +201,21 @@ pub fn decide(snapshot: &LaneSnapshot) -> Decision {
         &input.unsettled,
     );
     if n >= input.cap {
-        return Decision::Hold(HoldReason::LaneFull {
+        return Err(HoldReason::LaneFull {
             in_flight: n,
             cap: input.cap,
         });
     }
-    if let GateVerdict::Closed(closed) = &input.gate {
-        return Decision::Hold(HoldReason::GateClosed(closed.clone()));
+    Ok(n)
+}
+
+/// The last check: a lane that would admit with `in_flight` Jobs admits
+/// only through an open gate.
+pub fn gated(gate: &GateVerdict, in_flight: u32) -> Decision {
+    match gate {
+        GateVerdict::Closed(closed) => Decision::Hold(HoldReason::GateClosed(closed.clone())),
+        GateVerdict::Open => Decision::Admit { in_flight },
     }
-    Decision::Admit { in_flight: n }
 }
 
 /// A live Job of a claimed job's id under an older claim: its token no
@@ -270,7 +285,6 @@ mod tests {
             unsettled: vec![],
             backoff_until: None,
             rest_until: None,
-            gate: GateVerdict::Open,
         }
     }
 
@@ -299,10 +313,13 @@ mod tests {
     #[test]
     fn admits_under_the_cap_and_holds_at_it() {
         let mut s = snapshot(1, 2);
-        assert_eq!(decide(&s), Decision::Admit { in_flight: 1 });
+        assert_eq!(
+            decide(&s, &GateVerdict::Open),
+            Decision::Admit { in_flight: 1 }
+        );
         s.input.unsettled.push("r2".into());
         assert_eq!(
-            decide(&s),
+            decide(&s, &GateVerdict::Open),
             Decision::Hold(HoldReason::LaneFull {
                 in_flight: 2,
                 cap: 2
@@ -393,25 +410,27 @@ mod tests {
     #[test]
     fn a_cap_of_zero_pauses_the_lane_whatever_else_holds() {
         let mut s = snapshot(0, 0);
-        assert_eq!(decide(&s), Decision::Hold(HoldReason::Paused));
+        let mut gate = GateVerdict::Open;
+        assert_eq!(decide(&s, &gate), Decision::Hold(HoldReason::Paused));
         s.view = ViewState::Listing;
-        s.input.gate = closed(GateReason::RenewalStale);
+        gate = closed(GateReason::RenewalStale);
         s.live_cached = 3;
-        assert_eq!(decide(&s), Decision::Hold(HoldReason::Paused));
+        assert_eq!(decide(&s, &gate), Decision::Hold(HoldReason::Paused));
         s.input.enabled = false;
-        assert_eq!(decide(&s), Decision::Hold(HoldReason::Disabled));
+        assert_eq!(decide(&s, &gate), Decision::Hold(HoldReason::Disabled));
     }
 
     #[test]
     fn reasons_come_in_a_fixed_order() {
         let mut s = snapshot(0, 0);
+        let mut gate = GateVerdict::Open;
         s.input.enabled = false;
         s.view = ViewState::Failed("500 Internal Server Error".into());
-        assert_eq!(decide(&s), Decision::Hold(HoldReason::Disabled));
+        assert_eq!(decide(&s, &gate), Decision::Hold(HoldReason::Disabled));
         s.input.enabled = true;
-        assert_eq!(decide(&s), Decision::Hold(HoldReason::Paused));
+        assert_eq!(decide(&s, &gate), Decision::Hold(HoldReason::Paused));
         s.input.cap = 1;
-        match decide(&s) {
+        match decide(&s, &gate) {
             Decision::Hold(HoldReason::ViewNotCurrent { why }) => {
                 assert!(why.contains("500 Internal Server Error"), "{why}")
             }
@@ -419,22 +438,28 @@ mod tests {
         }
         s.view = ViewState::Listing;
         assert!(matches!(
-            decide(&s),
+            decide(&s, &gate),
             Decision::Hold(HoldReason::ViewNotCurrent { .. })
         ));
         s.view = ViewState::Current;
         let until = s.now + Duration::from_secs(4);
         s.input.backoff_until = Some(until);
-        s.input.gate = closed(GateReason::RenewalFailing);
-        assert_eq!(decide(&s), Decision::Hold(HoldReason::BackingOff { until }));
+        gate = closed(GateReason::RenewalFailing);
+        assert_eq!(
+            decide(&s, &gate),
+            Decision::Hold(HoldReason::BackingOff { until })
+        );
         s.input.backoff_until = Some(s.now);
         s.input.rest_until = Some(until);
-        assert_eq!(decide(&s), Decision::Hold(HoldReason::Resting { until }));
+        assert_eq!(
+            decide(&s, &gate),
+            Decision::Hold(HoldReason::Resting { until })
+        );
         s.input.rest_until = None;
         s.input.cap = 1;
         s.live_cached = 1;
         assert_eq!(
-            decide(&s),
+            decide(&s, &gate),
             Decision::Hold(HoldReason::LaneFull {
                 in_flight: 1,
                 cap: 1
@@ -442,14 +467,14 @@ mod tests {
         );
         s.live_cached = 0;
         assert_eq!(
-            decide(&s),
+            decide(&s, &gate),
             Decision::Hold(HoldReason::GateClosed(GateClosed {
                 reason: GateReason::RenewalFailing,
                 detail: "why".into()
             }))
         );
-        s.input.gate = GateVerdict::Open;
-        assert!(decide(&s).admits());
+        gate = GateVerdict::Open;
+        assert!(decide(&s, &gate).admits());
     }
 
     fn base_instant() -> Instant {
@@ -478,7 +503,7 @@ mod tests {
             .prop_map(|v| v.into_iter().map(|n| format!("j{n}")).collect())
     }
 
-    fn arb_snapshot() -> impl Strategy<Value = LaneSnapshot> {
+    fn arb_snapshot() -> impl Strategy<Value = (LaneSnapshot, GateVerdict)> {
         (
             (any::<bool>(), 0u32..6, arb_names(), arb_names()),
             (
@@ -493,19 +518,24 @@ mod tests {
                     (enabled, cap, created_unseen, unsettled),
                     (backoff, rest, gate),
                     (now, view, live_cached),
-                )| LaneSnapshot {
-                    now: base_instant() + Duration::from_secs(now),
-                    view,
-                    live_cached,
-                    input: LaneInput {
-                        enabled,
-                        cap,
-                        created_unseen,
-                        unsettled,
-                        backoff_until: backoff.map(|s| base_instant() + Duration::from_secs(s)),
-                        rest_until: rest.map(|s| base_instant() + Duration::from_secs(s)),
+                )| {
+                    (
+                        LaneSnapshot {
+                            now: base_instant() + Duration::from_secs(now),
+                            view,
+                            live_cached,
+                            input: LaneInput {
+                                enabled,
+                                cap,
+                                created_unseen,
+                                unsettled,
+                                backoff_until: backoff
+                                    .map(|s| base_instant() + Duration::from_secs(s)),
+                                rest_until: rest.map(|s| base_instant() + Duration::from_secs(s)),
+                            },
+                        },
                         gate,
-                    },
+                    )
                 },
             )
     }
@@ -522,15 +552,15 @@ mod tests {
         /// repeating the decision with each admission recorded as an unseen
         /// Job stops at the cap.
         #[test]
-        fn never_exceeds_a_cap(s in arb_snapshot()) {
+        fn never_exceeds_a_cap((s, gate) in arb_snapshot()) {
             let mut s = s;
             let start = in_flight(s.live_cached, &s.input.created_unseen, &s.input.unsettled);
             for k in 0..10 {
                 let n = in_flight(s.live_cached, &s.input.created_unseen, &s.input.unsettled);
-                if let Decision::Admit { in_flight } = decide(&s) {
+                if let Decision::Admit { in_flight } = decide(&s, &gate) {
                     prop_assert_eq!(in_flight, n);
                     prop_assert!(n < s.input.cap);
-                    prop_assert!(s.input.gate.is_open());
+                    prop_assert!(gate.is_open());
                     prop_assert!(s.input.enabled && s.view.is_current());
                     s.input.created_unseen.push(format!("new-{k}"));
                 }
@@ -541,8 +571,8 @@ mod tests {
 
         /// Shuffling or repeating the names changes nothing.
         #[test]
-        fn deterministic_under_reordering(s in arb_snapshot(), seed in any::<u64>()) {
-            let base = decide(&s);
+        fn deterministic_under_reordering((s, gate) in arb_snapshot(), seed in any::<u64>()) {
+            let base = decide(&s, &gate);
             let mut shuffled = s.clone();
             for list in [&mut shuffled.input.created_unseen, &mut shuffled.input.unsettled] {
                 let k = if list.is_empty() { 0 } else { (seed as usize) % list.len() };
@@ -552,7 +582,7 @@ mod tests {
                     list.push(first);
                 }
             }
-            prop_assert_eq!(decide(&shuffled), base);
+            prop_assert_eq!(decide(&shuffled, &gate), base);
         }
     }
 }

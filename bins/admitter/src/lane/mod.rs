@@ -141,19 +141,18 @@ impl LaneAdmitter {
         let mut claim_to_job = vec![];
         let resettled = self.settle_leftovers(&mut claim_to_job).await;
 
-        // Decide as if the gate were open first: only when the lane could
-        // admit is the gate worth asking (a full or idle lane makes no call).
-        let mut snapshot = self.snapshot();
+        // Every check but the gate's first: only when the lane could admit
+        // is the gate worth asking (a full or idle lane makes no call).
+        let snapshot = self.snapshot();
         let in_flight = plan::in_flight(
             snapshot.live_cached,
             &snapshot.input.created_unseen,
             &snapshot.input.unsettled,
         );
-        let mut decision = plan::decide(&snapshot);
-        if decision.admits() {
-            snapshot.input.gate = self.read_gate().await;
-            decision = plan::decide(&snapshot);
-        }
+        let decision = match plan::ungated(&snapshot) {
+            Ok(in_flight) => plan::gated(&self.read_gate().await, in_flight),
+            Err(hold) => Decision::Hold(hold),
+        };
         self.log_decision(&decision);
 
         let mut stale = vec![];
@@ -189,7 +188,7 @@ impl LaneAdmitter {
         }
     }
 
-    /// The lane's snapshot, with the gate open (the gate is asked only when
+    /// The lane's snapshot (the gate is not in it: it is asked only when
     /// the lane would admit).
     fn snapshot(&self) -> LaneSnapshot {
         let edges = &*self.edges;
@@ -210,7 +209,6 @@ impl LaneAdmitter {
                 unsettled: self.state.unsettled(),
                 backoff_until: self.state.backoff_until(),
                 rest_until: self.state.rest_until(),
-                gate: GateVerdict::Open,
             },
         }
     }
