@@ -151,6 +151,11 @@ impl<K: Ord + Clone> PerKey<K> {
         self.waits.remove(key);
     }
 
+    /// The keys with a wait.
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
+        self.waits.keys()
+    }
+
     /// Forgets the keys `keep` says no (their jobs are gone).
     pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
         self.waits.retain(|k, _| keep(k));

@@ -107,6 +107,10 @@ impl TokenStore {
         now: Instant,
         lease_length: Duration,
     ) -> Vec<(TokenKey, DropReason)> {
+        // No token, nothing to judge: no index of the Jobs is built.
+        if self.lock().entries.is_empty() {
+            return Vec::new();
+        }
         let by_claim: HashMap<(&str, &str), &JobSummary> = summaries(jobs)
             .filter_map(|j| Some(((j.job_id.as_deref()?, j.claim.as_deref()?), j)))
             .collect();
