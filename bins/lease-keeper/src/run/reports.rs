@@ -529,6 +529,23 @@ impl Tick for Reporter {
     }
 }
 
+/// The entries of a tick found by name: the view (sorted by name) by
+/// binary search, then the few entries that vanished from it.
+struct ByName<'a> {
+    view: &'a [Arc<JobSummary>],
+    vanished: &'a [Arc<JobSummary>],
+}
+
+impl<'a> ByName<'a> {
+    fn get(&self, name: &str) -> Option<&'a JobSummary> {
+        let view = self.view;
+        view.binary_search_by(|j| j.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &*view[i])
+            .or_else(|| self.vanished.iter().find(|j| j.name == name).map(|j| &**j))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -571,22 +588,5 @@ mod tests {
         ] {
             assert!(needs_memory(&not_well), "{not_well:?}");
         }
-    }
-}
-
-/// The entries of a tick found by name: the view (sorted by name) by
-/// binary search, then the few entries that vanished from it.
-struct ByName<'a> {
-    view: &'a [Arc<JobSummary>],
-    vanished: &'a [Arc<JobSummary>],
-}
-
-impl<'a> ByName<'a> {
-    fn get(&self, name: &str) -> Option<&'a JobSummary> {
-        let view = self.view;
-        view.binary_search_by(|j| j.name.as_str().cmp(name))
-            .ok()
-            .map(|i| &*view[i])
-            .or_else(|| self.vanished.iter().find(|j| j.name == name).map(|j| &**j))
     }
 }
