@@ -31,12 +31,37 @@ pub struct LaneRenewals {
 }
 
 impl LaneRenewals {
-    /// Whether the lane's renewals are healthy: enabled, renewed at least
-    /// once, and the latest call succeeded. Lost jobs of a lane are judged
-    /// only then.
+    /// Whether the lane's renewals are healthy: the gate's renewal checks
+    /// ([`renewal_problem`]) all pass. Lost jobs of a lane are judged only
+    /// then (age and view are the gate's own further checks).
     pub fn healthy(&self) -> bool {
-        self.enabled && self.last_success.is_some() && self.failing.is_none()
+        renewal_problem(self).is_ok()
     }
+}
+
+/// Which of the gate's renewal checks fails first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewalProblem<'a> {
+    /// The lane is not renewed at all (with why, when known).
+    NotRenewed(Option<&'a str>),
+    /// The latest renewal call failed, with the call's error.
+    Failing(&'a str),
+    /// No renewal call has succeeded yet.
+    Never,
+}
+
+/// The gate's renewal checks, in order: the lane is renewed, its latest
+/// call did not fail, a call has succeeded. The last success, or the first
+/// check that fails. The one rule behind both [`verdict`] and
+/// [`LaneRenewals::healthy`].
+pub fn renewal_problem(renewals: &LaneRenewals) -> Result<Instant, RenewalProblem<'_>> {
+    if !renewals.enabled {
+        return Err(RenewalProblem::NotRenewed(renewals.failing.as_deref()));
+    }
+    if let Some(why) = &renewals.failing {
+        return Err(RenewalProblem::Failing(why));
+    }
+    renewals.last_success.ok_or(RenewalProblem::Never)
 }
 
 /// The gate of `lane`, whose renewals are `renewals`, over the Job view
@@ -65,26 +90,29 @@ pub fn verdict(
             );
         }
     }
-    if !renewals.enabled {
-        return GateVerdict::closed(
-            GateReason::LaneNotRenewed,
-            with_detail(
-                format!("the lease-keeper does not renew {lane} leases"),
-                renewals.failing.as_deref(),
-            ),
-        );
-    }
-    if let Some(why) = &renewals.failing {
-        return GateVerdict::closed(
-            GateReason::RenewalFailing,
-            with_detail(format!("the latest {lane} lease renewal failed"), Some(why)),
-        );
-    }
-    let Some(last_success) = renewals.last_success else {
-        return GateVerdict::closed(
-            GateReason::NeverRenewed,
-            format!("no {lane} lease renewal has succeeded yet"),
-        );
+    let last_success = match renewal_problem(renewals) {
+        Ok(at) => at,
+        Err(RenewalProblem::NotRenewed(why)) => {
+            return GateVerdict::closed(
+                GateReason::LaneNotRenewed,
+                with_detail(
+                    format!("the lease-keeper does not renew {lane} leases"),
+                    why,
+                ),
+            );
+        }
+        Err(RenewalProblem::Failing(why)) => {
+            return GateVerdict::closed(
+                GateReason::RenewalFailing,
+                with_detail(format!("the latest {lane} lease renewal failed"), Some(why)),
+            );
+        }
+        Err(RenewalProblem::Never) => {
+            return GateVerdict::closed(
+                GateReason::NeverRenewed,
+                format!("no {lane} lease renewal has succeeded yet"),
+            );
+        }
     };
     let age = now.saturating_duration_since(last_success);
     if age > max_age {
@@ -265,5 +293,25 @@ mod tests {
             }
             .healthy()
         );
+    }
+
+    /// One rule: a lane is healthy exactly when a current view and a fresh
+    /// enough success would open its gate.
+    #[test]
+    fn healthy_is_the_verdicts_renewal_checks() {
+        for enabled in [false, true] {
+            for last_success in [None, Some(at(0))] {
+                for failing in [None, Some("500".to_owned())] {
+                    let renewals = LaneRenewals {
+                        enabled,
+                        last_success,
+                        failing,
+                    };
+                    let open =
+                        verdict(Lane::Run, &renewals, &ViewState::Current, at(0), MAX).is_open();
+                    assert_eq!(renewals.healthy(), open, "{renewals:?}");
+                }
+            }
+        }
     }
 }
