@@ -3,6 +3,7 @@
 //! then deleted). Which claim is reported, and what each backend answer
 //! settles, is decided in [`crate::plan::deaths`]; here the calls are made.
 
+use super::evidence::{FinalRead, read_at_once, read_final};
 use super::reports::{Reporter, out_of_budget};
 use crate::cause::{DeathCause, LogTail, StartFailure};
 use crate::plan::Answer;
@@ -42,6 +43,29 @@ impl Reporter {
         for (name, skip) in &plan.skipped {
             tracing::debug!(job = %name, reason = %skip.describe(), "dead driver Job not reported");
         }
+        // The final reads of the deaths to explain run side by side first
+        // (a burst of deaths is read at once); the backend calls follow in
+        // order, one job at a time, as a hung backend must stop the round.
+        let to_read: Vec<&JobSummary> = plan
+            .report
+            .iter()
+            .filter(|c| {
+                c.kind != DeathKind::NeverStarted
+                    && !self.prepared.contains_key(&c.key)
+                    && self
+                        .backoffs
+                        .due(&(Report::Death, c.key.job_id.clone()), now)
+            })
+            .filter_map(|c| entries.iter().find(|j| j.name == c.job_name))
+            .map(|j| &**j)
+            .collect();
+        let inspector = &self.inspector;
+        let mut finals: BTreeMap<String, FinalRead> =
+            read_at_once(&to_read, deadline, |job| read_final(inspector, job))
+                .await
+                .into_iter()
+                .map(|(job, read)| (job.name.to_string(), read))
+                .collect();
         for candidate in plan.report {
             let key = candidate.key;
             if !self.backoffs.due(&(Report::Death, key.job_id.clone()), now) {
@@ -73,7 +97,8 @@ impl Reporter {
                     continue;
                 }
             }
-            let Some(prepared) = self.prepare(&key, job, candidate.kind, now).await else {
+            let read = finals.remove(&candidate.job_name);
+            let Some(prepared) = self.prepare(&key, job, candidate.kind, read, now).await else {
                 tracing::info!(job_id = %key.job_id, job = %candidate.job_name, "the pod of the deleted Job exited 0: no death to report (a report that did not land is left to lost-driver detection)");
                 if let Some(id) = &job.job_id {
                     let detail = format!(
@@ -124,17 +149,23 @@ impl Reporter {
 
     /// The claim's report, explained the first time and kept after that;
     /// `None` when there is no death to report (see [`Reporter::explain`]).
+    /// `read` is the final read made for it already, if one was.
     async fn prepare(
         &mut self,
         key: &TokenKey,
         job: &JobSummary,
         kind: DeathKind,
+        read: Option<FinalRead>,
         now: Instant,
     ) -> Option<Prepared> {
         if let Some(prepared) = self.prepared.get(key) {
             return Some(prepared.clone());
         }
-        let (cause, detail) = self.explain(job, kind, now).await?;
+        let (cause, detail) = match (kind, read) {
+            (DeathKind::NeverStarted, _) => self.explain_with(job, kind, None, now)?,
+            (_, Some(read)) => self.explain_with(job, kind, Some(read), now)?,
+            (_, None) => self.explain(job, kind, now).await?,
+        };
         let prepared = Prepared { cause, detail };
         self.prepared.insert(key.clone(), prepared.clone());
         Some(prepared)

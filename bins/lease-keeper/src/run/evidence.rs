@@ -6,6 +6,7 @@
 
 use super::reports::Reporter;
 use crate::cause::{DeathCause, LogTail, death_cause, death_detail, job_for_cause};
+use crate::inspect::Inspector;
 use crate::plan::failures::{DeathKind, EvidenceState, evidence_after_log};
 use k8s_openapi::api::core::v1::Pod;
 use tcab_shared::error_chain;
@@ -26,17 +27,91 @@ pub struct Evidence {
     pub first_sign: Instant,
 }
 
+/// What a dying Job's pod shows when its death report is prepared.
+#[derive(Debug)]
+pub enum FinalRead {
+    /// The pod ended well (`Succeeded`): a driver that exited 0.
+    Succeeded,
+    /// The pod as it is now (boxed: a pod is large), and its log tail.
+    Pod(Box<Pod>, LogTail),
+    /// No pod could be read (it is gone, or the read failed): the evidence
+    /// held stands.
+    Nothing,
+}
+
+/// Reads a dying Job's pod once more, and its log unless it ended well.
+/// Only reads: the reporter keeps what it finds ([`Reporter::explain_with`]),
+/// so the reads of several deaths can run at once.
+pub async fn read_final(inspector: &Inspector, job: &JobSummary) -> FinalRead {
+    let Ok(Some(pod)) = inspector.newest_pod(&job.name).await else {
+        return FinalRead::Nothing;
+    };
+    if succeeded(&pod) {
+        return FinalRead::Succeeded;
+    }
+    let log = inspector.log_tail(&pod, job.lane).await;
+    FinalRead::Pod(Box::new(pod), log)
+}
+
+/// What the first read of a failing Job found: its newest pod and log
+/// tail, or no pod. Only reads, so several run at once.
+pub async fn read_first(
+    inspector: &Inspector,
+    job: &JobSummary,
+) -> Result<Option<(Pod, LogTail)>, tcab_shared::kube_api::CallError> {
+    let Some(pod) = inspector.newest_pod(&job.name).await? else {
+        return Ok(None);
+    };
+    let log = inspector.log_tail(&pod, job.lane).await;
+    Ok(Some((pod, log)))
+}
+
+/// How many Jobs' pods (and logs) one report tick reads at once: a burst of
+/// deaths is read side by side, not one after another.
+pub const READS_AT_ONCE: usize = 8;
+
+/// Runs `read` for each of `jobs`, at most [`READS_AT_ONCE`] at a time,
+/// until `deadline`: the results in the order of `jobs`; the ones not done
+/// by the deadline are left out (the tick's budget is spent).
+pub async fn read_at_once<'a, T, F, Fut>(
+    jobs: &[&'a JobSummary],
+    deadline: Instant,
+    read: F,
+) -> Vec<(&'a JobSummary, T)>
+where
+    F: Fn(&'a JobSummary) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    use futures::StreamExt;
+    // The futures are made first, so the stream holds no closure over a
+    // borrowed Job (the loop's future must stay `Send`).
+    let mut readings = Vec::with_capacity(jobs.len());
+    for &job in jobs {
+        let reading = read(job);
+        readings.push(async move { (job, reading.await) });
+    }
+    futures::stream::iter(readings)
+        .buffered(READS_AT_ONCE)
+        .take_until(tokio::time::sleep_until(deadline))
+        .collect()
+        .await
+}
+
 /// Whether a pod ended well (`Succeeded`): a driver that exited 0.
 fn succeeded(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
 }
 
 impl Reporter {
-    /// Reads a failing Job's pod and log tail; true when evidence is now held.
-    pub(super) async fn capture(&mut self, job: &JobSummary) -> bool {
-        match self.inspector.newest_pod(&job.name).await {
-            Ok(Some(pod)) => {
-                let log = self.inspector.log_tail(&pod, job.lane).await;
+    /// Keeps what the first read of a failing Job found ([`read_first`]);
+    /// true when evidence is now held.
+    pub(super) fn capture(
+        &mut self,
+        job: &JobSummary,
+        read: Result<Option<(Pod, LogTail)>, tcab_shared::kube_api::CallError>,
+    ) -> bool {
+        match read {
+            Ok(Some((pod, log))) => {
                 self.keep(job, Some(pod), log);
                 true
             }
@@ -111,17 +186,15 @@ impl Reporter {
         }
     }
 
-    /// Reads the pod once more, if it is still there, keeping a log already
-    /// read over one that cannot be read now. Returns whether the pod ended
-    /// well (a driver that exited 0 died of nothing).
-    async fn refresh(&mut self, job: &JobSummary) -> bool {
-        let Ok(Some(pod)) = self.inspector.newest_pod(&job.name).await else {
-            return false;
+    /// Keeps what a final read found, keeping a log already read over one
+    /// that cannot be read now. Returns whether the pod ended well (a driver
+    /// that exited 0 died of nothing).
+    fn apply_final(&mut self, job: &JobSummary, read: FinalRead) -> bool {
+        let (pod, log) = match read {
+            FinalRead::Succeeded => return true,
+            FinalRead::Nothing => return false,
+            FinalRead::Pod(pod, log) => (pod, log),
         };
-        if succeeded(&pod) {
-            return true;
-        }
-        let log = self.inspector.log_tail(&pod, job.lane).await;
         let keep_old_log = !matches!(log, LogTail::Read(_))
             && self
                 .evidence
@@ -137,7 +210,7 @@ impl Reporter {
                 log_attempts: 0,
                 first_sign,
             });
-        entry.pod = Some(pod);
+        entry.pod = Some(*pod);
         if !keep_old_log {
             entry.log = log;
         }
@@ -153,7 +226,25 @@ impl Reporter {
         kind: DeathKind,
         now: Instant,
     ) -> Option<(DeathCause, String)> {
-        if kind != DeathKind::NeverStarted && self.refresh(job).await && kind == DeathKind::Deleted
+        let read = match kind {
+            DeathKind::NeverStarted => None,
+            _ => Some(read_final(&self.inspector, job).await),
+        };
+        self.explain_with(job, kind, read, now)
+    }
+
+    /// [`Reporter::explain`] with the final read already made (`None` for a
+    /// pod that never started: there is nothing more to read).
+    pub(super) fn explain_with(
+        &mut self,
+        job: &JobSummary,
+        kind: DeathKind,
+        read: Option<FinalRead>,
+        now: Instant,
+    ) -> Option<(DeathCause, String)> {
+        if let Some(read) = read
+            && self.apply_final(job, read)
+            && kind == DeathKind::Deleted
         {
             return None;
         }

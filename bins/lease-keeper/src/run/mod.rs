@@ -6,6 +6,7 @@
 
 mod deaths;
 mod evidence;
+pub use evidence::READS_AT_ONCE;
 mod lost;
 mod metered;
 pub mod renewals;

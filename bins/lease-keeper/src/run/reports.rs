@@ -11,13 +11,16 @@
 //! a backend that does not answer at all ends the tick's reports of that
 //! kind (the rest follow next tick), and the whole tick stops starting new
 //! calls once its budget is spent, so it stays within its liveness bound.
+//! The pod and log reads of a burst of failing Jobs run side by side
+//! ([`super::READS_AT_ONCE`] at a time); the backend calls that follow go
+//! one job at a time, so a backend that hangs stops the round after one.
 //!
 //! The concerns live beside this file: [`super::evidence`] (reading a
 //! failing Job's pod and log, once), [`super::deaths`] (death reports and
 //! pods that never start) and [`super::lost`] (lost runs and publishes).
 
 use super::deaths::Prepared;
-use super::evidence::Evidence;
+use super::evidence::{Evidence, read_at_once, read_first};
 use super::renewals::JudgedDead;
 use crate::cause::StartFailure;
 use crate::gate::Gate;
@@ -252,14 +255,17 @@ impl Reporter {
             view: &snapshot,
             vanished: &vanished,
         };
-        for name in &plan.capture {
-            if out_of_budget(deadline, &mut report) {
-                break;
-            }
-            if let Some(job) = by_name.get(name)
-                && self.capture(job).await
-            {
-                report.captured.push(name.clone());
+        // The first reads of the Jobs that showed a sign run side by side.
+        let to_capture: Vec<&JobSummary> =
+            plan.capture.iter().filter_map(|n| by_name.get(n)).collect();
+        let inspector = &self.inspector;
+        let reads = read_at_once(&to_capture, deadline, |job| read_first(inspector, job)).await;
+        if reads.len() < to_capture.len() {
+            out_of_budget(deadline, &mut report);
+        }
+        for (job, read) in reads {
+            if self.capture(job, read) {
+                report.captured.push(job.name.to_string());
             }
         }
         for name in &plan.retry_logs {

@@ -971,16 +971,18 @@ async fn a_job_deleted_by_hand_is_reported_with_the_tail_read_at_once() {
     );
 }
 
-/// A report tick stops starting calls once its budget is spent, so many slow
-/// reads cannot hold it past its liveness bound; what is left is done on
-/// the next tick.
+/// A burst of deaths is read side by side: eight failed drivers whose log
+/// reads take 300 ms each are all read (first sign, then once more for the
+/// report) and reported within one tick of a 1.5 s budget, which reads one
+/// after another (4.8 s) could not fit.
 #[tokio::test]
-async fn a_tick_stops_at_its_budget_and_the_next_one_goes_on() {
+async fn a_burst_of_deaths_is_read_at_once_and_reported_in_one_tick() {
     use tcab_lease_keeper::inspect::Inspector;
     use tcab_lease_keeper::run::reports::{Reporter, ReporterParts};
     let rig = Rig::new(false).await;
-    for id in ["a", "b", "c"] {
-        let name = rig.claimed_run(id, JobState::Running, failure_target_status());
+    let ids: Vec<String> = (0..8).map(|i| format!("d{i}")).collect();
+    for id in &ids {
+        let name = rig.claimed_run(id, JobState::Running, failed_status(1));
         rig.kube
             .put_pod(pod_json(&name, oom_pod_status()), "killed");
     }
@@ -1002,17 +1004,70 @@ async fn a_tick_stops_at_its_budget_and_the_next_one_goes_on() {
         publishing: false,
         lease_length: cfg.lease_length,
         poll: cfg.common.poll_interval,
-        budget: Duration::from_millis(450),
+        budget: Duration::from_millis(1500),
+        settings: tcab_lease_keeper::run::failure_settings(&cfg),
+    });
+    let tick = reporter.tick_at(Some(false)).await;
+    assert!(!tick.deferred, "{tick:?}");
+    let mut dead: Vec<&str> = tick
+        .reported_dead
+        .iter()
+        .map(|(id, _)| id.as_str())
+        .collect();
+    dead.sort();
+    assert_eq!(dead, ids, "every death of the burst reported in one tick");
+}
+
+/// A report tick reads the pods of a burst of failing Jobs side by side
+/// (eight at once), and stops once its budget is spent, so many slow reads
+/// cannot hold it past its liveness bound; what is left is read on the next
+/// tick.
+#[tokio::test]
+async fn a_tick_reads_a_burst_at_once_stops_at_its_budget_and_the_next_one_goes_on() {
+    use tcab_lease_keeper::inspect::Inspector;
+    use tcab_lease_keeper::run::READS_AT_ONCE;
+    use tcab_lease_keeper::run::reports::{Reporter, ReporterParts};
+    let rig = Rig::new(false).await;
+    let burst = READS_AT_ONCE + 2;
+    for i in 0..burst {
+        let name = rig.claimed_run(&format!("j{i}"), JobState::Running, failure_target_status());
+        rig.kube
+            .put_pod(pod_json(&name, oom_pod_status()), "killed");
+    }
+    // Each log read takes 400 ms: one after another, eight would take 3.2 s.
+    rig.kube.lock().log_delay = Duration::from_millis(400);
+    let cfg = config(false, Duration::from_millis(50));
+    let mut reporter = Reporter::new(ReporterParts {
+        backend: rig.backend.client(),
+        inspector: Inspector::new(
+            rig.kube.client(),
+            NS,
+            "tcab-dispatcher",
+            3,
+            cfg.common.kube_timeout,
+        ),
+        jobs: rig.cache.clone(),
+        store: rig.store.clone(),
+        gate: rig.gate.clone(),
+        judged_dead: Default::default(),
+        publishing: false,
+        lease_length: cfg.lease_length,
+        poll: cfg.common.poll_interval,
+        budget: Duration::from_millis(650),
         settings: tcab_lease_keeper::run::failure_settings(&cfg),
     });
     let first = reporter.tick_at(Some(false)).await;
     assert!(first.deferred, "{first:?}");
     assert_eq!(
         first.captured.len(),
-        2,
-        "two reads fit (the second started within the budget)"
+        READS_AT_ONCE,
+        "the first eight are read side by side within the budget; the rest are cut at it"
     );
     let second = reporter.tick_at(Some(false)).await;
-    assert_eq!(second.captured.len(), 1, "the one left is read next tick");
+    assert_eq!(
+        second.captured.len(),
+        burst - READS_AT_ONCE,
+        "the ones left are read next tick"
+    );
     assert!(!second.deferred);
 }
