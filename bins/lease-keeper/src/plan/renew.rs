@@ -47,6 +47,10 @@ pub struct LaneRenewal<'a> {
     /// Ids to renew, sorted and deduplicated. Two live Jobs of one id (an old
     /// claim still running beside a new one) renew it once.
     pub ids: Vec<&'a str>,
+    /// For each id, the position in the planned view of the Job it was
+    /// taken from (so the renewer can keep the renewed set as positions in
+    /// a view it holds, not as copies of the ids).
+    pub at: Vec<u32>,
     /// Live Jobs of the lane not renewed, by name (sorted), with the reason.
     pub skipped: Vec<(String, RenewSkip)>,
 }
@@ -58,7 +62,11 @@ pub fn plan_lane<'a>(
     judged_dead: &BTreeSet<String>,
 ) -> LaneRenewal<'a> {
     let mut plan = LaneRenewal::default();
-    for job in summaries(jobs).filter(|j| j.lane == lane && j.is_live()) {
+    let mut renewed: Vec<(&str, u32)> = Vec::new();
+    let lane_jobs = summaries(jobs)
+        .zip(0u32..)
+        .filter(|(j, _)| j.lane == lane && j.is_live());
+    for (job, at) in lane_jobs {
         let verdict = if judged_dead.contains(job.name.as_str()) {
             Err(RenewSkip::JudgedDead)
         } else {
@@ -69,12 +77,13 @@ pub fn plan_lane<'a>(
             }
         };
         match verdict {
-            Ok(id) => plan.ids.push(id),
+            Ok(id) => renewed.push((id, at)),
             Err(skip) => plan.skipped.push((job.name.to_string(), skip)),
         }
     }
-    plan.ids.sort();
-    plan.ids.dedup();
+    renewed.sort_unstable();
+    renewed.dedup_by_key(|(id, _)| *id);
+    (plan.ids, plan.at) = renewed.into_iter().unzip();
     plan.skipped.sort_by(|a, b| a.0.cmp(&b.0));
     plan
 }
@@ -128,7 +137,9 @@ mod tests {
             job("p-p-1", Lane::Publish, Some("p"), JobPhase::Live),
         ];
         let none = BTreeSet::new();
-        assert_eq!(plan_lane(&jobs, Lane::Run, &none).ids, ["a", "b"]);
+        let runs = plan_lane(&jobs, Lane::Run, &none);
+        assert_eq!(runs.ids, ["a", "b"]);
+        assert_eq!(runs.at, [1, 0], "each id's Job in the view (a's first)");
         let plan = plan_renewals(&jobs, true, &none);
         assert_eq!(plan.publishes.map(|p| p.ids), Some(vec!["p"]));
         assert_eq!(plan_renewals(&jobs, false, &none).publishes, None);

@@ -165,8 +165,8 @@ impl Keeper {
         let renewal = self.renewer.round().await;
         let renewed = |lane: Lane, call: Option<usize>| {
             call.map(|_| {
-                let ids = self.renewer.renewed(lane).iter();
-                ids.map(ToString::to_string).collect()
+                let ids = self.renewer.renewed(lane).into_iter();
+                ids.map(str::to_owned).collect()
             })
         };
         let renewed_runs = renewed(Lane::Run, renewal.runs);
