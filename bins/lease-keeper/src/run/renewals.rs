@@ -130,25 +130,30 @@ impl Renewer {
         let (started, stopped) = changes(&last, &now);
         if started.is_empty() && stopped.is_empty() {
             tracing::debug!(%lane, count = now.len(), "renewed {} {lane} leases (unchanged)", now.len());
-            return;
+        } else {
+            Self::log_changes(lane, now.len(), &started, &stopped);
         }
+        // Kept against this round's view even when unchanged: an older view
+        // would pin every summary the cache has replaced since.
+        self.last_renewed[lane] = Renewed {
+            view: Arc::clone(view),
+            at: renewed.into_iter().map(|(_, at)| at).collect(),
+        };
+    }
+
+    fn log_changes(lane: Lane, count: usize, started: &[&str], stopped: &[&str]) {
         // A restart over 10,000 live Jobs starts them all at once: the line
         // names the first few of each side and counts all of them, so it
         // stays one readable line.
         tracing::info!(
             %lane,
-            count = now.len(),
+            count,
             started = %list(started.iter().take(LOGGED_IDS)),
             started_count = started.len(),
             stopped = %list(stopped.iter().take(LOGGED_IDS)),
             stopped_count = stopped.len(),
-            "renewed {} {lane} leases",
-            now.len()
+            "renewed {count} {lane} leases"
         );
-        self.last_renewed[lane] = Renewed {
-            view: Arc::clone(view),
-            at: renewed.into_iter().map(|(_, at)| at).collect(),
-        };
     }
 }
 
