@@ -380,10 +380,20 @@ impl BackendClient {
         // One odd entry must not fail the whole renewal (and close the
         // gate): it is skipped, counted as not renewed, and named.
         let raw: RawList = self.parse(call, None, &answer)?;
-        let (leases, mut skipped) = entries::<LeaseEntry>(raw_entries(raw.leases), "leases");
+        // Each lease is read and matched in turn: no list of parsed leases
+        // is held beside the body.
+        let items = raw_entries(raw.leases);
         let ask = Ask::new(&job_ids);
-        let mut renewed = Vec::with_capacity(leases.len());
-        for (index, lease) in leases {
+        let mut renewed = Vec::with_capacity(items.len());
+        let mut skipped = Vec::new();
+        for (index, item) in items.into_iter().enumerate() {
+            let lease: LeaseEntry = match entry(index, item, "leases") {
+                Ok(lease) => lease,
+                Err(skip) => {
+                    skipped.push(skip);
+                    continue;
+                }
+            };
             match ask.position(&lease.id) {
                 Some(position) => renewed.push(position),
                 None => skipped.push(SkippedEntry {
@@ -840,22 +850,35 @@ fn entries<'de, T: serde::Deserialize<'de> + WithId>(
     let mut read = Vec::with_capacity(items.len());
     let mut skipped = Vec::new();
     for (index, item) in items.into_iter().enumerate() {
-        let mut de = serde_json::Deserializer::from_str(item.get());
-        match serde_path_to_error::deserialize::<_, T>(&mut de) {
-            Ok(entry) if is_job_id(entry.id()) => read.push((index, entry)),
-            Ok(_) => skipped.push(SkippedEntry {
-                index,
-                id: None,
-                why: format!("{field}[{index}].id: not a valid job id"),
-            }),
-            Err(error) => skipped.push(SkippedEntry {
-                index,
-                id: readable_id(item),
-                why: format!("{field}[{index}].{}: {}", error.path(), error.inner()),
-            }),
+        match entry(index, item, field) {
+            Ok(entry) => read.push((index, entry)),
+            Err(skip) => skipped.push(skip),
         }
     }
     (read, skipped)
+}
+
+/// Entry `index` of list `field` read as `T` (with a valid job id), or
+/// why it is skipped.
+fn entry<'de, T: serde::Deserialize<'de> + WithId>(
+    index: usize,
+    item: &'de RawValue,
+    field: &str,
+) -> Result<T, SkippedEntry> {
+    let mut de = serde_json::Deserializer::from_str(item.get());
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Ok(entry) if is_job_id(entry.id()) => Ok(entry),
+        Ok(_) => Err(SkippedEntry {
+            index,
+            id: None,
+            why: format!("{field}[{index}].id: not a valid job id"),
+        }),
+        Err(error) => Err(SkippedEntry {
+            index,
+            id: readable_id(item),
+            why: format!("{field}[{index}].{}: {}", error.path(), error.inner()),
+        }),
+    }
 }
 
 /// The id of an entry that could not be read as a whole, when it has a
