@@ -382,17 +382,13 @@ impl BackendClient {
         let raw: RawList = self.parse(call, None, &answer)?;
         // Each lease is read and matched in turn: no list of parsed leases
         // is held beside the body.
-        let items = raw_entries(raw.leases);
         let ask = Ask::new(&job_ids);
-        let mut renewed = Vec::with_capacity(items.len());
+        let mut renewed = Vec::with_capacity(job_ids.len());
         let mut skipped = Vec::new();
-        for (index, item) in items.into_iter().enumerate() {
+        each_entry(raw.leases, |index, item| {
             let lease: LeaseEntry = match entry(index, item, "leases") {
                 Ok(lease) => lease,
-                Err(skip) => {
-                    skipped.push(skip);
-                    continue;
-                }
+                Err(skip) => return skipped.push(skip),
             };
             match ask.position(&lease.id) {
                 Some(position) => renewed.push(position),
@@ -402,7 +398,7 @@ impl BackendClient {
                     id: Some(lease.id.into_owned()),
                 }),
             }
-        }
+        });
         Ok(RenewedLeases {
             now: raw.now,
             renewed,
@@ -816,6 +812,32 @@ struct RawList<'a> {
 fn raw_entries(list: Option<&RawValue>) -> Vec<&RawValue> {
     list.and_then(|raw| serde_json::from_str(raw.get()).ok())
         .unwrap_or_default()
+}
+
+/// Calls `each` with every entry of a list field, in order, as raw JSON
+/// borrowed from the body (none when absent or not a list), without
+/// collecting them first.
+fn each_entry<'de>(list: Option<&'de RawValue>, each: impl FnMut(usize, &'de RawValue)) {
+    struct Each<F>(F);
+    impl<'de, F: FnMut(usize, &'de RawValue)> serde::de::Visitor<'de> for Each<F> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+            let mut index = 0;
+            while let Some(item) = seq.next_element::<&'de RawValue>()? {
+                (self.0)(index, item);
+                index += 1;
+            }
+            Ok(())
+        }
+    }
+    if let Some(raw) = list {
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        // Not a list: no entry (the body as a whole was read already).
+        let _ = serde::Deserializer::deserialize_seq(&mut de, Each(each));
+    }
 }
 
 /// An entry type with an id checked as a job id.
