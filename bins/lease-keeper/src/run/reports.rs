@@ -387,7 +387,6 @@ impl Reporter {
             .filter(|job| needs_memory(job))
             .map(|job| &job.name)
             .chain(self.vanished.values().map(|v| &v.last.name));
-        let before = self.memory.len();
         for name in unremembered {
             if !self.memory.contains_key(name.as_str()) {
                 self.memory.insert(
@@ -399,14 +398,6 @@ impl Reporter {
                     },
                 );
             }
-        }
-        // Names arrive in order, and a tree filled in order keeps its nodes
-        // a little over half full. After a burst (a start over thousands
-        // of Jobs without a ready pod) the map is rebuilt from its own
-        // sorted entries, which packs its nodes full: about 40% less memory.
-        let added = self.memory.len() - before;
-        if added >= 64 && added * 4 >= self.memory.len() {
-            self.memory = std::mem::take(&mut self.memory).into_iter().collect();
         }
         self.failing.observe(snapshot, now);
         // A Job that vanished keeps its token until its death is settled.
