@@ -82,20 +82,28 @@ async fn a_lost_node_goes_unknown_its_pods_get_the_taint_managers_disruption_tar
         cond(&node["status"], "Ready").unwrap()["reason"],
         "NodeStatusUnknown"
     );
+    // The taint manager writes the condition first and deletes the pod in
+    // a second call (upstream's addConditionAndDeletePod): a read between
+    // the two sees the condition without the deletion, so both are awaited.
     let pod = rig
         .until(
-            "the taint manager's DisruptionTarget",
+            "the taint manager's DisruptionTarget and its delete",
             Duration::from_secs(40),
             || async {
                 let p = rig.pod("on-n1").await?;
                 let dt = cond(&p["status"], "DisruptionTarget")?;
-                (dt["reason"] == "DeletionByTaintManager").then_some(p)
+                (dt["reason"] == "DeletionByTaintManager"
+                    && p["metadata"]["deletionTimestamp"].is_string())
+                .then_some(p)
             },
         )
         .await;
     let evicted_after = lost_at.elapsed();
     eprintln!("n1 Unknown after {unknown_after:?}, its pod evicted after {evicted_after:?}");
-    assert!(pod["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        cond(&pod["status"], "DisruptionTarget").unwrap()["reason"],
+        "DeletionByTaintManager"
+    );
     // Nobody finishes it: it stays Terminating and Running.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let p = rig.pod("on-n1").await.expect("stays Terminating");
