@@ -1,7 +1,11 @@
 //! The one fake Kubernetes API, on a free loopback port: batch/v1 Jobs (list,
 //! watch as a stream of events from a resourceVersion, get, create with 201
 //! or 409 AlreadyExists, delete) and core/v1 pods (list by label selector,
-//! logs with `tailLines`), in any namespace.
+//! logs with `tailLines`, delete with a uid precondition), in any namespace.
+//!
+//! Every request is written to a journal (method, path and query, JSON body)
+//! before it is answered, and a test may intercept any request: answer it
+//! with a status of its choosing, hold it until a signal, or never answer.
 //!
 //! Faults: per Job kind on create (an error status, a hold until released, a
 //! delay, storing the Job and never answering, never answering), failing
@@ -16,8 +20,9 @@
 use crate::kube::{failure_response as status, labels_match, list};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
+use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
@@ -25,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// What a create of a kind does instead of answering at once.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +52,37 @@ pub enum CreateFault {
 
 /// The kind of a Job (a lane), as the test's `kind_of` names it.
 pub type KindOf = fn(&Value) -> String;
+
+/// One request as the fake received it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    /// The path and query, as sent (`/api/v1/namespaces/ns/pods?&labelSelector=...`).
+    pub uri: String,
+    /// The JSON body (`Null` when there is none).
+    pub body: Value,
+}
+
+impl std::fmt::Display for Seen {
+    /// `METHOD uri`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.method, self.uri)
+    }
+}
+
+/// What an intercepted request gets instead of the fake's own answer.
+#[derive(Debug)]
+pub enum Answer {
+    /// This status code and JSON body.
+    Json(u16, Value),
+    /// The fake's own answer, once this fires (or its sender is dropped).
+    After(oneshot::Receiver<()>),
+    /// No answer, ever (a hung call).
+    Hang,
+}
+
+/// Looks at every request first; `None` lets the fake answer it.
+pub type Intercept = Box<dyn FnMut(&Seen) -> Option<Answer> + Send>;
 
 pub struct KubeState {
     rv: u64,
@@ -88,6 +124,8 @@ pub struct KubeState {
     pub deleted_jobs: Vec<String>,
     /// Job lists by `tcab.dev/job-id` selector received (not the watch's).
     pub job_lists: Vec<String>,
+    /// Every request received, in order.
+    pub journal: Vec<Seen>,
 }
 
 /// Whether a Job has neither completed nor failed.
@@ -151,12 +189,16 @@ pub struct FakeKube {
     pub url: String,
     pub state: Arc<Mutex<KubeState>>,
     release: Arc<watch::Sender<bool>>,
+    intercept: Arc<Mutex<Option<Intercept>>>,
 }
 
 #[derive(Clone)]
 struct App {
     state: Arc<Mutex<KubeState>>,
     release: Arc<watch::Sender<bool>>,
+    /// Apart from the state, so an intercept may read and change the
+    /// state (it is called without the state's lock).
+    intercept: Arc<Mutex<Option<Intercept>>>,
 }
 
 type Shared = State<App>;
@@ -188,9 +230,10 @@ impl FakeKube {
             log_delay: Duration::ZERO,
             deleted_jobs: vec![],
             job_lists: vec![],
+            journal: vec![],
         }));
         let release = Arc::new(watch::channel(true).0);
-        let app = Router::new()
+        let router = Router::new()
             .route(
                 "/apis/batch/v1/namespaces/{ns}/jobs",
                 get(list_jobs).post(create),
@@ -200,16 +243,26 @@ impl FakeKube {
                 get(read).delete(delete),
             )
             .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
-            .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(pod_log))
-            .with_state(App {
-                state: state.clone(),
-                release: release.clone(),
-            });
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}",
+                get(read_pod).delete(delete_pod),
+            )
+            .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(pod_log));
+        let intercept = Arc::new(Mutex::new(None));
+        let app = App {
+            state: state.clone(),
+            release: release.clone(),
+            intercept: Arc::clone(&intercept),
+        };
+        let app = router
+            .layer(from_fn_with_state(app.clone(), journal))
+            .with_state(app);
         let url = crate::http::serve_url(app).await;
         FakeKube {
             url,
             state,
             release,
+            intercept,
         }
     }
 
@@ -251,6 +304,18 @@ impl FakeKube {
             .create_faults
             .retain(|_, f| !matches!(f, CreateFault::Hold | CreateFault::HoldThenRefuse(..)));
         self.release.send_replace(true);
+    }
+
+    /// Every request received so far, as `METHOD uri`.
+    pub fn requests(&self) -> Vec<String> {
+        self.lock().journal.iter().map(Seen::to_string).collect()
+    }
+
+    /// Sends every later request to `intercept` first. It is called
+    /// without the state's lock held (it may read or change the fake), one
+    /// request at a time.
+    pub fn intercept(&self, intercept: impl FnMut(&Seen) -> Option<Answer> + Send + 'static) {
+        *self.intercept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(intercept));
     }
 
     /// Marks a Job succeeded.
@@ -298,6 +363,43 @@ impl KubeState {
 
 fn lock(app: &App) -> MutexGuard<'_, KubeState> {
     app.state.lock().expect("fake kube state")
+}
+
+/// Writes every request to the journal, then lets the test's intercept
+/// answer it, hold it or hang it, or the routes answer it.
+async fn journal(State(app): Shared, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return status(400, "BadRequest", "the request body could not be read");
+    };
+    let seen = Seen {
+        method: parts.method.to_string(),
+        uri: parts.uri.to_string(),
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    };
+    lock(&app).journal.push(seen.clone());
+    let answer = app
+        .intercept
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+        .and_then(|intercept| intercept(&seen));
+    match answer {
+        Some(Answer::Json(code, body)) => {
+            let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            (code, axum::Json(body)).into_response()
+        }
+        Some(Answer::Hang) => std::future::pending().await,
+        Some(Answer::After(signal)) => {
+            let _ = signal.await;
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        None => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+    }
 }
 
 async fn list_jobs(State(app): Shared, Query(q): Query<HashMap<String, String>>) -> Response {
@@ -460,6 +562,44 @@ async fn list_pods(State(app): Shared, Query(q): Query<HashMap<String, String>>)
     axum::Json(list("v1", "PodList", "1", items)).into_response()
 }
 
+async fn read_pod(State(app): Shared, Path((_ns, name)): Path<(String, String)>) -> Response {
+    match lock(&app).pods.get(&name) {
+        Some(pod) => axum::Json(pod.clone()).into_response(),
+        None => status(404, "NotFound", &format!("pods \"{name}\" not found")),
+    }
+}
+
+/// Deletes a pod at once (no grace), unless the uid precondition names
+/// another pod of that name (409 Conflict, as the API server answers).
+async fn delete_pod(
+    State(app): Shared,
+    Path((_ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let options: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut s = lock(&app);
+    let Some(pod) = s.pods.get(&name) else {
+        return status(404, "NotFound", &format!("pods \"{name}\" not found"));
+    };
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+    if let Some(wanted) = options["preconditions"]["uid"].as_str()
+        && wanted != uid
+    {
+        return status(
+            409,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on pods \"{name}\": Precondition failed: UID in precondition: {wanted}, UID in object meta: {uid}"
+            ),
+        );
+    }
+    s.logs.remove(&name);
+    let mut pod = s.pods.remove(&name).unwrap_or(Value::Null);
+    pod["apiVersion"] = json!("v1");
+    pod["kind"] = json!("Pod");
+    axum::Json(pod).into_response()
+}
+
 async fn pod_log(
     State(app): Shared,
     Path((_ns, name)): Path<(String, String)>,
@@ -520,6 +660,92 @@ mod tests {
         assert!(!is_live(&s.jobs["a"]) && is_live(&s.jobs["c"]));
     }
 
+    fn pod(name: &str, uid: &str, id: &str) -> Value {
+        json!({"metadata": {"name": name, "uid": uid, "labels": {"tcab.dev/job-id": id}}})
+    }
+
+    async fn send(kube: &FakeKube, method: &str, path: &str, body: Value) -> (u16, Value) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = kube.url.trim_start_matches("http://");
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let body = body.to_string();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: fake\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        let code = answer[9..12].parse().unwrap();
+        let json = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        (code, serde_json::from_str(json).unwrap_or(Value::Null))
+    }
+
+    #[tokio::test]
+    async fn a_pod_delete_honours_its_uid_precondition_and_is_journaled() {
+        let kube = FakeKube::start(kind).await;
+        kube.put_pod(pod("sb-a", "uid-new", "a"), "");
+        let path = "/api/v1/namespaces/sandboxes/pods/sb-a?";
+        let old = json!({"preconditions": {"uid": "uid-old"}});
+        let (code, body) = send(&kube, "DELETE", path, old.clone()).await;
+        assert_eq!((code, &body["reason"]), (409, &json!("Conflict")));
+        assert!(
+            kube.lock().pods.contains_key("sb-a"),
+            "another pod of that name is kept"
+        );
+        let new = json!({"preconditions": {"uid": "uid-new"}});
+        assert_eq!(send(&kube, "DELETE", path, new.clone()).await.0, 200);
+        assert_eq!(send(&kube, "DELETE", path, new).await.0, 404);
+        assert_eq!(kube.requests(), vec![format!("DELETE {path}"); 3]);
+        assert_eq!(kube.lock().journal[0].body, old);
+    }
+
+    #[tokio::test]
+    async fn an_intercept_answers_holds_or_passes_a_request() {
+        let kube = FakeKube::start(kind).await;
+        kube.put_pod(pod("sb-a", "uid-a", "a"), "");
+        kube.put_pod(pod("sb-b", "uid-b", "b"), "");
+        let (open, gate) = oneshot::channel();
+        let mut gate = Some(gate);
+        kube.intercept(move |seen| {
+            if seen.uri.contains("sb-b") {
+                return Some(Answer::Json(500, json!({"reason": "InternalError"})));
+            }
+            seen.uri
+                .contains("job-id")
+                .then(|| Answer::After(gate.take().unwrap()))
+        });
+        let delete_b = send(
+            &kube,
+            "DELETE",
+            "/api/v1/namespaces/sb/pods/sb-b",
+            Value::Null,
+        )
+        .await;
+        assert_eq!(delete_b.0, 500);
+        assert!(
+            kube.lock().pods.contains_key("sb-b"),
+            "answered by the intercept alone"
+        );
+        let listing = "/api/v1/namespaces/sb/pods?labelSelector=tcab.dev%2Fjob-id+in+%28a%2Cb%29";
+        let list = {
+            let kube = kube.clone();
+            tokio::spawn(async move { send(&kube, "GET", listing, Value::Null).await })
+        };
+        crate::wait::eventually("the list to arrive", Duration::from_secs(5), || {
+            kube.lock().journal.len() == 2
+        })
+        .await;
+        assert!(!list.is_finished(), "held");
+        open.send(()).unwrap();
+        let (code, body) = list.await.unwrap();
+        assert_eq!(
+            (code, body["items"].as_array().map(Vec::len)),
+            (200, Some(2))
+        );
+    }
+
     #[tokio::test]
     async fn a_held_create_waits_for_the_release() {
         let kube = FakeKube::start(kind).await;
@@ -527,6 +753,7 @@ mod tests {
         let app = App {
             state: kube.state.clone(),
             release: kube.release.clone(),
+            intercept: kube.intercept.clone(),
         };
         let created = tokio::spawn(create(
             State(app),

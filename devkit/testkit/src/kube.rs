@@ -1,4 +1,4 @@
-//! The Kubernetes API bodies every fake API server or mocked client writes:
+//! The Kubernetes API bodies every fake API server writes:
 //! failure and success `Status` objects, lists, and label-selector matching.
 
 use axum::Json;
@@ -29,15 +29,53 @@ pub fn list(api_version: &str, kind: &str, resource_version: &str, items: Vec<Va
            "metadata": {"resourceVersion": resource_version}, "items": items})
 }
 
-/// Whether an object's labels match an equality selector (`k=v,k2=v2`).
+/// Whether an object's labels match a label selector, every term of it:
+/// `k=v` (or `k==v`), `k!=v`, `k in (v1,v2)`, `k notin (v1,v2)`, `k` (the
+/// label exists) and `!k` (it does not), as the API server reads them.
 pub fn labels_match(obj: &Value, selector: &str) -> bool {
+    let label = |k: &str| obj["metadata"]["labels"][k.trim()].as_str();
+    let set = |values: &str| -> Vec<String> {
+        let values = values.trim().trim_start_matches('(').trim_end_matches(')');
+        values.split(',').map(|v| v.trim().to_owned()).collect()
+    };
+    selector_terms(selector).all(|term| {
+        if let Some((k, values)) = term.split_once(" notin ") {
+            return label(k).is_none_or(|v| !set(values).iter().any(|s| s == v));
+        }
+        if let Some((k, values)) = term.split_once(" in ") {
+            return label(k).is_some_and(|v| set(values).iter().any(|s| s == v));
+        }
+        if let Some((k, v)) = term.split_once("!=") {
+            return label(k) != Some(v.trim());
+        }
+        if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            return label(k) == Some(v.trim());
+        }
+        match term.strip_prefix('!') {
+            Some(k) => label(k).is_none(),
+            None => label(term).is_some(),
+        }
+    })
+}
+
+/// A selector's terms: split at the commas outside a set's parentheses.
+fn selector_terms(selector: &str) -> impl Iterator<Item = &str> {
+    let mut depth = 0_u32;
     selector
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .all(|term| match term.split_once('=') {
-            Some((k, v)) => obj["metadata"]["labels"][k].as_str() == Some(v),
-            None => false,
+        .split(move |c| match c {
+            '(' => {
+                depth += 1;
+                false
+            }
+            ')' => {
+                depth = depth.saturating_sub(1);
+                false
+            }
+            ',' => depth == 0,
+            _ => false,
         })
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]
@@ -50,7 +88,30 @@ mod tests {
         assert!(labels_match(&pod, "a=1,b=2"));
         assert!(labels_match(&pod, ""));
         assert!(!labels_match(&pod, "a=1,b=3"));
-        assert!(!labels_match(&pod, "a"), "only equality terms");
+        assert!(labels_match(&pod, "a==1,b!=3"));
+        assert!(!labels_match(&pod, "a!=1"));
+    }
+
+    #[test]
+    fn existence_terms_ask_whether_the_label_is_there() {
+        let pod = json!({"metadata": {"labels": {"tcab.dev/job-id": "b"}}});
+        assert!(labels_match(&pod, "tcab.dev/job-id"));
+        assert!(!labels_match(&pod, "!tcab.dev/job-id"));
+        assert!(labels_match(&pod, "!other"));
+        assert!(!labels_match(&pod, "other"));
+    }
+
+    #[test]
+    fn a_set_selector_matches_any_value_of_its_set() {
+        let pod = json!({"metadata": {"labels": {"tcab.dev/job-id": "b", "x": "1"}}});
+        assert!(labels_match(&pod, "tcab.dev/job-id in (a,b)"));
+        assert!(labels_match(&pod, "tcab.dev/job-id in (b),x=1"));
+        assert!(!labels_match(&pod, "tcab.dev/job-id in (a,c)"));
+        assert!(!labels_match(&pod, "tcab.dev/job-id in (a,b),x=2"));
+        assert!(
+            !labels_match(&pod, "y in (b)"),
+            "a missing label is in no set"
+        );
     }
 
     #[test]
