@@ -4,7 +4,6 @@
 //! `cargo test` a concurrent test without a subscriber could hide a line.
 
 use crate::support::*;
-use http::Method;
 use tcab_reaper::run::DeleteOutcome;
 
 #[tokio::test(flavor = "current_thread")]
@@ -20,16 +19,16 @@ async fn forbidden_list_is_logged_with_the_namespace_and_retried() {
     // Forbidden twice (RBAC missing), then granted.
     let mut calls = 0;
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
-    let mut granted = cluster(vec![sandbox("sb-a", "a")], jobs.clone());
-    let (client, seen) = mock_client(Box::new(move |req| {
-        if req.method == Method::GET && is_pod_list(&req.uri) {
+    let (client, seen) = api_with(vec![sandbox("sb-a", "a")], &jobs, move |req| {
+        if is_pod_list(req) {
             calls += 1;
             if calls <= 2 {
-                return Answer::Json(403, status(403, "Forbidden"));
+                return refuse(403, "Forbidden");
             }
         }
-        granted(req)
-    }));
+        None
+    })
+    .await;
     let mut r = reaper(client, cache(jobs));
     for _ in 0..2 {
         let report = r.tick().await;
@@ -43,7 +42,7 @@ async fn forbidden_list_is_logged_with_the_namespace_and_retried() {
         report.outcomes(),
         [("sandboxes/sb-a".to_string(), DeleteOutcome::Deleted)]
     );
-    let seen = seen.lock().expect("log").clone();
+    let seen = seen.lock().journal.clone();
     assert_eq!(seen.len(), 5, "three LISTs, one read, one DELETE: {seen:?}");
     assert!(seen[..3].iter().all(|s| s.uri == reap_list_uri(&["a"])));
     assert_eq!(seen[4].body["preconditions"]["uid"], "uid-sb-a");

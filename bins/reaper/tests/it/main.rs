@@ -6,7 +6,7 @@ mod cli;
 mod config;
 mod kube_sim;
 mod logs;
-mod mock;
 mod run_loop;
 mod start_logs;
 mod support;
+mod tick;

@@ -1,10 +1,10 @@
-//! `run` against a mocked API server: it reaps nothing until the Job watch
-//! has delivered its first full list, lets the tick in flight finish on
-//! shutdown (never cut between its LIST and its deletes), and stops cleanly.
+//! `run` against the test kit's fake API server: it reaps nothing until the
+//! Job watch has delivered its first full list, lets the tick in flight
+//! finish on shutdown (never cut between its LIST and its deletes), and
+//! stops cleanly.
 
-use http::{Method, Request, Response};
-use kube::Client;
-use kube::client::Body;
+use crate::support::{Answer, FakeKube, Seen, api_with, is_confirm, is_pod_list, unreachable_api};
+use k8s_openapi::api::batch::v1::Job;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,6 @@ use tcab_reaper::ReaperConfig;
 use tcab_reaper::run::{Deps, RunError, TickReport, run};
 use tcab_shared::config::{CommonConfig, LogFormat};
 use tcab_shared::runtime::CancellationToken;
-use tcab_testkit::kube as objects;
 use tokio::sync::oneshot;
 
 fn config() -> ReaperConfig {
@@ -40,28 +39,19 @@ fn config() -> ReaperConfig {
     }
 }
 
-fn respond(send: tower_test::mock::SendResponse<Response<Body>>, body: &Value) {
-    send.send_response(
-        Response::builder()
-            .status(200)
-            .header("content-type", "application/json")
-            .body(Body::from(serde_json::to_vec(body).expect("json")))
-            .expect("response"),
-    );
-}
-
-fn driver_job(name: &str, id: &str, failed: bool) -> Value {
+fn driver_job(name: &str, id: &str, failed: bool) -> Job {
     let status = if failed {
         json!({"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}]})
     } else {
         json!({"active": 1})
     };
-    json!({"apiVersion": "batch/v1", "kind": "Job",
+    serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": "dispatcher", "uid": format!("uid-{name}"),
-            "resourceVersion": "3", "creationTimestamp": "2027-01-15T11:00:00Z",
+            "creationTimestamp": "2027-01-15T11:00:00Z",
             "labels": {"app.kubernetes.io/managed-by": "tcab-dispatcher",
                        "tcab.dev/job-id": id, "tcab.dev/job-kind": "run"}},
-        "status": status})
+        "status": status}))
+    .expect("job json")
 }
 
 fn sandbox(name: &str, id: &str) -> Value {
@@ -70,94 +60,75 @@ fn sandbox(name: &str, id: &str) -> Value {
         "labels": {"app.kubernetes.io/managed-by": "tcab-driver", "tcab.dev/job-id": id}}})
 }
 
-#[derive(Default)]
-struct Seen {
-    /// Whether the first Job list has arrived (and is being held).
-    job_list_held: bool,
-    /// Whether a pod LIST is being held.
-    pod_list_held: bool,
-    pod_lists: usize,
-    reads: usize,
-    deletes: Vec<String>,
-}
-
 /// Waits (in virtual time) until `cond` holds, failing after a deadline.
 async fn until(what: &str, cond: impl FnMut() -> bool) {
     tcab_testkit::wait::eventually(what, Duration::from_secs(60), cond).await
 }
 
-/// Gates the mock holds an answer at until the test opens them.
-struct Gates {
-    job_list: Option<oneshot::Receiver<()>>,
-    pod_list: Option<oneshot::Receiver<()>>,
-}
-
-/// A mock API server: Jobs `a` (failed) and `b` (live), a sandbox of each.
-fn serve(
-    mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
-    seen: Arc<Mutex<Seen>>,
-    mut gates: Gates,
-) {
-    tokio::spawn(async move {
-        let mut held_watches = Vec::new();
-        while let Some((request, send)) = handle.next_request().await {
-            let uri = request.uri().to_string();
-            let method = request.method().clone();
-            if uri.starts_with("/apis/batch/v1/namespaces/dispatcher/jobs") {
-                assert!(
-                    uri.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dtcab-dispatcher"),
-                    "{uri}"
-                );
-                if uri.contains("watch=true") {
-                    // Keep the watch open and silent.
-                    held_watches.push(send);
-                    continue;
-                }
-                let confirm = uri.contains("tcab.dev%2Fjob-id%3D");
-                if confirm {
-                    seen.lock().expect("log").reads += 1;
-                } else if let Some(gate) = gates.job_list.take() {
-                    seen.lock().expect("log").job_list_held = true;
-                    let _ = gate.await;
-                }
-                let mut items = vec![driver_job("tcab-driver-a-1", "a", true)];
-                if !confirm {
-                    items.push(driver_job("tcab-driver-b-1", "b", false));
-                }
-                respond(send, &objects::list("batch/v1", "JobList", "5", items));
-            } else if uri.starts_with("/api/v1/namespaces/dispatcher/pods?") {
-                // The list of the dispatcher's own live pods (after the Job
-                // list): none outlived its Job.
-                assert!(uri.contains("fieldSelector=status.phase"), "{uri}");
-                respond(send, &objects::list("v1", "PodList", "5", vec![]));
-            } else if method == Method::GET && uri.starts_with("/api/v1/namespaces/sandboxes/pods?")
-            {
-                seen.lock().expect("log").pod_lists += 1;
-                if let Some(gate) = gates.pod_list.take() {
-                    seen.lock().expect("log").pod_list_held = true;
-                    let _ = gate.await;
-                }
-                respond(
-                    send,
-                    &objects::list(
-                        "v1",
-                        "PodList",
-                        "9",
-                        vec![sandbox("sb-a", "a"), sandbox("sb-b", "b")],
-                    ),
-                );
-            } else {
-                seen.lock()
-                    .expect("log")
-                    .deletes
-                    .push(format!("{method} {uri}"));
-                respond(send, &objects::success());
-            }
+/// The fake API: Jobs `a` (failed) and `b` (live), a sandbox of each; the
+/// sandbox LIST is held until `pods_released` fires, when given.
+async fn cluster(pods_released: Option<oneshot::Receiver<()>>) -> (kube::Client, FakeKube) {
+    let jobs = [
+        driver_job("tcab-driver-a-1", "a", true),
+        driver_job("tcab-driver-b-1", "b", false),
+    ];
+    let pods = vec![sandbox("sb-a", "a"), sandbox("sb-b", "b")];
+    let mut gate = pods_released;
+    api_with(pods, &jobs, move |req| {
+        if is_pod_list(req) {
+            return gate.take().map(Answer::After);
         }
-    });
+        None
+    })
+    .await
 }
 
-fn deps(client: Client, reports: Arc<Mutex<Vec<TickReport>>>) -> Deps {
+/// The requests of `kube`'s journal that `what` picks.
+fn count(kube: &FakeKube, what: fn(&Seen) -> bool) -> usize {
+    kube.lock().journal.iter().filter(|s| what(s)).count()
+}
+
+/// The DELETEs received, as `METHOD uri`.
+fn deletes(kube: &FakeKube) -> Vec<String> {
+    kube.lock()
+        .journal
+        .iter()
+        .filter(|s| s.method == "DELETE")
+        .map(Seen::to_string)
+        .collect()
+}
+
+/// Every request for the dispatcher's Jobs selects its own (managed-by),
+/// and its list of its own pods only those not finished (the fake answers
+/// any selector it is given, so this checks what the reaper asks).
+fn assert_selectors(kube: &FakeKube) {
+    for seen in &kube.lock().journal {
+        if seen
+            .uri
+            .starts_with("/apis/batch/v1/namespaces/dispatcher/jobs?")
+        {
+            assert!(
+                seen.uri
+                    .contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dtcab-dispatcher"),
+                "{seen}"
+            );
+        }
+        if seen.uri.starts_with("/api/v1/namespaces/dispatcher/pods?") {
+            assert!(seen.uri.contains("fieldSelector=status.phase"), "{seen}");
+        }
+    }
+}
+
+/// Whether a request is the Job list a watch starts with (not a watch, not
+/// a confirming read).
+fn is_job_list(seen: &Seen) -> bool {
+    seen.uri
+        .starts_with("/apis/batch/v1/namespaces/dispatcher/jobs?")
+        && !seen.uri.contains("watch=")
+        && !is_confirm(seen)
+}
+
+fn deps(client: kube::Client, reports: Arc<Mutex<Vec<TickReport>>>) -> Deps {
     let mut deps = Deps::new(client, "dispatcher".into(), None);
     deps.on_tick = Some(Arc::new(move |r: &TickReport| {
         reports.lock().expect("reports").push(r.clone());
@@ -167,53 +138,49 @@ fn deps(client: Client, reports: Arc<Mutex<Vec<TickReport>>>) -> Deps {
 
 #[tokio::test(start_paused = true)]
 async fn reaps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let (release_jobs, jobs_released) = oneshot::channel::<()>();
-    serve(
-        handle,
-        seen.clone(),
-        Gates {
-            job_list: Some(jobs_released),
-            pod_list: None,
-        },
-    );
+    let (client, kube) = cluster(None).await;
+    // The first Job list is held until the test lets it answer.
+    kube.lock().list_ready = false;
     let reports = Arc::new(Mutex::new(Vec::new()));
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
-    let client = Client::new(service, "default");
     let task = tokio::spawn(run(config(), deps(client, reports.clone()), shutdown));
 
     // The Job list is asked for and held; a minute of (paused,
     // auto-advanced) time passes without its answer: no tick.
-    until("the Job list request", || {
-        seen.lock().expect("log").job_list_held
-    })
-    .await;
+    until("the Job list request", || kube.lock().held_lists >= 1).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(
-        seen.lock().expect("log").pod_lists,
+        count(&kube, is_pod_list),
         0,
         "ticked before the view listed"
     );
     assert!(reports.lock().expect("reports").is_empty());
 
-    release_jobs.send(()).expect("mock alive");
+    kube.lock().list_ready = true;
     // The failed driver's sandbox is reaped; ticks follow, one per poll
     // interval, and list nothing more.
     until("three ticks after the list", || {
         reports.lock().expect("reports").len() >= 3
     })
     .await;
-    {
-        let seen = seen.lock().expect("log");
-        assert_eq!(
-            seen.deletes,
-            ["DELETE /api/v1/namespaces/sandboxes/pods/sb-a?"],
-            "only the failed driver's sandbox"
-        );
-        assert_eq!((seen.pod_lists, seen.reads), (1, 1));
-    }
+    assert_eq!(
+        deletes(&kube),
+        ["DELETE /api/v1/namespaces/sandboxes/pods/sb-a?"],
+        "only the failed driver's sandbox"
+    );
+    assert_eq!(
+        (count(&kube, is_pod_list), count(&kube, is_confirm)),
+        (1, 1)
+    );
+    assert_selectors(&kube);
+    assert!(
+        kube.lock()
+            .journal
+            .iter()
+            .any(|s| s.uri.starts_with("/api/v1/namespaces/dispatcher/pods?")),
+        "the dispatcher's own pods were listed"
+    );
 
     trigger.cancel();
     let result = tokio::time::timeout(Duration::from_secs(10), task)
@@ -225,38 +192,27 @@ async fn reaps_nothing_before_the_first_job_list_then_ticks_until_shutdown() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_during_a_tick_lets_it_finish_its_deletes() {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(Seen::default()));
     let (release_pods, pods_released) = oneshot::channel::<()>();
-    serve(
-        handle,
-        seen.clone(),
-        Gates {
-            job_list: None,
-            pod_list: Some(pods_released),
-        },
-    );
+    let (client, kube) = cluster(Some(pods_released)).await;
     let reports = Arc::new(Mutex::new(Vec::new()));
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
-    let client = Client::new(service, "default");
     let task = tokio::spawn(run(config(), deps(client, reports.clone()), shutdown));
 
     // SIGTERM arrives while the tick's LIST is in flight.
-    until("the pod LIST", || seen.lock().expect("log").pod_list_held).await;
+    until("the pod LIST", || count(&kube, is_pod_list) == 1).await;
     trigger.cancel();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!task.is_finished(), "the tick was cut short");
-    release_pods.send(()).expect("mock alive");
+    release_pods.send(()).expect("the fake holds the LIST");
 
     let result = tokio::time::timeout(Duration::from_secs(60), task)
         .await
         .expect("run stops after the tick")
         .expect("run task");
     assert!(result.is_ok(), "{result:?}");
-    let seen = seen.lock().expect("log");
     assert_eq!(
-        seen.deletes,
+        deletes(&kube),
         ["DELETE /api/v1/namespaces/sandboxes/pods/sb-a?"],
         "the tick's delete was sent before the reaper stopped"
     );
@@ -267,29 +223,17 @@ async fn shutdown_during_a_tick_lets_it_finish_its_deletes() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_before_the_first_list_stops_cleanly() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    // Never answer anything; count what is asked.
-    let asked = Arc::new(Mutex::new(0_usize));
-    let count = asked.clone();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Some((_, send)) = handle.next_request().await {
-            *count.lock().expect("count") += 1;
-            held.push(send);
-        }
-    });
+    // Never answer anything.
+    let (client, kube) = api_with(vec![], &[], |_| Some(Answer::Hang)).await;
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
     let task = tokio::spawn(run(
         config(),
-        Deps::new(Client::new(service, "default"), "dispatcher".into(), None),
+        Deps::new(client, "dispatcher".into(), None),
         shutdown,
     ));
     // Shut down while the first Job list is unanswered.
-    until("the Job list request", || {
-        *asked.lock().expect("count") >= 1
-    })
-    .await;
+    until("the Job list request", || count(&kube, is_job_list) >= 1).await;
     trigger.cancel();
     let result = tokio::time::timeout(Duration::from_secs(10), task)
         .await
@@ -300,14 +244,13 @@ async fn shutdown_before_the_first_list_stops_cleanly() {
 
 #[tokio::test]
 async fn the_sweep_without_a_backend_client_is_refused_at_start() {
-    let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let sweeping = ReaperConfig {
         orphan_sweep: true,
         ..config()
     };
     let error = run(
         sweeping,
-        Deps::new(Client::new(service, "default"), "dispatcher".into(), None),
+        Deps::new(unreachable_api(), "dispatcher".into(), None),
         CancellationToken::new(),
     )
     .await

@@ -1,17 +1,14 @@
-//! Shared test fixtures for the reaper's tests: a mocked Kubernetes API
-//! (tower-test) that records every request, the kit's mock backend,
-//! answering `GET /jobs/active`, Job and pod fixtures, a fixed clock, and a
-//! log sink for tracing output.
+//! Shared test fixtures for the reaper's tests: the test kit's fake
+//! Kubernetes API (which records every request and lets a test intercept
+//! any), the kit's mock backend answering `GET /jobs/active`, Job and pod
+//! fixtures, a fixed clock, and a log sink for tracing output.
 #![allow(dead_code)]
 
-use http::{Method, Request, Response};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Client;
-use kube::client::Body;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tcab_reaper::plan::SweepSettings;
 use tcab_reaper::run::{Reaper, ReaperSetup};
@@ -19,6 +16,7 @@ use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::OwnedJobs;
 use tcab_shared::{Secret, WallClock};
 use tcab_testkit::backend::Row;
+pub use tcab_testkit::fake_kube::{Answer, FakeKube, Seen};
 
 /// The sandbox namespace the tests' reaper sweeps.
 pub const SANDBOXES: &str = "sandboxes";
@@ -48,9 +46,15 @@ pub fn reap_list_uri(ids: &[&str]) -> String {
 
 /// Whether a request is a LIST of the sandbox namespace's pods (a reap's
 /// or a sweep's).
-pub fn is_pod_list(uri: &str) -> bool {
-    uri.starts_with("/api/v1/namespaces/sandboxes/pods?")
+pub fn is_pod_list(seen: &Seen) -> bool {
+    seen.method == "GET" && seen.uri.starts_with("/api/v1/namespaces/sandboxes/pods?")
 }
+
+/// Whether a request is a DELETE.
+pub fn is_delete(seen: &Seen) -> bool {
+    seen.method == "DELETE"
+}
+
 /// The service token the mock backend expects.
 pub use tcab_testkit::backend::SERVICE_TOKEN;
 
@@ -61,102 +65,63 @@ pub fn jobs_uri(id: &str) -> String {
     )
 }
 
-/// The job id a confirming read asks about, if the request is one.
-pub fn confirm_id(uri: &str) -> Option<&str> {
-    let rest = uri
-        .strip_prefix("/apis/batch/v1/namespaces/dispatcher/jobs?")?
-        .split("tcab.dev%2Fjob-id%3D")
-        .nth(1)?;
-    Some(rest.split('&').next().unwrap_or(rest))
+/// Whether a request is a confirming read (of the owned Jobs of one job id).
+pub fn is_confirm(seen: &Seen) -> bool {
+    seen.uri
+        .strip_prefix("/apis/batch/v1/namespaces/dispatcher/jobs?")
+        .is_some_and(|query| query.contains("tcab.dev%2Fjob-id%3D"))
 }
 
-/// One request as the mock saw it.
-#[derive(Debug, Clone)]
-pub struct Seen {
-    pub method: Method,
-    pub uri: String,
-    pub body: Value,
-}
-
-/// What the mock does with one request.
-pub enum Answer {
-    /// Answer with this code and JSON body.
-    Json(u16, Value),
-    /// Never answer (a hung call).
-    Hang,
-}
-
-/// Answers one request.
-pub type Responder = Box<dyn FnMut(&Seen) -> Answer + Send>;
-
-/// A client whose every request is recorded and answered by `respond`.
-pub fn mock_client(mut respond: Responder) -> (Client, Arc<Mutex<Vec<Seen>>>) {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = seen.clone();
-    tokio::spawn(async move {
-        let mut hung = Vec::new();
-        while let Some((request, send)) = handle.next_request().await {
-            let (parts, body) = request.into_parts();
-            let bytes = body.collect_bytes().await.expect("request body");
-            let request = Seen {
-                method: parts.method,
-                uri: parts.uri.to_string(),
-                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            };
-            let answer = respond(&request);
-            log.lock().expect("log").push(request);
-            match answer {
-                Answer::Json(code, body) => {
-                    let response = Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&body).expect("json")))
-                        .expect("response");
-                    send.send_response(response);
-                }
-                Answer::Hang => hung.push(send),
-            }
-        }
-    });
-    (Client::new(service, "dispatcher"), seen)
-}
-
-/// A mock API server holding `pods` in the sandbox namespace (a DELETE
-/// removes the pod; a DELETE of a pod not there answers 404) and answering
-/// confirming reads from `jobs` (filtered by the job id asked).
-pub fn cluster(mut pods: Vec<Value>, jobs: Vec<Job>) -> Responder {
-    Box::new(move |req| match req.method {
-        Method::GET if is_pod_list(&req.uri) => Answer::Json(200, pod_list(pods.clone())),
-        Method::GET => match confirm_id(&req.uri) {
-            Some(id) => Answer::Json(200, job_list(&jobs, id)),
-            None => Answer::Json(404, status(404, "NotFound")),
-        },
-        Method::DELETE => {
-            let name = req
-                .uri
-                .strip_prefix("/api/v1/namespaces/sandboxes/pods/")
-                .and_then(|rest| rest.split('?').next())
-                .unwrap_or("");
-            let before = pods.len();
-            pods.retain(|p| p["metadata"]["name"] != name);
-            if pods.len() < before {
-                Answer::Json(200, success())
-            } else {
-                Answer::Json(404, status(404, "NotFound"))
-            }
-        }
-        _ => Answer::Json(405, status(405, "MethodNotAllowed")),
+/// The kit's fake API holding `pods` (the sandbox namespace's) and `jobs`
+/// (the dispatcher's, which confirming reads find), and a client of it.
+pub async fn api(pods: Vec<Value>, jobs: &[Job]) -> (Client, FakeKube) {
+    let kube = FakeKube::start(|job| {
+        job["metadata"]["labels"]["tcab.dev/job-kind"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     })
+    .await;
+    for pod in pods {
+        kube.put_pod(pod, "");
+    }
+    for job in jobs {
+        kube.put_job(serde_json::to_value(job).expect("job json"));
+    }
+    let mut config = kube::Config::new(kube.url.parse().expect("url"));
+    config.default_namespace = DISPATCHER_NS.into();
+    let client = tcab_shared::kube_api::client_from(config).expect("client");
+    (client, kube)
 }
 
-/// The requests seen so far, as `METHOD uri`.
-pub fn requests(seen: &Arc<Mutex<Vec<Seen>>>) -> Vec<String> {
-    seen.lock()
-        .expect("log")
-        .iter()
-        .map(|s| format!("{} {}", s.method, s.uri))
-        .collect()
+/// [`api`], with every request shown to `intercept` first (`None`: the
+/// fake answers it).
+pub async fn api_with(
+    pods: Vec<Value>,
+    jobs: &[Job],
+    intercept: impl FnMut(&Seen) -> Option<Answer> + Send + 'static,
+) -> (Client, FakeKube) {
+    let (client, kube) = api(pods, jobs).await;
+    kube.intercept(intercept);
+    (client, kube)
+}
+
+/// A client of an address nothing listens on: every call fails in transport.
+pub fn unreachable_api() -> Client {
+    let url = format!("http://{}", tcab_testkit::http::closed_addr());
+    let mut config = kube::Config::new(url.parse().expect("url"));
+    config.default_namespace = DISPATCHER_NS.into();
+    tcab_shared::kube_api::client_from(config).expect("client")
+}
+
+/// The requests the fake API received so far, as `METHOD uri`.
+pub fn requests(kube: &FakeKube) -> Vec<String> {
+    kube.requests()
+}
+
+/// The status answer of a failed call.
+pub fn refuse(code: u16, reason: &str) -> Option<Answer> {
+    Some(Answer::Json(code, status(code, reason)))
 }
 
 /// The reaper's fixed "now".
@@ -191,22 +156,6 @@ pub fn job(name: &str, id: &str, failed: bool) -> Job {
     } else {
         job_with_status(name, id, json!({"active": 1, "ready": 1}))
     }
-}
-
-/// A JobList of the `jobs` carrying job id `id`.
-pub fn job_list(jobs: &[Job], id: &str) -> Value {
-    let items: Vec<&Job> = jobs
-        .iter()
-        .filter(|j| {
-            j.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("tcab.dev/job-id"))
-                .is_some_and(|v| v == id)
-        })
-        .collect();
-    let items = items.iter().map(|j| json!(j)).collect();
-    tcab_testkit::kube::list("batch/v1", "JobList", "11", items)
 }
 
 /// A Job cache that has listed exactly `jobs`.

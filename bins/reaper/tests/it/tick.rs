@@ -1,12 +1,9 @@
-//! The reaper's tick against a mocked Kubernetes API (tower-test) and a
-//! mock backend: the requests it makes (and does not make), what it
-//! deletes, and how it survives API errors, hung calls and a view that
-//! stops being current.
+//! The reaper's tick against the test kit's fake Kubernetes API and a mock
+//! backend: the requests it makes (and does not make), what it deletes, and
+//! how it survives API errors, hung calls and a view that stops being
+//! current.
 
 use crate::support::*;
-use http::{Method, Request, Response};
-use kube::Client;
-use kube::client::Body;
 use kube::runtime::watcher::Event;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -37,7 +34,12 @@ async fn a_failed_drivers_sandboxes_are_listed_confirmed_and_deleted_once_then_n
             "2027-01-15T11:00:00Z",
         ),
     ];
-    let (client, seen) = mock_client(cluster(pods, jobs.clone()));
+    // The LIST is answered with every pod, as if the selector were ignored.
+    let listed = pod_list(pods.clone());
+    let (client, seen) = api_with(pods, &jobs, move |req| {
+        is_pod_list(req).then(|| Answer::Json(200, listed.clone()))
+    })
+    .await;
     let mut r = reaper(client, cache(jobs));
     let report = r.tick().await;
 
@@ -74,9 +76,10 @@ async fn a_failed_drivers_sandboxes_are_listed_confirmed_and_deleted_once_then_n
         "one LIST, one confirming read, one DELETE"
     );
     assert_eq!(
-        seen.lock().expect("log")[2].body["preconditions"]["uid"],
+        seen.lock().journal[2].body["preconditions"]["uid"],
         "uid-sb-a"
     );
+    assert!(!seen.lock().pods.contains_key("sb-a"), "deleted");
 
     // The reap is complete: later ticks make no call at all.
     for _ in 0..3 {
@@ -84,12 +87,12 @@ async fn a_failed_drivers_sandboxes_are_listed_confirmed_and_deleted_once_then_n
         assert_eq!(report.listed, None);
         assert!(!report.due.needs_list());
     }
-    assert_eq!(seen.lock().expect("log").len(), 3);
+    assert_eq!(requests(&seen).len(), 3);
 }
 
 #[tokio::test]
 async fn one_list_whatever_the_number_of_jobs_and_none_once_their_reaps_are_complete() {
-    let (client, seen) = mock_client(cluster(vec![], vec![]));
+    let (client, seen) = api(vec![], &[]).await;
     let jobs = cache(
         (0..200)
             .map(|i| job(&format!("tcab-driver-j{i}-1"), &format!("j{i}"), i % 2 == 0))
@@ -99,48 +102,41 @@ async fn one_list_whatever_the_number_of_jobs_and_none_once_their_reaps_are_comp
     let first = r.tick().await;
     assert_eq!(first.due.reap.len(), 100);
     assert_eq!(first.completed.len(), 100, "no sandbox of them left");
-    let seen_now = requests(&seen);
+    let journal = seen.lock().journal.clone();
     assert!(
-        seen_now.len() == 1 && is_pod_list(&seen_now[0][4..]),
-        "{seen_now:?}"
+        journal.len() == 1 && is_pod_list(&journal[0]),
+        "{journal:?}"
     );
     for _ in 0..3 {
         r.tick().await;
     }
-    assert_eq!(seen.lock().expect("log").len(), 1, "steady state: no call");
+    assert_eq!(requests(&seen).len(), 1, "steady state: no call");
 }
 
 #[tokio::test(start_paused = true)]
 async fn failed_deletes_are_retried_after_their_backoff_and_404_is_fine() {
-    let listed = pod_list(vec![
+    let pods = vec![
         sandbox("sb-1", "a"),
         sandbox("sb-2", "a"),
         sandbox("sb-3", "a"),
-    ]);
+    ];
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
-    let answered_jobs = jobs.clone();
     let mut round = 0;
-    let (client, seen) = mock_client(Box::new(move |req| {
-        if req.method == Method::GET && is_pod_list(&req.uri) {
+    // The first round's deletes of sb-1 and sb-2 fail; sb-3 is always gone
+    // by the time its delete arrives (the LIST saw it, the DELETE does not).
+    let (client, seen) = api_with(pods, &jobs, move |req| {
+        if is_pod_list(req) {
             round += 1;
-            return Answer::Json(200, listed.clone());
-        }
-        if let Some(id) = confirm_id(&req.uri) {
-            return Answer::Json(200, job_list(&answered_jobs, id));
+            return None;
         }
         match (round, req.uri.as_str()) {
-            (1, "/api/v1/namespaces/sandboxes/pods/sb-1?") => {
-                Answer::Json(500, status(500, "InternalError"))
-            }
-            (1, "/api/v1/namespaces/sandboxes/pods/sb-2?") => {
-                Answer::Json(403, status(403, "Forbidden"))
-            }
-            (_, "/api/v1/namespaces/sandboxes/pods/sb-3?") => {
-                Answer::Json(404, status(404, "NotFound"))
-            }
-            _ => Answer::Json(200, success()),
+            (1, "/api/v1/namespaces/sandboxes/pods/sb-1?") => refuse(500, "InternalError"),
+            (1, "/api/v1/namespaces/sandboxes/pods/sb-2?") => refuse(403, "Forbidden"),
+            (_, "/api/v1/namespaces/sandboxes/pods/sb-3?") => refuse(404, "NotFound"),
+            _ => None,
         }
-    }));
+    })
+    .await;
     let mut r = reaper(client, cache(jobs));
     let first = r.tick().await;
     let outcomes: Vec<_> = first.deletes.iter().map(|d| d.outcome.clone()).collect();
@@ -185,27 +181,18 @@ async fn failed_deletes_are_retried_after_their_backoff_and_404_is_fine() {
         ]
     );
     assert_eq!(second.completed, ids(&["a"]));
-    assert_eq!(
-        seen.lock().expect("log").len(),
-        10,
-        "LIST, read, 3 DELETEs, twice"
-    );
+    assert_eq!(requests(&seen).len(), 10, "LIST, read, 3 DELETEs, twice");
     r.tick().await;
-    assert_eq!(seen.lock().expect("log").len(), 10, "then nothing");
+    assert_eq!(requests(&seen).len(), 10, "then nothing");
 }
 
 #[tokio::test]
 async fn transport_failure_is_not_fatal() {
-    // A service that fails every call: the tick reports it and returns.
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let mut handle = Box::pin(handle);
-    tokio::spawn(async move {
-        while let Some((_, send)) = handle.next_request().await {
-            send.send_error(std::io::Error::other("connection reset"));
-        }
-    });
-    let client = Client::new(service, "dispatcher");
-    let mut r = reaper(client, cache(vec![job("tcab-driver-a-1", "a", true)]));
+    // An API server nobody can reach: the tick reports it and returns.
+    let mut r = reaper(
+        unreachable_api(),
+        cache(vec![job("tcab-driver-a-1", "a", true)]),
+    );
     let report = r.tick().await;
     assert_eq!(report.listed, None);
     assert_eq!(report.api_errors.len(), 1);
@@ -220,7 +207,7 @@ async fn transport_failure_is_not_fatal() {
 #[tokio::test]
 async fn a_view_that_is_not_current_reaps_nothing_and_lists_nothing() {
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
-    let (client, seen) = mock_client(cluster(vec![sandbox("sb-a", "a")], jobs.clone()));
+    let (client, seen) = api(vec![sandbox("sb-a", "a")], &jobs).await;
     let view = cache(jobs.clone());
     // The watch erred: a newer live Job of job "a" may be missing from the view.
     view.mark_failed("500 Internal Server Error");
@@ -231,7 +218,7 @@ async fn a_view_that_is_not_current_reaps_nothing_and_lists_nothing() {
         assert!(why.contains("500"), "{why}");
         assert!(report.deletes.is_empty());
     }
-    assert!(seen.lock().expect("log").is_empty(), "no call at all");
+    assert!(requests(&seen).is_empty(), "no call at all");
 
     // Events after the error do not make it current; only a relist does.
     view.apply(Event::Apply(job("tcab-driver-a-1", "a", true)));
@@ -249,14 +236,14 @@ async fn a_view_that_stops_being_current_after_the_list_deletes_nothing() {
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
     let view = cache(jobs.clone());
     let failing = view.clone();
-    let mut answer = cluster(vec![sandbox("sb-a", "a")], jobs.clone());
     // The watch fails while the LIST is answered.
-    let (client, seen) = mock_client(Box::new(move |req| {
-        if is_pod_list(&req.uri) {
+    let (client, seen) = api_with(vec![sandbox("sb-a", "a")], &jobs, move |req| {
+        if is_pod_list(req) {
             failing.mark_failed("watch stream ended");
         }
-        answer(req)
-    }));
+        None
+    })
+    .await;
     let mut r = reaper(client, view.clone());
     let report = r.tick().await;
     assert_eq!(report.listed, Some(1));
@@ -274,17 +261,15 @@ async fn a_view_that_stops_being_current_during_the_confirming_read_skips_the_de
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
     let view = cache(jobs.clone());
     let failing = view.clone();
-    let mut answer = cluster(
-        vec![sandbox("sb-a", "a"), sandbox("sb-a2", "a")],
-        jobs.clone(),
-    );
     let mut fail_once = true;
-    let (client, seen) = mock_client(Box::new(move |req| {
-        if confirm_id(&req.uri).is_some() && std::mem::take(&mut fail_once) {
+    let pods = vec![sandbox("sb-a", "a"), sandbox("sb-a2", "a")];
+    let (client, seen) = api_with(pods, &jobs, move |req| {
+        if is_confirm(req) && std::mem::take(&mut fail_once) {
             failing.mark_failed("watch stream ended");
         }
-        answer(req)
-    }));
+        None
+    })
+    .await;
     let mut r = reaper(client, view.clone());
     let report = r.tick().await;
     assert_eq!(
@@ -324,7 +309,7 @@ async fn a_confirming_read_that_finds_a_live_job_of_the_same_id_stops_the_delete
         job("tcab-driver-a-1", "a", true),
         job("tcab-driver-a-2", "a", false),
     ];
-    let (client, seen) = mock_client(cluster(vec![sandbox("sb-a", "a")], cluster_jobs));
+    let (client, seen) = api(vec![sandbox("sb-a", "a")], &cluster_jobs).await;
     let mut r = reaper(client, cache(view_jobs));
     let report = r.tick().await;
     assert_eq!(
@@ -349,15 +334,12 @@ async fn a_confirming_read_that_finds_a_live_job_of_the_same_id_stops_the_delete
 #[tokio::test(start_paused = true)]
 async fn a_confirming_read_that_fails_stops_the_delete() {
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
-    let (client, seen) = mock_client(Box::new(|req| {
-        if is_pod_list(&req.uri) {
-            Answer::Json(200, pod_list(vec![sandbox("sb-a", "a")]))
-        } else if confirm_id(&req.uri).is_some() {
-            Answer::Json(500, status(500, "InternalError"))
-        } else {
-            Answer::Json(200, success())
-        }
-    }));
+    let (client, seen) = api_with(vec![sandbox("sb-a", "a")], &jobs, |req| {
+        is_confirm(req)
+            .then(|| refuse(500, "InternalError"))
+            .flatten()
+    })
+    .await;
     let mut r = reaper(client, cache(jobs));
     let report = r.tick().await;
     assert_eq!(
@@ -388,7 +370,7 @@ async fn every_call_is_bounded() {
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
 
     // A LIST that never answers.
-    let (client, _) = mock_client(Box::new(|_| Answer::Hang));
+    let (client, seen) = api_with(vec![], &jobs, |_| Some(Answer::Hang)).await;
     let mut r = reaper(client, cache(jobs.clone()));
     let started = tokio::time::Instant::now();
     let report = tokio::time::timeout(Duration::from_secs(600), r.tick())
@@ -401,16 +383,15 @@ async fn every_call_is_bounded() {
         ("list", None)
     );
     assert!(report.api_errors[0].message.contains("did not answer"));
+    // The call reached the API and hung there (not a failure to connect).
+    let list = format!("GET {}", reap_list_uri(&["a"]));
+    assert_eq!(requests(&seen), std::slice::from_ref(&list));
 
     // A confirming read that never answers.
-    let mut answer = cluster(vec![sandbox("sb-a", "a")], jobs.clone());
-    let (client, _) = mock_client(Box::new(move |req| {
-        if confirm_id(&req.uri).is_some() {
-            Answer::Hang
-        } else {
-            answer(req)
-        }
-    }));
+    let (client, seen) = api_with(vec![sandbox("sb-a", "a")], &jobs, |req| {
+        is_confirm(req).then_some(Answer::Hang)
+    })
+    .await;
     let mut r = reaper(client, cache(jobs.clone()));
     let report = tokio::time::timeout(Duration::from_secs(600), r.tick())
         .await
@@ -422,16 +403,16 @@ async fn every_call_is_bounded() {
             DeleteOutcome::Skipped(SkipReason::ConfirmReadFailed)
         )]
     );
+    assert_eq!(
+        requests(&seen),
+        [list.clone(), format!("GET {}", jobs_uri("a"))]
+    );
 
     // A DELETE that never answers.
-    let mut answer = cluster(vec![sandbox("sb-a", "a")], jobs.clone());
-    let (client, _) = mock_client(Box::new(move |req| {
-        if req.method == Method::DELETE {
-            Answer::Hang
-        } else {
-            answer(req)
-        }
-    }));
+    let (client, seen) = api_with(vec![sandbox("sb-a", "a")], &jobs, |req| {
+        is_delete(req).then_some(Answer::Hang)
+    })
+    .await;
     let mut r = reaper(client, cache(jobs));
     let report = tokio::time::timeout(Duration::from_secs(600), r.tick())
         .await
@@ -441,6 +422,15 @@ async fn every_call_is_bounded() {
         DeleteOutcome::Failed { code: None, .. }
     ));
     assert_eq!(report.api_errors[0].verb, "delete");
+    assert_eq!(
+        requests(&seen),
+        [
+            list,
+            format!("GET {}", jobs_uri("a")),
+            "DELETE /api/v1/namespaces/sandboxes/pods/sb-a?".to_string()
+        ]
+    );
+    assert!(seen.lock().pods.contains_key("sb-a"), "never deleted");
 }
 
 /// A driver Job bound to fail (FailureTarget) whose pod never finishes
@@ -457,14 +447,14 @@ fn stuck_job(name: &str, id: &str) -> k8s_openapi::api::batch::v1::Job {
 #[tokio::test(start_paused = true)]
 async fn a_driver_job_stuck_failing_has_its_sandboxes_reaped_after_its_grace_and_margin() {
     let jobs = vec![stuck_job("tcab-driver-a-1", "a")];
-    let (client, seen) = mock_client(cluster(vec![sandbox("sb-a", "a")], jobs.clone()));
+    let (client, seen) = api(vec![sandbox("sb-a", "a")], &jobs).await;
     let mut r = reaper(client, cache(jobs));
     // Live and failing: its own Job holds the sandbox, nothing is listed.
     assert!(!r.tick().await.due.needs_list());
     // Termination grace 120 s + margin 60 s.
     tokio::time::advance(Duration::from_secs(180)).await;
     assert!(!r.tick().await.due.needs_list());
-    assert!(seen.lock().expect("log").is_empty());
+    assert!(requests(&seen).is_empty());
     tokio::time::advance(Duration::from_secs(1)).await;
     let report = r.tick().await;
     assert_eq!(
@@ -499,13 +489,13 @@ async fn a_job_failed_while_its_pods_still_terminate_is_reaped_once_they_finish(
     let jobs = vec![failed_terminating("tcab-driver-a-1", "a", 1)];
     let view = cache(jobs);
     let finished = vec![failed_terminating("tcab-driver-a-1", "a", 0)];
-    let (client, seen) = mock_client(cluster(vec![sandbox("sb-a", "a")], finished.clone()));
+    let (client, seen) = api(vec![sandbox("sb-a", "a")], &finished).await;
     let mut r = reaper(client, view.clone());
     for _ in 0..3 {
         assert!(!r.tick().await.due.needs_list());
         tokio::time::advance(Duration::from_secs(30)).await;
     }
-    assert!(seen.lock().expect("log").is_empty(), "held: no LIST");
+    assert!(requests(&seen).is_empty(), "held: no LIST");
     // The pod finished terminating.
     view.apply(Event::Apply(finished[0].clone()));
     let report = r.tick().await;
@@ -524,7 +514,7 @@ async fn a_job_failed_while_its_pods_still_terminate_is_reaped_once_they_finish(
 #[tokio::test(start_paused = true)]
 async fn a_job_failed_whose_pods_never_finish_terminating_is_reaped_once_judged_dead() {
     let jobs = vec![failed_terminating("tcab-driver-a-1", "a", 1)];
-    let (client, _) = mock_client(cluster(vec![sandbox("sb-a", "a")], jobs.clone()));
+    let (client, _seen) = api(vec![sandbox("sb-a", "a")], &jobs).await;
     let mut r = reaper(client, cache(jobs));
     assert!(!r.tick().await.due.needs_list());
     tokio::time::advance(Duration::from_secs(181)).await;
@@ -552,7 +542,7 @@ async fn an_orphan_the_backend_still_drives_is_not_swept_even_with_no_grace() {
     let backend = MockBackend::start(Active::Driven(vec!["x".into()])).await;
     // A sandbox of job "x", which no owned Job carries (the view lags, or
     // its Job is in another namespace) but the backend drives.
-    let (client, seen) = mock_client(cluster(vec![sandbox("sb-x", "x")], vec![]));
+    let (client, seen) = api(vec![sandbox("sb-x", "x")], &[]).await;
     let mut r = reaper_with(
         client,
         cache(vec![]),
@@ -584,10 +574,8 @@ async fn an_orphan_the_backend_still_drives_is_not_swept_even_with_no_grace() {
 async fn the_backend_failing_stops_the_sweep_but_not_the_reap_of_failed_drivers() {
     let backend = MockBackend::start(Active::Fails(500)).await;
     let jobs = vec![job("tcab-driver-a-1", "a", true)];
-    let (client, _) = mock_client(cluster(
-        vec![sandbox("sb-a", "a"), sandbox("sb-x", "x")],
-        jobs.clone(),
-    ));
+    let pods = vec![sandbox("sb-a", "a"), sandbox("sb-x", "x")];
+    let (client, _seen) = api(pods, &jobs).await;
     let mut r = reaper_with(
         client,
         cache(jobs),
@@ -621,10 +609,8 @@ async fn the_backend_failing_stops_the_sweep_but_not_the_reap_of_failed_drivers(
 async fn an_orphan_whose_job_a_fresh_read_finds_is_kept() {
     let backend = MockBackend::start(Active::Driven(vec![])).await;
     // The view misses the live Job of "x"; the confirming read finds it.
-    let (client, seen) = mock_client(cluster(
-        vec![sandbox("sb-x", "x")],
-        vec![job("tcab-driver-x-1", "x", false)],
-    ));
+    let live = [job("tcab-driver-x-1", "x", false)];
+    let (client, seen) = api(vec![sandbox("sb-x", "x")], &live).await;
     let mut r = reaper_with(
         client,
         cache(vec![]),
@@ -647,7 +633,7 @@ async fn an_orphan_whose_job_a_fresh_read_finds_is_kept() {
 #[tokio::test]
 async fn the_sweep_lists_on_its_own_cadence() {
     let backend = MockBackend::start(Active::Driven(vec![])).await;
-    let (client, seen) = mock_client(cluster(vec![], vec![]));
+    let (client, seen) = api(vec![], &[]).await;
     let mut r = reaper_with(
         client,
         cache(vec![job("tcab-driver-b-1", "b", false)]),
@@ -662,14 +648,14 @@ async fn the_sweep_lists_on_its_own_cadence() {
         assert!(!report.due.needs_list());
         assert_eq!(report.sweep, SweepOutcome::NotDue);
     }
-    assert_eq!(seen.lock().expect("log").len(), 1, "one LIST for the sweep");
+    assert_eq!(requests(&seen).len(), 1, "one LIST for the sweep");
     assert_eq!(backend.calls(), 1);
 }
 
 #[tokio::test]
 async fn a_sweep_whose_list_is_refused_waits_for_its_next_interval() {
     let backend = MockBackend::start(Active::Driven(vec![])).await;
-    let (client, seen) = mock_client(Box::new(|_| Answer::Json(403, status(403, "Forbidden"))));
+    let (client, seen) = api_with(vec![], &[], |_| refuse(403, "Forbidden")).await;
     let mut r = reaper_with(
         client,
         cache(vec![]),
@@ -682,7 +668,7 @@ async fn a_sweep_whose_list_is_refused_waits_for_its_next_interval() {
     for _ in 0..3 {
         assert!(!r.tick().await.due.needs_list());
     }
-    assert_eq!(seen.lock().expect("log").len(), 1, "one refused LIST");
+    assert_eq!(requests(&seen).len(), 1, "one refused LIST");
     assert_eq!(backend.calls(), 0, "no backend call without a LIST");
 }
 
@@ -703,7 +689,7 @@ async fn sandboxes_of_another_managed_by_are_left_alone_and_reported_once() {
             "2027-01-15T11:00:00Z",
         ),
     ];
-    let (client, seen) = mock_client(cluster(pods, jobs.clone()));
+    let (client, seen) = api(pods, &jobs).await;
     let mut r = reaper(client, cache(jobs));
     let report = r.tick().await;
     assert_eq!(requests(&seen)[0], format!("GET {}", reap_list_uri(&["a"])));
@@ -734,18 +720,17 @@ async fn a_driver_failing_during_a_reaps_list_is_reaped_on_the_next_tick() {
     let view = cache(jobs.clone());
     let failing = view.clone();
     let b_failed = job("tcab-driver-b-1", "b", true);
-    let mut answered = vec![jobs[0].clone(), b_failed.clone()];
-    answered.sort_by(|x, y| x.metadata.name.cmp(&y.metadata.name));
-    let mut answer = cluster(vec![sandbox("sb-a", "a"), sandbox("sb-b", "b")], answered);
+    let answered = [jobs[0].clone(), b_failed.clone()];
+    let pods = vec![sandbox("sb-a", "a"), sandbox("sb-b", "b")];
     let mut first = true;
-    let (client, seen) = mock_client(Box::new(move |req| {
-        if is_pod_list(&req.uri) && std::mem::take(&mut first) {
+    let (client, seen) = api_with(pods, &answered, move |req| {
+        if is_pod_list(req) && std::mem::take(&mut first) {
             // Answered as its selector asks (job id a only), while b fails.
             failing.apply(Event::Apply(b_failed.clone()));
-            return Answer::Json(200, pod_list(vec![sandbox("sb-a", "a")]));
         }
-        answer(req)
-    }));
+        None
+    })
+    .await;
     let mut r = reaper(client, view);
     let report = r.tick().await;
     assert_eq!(report.due.reap, ids(&["a"]));
