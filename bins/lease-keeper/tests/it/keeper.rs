@@ -971,24 +971,13 @@ async fn a_job_deleted_by_hand_is_reported_with_the_tail_read_at_once() {
     );
 }
 
-/// A burst of deaths is read side by side: eight failed drivers whose log
-/// reads take 300 ms each are all read (first sign, then once more for the
-/// report) and reported within one tick of a 1.5 s budget, which reads one
-/// after another (4.8 s) could not fit.
-#[tokio::test]
-async fn a_burst_of_deaths_is_read_at_once_and_reported_in_one_tick() {
+/// The rig's report loop alone, with its tick's time budget set to `budget`
+/// (the run lane only, a 50 ms poll).
+fn reporter_with_budget(rig: &Rig, budget: Duration) -> tcab_lease_keeper::run::reports::Reporter {
     use tcab_lease_keeper::inspect::Inspector;
     use tcab_lease_keeper::run::reports::{Reporter, ReporterParts};
-    let rig = Rig::new(false).await;
-    let ids: Vec<String> = (0..8).map(|i| format!("d{i}")).collect();
-    for id in &ids {
-        let name = rig.claimed_run(id, JobState::Running, failed_status(1));
-        rig.kube
-            .put_pod(pod_json(&name, oom_pod_status()), "killed");
-    }
-    rig.kube.lock().log_delay = Duration::from_millis(300);
     let cfg = config(false, Duration::from_millis(50));
-    let mut reporter = Reporter::new(ReporterParts {
+    Reporter::new(ReporterParts {
         backend: rig.backend.client(),
         inspector: Inspector::new(
             rig.kube.client(),
@@ -1004,9 +993,26 @@ async fn a_burst_of_deaths_is_read_at_once_and_reported_in_one_tick() {
         publishing: false,
         lease_length: cfg.lease_length,
         poll: cfg.common.poll_interval,
-        budget: Duration::from_millis(1500),
+        budget,
         settings: tcab_lease_keeper::run::failure_settings(&cfg),
-    });
+    })
+}
+
+/// A burst of deaths is read side by side: eight failed drivers whose log
+/// reads take 300 ms each are all read (first sign, then once more for the
+/// report) and reported within one tick of a 1.5 s budget, which reads one
+/// after another (4.8 s) could not fit.
+#[tokio::test]
+async fn a_burst_of_deaths_is_read_at_once_and_reported_in_one_tick() {
+    let rig = Rig::new(false).await;
+    let ids: Vec<String> = (0..8).map(|i| format!("d{i}")).collect();
+    for id in &ids {
+        let name = rig.claimed_run(id, JobState::Running, failed_status(1));
+        rig.kube
+            .put_pod(pod_json(&name, oom_pod_status()), "killed");
+    }
+    rig.kube.lock().log_delay = Duration::from_millis(300);
+    let mut reporter = reporter_with_budget(&rig, Duration::from_millis(1500));
     let tick = reporter.tick_at(Some(false)).await;
     assert!(!tick.deferred, "{tick:?}");
     let mut dead: Vec<&str> = tick
@@ -1024,9 +1030,7 @@ async fn a_burst_of_deaths_is_read_at_once_and_reported_in_one_tick() {
 /// tick.
 #[tokio::test]
 async fn a_tick_reads_a_burst_at_once_stops_at_its_budget_and_the_next_one_goes_on() {
-    use tcab_lease_keeper::inspect::Inspector;
     use tcab_lease_keeper::run::READS_AT_ONCE;
-    use tcab_lease_keeper::run::reports::{Reporter, ReporterParts};
     let rig = Rig::new(false).await;
     let burst = READS_AT_ONCE + 2;
     for i in 0..burst {
@@ -1036,26 +1040,7 @@ async fn a_tick_reads_a_burst_at_once_stops_at_its_budget_and_the_next_one_goes_
     }
     // Each log read takes 400 ms: one after another, eight would take 3.2 s.
     rig.kube.lock().log_delay = Duration::from_millis(400);
-    let cfg = config(false, Duration::from_millis(50));
-    let mut reporter = Reporter::new(ReporterParts {
-        backend: rig.backend.client(),
-        inspector: Inspector::new(
-            rig.kube.client(),
-            NS,
-            "tcab-dispatcher",
-            3,
-            cfg.common.kube_timeout,
-        ),
-        jobs: rig.cache.clone(),
-        store: rig.store.clone(),
-        gate: rig.gate.clone(),
-        judged_dead: Default::default(),
-        publishing: false,
-        lease_length: cfg.lease_length,
-        poll: cfg.common.poll_interval,
-        budget: Duration::from_millis(650),
-        settings: tcab_lease_keeper::run::failure_settings(&cfg),
-    });
+    let mut reporter = reporter_with_budget(&rig, Duration::from_millis(650));
     let first = reporter.tick_at(Some(false)).await;
     assert!(first.deferred, "{first:?}");
     assert_eq!(
