@@ -23,11 +23,11 @@ fn claim_of(name: &str) -> Option<String> {
 }
 
 /// Longest back-off after consecutive Job creation failures.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The back-off after consecutive Job creation failures: one second,
 /// doubled per further failure, at most [`MAX_BACKOFF`].
-pub const CREATE_BACKOFF: Backoff = Backoff::doubling(Duration::from_secs(1), MAX_BACKOFF);
+pub(crate) const CREATE_BACKOFF: Backoff = Backoff::doubling(Duration::from_secs(1), MAX_BACKOFF);
 
 /// The memory of one lane.
 #[derive(Debug, Clone, Default)]

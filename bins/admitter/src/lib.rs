@@ -3,39 +3,38 @@
 //! admission lanes, each under its own cap and each on its own loop.
 //!
 //! Each lane's tick is: settle what earlier ticks could not, take the lane's
-//! snapshot, decide with the pure [`plan::ungated`] (every check but the
+//! snapshot, decide with the pure `plan::ungated` (every check but the
 //! gate's), ask the gate only when it would admit and finish with
-//! [`plan::gated`] ([`plan::decide`] is the two together), and carry out one
-//! admission. The modules:
+//! `plan::gated`, and carry out one admission. The modules:
 //!
-//! - [`plan`]: a lane's decision (admit, or hold with its reason), pure;
+//! - `plan`: a lane's decision (admit, or hold with its reason), pure;
 //! - [`job_builder`]: the driver and publisher Jobs built from a claim, pure;
-//! - [`settle`]: settling a create whose answer did not tell (pure next step,
+//! - `settle`: settling a create whose answer did not tell (pure next step,
 //!   and the bounded calls that carry it out);
-//! - [`lanes`]: what a lane remembers between ticks (back-off, rest after an
+//! - `lanes`: what a lane remembers between ticks (back-off, rest after an
 //!   empty claim, Jobs created that the cache has not shown yet, creations
 //!   not settled yet);
-//! - [`admit`]: one admission (claim, vault `Put`, create and settle; `Forget`
+//! - `admit`: one admission (claim, vault `Put`, create and settle; `Forget`
 //!   the token when no Job will exist), one step a file: reading the claim,
 //!   ending a poisoned claim once, deleting the stale Jobs of its id,
 //!   settling the create into the lane's outcome;
-//! - [`lane`]: one lane's loop (the tick: settle, snapshot, decide, ask the
+//! - `lane`: one lane's loop (the tick: settle, snapshot, decide, ask the
 //!   gate, admit), its report ([`LaneReport`]), and, a file each, settling
 //!   what earlier ticks left and recording each outcome in the lane's memory;
 //! - [`keeper_client`]: the gRPC client of the lease-keeper's token vault and
 //!   admission gate (whose verdict the lease-keeper judges; the admitter acts
 //!   on it as given, a lease-keeper it cannot reach being a closed gate);
-//! - [`metrics`]: the lanes' metrics, recorded from each tick's report (what
+//! - `metrics`: the lanes' metrics, recorded from each tick's report (what
 //!   a report counts as, outcome, error, gate, saturation, queue wait, is
 //!   read apart, pure);
-//! - [`settings`]: what the admitter reads from its configuration (caps,
+//! - `settings`: what the admitter reads from its configuration (caps,
 //!   gate bound, settle limits), which the lanes, the metrics and the loop
 //!   read;
-//! - [`mod@run`]: both lanes together ([`Admitter::tick`] for
+//! - `run`: both lanes together ([`Admitter::tick`] for
 //!   tests) and `run(config, deps, shutdown)`, which runs each lane's loop
 //!   under the shared supervisor (`tcab_shared::runtime`);
 //! - [`config`]: the admitter's configuration, read from the environment;
-//! - [`preflight`]: the start-up check that the API server accepts a Job
+//! - `preflight`: the start-up check that the API server accepts a Job
 //!   built from the settings (a dry-run create), before the first claim.
 //!
 //! Back-offs, rests and claim ages are measured on tokio's monotonic
@@ -52,20 +51,31 @@
 //! - no Job is created for a claim older than half the lease;
 //! - on shutdown each lane finishes the admission in flight.
 
-pub mod admit;
+// What other crates (the binary, the dev stack, the tests) use is public;
+// the rest is private to this crate, and `unreachable_pub` keeps it so.
+#![warn(unreachable_pub)]
+
+mod admit;
 pub mod config;
 pub mod job_builder;
 pub mod keeper_client;
-pub mod lane;
-pub mod lanes;
-pub mod metrics;
-pub mod plan;
-pub mod preflight;
-pub mod run;
-pub mod settings;
-pub mod settle;
+mod lane;
+mod lanes;
+mod metrics;
+mod plan;
+mod preflight;
+mod run;
+mod settings;
+mod settle;
 
+// What a tick's report carries, for the tests that read it.
+pub use admit::{
+    CreateFailure, LaneOutcome, MAX_REQUEST_BYTES, PoisonReason, PoisonReport, Settled,
+};
 pub use config::AdmitterConfig;
-pub use lane::{AdmissionResult, LaneAdmitter, LaneReport};
+pub use lane::{AdmissionResult, LaneReport};
+pub use plan::{Decision, HoldReason};
+pub use preflight::Refused;
 pub use run::{Admitter, Deps, TickReport, run};
 pub use settings::AdmitterSettings;
+pub use settle::Confirmation;

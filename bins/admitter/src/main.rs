@@ -29,7 +29,7 @@ async fn main() -> anyhow::Result<()> {
     // The API server refuses a Job built from the settings: a configuration
     // error found at start, so the same exit as a bad variable.
     if let Err(error) = &result
-        && let Some(refused) = error.downcast_ref::<tcab_admitter::preflight::Refused>()
+        && let Some(refused) = error.downcast_ref::<tcab_admitter::Refused>()
     {
         tracing::error!(error = %refused, "the API server refuses the Jobs these settings make");
         eprintln!("tcab-admitter: configuration error: {refused}");

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 /// What one lane remembers and is configured with, as its decision reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaneInput {
+pub(crate) struct LaneInput {
     /// Whether the lane is configured at all (publish: a publisher image is set).
     pub enabled: bool,
     /// The lane's cap on non-terminal Jobs.
@@ -37,7 +37,7 @@ pub struct LaneInput {
 
 /// Everything one lane's decision reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaneSnapshot {
+pub(crate) struct LaneSnapshot {
     /// The decision's clock.
     pub now: Instant,
     /// The admitter's own Job view: only a current view counts the lane right.
@@ -137,7 +137,7 @@ impl Plan {
 }
 
 /// Why a view that is not current is not, in words for the hold reason.
-pub fn view_problem(view: &ViewState) -> Option<String> {
+pub(crate) fn view_problem(view: &ViewState) -> Option<String> {
     match view {
         ViewState::Current => None,
         ViewState::Listing => Some("the owned Jobs have not been listed yet".to_owned()),
@@ -150,7 +150,7 @@ pub fn view_problem(view: &ViewState) -> Option<String> {
 /// The number of non-terminal Jobs of a lane: its live cached Jobs plus
 /// every name created-but-unseen or unsettled (each name once). The lists
 /// hold only names the cache did not show when the snapshot was taken.
-pub fn in_flight(live_cached: u32, created_unseen: &[String], unsettled: &[String]) -> u32 {
+pub(crate) fn in_flight(live_cached: u32, created_unseen: &[String], unsettled: &[String]) -> u32 {
     let pending = created_unseen
         .iter()
         .chain(unsettled)
@@ -160,21 +160,12 @@ pub fn in_flight(live_cached: u32, created_unseen: &[String], unsettled: &[Strin
     live_cached.saturating_add(u32::try_from(pending).unwrap_or(u32::MAX))
 }
 
-/// Decides one lane with the admission gate's verdict for it. The checks
-/// run in a fixed order, so the reason given is the first that holds:
-/// disabled, paused (a cap of 0), view not current, backing off, resting,
-/// full, gate. [`ungated`] then [`gated`], each once.
-pub fn decide(snapshot: &LaneSnapshot, gate: &GateVerdict) -> Decision {
-    match ungated(snapshot) {
-        Ok(in_flight) => gated(gate, in_flight),
-        Err(hold) => Decision::Hold(hold),
-    }
-}
-
-/// Every check but the gate's, in [`decide`]'s order: the lane's in-flight
-/// count when it would admit, else why it holds. The loop asks the gate
-/// only on `Ok` (a full or idle lane makes no call), then calls [`gated`].
-pub fn ungated(snapshot: &LaneSnapshot) -> Result<u32, HoldReason> {
+/// Every check but the gate's, in a fixed order, so the reason given is
+/// the first that holds: disabled, paused (a cap of 0), view not current,
+/// backing off, resting, full. The lane's in-flight count when it would
+/// admit, else why it holds. The loop asks the gate only on `Ok` (a full or
+/// idle lane makes no call), then calls [`gated`], the last check.
+pub(crate) fn ungated(snapshot: &LaneSnapshot) -> Result<u32, HoldReason> {
     let input = &snapshot.input;
     if !input.enabled {
         return Err(HoldReason::Disabled);
@@ -211,7 +202,7 @@ pub fn ungated(snapshot: &LaneSnapshot) -> Result<u32, HoldReason> {
 
 /// The last check: a lane that would admit with `in_flight` Jobs admits
 /// only through an open gate.
-pub fn gated(gate: &GateVerdict, in_flight: u32) -> Decision {
+pub(crate) fn gated(gate: &GateVerdict, in_flight: u32) -> Decision {
     match gate {
         GateVerdict::Closed(closed) => Decision::Hold(HoldReason::GateClosed(closed.clone())),
         GateVerdict::Open => Decision::Admit { in_flight },
@@ -237,7 +228,12 @@ pub struct StaleJob {
 /// the lane's Jobs created but not yet seen or not yet settled) with the same
 /// job id and lane under another name (the name is one per claim). An entry
 /// already being deleted needs no delete. Sorted by name, each once.
-pub fn stale_jobs(lane: Lane, job_id: &str, new_name: &str, seen: &[JobSummary]) -> Vec<StaleJob> {
+pub(crate) fn stale_jobs(
+    lane: Lane,
+    job_id: &str,
+    new_name: &str,
+    seen: &[JobSummary],
+) -> Vec<StaleJob> {
     let mut stale: Vec<StaleJob> = seen
         .iter()
         .filter(|j| {
@@ -272,6 +268,15 @@ mod tests {
     use proptest::test_runner::RngSeed;
     use std::time::Duration;
     use tcab_proto::gate::GateReason;
+
+    /// One lane's whole decision, as its tick makes it: [`ungated`], then
+    /// [`gated`] with the gate's verdict.
+    fn decide(snapshot: &LaneSnapshot, gate: &GateVerdict) -> Decision {
+        match ungated(snapshot) {
+            Ok(in_flight) => gated(gate, in_flight),
+            Err(hold) => Decision::Hold(hold),
+        }
+    }
 
     fn closed(reason: GateReason) -> GateVerdict {
         GateVerdict::closed(reason, "why")

@@ -26,14 +26,15 @@ use tcab_shared::runtime::CancellationToken;
 use tcab_shared::{Lane, Secret, error_chain};
 
 /// The back-off between dry runs that got no telling answer.
-pub const RETRY: Backoff = Backoff::doubling(Duration::from_secs(1), Duration::from_secs(30));
+pub(crate) const RETRY: Backoff =
+    Backoff::doubling(Duration::from_secs(1), Duration::from_secs(30));
 
 /// The job id of the sample claims the checked Jobs are built from.
-pub const SAMPLE_ID: &str = "tcab-dry-run";
+pub(crate) const SAMPLE_ID: &str = "tcab-dry-run";
 
 /// What one dry run's answer says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// The API server would create it (or validated it and found the name
     /// taken: 409 comes after validation).
     Passed,
@@ -60,7 +61,7 @@ fn lacks_job_create(message: &str) -> bool {
 
 /// Reads a dry-run create's result: 400 and 422 are the settings' fault, a
 /// 403 saying the Role cannot create Jobs too; anything else may pass.
-pub fn judge<T>(result: Result<T, CallError>) -> Verdict {
+pub(crate) fn judge<T>(result: Result<T, CallError>) -> Verdict {
     match result {
         Ok(_) => Verdict::Passed,
         Err(error) if error.is_conflict() => Verdict::Passed,
@@ -80,7 +81,7 @@ pub fn judge<T>(result: Result<T, CallError>) -> Verdict {
 
 /// The settings a refusal's message points at, by the fields it names; all
 /// the Job settings of the lane when it names none of them.
-pub fn settings_named(lane: Lane, message: &str) -> Vec<&'static str> {
+pub(crate) fn settings_named(lane: Lane, message: &str) -> Vec<&'static str> {
     let driver = lane == Lane::Run;
     let by_field: &[(&str, &[&'static str])] = &[
         ("serviceAccountName", &[vars::DRIVER_SERVICE_ACCOUNT.name]),
@@ -234,7 +235,7 @@ fn samples() -> (ClaimedRun, ClaimedPublish) {
 }
 
 /// The Jobs the settings make, one per enabled lane.
-pub fn sample_jobs(settings: &JobSettings) -> Vec<(Lane, Job)> {
+pub(crate) fn sample_jobs(settings: &JobSettings) -> Vec<(Lane, Job)> {
     let (run, publish) = samples();
     let mut jobs = vec![(Lane::Run, job_builder::driver_job(settings, &run))];
     if let Ok(job) = job_builder::publisher_job(settings, &publish) {
@@ -247,7 +248,7 @@ pub fn sample_jobs(settings: &JobSettings) -> Vec<(Lane, Job)> {
 /// telling answer: `Ok` when all passed, the refusal otherwise. Unclear
 /// answers are retried with [`RETRY`] (each step logged once at warn) until
 /// `shutdown`, which ends the check with `Ok` (nothing will be claimed).
-pub async fn check(
+pub(crate) async fn check(
     jobs: &Api<Job>,
     settings: &JobSettings,
     kube_timeout: Duration,

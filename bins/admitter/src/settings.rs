@@ -10,10 +10,10 @@ use tcab_shared::Lane;
 
 /// Calls (creates and reads) one settle of a create may make: enough for
 /// three unclear creates, each read back, and a fourth create.
-pub const SETTLE_CALLS: u32 = 8;
+pub(crate) const SETTLE_CALLS: u32 = 8;
 
 /// Pause before the first create sent again in a settle (doubled after).
-pub const SETTLE_PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const SETTLE_PAUSE: Duration = Duration::from_millis(100);
 
 /// What the admitter reads from its configuration.
 #[derive(Debug, Clone, PartialEq)]

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 /// The two calls a settle makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Call {
+pub(crate) enum Call {
     /// Create the Job.
     Create,
     /// Read the Job by name.
@@ -36,7 +36,7 @@ pub enum Call {
 
 /// What is known about a claim's Job while it is not known to exist.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Known {
+pub(crate) enum Known {
     /// No create was sent for the claim yet, so no Job exists.
     NotCreated,
     /// A read found no Job of that name.
@@ -64,11 +64,11 @@ pub struct SettleLimits {
 }
 
 /// The longest pause between two creates of one settle.
-pub const MAX_PAUSE: Duration = Duration::from_secs(2);
+pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// Why a claim is given up with no Job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GiveUp {
+pub(crate) enum GiveUp {
     /// The claim is older than half the lease: it is not created any more.
     Lapsed,
     /// Every create allowed failed, and the last read shows no Job.
@@ -77,7 +77,7 @@ pub enum GiveUp {
 
 /// The next step of a settle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Send the create (again).
     Create,
     /// Read the Job by name.
@@ -98,7 +98,12 @@ pub enum Step {
 /// - Unknown after a read: create again while the claim is young (a 409
 ///   then tells); an old claim is not created, so it holds until a later
 ///   tick reads again.
-pub fn next_step(known: &Known, calls: u32, claim_age: Duration, limits: &SettleLimits) -> Step {
+pub(crate) fn next_step(
+    known: &Known,
+    calls: u32,
+    claim_age: Duration,
+    limits: &SettleLimits,
+) -> Step {
     let young = claim_age <= limits.claim_max_age;
     let calls_left = calls < limits.max_calls;
     match known {
@@ -121,7 +126,7 @@ pub fn next_step(known: &Known, calls: u32, claim_age: Duration, limits: &Settle
 
 /// What a create answered, as a settle reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CreateAnswer {
+pub(crate) enum CreateAnswer {
     /// 201: created.
     Created,
     /// 409: the Job exists.
@@ -141,7 +146,7 @@ pub enum CreateAnswer {
 
 /// What a read by name answered, as a settle reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadAnswer {
+pub(crate) enum ReadAnswer {
     /// The Job is there.
     Found,
     /// 404: no Job of that name.
@@ -151,7 +156,7 @@ pub enum ReadAnswer {
 }
 
 /// Reads a create's result.
-pub fn create_answer<T>(result: Result<T, CallError>) -> CreateAnswer {
+pub(crate) fn create_answer<T>(result: Result<T, CallError>) -> CreateAnswer {
     match result {
         Ok(_) => CreateAnswer::Created,
         Err(error) if error.is_conflict() => CreateAnswer::AlreadyExists,
@@ -166,7 +171,7 @@ pub fn create_answer<T>(result: Result<T, CallError>) -> CreateAnswer {
 }
 
 /// Reads a read's result.
-pub fn read_answer<T>(result: Result<T, CallError>) -> ReadAnswer {
+pub(crate) fn read_answer<T>(result: Result<T, CallError>) -> ReadAnswer {
     match result {
         Ok(_) => ReadAnswer::Found,
         Err(error) if error.is_not_found() => ReadAnswer::NotFound,
@@ -187,7 +192,7 @@ pub enum Confirmation {
 
 /// How a settle ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// The Job exists.
     Exists(Confirmation),
     /// The create was refused for good; no Job exists.
@@ -207,7 +212,7 @@ pub enum End {
 
 /// The end of a settle and what it took.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settlement {
+pub(crate) struct Settlement {
     /// How it ended.
     pub end: End,
     /// Calls made.
@@ -222,7 +227,7 @@ pub struct Settlement {
 
 /// The I/O edges a settle uses.
 #[derive(Clone, Copy)]
-pub struct SettleEdges<'a> {
+pub(crate) struct SettleEdges<'a> {
     /// The Jobs API of the admitter's namespace.
     pub jobs: &'a Api<Job>,
     /// Bound of each call.
@@ -242,7 +247,7 @@ impl std::fmt::Debug for SettleEdges<'_> {
 
 /// Settles the Job `job` (named `name`) of a claim made at `claimed_at`,
 /// starting from `known`. Every call is bounded by the kube timeout.
-pub async fn settle(
+pub(crate) async fn settle(
     edges: SettleEdges<'_>,
     job: &Job,
     name: &str,

@@ -20,21 +20,21 @@ use tcab_shared::metrics::{Labels, zero};
 use tokio::time::Instant;
 
 /// The `loop` label of the renewal loop.
-pub const RENEW_LOOP: &str = LoopName::Renew.as_str();
+pub(crate) const RENEW_LOOP: &str = LoopName::Renew.as_str();
 /// The `loop` label of the report loop.
-pub const REPORT_LOOP: &str = LoopName::Report.as_str();
+pub(crate) const REPORT_LOOP: &str = LoopName::Report.as_str();
 
 /// Buckets of death-to-report, in seconds: the first sign of a failing Job
 /// to its death report landing. A report follows the pod's termination
 /// (its grace, 120 s for drivers), a node that is lost adds the margin, a
 /// pod that never starts its grace (5 to 30 minutes).
-pub const DEATH_TO_REPORT_BUCKETS: [f64; 13] = [
+pub(crate) const DEATH_TO_REPORT_BUCKETS: [f64; 13] = [
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
 ];
 
 /// Each renewal call of a round and its `result` (`ok`, `failed`). The
 /// publish lane makes no call while publishing is off.
-pub fn renewal_results(report: &RenewalReport, publishing: bool) -> Vec<(Lane, CallResult)> {
+pub(crate) fn renewal_results(report: &RenewalReport, publishing: bool) -> Vec<(Lane, CallResult)> {
     let result = |renewed: &Option<_>| {
         if renewed.is_some() {
             CallResult::Ok
@@ -61,7 +61,7 @@ fn reports() -> impl Iterator<Item = (ReportKind, Lane)> {
 
 /// The lease-keeper's metric families.
 #[derive(Debug)]
-pub struct KeeperMetrics {
+pub(crate) struct KeeperMetrics {
     renewals: Family<Labels<2>, Counter>,
     deaths: Family<Labels<1>, Counter>,
     lost: Family<Labels<1>, Counter>,
@@ -82,7 +82,7 @@ fn lane(lane: Lane) -> Labels<1> {
 
 impl KeeperMetrics {
     /// The families, each counter series the lease-keeper can emit at 0.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let metrics = KeeperMetrics {
             renewals: Family::default(),
             deaths: Family::default(),
@@ -120,7 +120,7 @@ impl KeeperMetrics {
     }
 
     /// Registers the families (shared, not copied).
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "tcab_dispatcher_last_renewal_age_seconds",
             "Seconds since the lane's last successful lease renewal round",
@@ -154,7 +154,7 @@ impl KeeperMetrics {
     }
 
     /// Records one renewal round.
-    pub fn record_renewals(&self, report: &RenewalReport, publishing: bool) {
+    pub(crate) fn record_renewals(&self, report: &RenewalReport, publishing: bool) {
         for (l, result) in renewal_results(report, publishing) {
             self.renewals
                 .get_or_create(&[("lane", l.label_value()), ("result", result.as_str())])
@@ -163,7 +163,7 @@ impl KeeperMetrics {
     }
 
     /// Records the reports one report tick made.
-    pub fn record_reports(&self, tick: &ReportTick) {
+    pub(crate) fn record_reports(&self, tick: &ReportTick) {
         for (report, kind) in &tick.failed_reports {
             self.report_failures
                 .get_or_create(&[
@@ -195,7 +195,7 @@ impl KeeperMetrics {
 
     /// Sets each lane's renewal age from the gate at `now`; a lane never
     /// renewed has no age (no series).
-    pub fn refresh_ages(&self, gate: &Gate, now: Instant) {
+    pub(crate) fn refresh_ages(&self, gate: &Gate, now: Instant) {
         for (l, age) in gate.ages(now).iter() {
             match age {
                 Some(age) => {

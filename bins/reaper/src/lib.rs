@@ -2,14 +2,14 @@
 //!
 //! The reaper decides from its watch-backed view of the owned Jobs, and only
 //! while that view is current (listed, no watch error since). A tick lists
-//! pods of the sandbox namespace only when something is due ([`memory`]): a
+//! pods of the sandbox namespace only when something is due (`memory`): a
 //! dead driver Job whose sandboxes were not yet reaped completely (the pods
 //! carrying its job id, whatever their managed-by value, so a sandbox of
 //! another value is told apart and reported, never touched), or the orphan
 //! sweep on its own slower cadence (the pods carrying the driver's
 //! managed-by value). A steady state therefore makes no LIST at all.
 //!
-//! The pure [`plan::plan`] then selects:
+//! The pure `plan::plan_with` then selects:
 //! - the sandboxes of driver Jobs that failed terminally once their pods
 //!   finished terminating, or that are judged dead because they cannot
 //!   finish failing (a lost node), unless a Job with the same job id is live;
@@ -22,25 +22,32 @@
 //! on any doubt it keeps them and plans again on a later tick. Every
 //! Kubernetes call is bounded; a tick in progress at SIGTERM is finished.
 //!
-//! - [`plan`]: the reap plan and the confirmation, pure, one decision a
-//!   file: the verdict of a job id from its Jobs ([`plan::judge_ids`]), the
-//!   keep or delete of one pod ([`plan::plan`]), what a reap lists
-//!   ([`plan::reap_selector`]), the fresh read before a delete
-//!   ([`plan::confirm`]);
-//! - [`memory`]: what is due (a reap awaited, the sweep's cadence);
+//! - `plan`: the reap plan and the confirmation, pure, one decision a
+//!   file: the verdict of a job id from its Jobs (`plan::judge_ids`), the
+//!   keep or delete of one pod (`plan::plan_with`), what a reap lists
+//!   (`plan::reap_selector`), the fresh read before a delete
+//!   (`plan::confirm`);
+//! - `memory`: what is due (a reap awaited, the sweep's cadence);
 //! - [`run`]: the tick's I/O, one step a file (reading the Job view, listing
 //!   the sandboxes, asking the backend, confirming and deleting), and
 //!   `run(config, deps, shutdown)`, which runs the loop under the shared
 //!   supervisor (`tcab_shared::runtime`);
-//! - [`report`]: what a tick did, which the loop hands to the metrics;
-//! - [`metrics`]: the reaper's metrics, recorded from each tick's report;
+//! - `report`: what a tick did, which the loop hands to the metrics;
+//! - `metrics`: the reaper's metrics, recorded from each tick's report;
 //! - [`config`]: the reaper's configuration, read from the environment.
 
+// What other crates (the binary, the dev stack, the tests) use is public;
+// the rest is private to this crate, and `unreachable_pub` keeps it so.
+#![warn(unreachable_pub)]
+
 pub mod config;
-pub mod memory;
-pub mod metrics;
-pub mod plan;
-pub mod report;
+mod memory;
+mod metrics;
+mod plan;
+mod report;
 pub mod run;
 
 pub use config::ReaperConfig;
+// What a tick's report carries, for the tests that read it.
+pub use memory::Due;
+pub use plan::{DeleteReason, KeepReason, ReapKind, SweepSettings};

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 /// The back-off of a job id whose reap keeps failing (a delete refused, a
 /// confirming read failing): 5 s doubling to 5 minutes; the other ids of the
 /// tick are not held by it.
-pub const REAP_BACKOFF: Backoff =
+pub(crate) const REAP_BACKOFF: Backoff =
     Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300));
 
 /// What a tick has to do.
@@ -62,7 +62,7 @@ pub enum Attempt {
 
 /// The reaper's memory.
 #[derive(Debug)]
-pub struct ReapMemory {
+pub(crate) struct ReapMemory {
     /// Keys of the dead driver Jobs whose sandboxes were all reaped.
     reaped: BTreeSet<String>,
     /// When each Job was first seen failing without settling (live and
@@ -91,7 +91,7 @@ impl Default for ReapMemory {
 
 impl ReapMemory {
     /// An empty memory: every dead Job awaits its reap, the sweep is due.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
@@ -100,7 +100,7 @@ impl ReapMemory {
     /// cannot finish failing: live and failing, or failed with pods still
     /// terminating, for longer than their termination grace plus `margin`.
     /// Forgets completed reaps of Jobs no longer in the view.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         jobs: &[impl Borrow<JobSummary>],
         now: Instant,
@@ -121,7 +121,7 @@ impl ReapMemory {
     }
 
     /// What a tick at `now` has to do, given the verdicts of a current view.
-    pub fn due(
+    pub(crate) fn due(
         &self,
         verdicts: &BTreeMap<String, IdVerdict>,
         now: Instant,
@@ -145,7 +145,7 @@ impl ReapMemory {
 
     /// Records a sweep round (whether its LIST or the backend call then
     /// failed): the next one is due an interval later.
-    pub fn swept(&mut self, now: Instant) {
+    pub(crate) fn swept(&mut self, now: Instant) {
         self.last_sweep = Some(now);
     }
 
@@ -156,7 +156,7 @@ impl ReapMemory {
     ///
     /// An id with an attempt that failed waits out its own back-off before
     /// it is due again (`now` starts it); one that completed forgets it.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         verdicts: &BTreeMap<String, IdVerdict>,
         attempts: &[(String, Attempt)],
@@ -190,7 +190,7 @@ impl ReapMemory {
     /// Of the job ids with sandboxes of another managed-by value, those not
     /// warned about yet; they are remembered as warned. Ids no owned Job
     /// carries any more (not in `verdicts`) are forgotten.
-    pub fn new_mismatches<'a>(
+    pub(crate) fn new_mismatches<'a>(
         &mut self,
         ids: impl IntoIterator<Item = &'a String>,
         verdicts: &BTreeMap<String, IdVerdict>,
@@ -203,13 +203,8 @@ impl ReapMemory {
     }
 
     /// The job ids warned about for sandboxes of another managed-by value.
-    pub fn warned_mismatches(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn warned_mismatches(&self) -> impl Iterator<Item = &str> {
         self.mismatch_warned.iter().map(String::as_str)
-    }
-
-    /// Whether the reap of the Job with this key is complete.
-    pub fn is_reaped(&self, key: &str) -> bool {
-        self.reaped.contains(key)
     }
 }
 
@@ -360,7 +355,10 @@ mod tests {
             memory.record(&verdicts, &done, Instant::now()),
             BTreeSet::from(["a".to_owned()])
         );
-        assert!(memory.is_reaped("uid-tcab-driver-a-1") && memory.is_reaped("uid-tcab-driver-a-2"));
+        assert!(
+            memory.reaped.contains("uid-tcab-driver-a-1")
+                && memory.reaped.contains("uid-tcab-driver-a-2")
+        );
         assert!(!memory.due(&verdicts, t0, &settings()).needs_list());
         assert!(
             memory.record(&verdicts, &done, Instant::now()).is_empty(),
@@ -378,7 +376,7 @@ mod tests {
 
         // Jobs that left the view are forgotten; a restart starts empty.
         memory.observe(&[] as &[JobSummary], t0, MARGIN);
-        assert!(!memory.is_reaped("uid-tcab-driver-a-1"));
+        assert!(!memory.reaped.contains("uid-tcab-driver-a-1"));
     }
 
     #[test]

@@ -11,11 +11,11 @@ use tcab_shared::metrics::labels::{LabelValue, LoopName, ReapReason};
 use tcab_shared::metrics::{Labels, zero};
 
 /// The `loop` label of the reaper's loop.
-pub const REAP_LOOP: &str = LoopName::Reap.as_str();
+pub(crate) const REAP_LOOP: &str = LoopName::Reap.as_str();
 
 /// The reaper's metric families.
 #[derive(Debug)]
-pub struct ReaperMetrics {
+pub(crate) struct ReaperMetrics {
     reaped: Family<Labels<1>, Counter>,
     mismatches: Counter,
 }
@@ -28,7 +28,7 @@ impl Default for ReaperMetrics {
 
 impl ReaperMetrics {
     /// The families, each reason's count at 0.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let metrics = ReaperMetrics {
             reaped: Family::default(),
             mismatches: Counter::default(),
@@ -41,7 +41,7 @@ impl ReaperMetrics {
     }
 
     /// Registers the families (shared, not copied).
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "tcab_dispatcher_sandboxes_reaped",
             "Sandbox pods deleted, by why",
@@ -56,7 +56,7 @@ impl ReaperMetrics {
 
     /// Records one tick: each sandbox it deleted (one already gone counts:
     /// the reap is done) under its reason.
-    pub fn record(&self, report: &TickReport) {
+    pub(crate) fn record(&self, report: &TickReport) {
         self.mismatches
             .inc_by(u64::try_from(report.mismatches.len()).unwrap_or(u64::MAX));
         for kind in report.reaped() {

@@ -73,7 +73,7 @@ impl Creation {
 }
 
 /// Settles again a creation left unsettled: it starts with a read.
-pub async fn resettle(creation: Creation, deps: AdmitDeps<'_>) -> Admission {
+pub(crate) async fn resettle(creation: Creation, deps: AdmitDeps<'_>) -> Admission {
     let start = Known::Unknown {
         after: settle::Call::Create,
         why: creation.unclear.clone().unwrap_or_default(),

@@ -36,11 +36,9 @@ mod outcome;
 mod poison;
 mod stale;
 
-pub use create::{Creation, resettle};
-pub use outcome::{
-    Admission, ClaimTimes, CreateFailure, LaneOutcome, PoisonReason, PoisonReport, Settled,
-    StaleDeletion,
-};
+pub(crate) use create::{Creation, resettle};
+pub(crate) use outcome::{Admission, ClaimTimes, StaleDeletion};
+pub use outcome::{CreateFailure, LaneOutcome, PoisonReason, PoisonReport, Settled};
 
 use crate::job_builder::JobSettings;
 use crate::keeper_client::KeeperClient;
@@ -72,7 +70,7 @@ pub const MAX_REQUEST_BYTES: usize = 120 * 1024;
 
 /// The I/O edges one admission uses.
 #[derive(Clone, Copy)]
-pub struct AdmitDeps<'a> {
+pub(crate) struct AdmitDeps<'a> {
     /// The backend the claims go to.
     pub backend: &'a BackendClient,
     /// The Jobs API of the admitter's namespace.
@@ -112,12 +110,12 @@ impl AdmitDeps<'_> {
 
 /// What the lane knows of a job id when it claims it: the cached Jobs of that
 /// id and its own Jobs of that id created but not seen or not settled yet.
-pub type JobsOfId<'a> = &'a (dyn Fn(&str) -> Vec<JobSummary> + Sync);
+pub(crate) type JobsOfId<'a> = &'a (dyn Fn(&str) -> Vec<JobSummary> + Sync);
 
 /// Claims one job of `lane`, deletes the stale Jobs of its id (`jobs_of_id`
 /// tells what the lane knows of an id), creates its Job and settles the
 /// create. A poisoned claim is reported failed once instead.
-pub async fn admit(lane: Lane, deps: AdmitDeps<'_>, jobs_of_id: JobsOfId<'_>) -> Admission {
+pub(crate) async fn admit(lane: Lane, deps: AdmitDeps<'_>, jobs_of_id: JobsOfId<'_>) -> Admission {
     // Measured before the claim is sent: the lease cannot start earlier, so
     // the claim's age is never under-estimated.
     let claimed_at = Instant::now();

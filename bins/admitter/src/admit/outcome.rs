@@ -181,7 +181,7 @@ pub enum CreateFailure {
 /// An admission's outcome, the creation left unsettled, if it was, and the
 /// stale Jobs deleted before it.
 #[derive(Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     /// What happened.
     pub outcome: LaneOutcome,
     /// The creation whose Job may exist, for the lane to hold and settle again.

@@ -15,7 +15,7 @@
 
 mod readings;
 
-pub use readings::{Saturation, admission_error, admissions, gate_reading, outcome, queue_wait};
+pub(crate) use readings::{Saturation, admission_error, admissions, gate_reading, queue_wait};
 
 use crate::admit::LaneOutcome;
 use crate::lane::{LaneAdmitter, LaneReport};
@@ -41,7 +41,7 @@ use tokio::time::Instant;
 
 /// Buckets of the queue wait (enqueue to claim), in seconds: a second to
 /// eight hours, since a deliberately ordered sweep can hold work for hours.
-pub const QUEUE_WAIT_BUCKETS: [f64; 14] = [
+pub(crate) const QUEUE_WAIT_BUCKETS: [f64; 14] = [
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0,
     28800.0,
 ];
@@ -49,20 +49,20 @@ pub const QUEUE_WAIT_BUCKETS: [f64; 14] = [
 /// Buckets of claim-to-Job, in seconds: the admitter's own work (a claim, a
 /// vault `Put`, a create and its settle), milliseconds normally, up to a
 /// settle that takes most of half a lease.
-pub const CLAIM_TO_JOB_BUCKETS: [f64; 12] = [
+pub(crate) const CLAIM_TO_JOB_BUCKETS: [f64; 12] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
 /// Buckets of Job-created-to-running, in seconds: a cached image starts in
 /// seconds, a pull or a scale-up takes minutes, the unschedulable grace is
 /// half an hour.
-pub const JOB_START_BUCKETS: [f64; 12] = [
+pub(crate) const JOB_START_BUCKETS: [f64; 12] = [
     1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
 ];
 
 /// Buckets of a Job's run time (created to finished), in seconds: a publish
 /// in minutes, a run up to the driver's six-hour deadline.
-pub const JOB_DURATION_BUCKETS: [f64; 13] = [
+pub(crate) const JOB_DURATION_BUCKETS: [f64; 13] = [
     10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, 21600.0,
     43200.0,
 ];
@@ -81,7 +81,7 @@ fn job_duration_histogram() -> Histogram {
 }
 
 /// The `loop` label of a lane's loop: `admit_run`, `admit_publish`.
-pub fn loop_name(lane: Lane) -> &'static str {
+pub(crate) fn loop_name(lane: Lane) -> &'static str {
     lane.spec().admit_loop.as_str()
 }
 
@@ -92,7 +92,7 @@ struct Reads {
 }
 
 /// The admitter's metric families.
-pub struct AdmitterMetrics {
+pub(crate) struct AdmitterMetrics {
     in_flight: Family<Labels<1>, Gauge>,
     cap: Family<Labels<1>, Gauge>,
     stale: Family<Labels<1>, Gauge>,
@@ -135,7 +135,7 @@ impl Default for AdmitterMetrics {
 
 impl AdmitterMetrics {
     /// Empty families.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         AdmitterMetrics {
             in_flight: Family::default(),
             cap: Family::default(),
@@ -161,7 +161,7 @@ impl AdmitterMetrics {
     }
 
     /// Registers the families (shared, not copied).
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "tcab_dispatcher_lane_in_flight",
             "Live Jobs of the lane as the admitter counted them on its last tick",
@@ -254,7 +254,7 @@ impl AdmitterMetrics {
     /// figures stale until the lane's first tick (a lane that is off never
     /// ticks: its figures are not stale), and every counter series a lane
     /// can emit at 0.
-    pub fn start(&self, settings: &AdmitterSettings) {
+    pub(crate) fn start(&self, settings: &AdmitterSettings) {
         *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = settings.lease_length;
         self.gate_max_age.set(settings.gate_max_age.as_secs_f64());
         for l in Lane::ALL {
@@ -350,7 +350,7 @@ impl AdmitterMetrics {
     /// Reads the Job view and the wall clock at each scrape from now on
     /// (each lane's oldest live Job), and times each Job's start and run
     /// from the view's milestones.
-    pub fn watch(self: &Arc<Self>, jobs: &OwnedJobs, clock: WallClock) {
+    pub(crate) fn watch(self: &Arc<Self>, jobs: &OwnedJobs, clock: WallClock) {
         let metrics = Arc::clone(self);
         let at = clock.clone();
         jobs.on_milestone(Arc::new(move |milestone| {
@@ -363,7 +363,7 @@ impl AdmitterMetrics {
     }
 
     /// Records one milestone of a Job's life, timed from its creation.
-    pub fn milestone(&self, milestone: &Milestone, clock: &WallClock) {
+    pub(crate) fn milestone(&self, milestone: &Milestone, clock: &WallClock) {
         let since = |created: jiff::Timestamp| {
             Duration::try_from(clock.now().duration_since(created)).unwrap_or(Duration::ZERO)
         };
@@ -388,7 +388,7 @@ impl AdmitterMetrics {
 
     /// Sets what is read rather than counted, at `now`: each lane's
     /// saturated seconds and the age of its oldest live Job.
-    pub fn refresh(&self, now: Instant) {
+    pub(crate) fn refresh(&self, now: Instant) {
         let saturation = *self.saturation.lock().unwrap_or_else(|e| e.into_inner());
         for l in Lane::ALL {
             let seconds = saturation[l].since.map_or(0.0, |since| {
@@ -407,7 +407,7 @@ impl AdmitterMetrics {
     }
 
     /// Records one tick of a lane.
-    pub fn record(&self, report: &LaneReport) {
+    pub(crate) fn record(&self, report: &LaneReport) {
         let l = report.lane;
         self.in_flight
             .get_or_create(&lane(l))
@@ -479,14 +479,14 @@ impl AdmitterMetrics {
 
 /// A lane's loop that records the lane's metrics from each tick's report.
 #[derive(Debug)]
-pub struct MeteredLane {
+pub(crate) struct MeteredLane {
     lane: LaneAdmitter,
     metrics: Arc<AdmitterMetrics>,
 }
 
 impl MeteredLane {
     /// `lane`'s loop, recording into `metrics`.
-    pub fn new(lane: LaneAdmitter, metrics: Arc<AdmitterMetrics>) -> Self {
+    pub(crate) fn new(lane: LaneAdmitter, metrics: Arc<AdmitterMetrics>) -> Self {
         MeteredLane { lane, metrics }
     }
 }

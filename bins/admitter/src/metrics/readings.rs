@@ -14,7 +14,7 @@ use tokio::time::Instant;
 /// 0, counted each tick like a full lane) or `error`. A lane
 /// that holds before it would claim (its view not current, backing off,
 /// resting after an empty claim, disabled) made no attempt.
-pub fn outcome(result: AdmissionResult) -> Option<AdmissionOutcome> {
+pub(crate) fn outcome(result: AdmissionResult) -> Option<AdmissionOutcome> {
     match result {
         AdmissionResult::Created => Some(AdmissionOutcome::Created),
         AdmissionResult::EmptyQueue => Some(AdmissionOutcome::EmptyQueue),
@@ -44,7 +44,7 @@ fn settled_outcome(settled: &LaneOutcome) -> Option<AdmissionOutcome> {
 /// stays unsettled is counted once, when it settles (`created` when its Job
 /// turns out to exist, `error` when it is given up), so each claim counts
 /// once and `created` counts every Job the admitter made.
-pub fn admissions(report: &LaneReport) -> Vec<AdmissionOutcome> {
+pub(crate) fn admissions(report: &LaneReport) -> Vec<AdmissionOutcome> {
     let mut out = Vec::new();
     if !matches!(report.outcome, Some(LaneOutcome::Unsettled { .. }))
         && let Some(outcome) = outcome(report.result())
@@ -58,7 +58,7 @@ pub fn admissions(report: &LaneReport) -> Vec<AdmissionOutcome> {
 /// The step and reason of an admission that failed for want of a call's
 /// success (a poisoned claim is counted in `poisoned_claims_total`
 /// instead), from the typed errors.
-pub fn admission_error(outcome: &LaneOutcome) -> Option<(AdmissionStep, ErrorReason)> {
+pub(crate) fn admission_error(outcome: &LaneOutcome) -> Option<(AdmissionStep, ErrorReason)> {
     match outcome {
         LaneOutcome::ClaimFailed(error) => Some((AdmissionStep::Claim, error.kind().reason())),
         LaneOutcome::CreateFailed { reason, .. } => Some((
@@ -77,7 +77,7 @@ pub fn admission_error(outcome: &LaneOutcome) -> Option<(AdmissionStep, ErrorRea
 
 /// The gate as the tick read it: open when the lane admitted, closed when
 /// the gate held it, `None` when the lane did not ask (it held earlier).
-pub fn gate_reading(report: &LaneReport) -> Option<bool> {
+pub(crate) fn gate_reading(report: &LaneReport) -> Option<bool> {
     match &report.decision {
         Decision::Admit { .. } => Some(true),
         Decision::Hold(HoldReason::GateClosed(_)) => Some(false),
@@ -90,7 +90,7 @@ pub fn gate_reading(report: &LaneReport) -> Option<bool> {
 /// has room after a tick, or when it is paused; held as it was while the
 /// lane's figures are stale (its view not current).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Saturation {
+pub(crate) struct Saturation {
     /// Saturated since then.
     pub since: Option<Instant>,
     /// Whether the lane's last claim found a job.
@@ -99,7 +99,7 @@ pub struct Saturation {
 
 impl Saturation {
     /// The state after `report`, at `now` (pure).
-    pub fn after(self, report: &LaneReport, now: Instant) -> Saturation {
+    pub(crate) fn after(self, report: &LaneReport, now: Instant) -> Saturation {
         let found_work = match report.outcome.as_ref() {
             Some(LaneOutcome::Empty) => false,
             Some(LaneOutcome::ClaimFailed(_)) | None => self.found_work,
@@ -122,7 +122,7 @@ impl Saturation {
 /// The queue wait of a claimed job: from its enqueue to the claim, both on
 /// the backend's clock (the claim's time is its lease's expiry less the
 /// lease it grants); `None` when the claim said nothing of its enqueue.
-pub fn queue_wait(report: &LaneReport, lease: Duration) -> Option<Duration> {
+pub(crate) fn queue_wait(report: &LaneReport, lease: Duration) -> Option<Duration> {
     let claimed = report.claimed.as_ref()?;
     let enqueued = claimed.enqueued_at?;
     let lease = jiff::SignedDuration::try_from(lease).ok()?;

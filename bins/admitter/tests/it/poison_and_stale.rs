@@ -8,8 +8,8 @@ use crate::support::*;
 use kube::runtime::watcher::Event;
 use serde_json::json;
 use tcab_admitter::AdmissionResult;
-use tcab_admitter::admit::{LaneOutcome, MAX_REQUEST_BYTES, PoisonReason, PoisonReport};
-use tcab_admitter::plan::{Decision, HoldReason};
+use tcab_admitter::{Decision, HoldReason};
+use tcab_admitter::{LaneOutcome, MAX_REQUEST_BYTES, PoisonReason, PoisonReport};
 use tcab_shared::{Lane, names};
 
 fn name_for(lane: Lane, id: &str) -> String {

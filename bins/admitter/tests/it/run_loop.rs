@@ -274,7 +274,7 @@ async fn a_job_the_api_server_refuses_at_the_dry_run_stops_the_start() {
         .expect("task")
         .expect_err("refused");
     let refused = error
-        .downcast_ref::<tcab_admitter::preflight::Refused>()
+        .downcast_ref::<tcab_admitter::Refused>()
         .expect("a refusal");
     assert_eq!((refused.lane, refused.code), (Lane::Run, 422));
     assert_eq!(refused.settings, ["TCAB_DRIVER_SERVICE_ACCOUNT"]);

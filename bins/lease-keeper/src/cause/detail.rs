@@ -21,7 +21,7 @@ pub enum LogTail {
 /// [`LOG_SEPARATOR`], or a line saying why there is none. At most
 /// [`MAX_DETAIL_BYTES`]: a longer log keeps its END (the lines nearest the
 /// death), cut on a character boundary, after [`LOG_SEPARATOR_CUT`].
-pub fn death_detail(cause: &DeathCause, log: &LogTail) -> String {
+pub(crate) fn death_detail(cause: &DeathCause, log: &LogTail) -> String {
     let mut detail = cause.summary();
     truncate_chars_to_bytes(&mut detail, MAX_DETAIL_BYTES / 2);
     let tail = match log {

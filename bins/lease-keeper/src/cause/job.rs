@@ -13,7 +13,7 @@ pub(super) const BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
 /// A Job object carrying what [`death_cause`](super::death_cause) reads of a Job (name, lane,
 /// failure conditions, failed count), rebuilt from its cached summary, so a
 /// death can be explained after the Job itself is gone.
-pub fn job_for_cause(summary: &tcab_shared::job_cache::JobSummary) -> Job {
+pub(crate) fn job_for_cause(summary: &tcab_shared::job_cache::JobSummary) -> Job {
     use k8s_openapi::api::batch::v1::JobStatus;
     let condition = |kind: &str, c: &tcab_shared::job_cache::JobCondition| JobCondition {
         type_: kind.to_owned(),

@@ -27,9 +27,9 @@ mod pod;
 mod start;
 mod summary;
 
-pub use detail::{LogTail, death_detail};
-pub use job::job_for_cause;
-pub use start::{StartFailure, StartFailureKind, start_failure};
+pub(crate) use detail::{LogTail, death_detail};
+pub(crate) use job::job_for_cause;
+pub(crate) use start::{StartFailure, StartFailureKind, start_failure};
 
 use job::{BACKOFF_LIMIT_EXCEEDED, condition_cause, failure_conditions};
 use k8s_openapi::api::batch::v1::Job;
@@ -38,13 +38,13 @@ use pod::{deleted_by_its_job, pod_cause};
 use std::time::Duration;
 
 /// Longest text of a Kubernetes reason or message kept in a summary.
-pub const MAX_MESSAGE_CHARS: usize = 512;
+pub(crate) const MAX_MESSAGE_CHARS: usize = 512;
 /// Longest death detail (summary plus log tail), in bytes.
-pub const MAX_DETAIL_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_DETAIL_BYTES: usize = 16 * 1024;
 /// Separates the summary from the log tail in a death detail.
-pub const LOG_SEPARATOR: &str = "\n--- last log lines ---\n";
+pub(crate) const LOG_SEPARATOR: &str = "\n--- last log lines ---\n";
 /// Separator used instead when the log tail was cut to fit.
-pub const LOG_SEPARATOR_CUT: &str = "\n--- last log lines (cut to fit) ---\n";
+pub(crate) const LOG_SEPARATOR_CUT: &str = "\n--- last log lines (cut to fit) ---\n";
 
 /// Why a Job's pod died, from the best evidence the cluster still holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +153,7 @@ pub enum DeathCause {
 /// `BackoffLimitExceeded`; with no pod, `status.failed` >= 1 means the pod
 /// ran and was deleted; then the generic condition; with no pod and nothing
 /// failed, the Job never started a pod.
-pub fn death_cause(job: &Job, pod: Option<&Pod>) -> DeathCause {
+pub(crate) fn death_cause(job: &Job, pod: Option<&Pod>) -> DeathCause {
     let conditions = failure_conditions(job);
     let specific = conditions
         .iter()
@@ -189,3 +189,6 @@ pub fn death_cause(job: &Job, pod: Option<&Pod>) -> DeathCause {
     }
     DeathCause::Unknown
 }
+
+#[cfg(test)]
+mod tests;

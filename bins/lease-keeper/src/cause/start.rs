@@ -70,7 +70,7 @@ impl StartFailure {
 /// main container waiting on an image pull, a bad image name or a container
 /// configuration error, or the pod unschedulable. Pure; the caller decides
 /// whether it has been so for longer than the grace.
-pub fn start_failure(lane: Lane, pod: &Pod) -> Option<StartFailure> {
+pub(crate) fn start_failure(lane: Lane, pod: &Pod) -> Option<StartFailure> {
     let status = pod.status.as_ref()?;
     if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
         return None;

@@ -17,7 +17,7 @@ use tcab_shared::job_cache::{JobSummary, summaries};
 
 /// A failed driver Job whose death is to be reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeathCandidate {
+pub(crate) struct DeathCandidate {
     /// The backend job id and the claim whose token will be presented.
     pub key: TokenKey,
     /// The failed Job's name.
@@ -28,7 +28,7 @@ pub struct DeathCandidate {
 
 /// Why a failed driver Job is not reported this tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeathSkip {
+pub(crate) enum DeathSkip {
     /// The Job has no `tcab.dev/job-id` label.
     NoJobId,
     /// The Job has no `tcab.dev/claim` label, so it cannot be matched to a token.
@@ -48,7 +48,7 @@ pub enum DeathSkip {
 
 impl DeathSkip {
     /// A short phrase for the debug log.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             DeathSkip::NoJobId => "no job-id label".into(),
             DeathSkip::NoClaim => "no claim label".into(),
@@ -64,7 +64,7 @@ impl DeathSkip {
 
 /// The death reports of one tick, and why each other failed driver Job is left.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeathPlan {
+pub(crate) struct DeathPlan {
     /// To report, sorted by job id.
     pub report: Vec<DeathCandidate>,
     /// Left alone, by Job name (sorted), with the reason.
@@ -72,7 +72,7 @@ pub struct DeathPlan {
 }
 
 /// The current claim per job id: the held claim with the latest Put.
-pub fn current_claims(held: &[HeldClaim]) -> BTreeMap<&str, &HeldClaim> {
+pub(crate) fn current_claims(held: &[HeldClaim]) -> BTreeMap<&str, &HeldClaim> {
     let mut current: BTreeMap<&str, &HeldClaim> = BTreeMap::new();
     for h in held {
         let slot = current.entry(h.key.job_id.as_str()).or_insert(h);
@@ -85,7 +85,7 @@ pub fn current_claims(held: &[HeldClaim]) -> BTreeMap<&str, &HeldClaim> {
 
 /// Plans the death reports from the cached Jobs, the claims the vault holds,
 /// and the claims already handled.
-pub fn plan_deaths(
+pub(crate) fn plan_deaths(
     jobs: &[impl Borrow<JobSummary>],
     due: &BTreeMap<String, DeathKind>,
     held: &[HeldClaim],
@@ -139,7 +139,7 @@ pub fn plan_deaths(
 
 /// What to do with a claim's death report after a backend answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeathSettle {
+pub(crate) enum DeathSettle {
     /// Send the report (the job is still live).
     Report,
     /// The report landed: the claim is settled.
@@ -157,7 +157,7 @@ pub enum DeathSettle {
 
 impl DeathSettle {
     /// Whether the claim's death needs nothing more (its token is dropped).
-    pub fn settled(self) -> bool {
+    pub(crate) fn settled(self) -> bool {
         !matches!(self, DeathSettle::Report | DeathSettle::Retry)
     }
 }
@@ -165,7 +165,7 @@ impl DeathSettle {
 /// Before a death report: what the backend's read of the job (`GET
 /// /jobs/{id}`, its state when it answered) says. Only a live job is
 /// reported; a failed read is tried again rather than guessed at.
-pub fn settle_death_check(answer: Answer, live: Option<bool>) -> DeathSettle {
+pub(crate) fn settle_death_check(answer: Answer, live: Option<bool>) -> DeathSettle {
     match (answer, live) {
         (Answer::Ok, Some(true)) => DeathSettle::Report,
         (Answer::Ok, _) => DeathSettle::AlreadyTerminal,
@@ -176,7 +176,7 @@ pub fn settle_death_check(answer: Answer, live: Option<bool>) -> DeathSettle {
 
 /// After a death report: whether it landed, needs nothing more, or is tried
 /// again next tick.
-pub fn settle_death_report(answer: Answer) -> DeathSettle {
+pub(crate) fn settle_death_report(answer: Answer) -> DeathSettle {
     match answer {
         Answer::Ok => DeathSettle::Reported,
         Answer::Refused => DeathSettle::Requeued,
@@ -189,7 +189,7 @@ pub fn settle_death_report(answer: Answer) -> DeathSettle {
 /// Whether a run Job whose pod never starts must wait before it is deleted:
 /// its claim's death is still to be reported (not settled, token held).
 /// A publisher never waits: its loss is reported through the lost path.
-pub fn death_report_pending(
+pub(crate) fn death_report_pending(
     job: &JobSummary,
     held: &[HeldClaim],
     handled: &BTreeSet<TokenKey>,

@@ -52,7 +52,7 @@ impl FailureSettings {
 
 /// How far the evidence of one Job has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EvidenceState {
+pub(crate) enum EvidenceState {
     /// Nothing read yet.
     Missing,
     /// The pod was read; its log could not be, and may be tried again
@@ -67,7 +67,7 @@ pub enum EvidenceState {
 
 /// What the lease-keeper remembers of one cached Job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobMemory {
+pub(crate) struct JobMemory {
     /// When this process first saw the Job.
     pub first_seen: Instant,
     /// Its evidence so far.
@@ -78,7 +78,7 @@ pub struct JobMemory {
 
 /// Why a run's death is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeathKind {
+pub(crate) enum DeathKind {
     /// Its Job is `Failed` and its pods have stopped.
     Failed,
     /// Its Job was deleted while live (not by the dispatcher) and no pod of
@@ -92,7 +92,7 @@ pub enum DeathKind {
 
 /// What one report tick does about failing Jobs (Job names, sorted).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FailurePlan {
+pub(crate) struct FailurePlan {
     /// Read the pod and log tail of these now.
     pub capture: Vec<String>,
     /// Read the log tail of these again.
@@ -110,7 +110,7 @@ pub struct FailurePlan {
 /// Plans one report tick. `vanished` are the entries that left the view
 /// while live (their Job deleted, and no pod of it left running).
 #[allow(clippy::too_many_arguments)]
-pub fn plan_failures<J: Borrow<JobSummary>>(
+pub(crate) fn plan_failures<J: Borrow<JobSummary>>(
     jobs: &[J],
     vanished: &[J],
     memory: &BTreeMap<NameStr, JobMemory>,
@@ -192,7 +192,7 @@ pub fn plan_failures<J: Borrow<JobSummary>>(
 
 /// Whether a death due now can be reported: its evidence is complete, or
 /// it has done all the reading it will (logs tried `log_attempts` times).
-pub fn evidence_settled(evidence: EvidenceState, settings: &FailureSettings) -> bool {
+pub(crate) fn evidence_settled(evidence: EvidenceState, settings: &FailureSettings) -> bool {
     match evidence {
         EvidenceState::Missing => false,
         EvidenceState::LogPending { attempts } => attempts >= settings.log_attempts,
@@ -204,7 +204,7 @@ pub fn evidence_settled(evidence: EvidenceState, settings: &FailureSettings) -> 
 /// when the log was read, when there was no pod to read it from, or when the
 /// pod (or its node) was gone, since no later read can do better; otherwise
 /// the log may be tried again.
-pub fn evidence_after_log(log: &LogTail, pod_read: bool, attempts: u32) -> EvidenceState {
+pub(crate) fn evidence_after_log(log: &LogTail, pod_read: bool, attempts: u32) -> EvidenceState {
     match log {
         LogTail::Unreadable(_) if pod_read => EvidenceState::LogPending { attempts },
         LogTail::Read(_) | LogTail::Unreadable(_) | LogTail::Gone(_) => EvidenceState::Complete,
@@ -213,7 +213,7 @@ pub fn evidence_after_log(log: &LogTail, pod_read: bool, attempts: u32) -> Evide
 
 /// What a pod read says about a Job that has not become ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartVerdict {
+pub(crate) enum StartVerdict {
     /// It is starting, running, or waiting for a reason that can resolve.
     Fine,
     /// It shows a reason it cannot start, but not for long enough yet.
@@ -224,7 +224,7 @@ pub enum StartVerdict {
 
 /// Decides from a Job's newest pod (if any) and how long the Job has been
 /// without a ready pod. A Job with no pod at all is left to its deadline.
-pub fn start_verdict(
+pub(crate) fn start_verdict(
     lane: Lane,
     pod: Option<&Pod>,
     not_ready_for: Duration,

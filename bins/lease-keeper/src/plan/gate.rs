@@ -41,7 +41,7 @@ impl LaneRenewals {
 
 /// Which of the gate's renewal checks fails first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RenewalProblem<'a> {
+pub(crate) enum RenewalProblem<'a> {
     /// The lane is not renewed at all (with why, when known).
     NotRenewed(Option<&'a str>),
     /// The latest renewal call failed, with the call's error.
@@ -54,7 +54,7 @@ pub enum RenewalProblem<'a> {
 /// call did not fail, a call has succeeded. The last success, or the first
 /// check that fails. The one rule behind both [`verdict`] and
 /// [`LaneRenewals::healthy`].
-pub fn renewal_problem(renewals: &LaneRenewals) -> Result<Instant, RenewalProblem<'_>> {
+pub(crate) fn renewal_problem(renewals: &LaneRenewals) -> Result<Instant, RenewalProblem<'_>> {
     if !renewals.enabled {
         return Err(RenewalProblem::NotRenewed(renewals.failing.as_deref()));
     }
@@ -66,7 +66,7 @@ pub fn renewal_problem(renewals: &LaneRenewals) -> Result<Instant, RenewalProble
 
 /// The gate of `lane`, whose renewals are `renewals`, over the Job view
 /// `view`, at `now`: open, or closed with the first reason that holds.
-pub fn verdict(
+pub(crate) fn verdict(
     lane: Lane,
     renewals: &LaneRenewals,
     view: &ViewState,

@@ -20,7 +20,7 @@ use tcab_shared::job_cache::{JobPhase, JobSummary, summaries};
 
 /// What the cluster shows for a lost job; the detail sent with the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LostCause {
+pub(crate) enum LostCause {
     /// No Job of the job's lane exists for it any more.
     JobGone,
     /// Its Job completed, yet the backend still holds the job: the driver or
@@ -36,21 +36,9 @@ pub enum LostCause {
     },
 }
 
-impl LostCause {
-    /// The Job to read a pod cause from, if any.
-    pub fn job_name(&self) -> Option<&str> {
-        match self {
-            LostCause::JobGone => None,
-            LostCause::ExitedWithoutReport { job_name } | LostCause::Died { job_name } => {
-                Some(job_name)
-            }
-        }
-    }
-}
-
 /// One lost job to report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LostJob {
+pub(crate) struct LostJob {
     /// The backend job id.
     pub job_id: JobId,
     /// Its lane.
@@ -61,7 +49,7 @@ pub struct LostJob {
 
 /// Why a job of the active list is not reported lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LostSkip {
+pub(crate) enum LostSkip {
     /// A run still `dispatched`: the backend requeues it itself on a lapse.
     NotPastDispatched(JobState),
     /// A publish not in `dispatched`.
@@ -83,7 +71,7 @@ pub enum LostSkip {
 
 impl LostSkip {
     /// A short phrase for the debug log.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             LostSkip::NotPastDispatched(s) => format!("run is {}, not past dispatched", s.as_str()),
             LostSkip::NotDispatched(s) => format!("publish is {s:?}, not dispatched"),
@@ -98,7 +86,7 @@ impl LostSkip {
 
 /// The lost reports of one lane in one tick, and why the rest are left.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LostPlan {
+pub(crate) struct LostPlan {
     /// To report, sorted by job id.
     pub lost: Vec<LostJob>,
     /// Left alone, sorted by job id, with the reason.
@@ -109,7 +97,7 @@ pub struct LostPlan {
 /// lane-neutral: each entry's id, whether its state makes it eligible (else
 /// why not), and its lease, with the backend's `now`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActiveList {
+pub(crate) struct ActiveList {
     /// The lane the list is of.
     pub lane: Lane,
     /// The backend's clock when it answered.
@@ -128,7 +116,7 @@ struct Entry {
 
 impl ActiveList {
     /// Whether the backend lists `id` as driven.
-    pub fn contains(&self, id: &str) -> bool {
+    pub(crate) fn contains(&self, id: &str) -> bool {
         self.entries.iter().any(|e| e.id == id)
     }
 }
@@ -178,7 +166,7 @@ impl From<ActivePublishes> for ActiveList {
 
 /// What the lease-keeper knows beside a lane's active list.
 #[derive(Debug)]
-pub struct Known<'a, J = JobSummary> {
+pub(crate) struct Known<'a, J = JobSummary> {
     /// The cached Jobs (every lane; the plan reads its own).
     pub jobs: &'a [J],
     /// The claims the vault holds.
@@ -190,7 +178,10 @@ pub struct Known<'a, J = JobSummary> {
 }
 
 /// Plans one lane's lost reports from its active list and what is known.
-pub fn plan_lost<J: Borrow<JobSummary>>(active: &ActiveList, known: &Known<'_, J>) -> LostPlan {
+pub(crate) fn plan_lost<J: Borrow<JobSummary>>(
+    active: &ActiveList,
+    known: &Known<'_, J>,
+) -> LostPlan {
     let &Known {
         jobs,
         held,
@@ -291,7 +282,7 @@ fn cause_of(jobs: &[&JobSummary], current_claim: Option<&str>) -> LostCause {
 
 /// What a lost report's answer settles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LostSettle {
+pub(crate) enum LostSettle {
     /// The report landed (the backend may still have ignored it: see its
     /// outcome).
     Reported,
@@ -304,7 +295,7 @@ pub enum LostSettle {
 
 /// Reads a lost report's answer. A refused service token is a failure to
 /// try again, not a verdict on the job.
-pub fn settle_lost_report(answer: Answer) -> LostSettle {
+pub(crate) fn settle_lost_report(answer: Answer) -> LostSettle {
     match answer {
         Answer::Ok => LostSettle::Reported,
         Answer::NotFound | Answer::Conflict => LostSettle::NoLongerDriven,

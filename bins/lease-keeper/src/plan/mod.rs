@@ -11,18 +11,18 @@
 //! ([`deaths::settle_death_check`], [`deaths::settle_death_report`],
 //! [`lost::settle_lost_report`]), over the answer as [`Answer`] reads it.
 
-pub mod deaths;
-pub mod failures;
-pub mod gate;
-pub mod lost;
-pub mod renew;
-pub mod tokens;
+pub(crate) mod deaths;
+pub(crate) mod failures;
+pub(crate) mod gate;
+pub(crate) mod lost;
+pub(crate) mod renew;
+pub(crate) mod tokens;
 
 use tcab_shared::backend::BackendError;
 
 /// A backend answer as the report-settling rules read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// 200 with the contract's body.
     Ok,
     /// 401 or 403: the per-job token was refused (the job was requeued).
@@ -38,7 +38,7 @@ pub enum Answer {
 
 impl Answer {
     /// How the rules read `result`.
-    pub fn of<T>(result: &Result<T, BackendError>) -> Answer {
+    pub(crate) fn of<T>(result: &Result<T, BackendError>) -> Answer {
         match result {
             Ok(_) => Answer::Ok,
             Err(e) if e.is_unauthorized() => Answer::Refused,

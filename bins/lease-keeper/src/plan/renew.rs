@@ -13,7 +13,7 @@ use tcab_shared::job_cache::{JobSummary, summaries};
 
 /// Why a live Job's lease is not renewed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RenewSkip {
+pub(crate) enum RenewSkip {
     /// It has no `tcab.dev/job-id` label.
     NoJobId,
     /// Its `tcab.dev/job-id` label is not a backend job id.
@@ -24,7 +24,7 @@ pub enum RenewSkip {
 
 impl RenewSkip {
     /// A short phrase for the log.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             RenewSkip::NoJobId => "no tcab.dev/job-id label".into(),
             RenewSkip::MalformedJobId(id) => {
@@ -35,7 +35,7 @@ impl RenewSkip {
     }
 
     /// Whether the skip means the Job itself is malformed (worth a warning).
-    pub fn is_malformed(&self) -> bool {
+    pub(crate) fn is_malformed(&self) -> bool {
         matches!(self, RenewSkip::NoJobId | RenewSkip::MalformedJobId(_))
     }
 }
@@ -43,7 +43,7 @@ impl RenewSkip {
 /// The renewal call of one lane, borrowing its ids from the view it was
 /// planned from (a round renews every live Job: no id is copied).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LaneRenewal<'a> {
+pub(crate) struct LaneRenewal<'a> {
     /// Ids to renew, sorted and deduplicated. Two live Jobs of one id (an old
     /// claim still running beside a new one) renew it once.
     pub ids: Vec<&'a str>,
@@ -56,7 +56,7 @@ pub struct LaneRenewal<'a> {
 }
 
 /// Plans the renewal call of one lane.
-pub fn plan_lane<'a>(
+pub(crate) fn plan_lane<'a>(
     jobs: &'a [impl Borrow<JobSummary>],
     lane: Lane,
     judged_dead: &BTreeSet<String>,
@@ -90,7 +90,7 @@ pub fn plan_lane<'a>(
 
 /// The renewal calls of one round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenewalPlan<'a> {
+pub(crate) struct RenewalPlan<'a> {
     /// The run call; always made, even when empty, so the gate reflects
     /// whether the backend answers.
     pub runs: LaneRenewal<'a>,
@@ -99,7 +99,7 @@ pub struct RenewalPlan<'a> {
 }
 
 /// Plans one renewal round.
-pub fn plan_renewals<'a>(
+pub(crate) fn plan_renewals<'a>(
     jobs: &'a [impl Borrow<JobSummary>],
     publishing: bool,
     judged_dead: &BTreeSet<String>,

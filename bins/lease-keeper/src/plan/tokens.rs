@@ -66,7 +66,7 @@ impl DropReason {
 
 /// What pruning decides for one token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenVerdict {
+pub(crate) enum TokenVerdict {
     /// Keep it; `seen_job` is whether its Job has been seen so far.
     Keep { seen_job: bool },
     /// Drop it, for this reason.
@@ -76,7 +76,7 @@ pub enum TokenVerdict {
 /// Pure: whether to keep a token, given its Job in the cache (if any).
 /// A failed driver Job keeps its token: the death step needs it and forgets
 /// it once the death is handled.
-pub fn judge_token(
+pub(crate) fn judge_token(
     lane: Lane,
     seen_job: bool,
     put_at: Instant,

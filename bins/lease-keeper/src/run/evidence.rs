@@ -29,7 +29,7 @@ pub struct Evidence {
 
 /// What a dying Job's pod shows when its death report is prepared.
 #[derive(Debug)]
-pub enum FinalRead {
+pub(super) enum FinalRead {
     /// The pod ended well (`Succeeded`): a driver that exited 0.
     Succeeded,
     /// The pod as it is now (boxed: a pod is large), and its log tail.
@@ -42,7 +42,7 @@ pub enum FinalRead {
 /// Reads a dying Job's pod once more, and its log unless it ended well.
 /// Only reads: the reporter keeps what it finds ([`Reporter::explain_with`]),
 /// so the reads of several deaths can run at once.
-pub async fn read_final(inspector: &Inspector, job: &JobSummary) -> FinalRead {
+pub(super) async fn read_final(inspector: &Inspector, job: &JobSummary) -> FinalRead {
     let Ok(Some(pod)) = inspector.newest_pod(&job.name).await else {
         return FinalRead::Nothing;
     };
@@ -55,7 +55,7 @@ pub async fn read_final(inspector: &Inspector, job: &JobSummary) -> FinalRead {
 
 /// What the first read of a failing Job found: its newest pod and log
 /// tail, or no pod. Only reads, so several run at once.
-pub async fn read_first(
+pub(super) async fn read_first(
     inspector: &Inspector,
     job: &JobSummary,
 ) -> Result<Option<(Pod, LogTail)>, tcab_shared::kube_api::CallError> {
@@ -73,7 +73,7 @@ pub const READS_AT_ONCE: usize = 8;
 /// Runs `read` for each of `jobs`, at most [`READS_AT_ONCE`] at a time,
 /// until `deadline`: the results in the order of `jobs`; the ones not done
 /// by the deadline are left out (the tick's budget is spent).
-pub async fn read_at_once<'a, T, F, Fut>(
+pub(super) async fn read_at_once<'a, T, F, Fut>(
     jobs: &[&'a JobSummary],
     deadline: Instant,
     read: F,

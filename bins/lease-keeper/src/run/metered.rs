@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tcab_shared::tick::{Tick, TickOutcome};
 
 /// The renewal loop, recording each round.
-pub struct MeteredRenewer {
+pub(super) struct MeteredRenewer {
     renewer: Renewer,
     metrics: Arc<KeeperMetrics>,
     publishing: bool,
@@ -17,7 +17,7 @@ pub struct MeteredRenewer {
 impl MeteredRenewer {
     /// `renewer`, recording into `metrics`; `publishing` says whether the
     /// publish lane is renewed.
-    pub fn new(renewer: Renewer, metrics: Arc<KeeperMetrics>, publishing: bool) -> Self {
+    pub(super) fn new(renewer: Renewer, metrics: Arc<KeeperMetrics>, publishing: bool) -> Self {
         MeteredRenewer {
             renewer,
             metrics,
@@ -35,14 +35,14 @@ impl Tick for MeteredRenewer {
 }
 
 /// The report loop, recording each tick's reports.
-pub struct MeteredReporter {
+pub(super) struct MeteredReporter {
     reporter: Reporter,
     metrics: Arc<KeeperMetrics>,
 }
 
 impl MeteredReporter {
     /// `reporter`, recording into `metrics`.
-    pub fn new(reporter: Reporter, metrics: Arc<KeeperMetrics>) -> Self {
+    pub(super) fn new(reporter: Reporter, metrics: Arc<KeeperMetrics>) -> Self {
         MeteredReporter { reporter, metrics }
     }
 }

@@ -3,7 +3,6 @@
 //! its doubles, built on tcab-testkit.
 
 mod backend_sim;
-mod cause;
 mod cli;
 mod config;
 mod keeper;

@@ -13,7 +13,7 @@ use tcab_shared::job_cache::{JobSummary, summaries};
 /// none left); a driver reap needs the fresh Jobs to judge the id a reap
 /// too (or no Job with the id to be left). Anything else is a doubt: keep,
 /// and let the next tick plan again.
-pub fn confirm(
+pub(crate) fn confirm(
     job_id: &str,
     reason: &DeleteReason,
     fresh: &[impl Borrow<JobSummary>],

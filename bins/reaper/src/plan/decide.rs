@@ -5,10 +5,10 @@ use jiff::SignedDuration;
 use std::collections::BTreeMap;
 use tcab_shared::backend::client::is_job_id;
 
-pub(super) fn decide<J>(
+pub(super) fn decide(
     pod: &PodSummary,
     verdicts: &BTreeMap<String, IdVerdict>,
-    snapshot: &Snapshot<'_, J>,
+    snapshot: &Snapshot<'_>,
     grace: SignedDuration,
     settings: &SweepSettings,
 ) -> Result<(String, DeleteReason), KeepReason> {

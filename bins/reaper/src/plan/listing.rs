@@ -8,14 +8,14 @@ use tcab_shared::names;
 
 /// The most job ids one reap LIST names in its selector; more are listed
 /// by the label's presence, which keeps the request line short.
-pub const MAX_SELECTED_IDS: usize = 100;
+pub(crate) const MAX_SELECTED_IDS: usize = 100;
 
 /// The label selector of a reap's LIST: the job-id label alone, for the ids
 /// whose sandboxes are due (`tcab.dev/job-id in (a,b)`), so the sandboxes of
 /// another managed-by value show up too and can be told apart (see
 /// [`KeepReason::ManagedByMismatch`]); the label's presence for more than
 /// [`MAX_SELECTED_IDS`] ids.
-pub fn reap_selector(ids: &BTreeSet<String>) -> String {
+pub(crate) fn reap_selector(ids: &BTreeSet<String>) -> String {
     if ids.is_empty() || ids.len() > MAX_SELECTED_IDS {
         return names::JOB_ID.to_owned();
     }
@@ -29,13 +29,13 @@ pub fn reap_selector(ids: &BTreeSet<String>) -> String {
 /// id, but a reap's `in` selector only the ids it names. A Job that failed
 /// after the ids were chosen is judged by the plan but was not listed: its
 /// reap is not complete until a LIST names it.
-pub fn listed_all_of(due_reap: &BTreeSet<String>, sweep: bool, job_id: &str) -> bool {
+pub(crate) fn listed_all_of(due_reap: &BTreeSet<String>, sweep: bool, job_id: &str) -> bool {
     sweep || due_reap.len() > MAX_SELECTED_IDS || due_reap.contains(job_id)
 }
 
 /// The job ids whose due sandboxes include pods of another managed-by value
 /// (kept by the plan), each with those pods' `namespace/name`, sorted.
-pub fn mismatches(plan: &ReapPlan) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn mismatches(plan: &ReapPlan) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for kept in &plan.keep {
         if let (KeepReason::ManagedByMismatch { .. }, Some(id)) = (&kept.reason, &kept.pod.job_id) {

@@ -1,10 +1,11 @@
 //! The reaper's decision: which sandbox pods to delete, and why each other
 //! pod is kept.
 //!
-//! [`plan`] is a pure function over one [`Snapshot`]: the owned Jobs of a
-//! current view, the pods one LIST returned, `now`, the Jobs judged dead
-//! because they cannot finish failing, and (on a sweep tick) the job ids
-//! the backend still drives. It sorts what it is given, so the same
+//! [`plan_with`] is a pure function over the verdicts of a current view's
+//! job ids ([`tick_verdicts`]: from the owned Jobs and the Jobs judged dead
+//! because they cannot finish failing) and one [`Snapshot`]: the pods one
+//! LIST returned, `now`, and (on a sweep tick) the job ids the backend
+//! still drives. It sorts what it is given, so the same
 //! snapshot in any order gives the same plan. What the reaper remembers
 //! between ticks (which reaps are complete, when the sweep last ran) lives
 //! in [`crate::memory`]; it decides when to list, never what to delete.
@@ -32,18 +33,16 @@ mod pods;
 mod reasons;
 mod verdicts;
 
-pub use confirm::confirm;
-pub use listing::{MAX_SELECTED_IDS, listed_all_of, mismatches, reap_selector};
-pub use pods::PodSummary;
+pub(crate) use confirm::confirm;
+pub(crate) use listing::{listed_all_of, mismatches, reap_selector};
+pub(crate) use pods::PodSummary;
 pub use reasons::{DeleteReason, KeepReason, ReapKind};
-pub use verdicts::{IdVerdict, judge_ids, tick_verdicts};
+pub(crate) use verdicts::{IdVerdict, judge_ids, tick_verdicts};
 
 use decide::decide;
 use jiff::{SignedDuration, Timestamp};
-use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-use tcab_shared::job_cache::JobSummary;
 
 /// The reaper's settings, from its configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +66,7 @@ pub struct SweepSettings {
 
 /// What the backend said about the jobs it drives, for the orphan sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Driven<'a> {
+pub(crate) enum Driven<'a> {
     /// The sweep is not due this tick: the backend was not asked, and no
     /// orphan is swept.
     NotAsked,
@@ -77,30 +76,18 @@ pub enum Driven<'a> {
     Known(&'a BTreeSet<String>),
 }
 
-/// One snapshot the plan decides over (`J`: a summary, or a shared one).
-#[derive(Debug)]
-pub struct Snapshot<'a, J = JobSummary> {
-    /// The owned Jobs, from a view that is current.
-    pub jobs: &'a [J],
+/// What the plan decides over, beside the verdicts of the owned Jobs'
+/// job ids ([`tick_verdicts`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Snapshot<'a> {
     /// What the sandbox LIST returned (selected on the driver's managed-by
     /// value, but the plan checks every rule itself).
     pub pods: &'a [PodSummary],
     /// The time pod ages are measured against.
     pub now: Timestamp,
-    /// Keys ([`JobSummary::key`]) of the driver Jobs judged dead because they
-    /// cannot finish failing (see [`crate::memory::ReapMemory::observe`]).
-    pub dead: &'a BTreeSet<String>,
     /// What the backend drives (orphan sweep).
     pub driven: Driven<'a>,
 }
-
-impl<J> Clone for Snapshot<'_, J> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<J> Copy for Snapshot<'_, J> {}
 
 /// One pod to delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,7 +119,9 @@ pub struct ReapPlan {
     pub keep: Vec<PodKept>,
 }
 
-/// Decides which pods to delete.
+/// Decides which pods to delete, given the verdicts of the view's job ids
+/// ([`tick_verdicts`], covering at least every listed pod's id), so a tick
+/// judges its view once.
 ///
 /// A pod is deleted only when it carries the driver's managed-by value, is
 /// no Job's own pod, carries a valid job id, is not already terminating,
@@ -140,24 +129,8 @@ pub struct ReapPlan {
 /// sweep) no owned Job carries its id (or only succeeded driver Jobs do),
 /// the backend's driven list was read and lacks it, and it is at least the
 /// grace old.
-pub fn plan<J: Borrow<JobSummary>>(
-    snapshot: &Snapshot<'_, J>,
-    settings: &SweepSettings,
-) -> ReapPlan {
-    let ids: BTreeSet<&str> = snapshot
-        .pods
-        .iter()
-        .filter_map(|p| p.job_id.as_deref())
-        .collect();
-    let verdicts = tick_verdicts(snapshot.jobs, snapshot.dead, &ids);
-    plan_with(snapshot, &verdicts, settings)
-}
-
-/// [`plan`] with the verdicts of the snapshot already judged
-/// ([`tick_verdicts`], covering at least every listed pod's id), so a tick
-/// judges its view once.
-pub fn plan_with<J: Borrow<JobSummary>>(
-    snapshot: &Snapshot<'_, J>,
+pub(crate) fn plan_with(
+    snapshot: &Snapshot<'_>,
     verdicts: &BTreeMap<String, IdVerdict>,
     settings: &SweepSettings,
 ) -> ReapPlan {
@@ -190,10 +163,26 @@ mod tests {
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
     use tcab_shared::Lane;
-    use tcab_shared::job_cache::{JobCondition, JobPhase};
+    use tcab_shared::job_cache::{JobCondition, JobPhase, JobSummary};
 
     pub(super) const DRIVER: &str = "tcab-driver";
     pub(super) const DISPATCHER: &str = "tcab-dispatcher";
+
+    /// The plan of a tick that judges `jobs` (with `dead`) for the listed
+    /// pods' ids only, as [`plan_with`] is given them.
+    fn plan(
+        jobs: &[JobSummary],
+        dead: &BTreeSet<String>,
+        snapshot: &Snapshot<'_>,
+        settings: &SweepSettings,
+    ) -> ReapPlan {
+        let ids: BTreeSet<&str> = snapshot
+            .pods
+            .iter()
+            .filter_map(|p| p.job_id.as_deref())
+            .collect();
+        super::plan_with(snapshot, &tick_verdicts(jobs, dead, &ids), settings)
+    }
 
     fn settings() -> SweepSettings {
         SweepSettings {
@@ -296,11 +285,11 @@ mod tests {
         settings: &SweepSettings,
     ) -> ReapPlan {
         plan(
+            jobs,
+            dead,
             &Snapshot {
-                jobs,
                 pods,
                 now: now(),
-                dead,
                 driven: Driven::Known(driven),
             },
             settings,
@@ -437,11 +426,11 @@ mod tests {
         assert!(p.delete.is_empty());
         assert_eq!(kept_reason(&p, "sb-a"), &held);
         let not_due = plan(
+            &jobs,
+            &no_dead(),
             &Snapshot {
-                jobs: &jobs,
                 pods: &pods,
                 now: now(),
-                dead: &no_dead(),
                 driven: Driven::NotAsked,
             },
             &settings(),
@@ -598,11 +587,11 @@ mod tests {
             (Driven::Unknown, KeepReason::DrivenUnknown),
         ] {
             let p = plan(
+                &[] as &[JobSummary],
+                &no_dead(),
                 &Snapshot {
-                    jobs: &[] as &[JobSummary],
                     pods: &pods,
                     now: now(),
-                    dead: &no_dead(),
                     driven,
                 },
                 &settings(),
@@ -823,8 +812,8 @@ mod tests {
         ) {
             pods.extend(driver_pods);
             let (jobs, dead) = split(jobs);
-            let snapshot = Snapshot { jobs: &jobs, pods: &pods, now: now(), dead: &dead, driven: driven_of(&driven) };
-            let p = plan(&snapshot, &settings);
+            let snapshot = Snapshot { pods: &pods, now: now(), driven: driven_of(&driven) };
+            let p = plan(&jobs, &dead, &snapshot, &settings);
             for d in &p.delete {
                 // Only pods carrying the driver's managed-by value.
                 prop_assert_eq!(d.pod.managed_by.as_deref(), Some(DRIVER));
@@ -888,8 +877,10 @@ mod tests {
         ) {
             let (jobs, dead) = split(jobs);
             let (jobs2, dead2) = split(jobs2);
-            let base = plan(&Snapshot { jobs: &jobs, pods: &pods, now: now(), dead: &dead, driven: driven_of(&driven) }, &settings);
-            let shuffled = plan(&Snapshot { jobs: &jobs2, pods: &pods2, now: now(), dead: &dead2, driven: driven_of(&driven) }, &settings);
+            let snapshot = Snapshot { pods: &pods, now: now(), driven: driven_of(&driven) };
+            let base = plan(&jobs, &dead, &snapshot, &settings);
+            let snapshot = Snapshot { pods: &pods2, now: now(), driven: driven_of(&driven) };
+            let shuffled = plan(&jobs2, &dead2, &snapshot, &settings);
             prop_assert_eq!(base, shuffled);
         }
 
@@ -915,8 +906,8 @@ mod tests {
                     prop_assert_eq!(some.get(id), Some(verdict));
                 }
             }
-            let snapshot = Snapshot { jobs: &jobs, pods: &pods, now: now(), dead: &dead, driven: driven_of(&driven) };
-            prop_assert_eq!(plan(&snapshot, &settings), super::plan_with(&snapshot, &all, &settings));
+            let snapshot = Snapshot { pods: &pods, now: now(), driven: driven_of(&driven) };
+            prop_assert_eq!(plan(&jobs, &dead, &snapshot, &settings), super::plan_with(&snapshot, &all, &settings));
         }
     }
 
@@ -942,11 +933,11 @@ mod tests {
         ];
         let dead = BTreeSet::new();
         let out = plan(
+            &jobs,
+            &dead,
             &Snapshot {
-                jobs: &jobs,
                 pods: &pods,
                 now: now(),
-                dead: &dead,
                 driven: Driven::NotAsked,
             },
             &settings(),

@@ -10,7 +10,7 @@ use tcab_shared::job_cache::{JobPhase, JobSummary, summaries};
 
 /// What the owned Jobs say about the sandboxes of one job id.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IdVerdict {
+pub(crate) enum IdVerdict {
     /// Reap them.
     Reap {
         /// Why (a driver Job that failed, or one judged dead).
@@ -89,7 +89,7 @@ fn first<'a, T>(slot: &mut Option<(&'a JobSummary, T)>, job: &'a JobSummary, ext
 /// and when all of them are succeeded drivers the verdict says so (their
 /// sandboxes are leftovers for the sweep).
 /// Jobs whose job id is not a valid backend id are left out.
-pub fn judge_ids(
+pub(crate) fn judge_ids(
     jobs: &[impl Borrow<JobSummary>],
     dead: &BTreeSet<String>,
 ) -> BTreeMap<String, IdVerdict> {
@@ -101,7 +101,7 @@ pub fn judge_ids(
 /// verdict can reap), and of the ids `also` names (the listed sandboxes'
 /// ids, the ids warned about). Each verdict is [`judge_ids`]'s; the other
 /// ids, most of them at scale, are not judged at all.
-pub fn tick_verdicts(
+pub(crate) fn tick_verdicts(
     jobs: &[impl Borrow<JobSummary>],
     dead: &BTreeSet<String>,
     also: &BTreeSet<&str>,

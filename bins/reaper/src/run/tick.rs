@@ -177,10 +177,8 @@ impl Reaper {
         drop(also);
         let plan = plan::plan_with(
             &Snapshot {
-                jobs: jobs.as_slice(),
                 pods: &pods,
                 now: self.clock.now(),
-                dead: &dead,
                 driven,
             },
             &verdicts,

@@ -8,9 +8,9 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use tcab_reaper::memory::Due;
-use tcab_reaper::plan::{DeleteReason, KeepReason, ReapKind, SweepSettings};
+use tcab_reaper::Due;
 use tcab_reaper::run::{DeleteOutcome, SkipReason, SweepOutcome};
+use tcab_reaper::{DeleteReason, KeepReason, ReapKind, SweepSettings};
 
 fn ids(ids: &[&str]) -> BTreeSet<String> {
     ids.iter().map(|s| (*s).to_owned()).collect()

@@ -10,7 +10,7 @@ use kube::Client;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use std::time::Duration;
-use tcab_reaper::plan::SweepSettings;
+use tcab_reaper::SweepSettings;
 use tcab_reaper::run::{Reaper, ReaperSetup};
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::OwnedJobs;

@@ -1,12 +1,12 @@
 //! Death causes, table-driven over Job and Pod objects shaped as a real
 //! cluster writes them (the test kit's fixtures/death/).
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use tcab_lease_keeper::cause::{
+use super::{
     DeathCause, LOG_SEPARATOR, LOG_SEPARATOR_CUT, LogTail, MAX_DETAIL_BYTES, StartFailureKind,
     death_cause, death_detail, job_for_cause, start_failure,
 };
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use tcab_shared::Lane;
 use tcab_shared::job_cache::JobSummary;
 
