@@ -184,13 +184,26 @@ fn live_runs(world: &World) -> i64 {
     live.get("run").copied().unwrap_or(0)
 }
 
-/// One side's drain: the whole time, and the span from its first Job's
-/// create to its last (the cluster's own record), which leaves out the
-/// admitter's start-up (its dry-run create and first list of Jobs).
+/// One side's drain: the whole time, the span from its first Job's create
+/// to its last (the cluster's own record), which leaves out the admitter's
+/// start-up (its dry-run create and first list of Jobs), and the longest
+/// pause between two creates (a lane that went idle and waited for its poll
+/// interval shows here, not only as a lower rate).
 #[derive(Debug, Clone, Copy)]
 struct Drain {
     whole: Duration,
     steady: Duration,
+    longest_pause: Duration,
+}
+
+impl Drain {
+    fn new(whole: Duration, times: &[jiff::Timestamp]) -> Self {
+        Drain {
+            whole,
+            steady: span(times),
+            longest_pause: longest_pause(times),
+        }
+    }
 }
 
 /// When each Job was created, by the cluster's audit timeline.
@@ -205,6 +218,15 @@ fn creates(world: &World) -> Vec<jiff::Timestamp> {
         .filter(|e| e.kind == "Job" && e.event == "ADDED")
         .map(|e| e.at)
         .collect()
+}
+
+/// The longest time between two consecutive creates.
+fn longest_pause(times: &[jiff::Timestamp]) -> Duration {
+    times
+        .windows(2)
+        .map(|w| Duration::try_from(w[1] - w[0]).unwrap_or_default())
+        .max()
+        .unwrap_or_default()
 }
 
 fn span(times: &[jiff::Timestamp]) -> Duration {
@@ -233,9 +255,9 @@ async fn raw_floor(profile: Profile, vault: std::net::SocketAddr) -> anyhow::Res
     }
     let whole = start.elapsed();
     anyhow::ensure!(made == jobs, "raw floor created {made} of {jobs}");
-    let steady = span(&creates(&world));
+    let drain = Drain::new(whole, &creates(&world));
     world.backend.shutdown().await;
-    Ok(Drain { whole, steady })
+    Ok(drain)
 }
 
 /// The admitter's `run()`, from its start until every Job exists (the
@@ -268,10 +290,7 @@ async fn admitter(profile: Profile, vault: std::net::SocketAddr) -> anyhow::Resu
     let last = times.last().copied().unwrap_or(started);
     let whole = Duration::try_from(last - started).unwrap_or_default();
     world.backend.shutdown().await;
-    Ok(Drain {
-        whole,
-        steady: span(&times),
-    })
+    Ok(Drain::new(whole, &times))
 }
 
 /// The median single call of each step of one admission, under `profile`.
@@ -348,13 +367,15 @@ async fn measure(
         let floor = raw_floor(profile, vault).await?;
         let adm = admitter(profile, vault).await?;
         println!(
-            "  round {round}: raw floor {:>7.1} jobs/s ({:?}), admitter {:>7.1} jobs/s ({:?}; first to last Job {:?}, floor's {:?})",
+            "  round {round}: raw floor {:>7.1} jobs/s ({:?}), admitter {:>7.1} jobs/s ({:?}; first to last Job {:?}, floor's {:?}; longest pause between creates {:?}, floor's {:?})",
             rate(jobs, floor.whole),
             floor.whole,
             rate(jobs, adm.whole),
             adm.whole,
             adm.steady,
             floor.steady,
+            adm.longest_pause,
+            floor.longest_pause,
         );
         floors.push(floor);
         admits.push(adm);
@@ -363,6 +384,7 @@ async fn measure(
     let adm = median(admits.iter().map(|d| d.whole).collect());
     let floor_steady = median(floors.iter().map(|d| d.steady).collect());
     let adm_steady = median(admits.iter().map(|d| d.steady).collect());
+    let adm_pause = median(admits.iter().map(|d| d.longest_pause).collect());
     let ratio = floor.as_secs_f64() / adm.as_secs_f64();
     let steady_ratio = floor_steady.as_secs_f64() / adm_steady.as_secs_f64();
     let s = steps(profile, vault).await?;
@@ -393,6 +415,11 @@ async fn measure(
             "admitter/floor first to last Job",
             steady_ratio * 100.0,
             "%",
+        ),
+        (
+            "admitter longest pause between creates",
+            ms(adm_pause),
+            "ms",
         ),
     ] {
         println!("figure\tdrain\t{key} {name}\t{value:.3}\t{unit}");
