@@ -43,19 +43,21 @@ impl Reporter {
         for (name, skip) in &plan.skipped {
             tracing::debug!(job = %name, reason = %skip.describe(), "dead driver Job not reported");
         }
+        // A job whose reports keep failing waits out its back-off alone.
+        let candidates: Vec<_> = plan
+            .report
+            .into_iter()
+            .filter(|c| {
+                self.backoffs
+                    .due(&(Report::Death, c.key.job_id.clone()), now)
+            })
+            .collect();
         // The final reads of the deaths to explain run side by side first
         // (a burst of deaths is read at once); the backend calls follow in
         // order, one job at a time, as a hung backend must stop the round.
-        let to_read: Vec<&JobSummary> = plan
-            .report
+        let to_read: Vec<&JobSummary> = candidates
             .iter()
-            .filter(|c| {
-                c.kind != DeathKind::NeverStarted
-                    && !self.prepared.contains_key(&c.key)
-                    && self
-                        .backoffs
-                        .due(&(Report::Death, c.key.job_id.clone()), now)
-            })
+            .filter(|c| c.kind != DeathKind::NeverStarted && !self.prepared.contains_key(&c.key))
             .filter_map(|c| entries.iter().find(|j| j.name == c.job_name))
             .map(|j| &**j)
             .collect();
@@ -66,11 +68,8 @@ impl Reporter {
                 .into_iter()
                 .map(|(job, read)| (job.name.to_string(), read))
                 .collect();
-        for candidate in plan.report {
+        for candidate in candidates {
             let key = candidate.key;
-            if !self.backoffs.due(&(Report::Death, key.job_id.clone()), now) {
-                continue;
-            }
             if out_of_budget(deadline, report) {
                 break;
             }
