@@ -501,6 +501,14 @@ fn args() -> anyhow::Result<Args> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // RUST_LOG shows what the admitter did (on stderr), e.g. to find what
+    // a round's longest pause between creates was.
+    if let Ok(spec) = std::env::var("RUST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(spec.as_str())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args = args()?;
     let gate = gate::FakeGate::start().await;
     let profiles = [
