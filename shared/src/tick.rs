@@ -67,7 +67,8 @@ pub trait Tick {
 }
 
 /// Runs `tick` until `shutdown`. A tick in progress always finishes; a
-/// `Busy` tick loops straight back and an `Idle` one sleeps `poll`, ended
+/// `Busy` tick loops straight back and an `Idle` one gives the heap's free
+/// pages back ([`crate::runtime::heap`]) and sleeps `poll`, ended
 /// early by `wake` (a Job that finished during or after a tick starts the
 /// next tick at once; [`Wake::never`] for none) or by shutdown. Returns how
 /// many ticks ran.
@@ -84,6 +85,9 @@ pub async fn run_loop<T: Tick>(
         let outcome = tick.tick().await;
         ticks += 1;
         if outcome == TickOutcome::Idle {
+            // Caught up: what the busy ticks freed goes back to the system
+            // before the sleep (never between busy ticks, so a drain pays nothing).
+            crate::runtime::heap::release_free_pages();
             let go_on = tokio::select! {
                 _ = tokio::time::sleep(poll) => true,
                 _ = wake.wait() => true,

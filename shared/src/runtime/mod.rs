@@ -8,8 +8,11 @@
 //! - [`shutdown`]: one [`CancellationToken`] per process, cancelled by
 //!   SIGTERM or SIGINT; the tick in flight always finishes;
 //! - [`supervise`]: first list, then loop; stop when a needed task dies or
-//!   on shutdown ([`Supervisor`]). The loops are [`crate::tick::Tick`]s.
+//!   on shutdown ([`Supervisor`]). The loops are [`crate::tick::Tick`]s;
+//! - [`heap`]: freed heap pages go back to the system whenever a loop goes
+//!   idle, so the resident size follows what is held, not the peak.
 
+pub mod heap;
 pub mod shutdown;
 pub mod supervise;
 
