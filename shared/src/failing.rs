@@ -75,7 +75,7 @@ pub fn stuck_after(job: &JobSummary, margin: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::Lane;
-    use crate::job_cache::{JobCondition, JobPhase};
+    use crate::job_cache::{JobCondition, JobPhase, Rare};
 
     fn job(name: &str, failing: bool, phase: JobPhase) -> JobSummary {
         JobSummary {
@@ -89,18 +89,18 @@ mod tests {
             active_pods: 0,
             ready_pods: 0,
             terminating_pods: i32::from(failing),
-            failure_target: failing.then(|| {
-                Box::new(JobCondition {
+            rare: Rare {
+                failure_target: failing.then(|| JobCondition {
                     reason: "BackoffLimitExceeded".into(),
                     message: String::new(),
-                })
-            }),
-            failed: None,
+                }),
+                ..Rare::default()
+            }
+            .boxed(),
             termination_grace_seconds: Some(120),
             created_at: None,
             deleting: false,
             gone: false,
-            orphan_pod: None,
         }
     }
 

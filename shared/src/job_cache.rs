@@ -58,8 +58,8 @@ pub enum JobPhase {
     Failed,
 }
 
-/// A true condition of a Job: its reason and message (boxed in a summary:
-/// most Jobs have none, and a box costs a summary 8 bytes, not 48).
+/// A true condition of a Job: its reason and message (in a summary's
+/// [`Rare`] fields: most Jobs have none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobCondition {
     /// `reason` (e.g. `BackoffLimitExceeded`, `DeadlineExceeded`).
@@ -93,13 +93,14 @@ pub struct JobSummary {
     pub ready_pods: i32,
     /// `status.terminating`: pods being deleted that have not finished.
     pub terminating_pods: i32,
-    /// A true `FailureTarget` condition (Kubernetes 1.31+ sets it as soon as
-    /// the Job is bound to fail; `Failed` follows once its pods terminated).
-    pub failure_target: Option<Box<JobCondition>>,
-    /// The true `Failed` condition, once the Job has failed.
-    pub failed: Option<Box<JobCondition>>,
-    /// The pod template's `terminationGracePeriodSeconds`, if set.
-    pub termination_grace_seconds: Option<i64>,
+    /// What few Jobs have (failure conditions, an orphan pod), behind one
+    /// pointer: `None` when it would be empty. Read it through
+    /// [`JobSummary::failure_target`], [`JobSummary::failed`] and
+    /// [`JobSummary::orphan_pod`].
+    pub rare: Option<Box<Rare>>,
+    /// The pod template's `terminationGracePeriodSeconds`, if set (clamped
+    /// to 32 bits: 68 years is as good as longer).
+    pub termination_grace_seconds: Option<i32>,
     /// `metadata.creationTimestamp`.
     pub created_at: Option<Timestamp>,
     /// `metadata.deletionTimestamp` is set: the Job itself is being deleted.
@@ -108,8 +109,28 @@ pub struct JobSummary {
     /// it may live on (see [`pods`]): live, counting against its lane,
     /// keeping its lease, until the pod finishes.
     pub gone: bool,
+}
+
+/// The fields of a [`JobSummary`] that most Jobs never have. A summary
+/// keeps them behind one `Option<Box<_>>` (8 bytes) instead of 32 bytes of
+/// empty options in every cached Job, which brings a cached Job under
+/// 256 bytes with its `Arc` and the allocator's header.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rare {
+    /// A true `FailureTarget` condition (Kubernetes 1.31+ sets it as soon as
+    /// the Job is bound to fail; `Failed` follows once its pods terminated).
+    pub failure_target: Option<JobCondition>,
+    /// The true `Failed` condition, once the Job has failed.
+    pub failed: Option<JobCondition>,
     /// The pod standing for the gone Job, once it is known.
     pub orphan_pod: Option<Box<str>>,
+}
+
+impl Rare {
+    /// The summary's field for these: `None` when all of them are.
+    pub fn boxed(self) -> Option<Box<Rare>> {
+        (self != Rare::default()).then(|| Box::new(self))
+    }
 }
 
 /// The summaries of `jobs`, whether held (a test's plain data) or shared
@@ -121,6 +142,29 @@ pub fn summaries<J: std::borrow::Borrow<JobSummary>>(
 }
 
 impl JobSummary {
+    /// A true `FailureTarget` condition, if any.
+    pub fn failure_target(&self) -> Option<&JobCondition> {
+        self.rare.as_ref().and_then(|r| r.failure_target.as_ref())
+    }
+
+    /// The true `Failed` condition, once the Job has failed.
+    pub fn failed(&self) -> Option<&JobCondition> {
+        self.rare.as_ref().and_then(|r| r.failed.as_ref())
+    }
+
+    /// The pod standing for the gone Job, once it is known.
+    pub fn orphan_pod(&self) -> Option<&str> {
+        self.rare.as_ref().and_then(|r| r.orphan_pod.as_deref())
+    }
+
+    /// Changes the rare fields; an empty result is kept as `None`, so two
+    /// summaries with the same fields compare equal.
+    pub fn set_rare(&mut self, change: impl FnOnce(&mut Rare)) {
+        let mut rare = self.rare.take().map(|r| *r).unwrap_or_default();
+        change(&mut rare);
+        self.rare = rare.boxed();
+    }
+
     /// The Job's identity across views: its uid, or its name when it has
     /// none (a Job read back before the API server gave it one). A Job
     /// deleted and made again under the same name is another Job. Every
@@ -159,11 +203,9 @@ impl JobSummary {
             status
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|c| c.type_ == kind && c.status == "True"))
-                .map(|c| {
-                    Box::new(JobCondition {
-                        reason: c.reason.clone().unwrap_or_default(),
-                        message: c.message.clone().unwrap_or_default(),
-                    })
+                .map(|c| JobCondition {
+                    reason: c.reason.clone().unwrap_or_default(),
+                    message: c.message.clone().unwrap_or_default(),
                 })
         };
         let failed = condition("Failed");
@@ -185,16 +227,19 @@ impl JobSummary {
             active_pods: count(|s| s.active),
             ready_pods: count(|s| s.ready),
             terminating_pods: count(|s| s.terminating),
-            failure_target: condition("FailureTarget"),
-            failed,
-            termination_grace_seconds,
+            rare: Rare {
+                failure_target: condition("FailureTarget"),
+                failed,
+                orphan_pod: None,
+            }
+            .boxed(),
+            termination_grace_seconds: termination_grace_seconds.map(clamp_to_i32),
             created_at: meta
                 .creation_timestamp
                 .as_ref()
                 .map(|t| Timestamp::from_second(t.0.as_second()).unwrap_or(Timestamp::UNIX_EPOCH)),
             deleting: meta.deletion_timestamp.is_some(),
             gone: false,
-            orphan_pod: None,
             name: name.into(),
         }
     }
@@ -208,7 +253,7 @@ impl JobSummary {
     /// failed pod, a pod being deleted, or the Job itself being deleted. Its
     /// pod is the evidence then.
     pub fn shows_failure(&self) -> bool {
-        self.failure_target.is_some()
+        self.failure_target().is_some()
             || self.failed_pods > 0
             || self.terminating_pods > 0
             || self.deleting
@@ -220,6 +265,12 @@ impl JobSummary {
         (self.is_live() && self.shows_failure())
             || (self.phase == JobPhase::Failed && self.terminating_pods > 0)
     }
+}
+
+/// `seconds` within `i32`'s range (a termination grace of 68 years or
+/// more is as good as forever).
+pub fn clamp_to_i32(seconds: i64) -> i32 {
+    i32::try_from(seconds.clamp(i64::from(i32::MIN), i64::from(i32::MAX))).unwrap_or_default()
 }
 
 /// A cached Job, keyed by its own name: the set holds one pointer per Job
@@ -1125,11 +1176,14 @@ mod tests {
     }
 
     /// What a cached Job costs in place (docs/performance.md counts on it):
-    /// the strings are held inline, so a well-formed Job has no heap block.
+    /// the strings are held inline and the rare fields are absent, so a
+    /// well-formed running Job has no heap block beside its `Arc`; the `Arc`
+    /// (16 bytes of counts) and glibc's 8-byte header round up to 16 bytes,
+    /// so 232 bytes make a 256-byte block (264 made 288).
     #[test]
     fn a_summary_stays_small() {
         assert!(
-            size_of::<JobSummary>() <= 264,
+            size_of::<JobSummary>() <= 232,
             "{}",
             size_of::<JobSummary>()
         );
@@ -1146,6 +1200,29 @@ mod tests {
             s.job_id,
             Some(crate::inline_str::InlineStr::Inline { .. })
         ));
+        assert!(
+            s.rare.is_none(),
+            "a Job with no failure keeps no rare fields"
+        );
+    }
+
+    #[test]
+    fn rare_fields_emptied_again_compare_equal_to_none() {
+        let plain = JobSummary::default();
+        let mut changed = plain.clone();
+        changed.set_rare(|r| r.orphan_pod = Some("p".into()));
+        assert_eq!(changed.orphan_pod(), Some("p"));
+        assert_ne!(changed, plain);
+        changed.set_rare(|r| r.orphan_pod = None);
+        assert!(changed.rare.is_none());
+        assert_eq!(changed, plain, "a relist shares what did not change");
+    }
+
+    #[test]
+    fn a_grace_beyond_32_bits_is_clamped_not_wrapped() {
+        assert_eq!(clamp_to_i32(120), 120);
+        assert_eq!(clamp_to_i32(i64::MAX), i32::MAX);
+        assert_eq!(clamp_to_i32(-5_000_000_000), i32::MIN);
     }
 
     /// A relist shares the summary of every Job that did not change, so the
@@ -1194,11 +1271,8 @@ mod tests {
         assert_eq!(s.claim.as_deref(), Some("1"));
         assert_eq!(s.phase, JobPhase::Failed);
         assert_eq!(s.failed_pods, 1);
-        assert_eq!(
-            s.failure_target.as_ref().unwrap().reason,
-            "PodFailurePolicy"
-        );
-        assert_eq!(s.failed.as_ref().unwrap().reason, "BackoffLimitExceeded");
+        assert_eq!(s.failure_target().unwrap().reason, "PodFailurePolicy");
+        assert_eq!(s.failed().unwrap().reason, "BackoffLimitExceeded");
         assert_eq!(s.termination_grace_seconds, Some(120));
         assert!(!s.is_live() && s.shows_failure());
 
@@ -1471,13 +1545,13 @@ mod tests {
         );
         assert_eq!(cache.live_count(Lane::Run), 1);
         let entry = &cache.snapshot()[0];
-        assert!(entry.gone && entry.is_live() && entry.orphan_pod.is_none());
+        assert!(entry.gone && entry.is_live() && entry.orphan_pod().is_none());
         assert_eq!(entry.job_id.as_deref(), Some("a"), "it stands as it was");
 
         cache.vanished_checked("j", vec![pod("j-x", "j", "Running", false)]);
         assert!(!finishes.is_pending(), "the run still runs");
         let entry = &cache.snapshot()[0];
-        assert_eq!(entry.orphan_pod.as_deref(), Some("j-x"));
+        assert_eq!(entry.orphan_pod(), Some("j-x"));
         assert!(!cache.contains("j"), "contains() is about Jobs");
         assert_eq!(cache.standing_pods(), [("j".to_owned(), "j-x".to_owned())]);
 

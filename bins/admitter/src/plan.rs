@@ -244,16 +244,12 @@ pub(crate) fn stale_jobs(
                 && j.name != new_name
                 // A gone Job stands in the view by a pod of it: that pod is
                 // deleted, unless it is terminating already (or not known yet).
-                && (!j.gone || (j.orphan_pod.is_some() && j.terminating_pods == 0))
+                && (!j.gone || (j.orphan_pod().is_some() && j.terminating_pods == 0))
         })
         .map(|j| StaleJob {
             name: j.name.to_string(),
             claim: j.claim.as_deref().map(str::to_owned),
-            pod: j
-                .orphan_pod
-                .as_deref()
-                .filter(|_| j.gone)
-                .map(str::to_owned),
+            pod: j.orphan_pod().filter(|_| j.gone).map(str::to_owned),
         })
         .collect();
     stale.sort_by(|a, b| a.name.cmp(&b.name));
@@ -395,7 +391,7 @@ mod tests {
         let new = "tcab-driver-a-c2";
         let mut orphan = job("tcab-driver-a-c1", "a", "c1");
         orphan.gone = true;
-        orphan.orphan_pod = Some("tcab-driver-a-c1-x7k".into());
+        orphan.set_rare(|r| r.orphan_pod = Some("tcab-driver-a-c1-x7k".into()));
         assert_eq!(
             stale_jobs(Lane::Run, "a", new, std::slice::from_ref(&orphan)),
             [StaleJob {
@@ -408,7 +404,7 @@ mod tests {
         let mut terminating = orphan.clone();
         terminating.terminating_pods = 1;
         let mut checking = orphan;
-        checking.orphan_pod = None;
+        checking.set_rare(|r| r.orphan_pod = None);
         assert!(stale_jobs(Lane::Run, "a", new, &[terminating, checking]).is_empty());
     }
 

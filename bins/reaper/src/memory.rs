@@ -212,7 +212,7 @@ impl ReapMemory {
 mod tests {
     use super::*;
     use crate::plan::{DeleteReason, KeepReason, judge_ids};
-    use tcab_shared::job_cache::{JobCondition, JobPhase};
+    use tcab_shared::job_cache::{JobCondition, JobPhase, Rare};
 
     fn settings() -> SweepSettings {
         SweepSettings {
@@ -225,11 +225,11 @@ mod tests {
         }
     }
 
-    fn condition() -> Option<Box<JobCondition>> {
-        Some(Box::new(JobCondition {
+    fn condition() -> Option<JobCondition> {
+        Some(JobCondition {
             reason: "PodFailurePolicy".into(),
             message: String::new(),
-        }))
+        })
     }
 
     fn job(name: &str, id: &str, phase: JobPhase, terminating: i32) -> JobSummary {
@@ -245,17 +245,20 @@ mod tests {
             active_pods: 0,
             ready_pods: 0,
             terminating_pods: terminating,
-            failure_target: if failed || terminating > 0 {
-                condition()
-            } else {
-                None
-            },
-            failed: if failed { condition() } else { None },
+            rare: Rare {
+                failure_target: if failed || terminating > 0 {
+                    condition()
+                } else {
+                    None
+                },
+                failed: if failed { condition() } else { None },
+                orphan_pod: None,
+            }
+            .boxed(),
             termination_grace_seconds: Some(120),
             created_at: None,
             deleting: false,
             gone: false,
-            orphan_pod: None,
         }
     }
 

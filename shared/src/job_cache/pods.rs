@@ -13,7 +13,7 @@
 //! finish. Until the pods of a vanished Job are known, its last summary
 //! stands in for it (still live), so no lane frees a slot early.
 
-use super::JobSummary;
+use super::{JobSummary, Rare};
 use crate::lane::Lane;
 use crate::names;
 use jiff::Timestamp;
@@ -108,10 +108,14 @@ impl OwnedPod {
             active_pods: i32::from(!self.deleting),
             ready_pods: i32::from(self.ready && !self.deleting),
             terminating_pods: i32::from(self.deleting),
-            termination_grace_seconds: self.termination_grace_seconds,
+            termination_grace_seconds: self.termination_grace_seconds.map(super::clamp_to_i32),
             created_at: self.created_at,
             gone: true,
-            orphan_pod: Some(self.name.as_str().into()),
+            rare: Rare {
+                orphan_pod: Some(self.name.as_str().into()),
+                ..Rare::default()
+            }
+            .boxed(),
             ..JobSummary::default()
         }
     }
@@ -230,7 +234,7 @@ mod tests {
     fn a_stand_in_is_a_live_entry_named_after_its_job() {
         let running = pod("j1-x", "j1", false, "2026-11-29T17:00:00Z", "Running").stand_in();
         assert_eq!(
-            (running.name.as_str(), running.orphan_pod.as_deref()),
+            (running.name.as_str(), running.orphan_pod()),
             ("j1", Some("j1-x"))
         );
         assert!(running.is_live() && running.gone && !running.shows_failure());
@@ -269,7 +273,7 @@ mod tests {
         let gone = gone_after_list(pods, |n| jobs.contains_key(n));
         assert_eq!(gone.len(), 1, "{gone:?}");
         assert_eq!(
-            gone["j1"].entry().orphan_pod.as_deref(),
+            gone["j1"].entry().orphan_pod(),
             Some("j1-new"),
             "a running pod wins over a terminating one"
         );
@@ -284,7 +288,7 @@ mod tests {
             ..JobSummary::default()
         };
         let entry = Gone::Checking(Arc::new(last)).entry();
-        assert!(entry.gone && entry.is_live() && entry.orphan_pod.is_none());
+        assert!(entry.gone && entry.is_live() && entry.orphan_pod().is_none());
         assert_eq!(entry.job_id.as_deref(), Some("a"));
     }
 }

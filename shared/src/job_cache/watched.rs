@@ -211,7 +211,7 @@ mod tests {
         assert_eq!(summary.termination_grace_seconds, Some(30));
         assert_eq!(summary.job_id.as_deref(), Some("r1"));
         assert!(summary.deleting);
-        assert!(summary.failure_target.is_some());
+        assert!(summary.failure_target().is_some());
         assert_eq!(watched.resource_version().as_deref(), Some("42"));
     }
 

@@ -23,10 +23,9 @@ pub(crate) fn job_for_cause(summary: &tcab_shared::job_cache::JobSummary) -> Job
         ..JobCondition::default()
     };
     let conditions: Vec<JobCondition> = [
-        summary.failed.as_ref().map(|c| condition("Failed", c)),
+        summary.failed().map(|c| condition("Failed", c)),
         summary
-            .failure_target
-            .as_ref()
+            .failure_target()
             .map(|c| condition("FailureTarget", c)),
     ]
     .into_iter()

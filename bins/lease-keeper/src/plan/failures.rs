@@ -292,10 +292,12 @@ mod tests {
     }
 
     fn failure_target(mut j: JobSummary) -> JobSummary {
-        j.failure_target = Some(Box::new(JobCondition {
-            reason: "BackoffLimitExceeded".into(),
-            message: String::new(),
-        }));
+        j.set_rare(|r| {
+            r.failure_target = Some(JobCondition {
+                reason: "BackoffLimitExceeded".into(),
+                message: String::new(),
+            });
+        });
         j.failed_pods = 1;
         j.terminating_pods = 1;
         j.active_pods = 0;

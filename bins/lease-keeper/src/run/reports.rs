@@ -350,7 +350,7 @@ impl Reporter {
             if present(&last.name) || !last.is_live() {
                 continue;
             }
-            tracing::info!(job = %last.name, job_id = last.job_id.as_deref().unwrap_or(""), pod = last.orphan_pod.as_deref().unwrap_or(""), "a live Job left the view (deleted, and no pod of it runs on): its pod is read and its death judged");
+            tracing::info!(job = %last.name, job_id = last.job_id.as_deref().unwrap_or(""), pod = last.orphan_pod().unwrap_or(""), "a live Job left the view (deleted, and no pod of it runs on): its pod is read and its death judged");
             self.vanished.insert(
                 last.name.to_string(),
                 Vanished {

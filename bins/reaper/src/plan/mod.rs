@@ -163,7 +163,7 @@ mod tests {
     use proptest::prelude::*;
     use proptest::test_runner::RngSeed;
     use tcab_shared::Lane;
-    use tcab_shared::job_cache::{JobCondition, JobPhase, JobSummary};
+    use tcab_shared::job_cache::{JobCondition, JobPhase, JobSummary, Rare};
 
     pub(super) const DRIVER: &str = "tcab-driver";
     pub(super) const DISPATCHER: &str = "tcab-dispatcher";
@@ -199,11 +199,11 @@ mod tests {
         Timestamp::from_second(1_800_000_000).expect("valid")
     }
 
-    fn condition(reason: &str) -> Box<JobCondition> {
-        Box::new(JobCondition {
+    fn condition(reason: &str) -> JobCondition {
+        JobCondition {
             reason: reason.into(),
             message: String::new(),
-        })
+        }
     }
 
     pub(super) fn job(name: &str, id: &str, lane: Lane, phase: JobPhase) -> JobSummary {
@@ -219,13 +219,16 @@ mod tests {
             active_pods: i32::from(phase == JobPhase::Live),
             ready_pods: 0,
             terminating_pods: 0,
-            failure_target: failed.then(|| condition("PodFailurePolicy")),
-            failed: failed.then(|| condition("PodFailurePolicy")),
+            rare: Rare {
+                failure_target: failed.then(|| condition("PodFailurePolicy")),
+                failed: failed.then(|| condition("PodFailurePolicy")),
+                orphan_pod: None,
+            }
+            .boxed(),
             termination_grace_seconds: Some(120),
             created_at: Some(now() - SignedDuration::from_secs(3600)),
             deleting: false,
             gone: false,
-            orphan_pod: None,
         }
     }
 
@@ -234,7 +237,11 @@ mod tests {
         JobSummary {
             active_pods: 0,
             terminating_pods: 1,
-            failure_target: Some(condition("PodFailurePolicy")),
+            rare: Rare {
+                failure_target: Some(condition("PodFailurePolicy")),
+                ..Rare::default()
+            }
+            .boxed(),
             ..job(name, id, Lane::Run, JobPhase::Live)
         }
     }
@@ -700,7 +707,9 @@ mod tests {
                 let mut j = job(&name, IDS[id], lane, phase);
                 j.terminating_pods = terminating;
                 if phase == JobPhase::Live {
-                    j.failure_target = target.then(|| condition("PodFailurePolicy"));
+                    j.set_rare(|r| {
+                        r.failure_target = target.then(|| condition("PodFailurePolicy"))
+                    });
                 }
                 (j, dead)
             })
