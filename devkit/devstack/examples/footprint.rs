@@ -10,7 +10,8 @@
 //! 2026-12-02's second round), the three
 //! containers restarted so each lists them into its cache, then 10 s of
 //! steady state at a 1 s poll. Prints each container's resident memory
-//! (now and peak), the memory per cached Job from the smallest and largest
+//! (at the window's end, its lowest and highest over the window, sampled
+//! every 250 ms, and the peak), the memory per cached Job from the smallest and largest
 //! sizes, and, per container, the Kubernetes requests (by verb and
 //! resource, from kube-sim's counters by `User-Agent`) and the backend
 //! calls (by route, from backend-sim's) over the window. Figure lines
@@ -27,6 +28,10 @@ use tcab_kube_sim::AdminClient;
 /// The steady-state window and the poll interval in it.
 const WINDOW: Duration = Duration::from_secs(10);
 const POLL_SECONDS: f64 = 1.0;
+/// How often resident memory is sampled in the window: a lease-keeper with
+/// 100,000 Jobs holds a renewal round's bodies for part of each second, so
+/// one sample lands in or out of a round by chance.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
 /// Resident memory of the three containers with each number of owned Jobs,
 /// and their API and backend calls at steady state.
@@ -86,13 +91,26 @@ async fn main() -> anyhow::Result<()> {
                 hwm,
                 anon,
                 file,
+                window: (low, high),
             } = mem;
             println!(
-                "  {binary:<18} RSS {:>6.1} MiB   peak {:>6.1} MiB   (heap and stacks {:>6.1} MiB, mapped binary {:>5.1} MiB)",
+                "  {binary:<18} RSS {:>6.1} MiB   over the window {:>5.1}–{:<5.1} MiB   peak {:>6.1} MiB   (heap and stacks {:>6.1} MiB, mapped binary {:>5.1} MiB)",
                 mib(*rss),
+                mib(*low),
+                mib(*high),
                 mib(*hwm),
                 mib(*anon),
                 mib(*file)
+            );
+            figure(
+                &format!("{binary} rss low over the window at {} jobs", m.jobs),
+                mib(*low),
+                "MiB",
+            );
+            figure(
+                &format!("{binary} rss high over the window at {} jobs", m.jobs),
+                mib(*high),
+                "MiB",
             );
             figure(
                 &format!("{binary} anonymous at {} jobs", m.jobs),
@@ -226,7 +244,17 @@ async fn measure(jobs: usize, driven: bool) -> anyhow::Result<Measured> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     admin.reset_counters().await?;
     stack.backend.calls(true).await?;
-    tokio::time::sleep(WINDOW).await;
+    let mut window: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+    let end = Instant::now() + WINDOW;
+    while Instant::now() < end {
+        for c in Container::ALL {
+            let rss = memory_kib(stack.pid(c).unwrap_or(0)).rss;
+            let (low, high) = window.entry(c.binary()).or_insert((rss, rss));
+            *low = (*low).min(rss);
+            *high = (*high).max(rss);
+        }
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
 
     let counters = admin.counters().await?;
     let backend = stack.backend.calls(false).await?;
@@ -239,7 +267,11 @@ async fn measure(jobs: usize, driven: bool) -> anyhow::Result<Measured> {
     for c in Container::ALL {
         let binary = c.binary();
         let pid = stack.pid(c).unwrap_or(0);
-        m.memory.insert(binary, memory_kib(pid));
+        let mut memory = memory_kib(pid);
+        if let Some(&range) = window.get(binary) {
+            memory.window = range;
+        }
+        m.memory.insert(binary, memory);
         let mine = |agent: &String| agent.starts_with(&format!("{binary}/"));
         let kube = counters
             .requests_by_agent
@@ -312,15 +344,16 @@ async fn create_jobs(stack: &Stack, jobs: usize) -> anyhow::Result<usize> {
     Ok(created)
 }
 
-/// Resident and peak resident memory of a process, in KiB.
 /// One process's memory from `/proc/<pid>/status`, in KiB: resident now
 /// and at its peak, and what is resident now split into anonymous memory
-/// (heap, stacks) and file pages (the binary's text mapped in).
+/// (heap, stacks) and file pages (the binary's text mapped in); `window`
+/// is the lowest and highest resident size sampled over the window.
 struct Memory {
     rss: u64,
     hwm: u64,
     anon: u64,
     file: u64,
+    window: (u64, u64),
 }
 
 fn memory_kib(pid: u32) -> Memory {
@@ -338,5 +371,6 @@ fn memory_kib(pid: u32) -> Memory {
         hwm: field("VmHWM:"),
         anon: field("RssAnon:"),
         file: field("RssFile:"),
+        window: (0, 0),
     }
 }
