@@ -8,17 +8,45 @@
 //! hands every whole free page back (glibc's `malloc_trim` walks all arenas
 //! and releases the inside of free chunks too).
 //!
-//! It is called only when a loop goes idle, never between busy ticks, so a
-//! drain pays nothing for it; an idle tick is rare work next to the poll
-//! interval it then sleeps. This file holds the workspace's one unsafe call:
+//! It is called only when a loop goes idle (at most once a second a
+//! process), never between busy ticks, so a drain pays nothing for it; an
+//! idle tick is rare work next to the poll interval it then sleeps. This file holds the workspace's one unsafe call:
 //! the workspace lint denies `unsafe_code` (not forbids) so that this module
 //! alone may allow it.
 
-/// Hands the heap's free pages back to the system. Returns whether any
-/// memory was released (always `false` where there is nothing to call: a
-/// non-glibc target).
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// At most one trim a process in this long: a trim walks every arena under
+/// its lock, and a loop woken often (a Job finishing every few
+/// milliseconds under churn) goes idle as often; the lease-keeper runs
+/// four loops.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// When the process last trimmed.
+static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Hands the heap's free pages back to the system, unless this process
+/// did so less than [`MIN_INTERVAL`] ago. Returns whether any memory was
+/// released (always `false` where there is nothing to call: a non-glibc
+/// target).
 pub fn release_free_pages() -> bool {
+    let now = Instant::now();
+    {
+        let mut last = LAST
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !due(*last, now) {
+            return false;
+        }
+        *last = Some(now);
+    }
     trim()
+}
+
+/// Whether a trim is due at `now` after one at `last`. Pure.
+fn due(last: Option<Instant>, now: Instant) -> bool {
+    last.is_none_or(|at| now.saturating_duration_since(at) >= MIN_INTERVAL)
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -35,9 +63,26 @@ fn trim() -> bool {
     false
 }
 
+#[cfg(test)]
+mod rate {
+    use super::{MIN_INTERVAL, due};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_trim_is_due_first_and_then_once_an_interval_has_passed() {
+        let t0 = Instant::now();
+        assert!(due(None, t0));
+        assert!(!due(Some(t0), t0));
+        assert!(!due(Some(t0), t0 + MIN_INTERVAL - Duration::from_millis(1)));
+        assert!(due(Some(t0), t0 + MIN_INTERVAL));
+    }
+}
+
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
 mod tests {
-    use super::release_free_pages;
+    // The trim itself: the rate limit is process-wide, and the tick tests
+    // of this process go idle too.
+    use super::trim as release_free_pages;
 
     /// The process's resident size in KiB, from /proc/self/status.
     fn resident_kib() -> u64 {
