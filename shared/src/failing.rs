@@ -75,20 +75,18 @@ pub fn stuck_after(job: &JobSummary, margin: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::Lane;
-    use crate::job_cache::{JobCondition, JobPhase, Rare};
+    use crate::job_cache::{JobCondition, JobNames, JobPhase, Rare};
 
     fn job(name: &str, failing: bool, phase: JobPhase) -> JobSummary {
         JobSummary {
-            name: name.into(),
+            names: JobNames::new(name, Some(name), Some("c")),
             uid: format!("uid-{name}").into(),
             lane: Lane::Run,
-            job_id: Some(name.into()),
-            claim: Some("c".into()),
             phase,
-            failed_pods: i32::from(failing),
+            failed_pods: u16::from(failing),
             active_pods: 0,
             ready_pods: 0,
-            terminating_pods: i32::from(failing),
+            terminating_pods: u16::from(failing),
             rare: Rare {
                 failure_target: failing.then(|| JobCondition {
                     reason: "BackoffLimitExceeded".into(),

@@ -1,10 +1,10 @@
 //! Short strings kept inside the struct that holds them.
 //!
-//! The Job cache holds four strings per owned Job (name, uid, job id, claim
-//! tag): as `String`s they cost 24 bytes each plus a heap block (48 bytes
-//! for a 36-character uid). The values have known shapes: Kubernetes uids
-//! and backend job ids are 36-character UUIDs, claim tags 8 characters, Job
-//! names at most 63 characters. An [`InlineStr<N>`] stores up to `N` bytes in
+//! The Job cache holds a name and a uid per owned Job (the job id and claim
+//! labels sit inside the name: `job_cache::JobNames`): as `String`s they
+//! would cost 24 bytes each plus a heap block (48 bytes for a 36-character
+//! uid). The values have known shapes: Kubernetes uids are 36-character
+//! UUIDs, Job names at most 63 characters. An [`InlineStr<N>`] stores up to `N` bytes in
 //! place and anything longer on the heap, so a well-formed value costs no
 //! allocation, and any value, malformed or not, is kept exactly as it was.
 //! It dereferences to `str`, so it reads like a `String`.
@@ -30,10 +30,8 @@ pub enum InlineStr<const N: usize> {
 
 /// A Job name: at most 63 characters (the `job-name` label's limit), 62 in place.
 pub type NameStr = InlineStr<62>;
-/// A uid or a backend job id: a 36-character UUID in place (40 bytes in all).
+/// A uid: a 36-character UUID in place (40 bytes in all).
 pub type IdStr = InlineStr<38>;
-/// A claim tag: 8 characters in place (24 bytes in all).
-pub type TagStr = InlineStr<22>;
 
 impl<const N: usize> InlineStr<N> {
     /// The string.
@@ -213,6 +211,5 @@ mod tests {
         assert_eq!(size_of::<NameStr>(), 64);
         assert_eq!(size_of::<IdStr>(), 40);
         assert_eq!(size_of::<Option<IdStr>>(), 40);
-        assert_eq!(size_of::<Option<TagStr>>(), 24);
     }
 }

@@ -155,11 +155,8 @@ impl LaneState {
         unseen
             .chain(unsettled)
             .map(|(name, claim)| JobSummary {
-                name: name.into(),
                 lane,
-                job_id: Some(job_id.into()),
-                claim: claim.map(Into::into),
-                ..JobSummary::default()
+                ..JobSummary::named(&name, Some(job_id), claim.as_deref())
             })
             .collect()
     }
@@ -339,10 +336,8 @@ mod tests {
         job.metadata.name = Some("tcab-driver-a-c1a1m000".into());
         lane.hold_unsettled(Creation::new(Lane::Run, "a", "c1a1m000", job, t0));
         let pending = lane.pending_with_id(Lane::Run, "a");
-        let shown: Vec<(&str, Option<&str>)> = pending
-            .iter()
-            .map(|j| (j.name.as_str(), j.claim.as_deref()))
-            .collect();
+        let shown: Vec<(&str, Option<&str>)> =
+            pending.iter().map(|j| (j.name(), j.claim())).collect();
         assert_eq!(
             shown,
             [
@@ -353,7 +348,7 @@ mod tests {
         assert!(
             pending
                 .iter()
-                .all(|j| j.is_live() && j.job_id.as_deref() == Some("a"))
+                .all(|j| j.is_live() && j.job_id() == Some("a"))
         );
         assert!(lane.drop_stale("tcab-driver-a-c1a1m001").is_none());
         assert!(lane.drop_stale("tcab-driver-a-c1a1m000").is_some());

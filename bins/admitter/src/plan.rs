@@ -238,17 +238,17 @@ pub(crate) fn stale_jobs(
         .iter()
         .filter(|j| {
             j.lane == lane
-                && j.job_id.as_deref() == Some(job_id)
+                && j.job_id() == Some(job_id)
                 && j.is_live()
                 && !j.deleting
-                && j.name != new_name
+                && j.name() != new_name
                 // A gone Job stands in the view by a pod of it: that pod is
                 // deleted, unless it is terminating already (or not known yet).
                 && (!j.gone || (j.orphan_pod().is_some() && j.terminating_pods == 0))
         })
         .map(|j| StaleJob {
-            name: j.name.to_string(),
-            claim: j.claim.as_deref().map(str::to_owned),
+            name: j.name().to_string(),
+            claim: j.claim().map(str::to_owned),
             pod: j.orphan_pod().filter(|_| j.gone).map(str::to_owned),
         })
         .collect();
@@ -330,9 +330,7 @@ mod tests {
 
     fn job(name: &str, id: &str, claim: &str) -> JobSummary {
         JobSummary {
-            name: name.into(),
-            job_id: Some(id.into()),
-            claim: Some(claim.into()),
+            names: tcab_shared::job_cache::JobNames::new(name, Some(id), Some(claim)),
             ..JobSummary::default()
         }
     }
@@ -359,7 +357,7 @@ mod tests {
         assert_eq!(
             stale_jobs(Lane::Run, "a", new, &seen),
             [StaleJob {
-                name: old.name.to_string(),
+                name: old.name().to_string(),
                 claim: Some("c1".into()),
                 pod: None,
             }],
@@ -375,7 +373,7 @@ mod tests {
         );
         // A Job without a claim label is still another claim's.
         let mut unlabelled = job("tcab-driver-a-old", "a", "x");
-        unlabelled.claim = None;
+        unlabelled.names = unlabelled.names.with_claim(None);
         assert_eq!(
             stale_jobs(Lane::Run, "a", new, &[unlabelled]),
             [StaleJob {
@@ -395,7 +393,7 @@ mod tests {
         assert_eq!(
             stale_jobs(Lane::Run, "a", new, std::slice::from_ref(&orphan)),
             [StaleJob {
-                name: orphan.name.to_string(),
+                name: orphan.name().to_string(),
                 claim: Some("c1".into()),
                 pod: Some("tcab-driver-a-c1-x7k".into()),
             }]

@@ -107,7 +107,7 @@ impl Inspector {
             .iter()
             .map(JobSummary::from_job)
             .filter(JobSummary::is_live)
-            .map(|j| j.name.into())
+            .map(|j| j.name().into())
             .collect();
         live.sort();
         Ok(live)

@@ -112,7 +112,7 @@ impl TokenStore {
             return Vec::new();
         }
         let by_claim: HashMap<(&str, &str), &JobSummary> = summaries(jobs)
-            .filter_map(|j| Some(((j.job_id.as_deref()?, j.claim.as_deref()?), j)))
+            .filter_map(|j| Some(((j.job_id()?, j.claim()?), j)))
             .collect();
         let mut inner = self.lock();
         let mut dropped = Vec::new();
@@ -149,10 +149,12 @@ mod tests {
 
     fn summary(id: &str, claim: &str, lane: Lane, phase: JobPhase) -> JobSummary {
         JobSummary {
-            name: tcab_shared::names::job_name(lane, id, claim).into(),
+            names: tcab_shared::job_cache::JobNames::new(
+                &tcab_shared::names::job_name(lane, id, claim),
+                Some(id),
+                Some(claim),
+            ),
             lane,
-            job_id: Some(id.into()),
-            claim: Some(claim.into()),
             phase,
             ..JobSummary::default()
         }
@@ -219,7 +221,7 @@ mod tests {
                 (TokenKey::new("pubdead", "c"), DropReason::PublisherFailed),
             ]
         );
-        jobs.retain(|j| j.job_id.as_deref() != Some("vanish"));
+        jobs.retain(|j| j.job_id() != Some("vanish"));
         let dropped = store.prune(&jobs, t0 + Duration::from_secs(119), lease);
         assert_eq!(
             dropped,

@@ -109,9 +109,7 @@ impl ReapMemory {
         self.failing.observe(jobs, now);
         let present: BTreeSet<&str> = summaries(jobs).map(JobSummary::key).collect();
         self.reaped.retain(|key| present.contains(key.as_str()));
-        let ids: BTreeSet<&str> = summaries(jobs)
-            .filter_map(|j| j.job_id.as_deref())
-            .collect();
+        let ids: BTreeSet<&str> = summaries(jobs).filter_map(|j| j.job_id()).collect();
         self.backoffs.retain(|id| ids.contains(id.as_str()));
 
         summaries(jobs)
@@ -232,16 +230,14 @@ mod tests {
         })
     }
 
-    fn job(name: &str, id: &str, phase: JobPhase, terminating: i32) -> JobSummary {
+    fn job(name: &str, id: &str, phase: JobPhase, terminating: u16) -> JobSummary {
         let failed = phase == JobPhase::Failed;
         JobSummary {
-            name: name.into(),
+            names: tcab_shared::job_cache::JobNames::new(name, Some(id), Some("c")),
             uid: format!("uid-{name}").into(),
             lane: Lane::Run,
-            job_id: Some(id.into()),
-            claim: Some("c".into()),
             phase,
-            failed_pods: i32::from(failed),
+            failed_pods: u16::from(failed),
             active_pods: 0,
             ready_pods: 0,
             terminating_pods: terminating,

@@ -13,7 +13,7 @@
 //! finish. Until the pods of a vanished Job are known, its last summary
 //! stands in for it (still live), so no lane frees a slot early.
 
-use super::{JobSummary, Rare};
+use super::{JobNames, JobSummary, Rare};
 use crate::lane::Lane;
 use crate::names;
 use jiff::Timestamp;
@@ -100,14 +100,16 @@ impl OwnedPod {
     /// of one pod, named after the Job, that says which pod it is.
     pub fn stand_in(&self) -> JobSummary {
         JobSummary {
-            name: self.job_name.as_str().into(),
+            names: JobNames::new(
+                &self.job_name,
+                self.job_id.as_deref(),
+                self.claim.as_deref(),
+            ),
             uid: Default::default(),
             lane: self.lane,
-            job_id: self.job_id.as_deref().map(Into::into),
-            claim: self.claim.as_deref().map(Into::into),
-            active_pods: i32::from(!self.deleting),
-            ready_pods: i32::from(self.ready && !self.deleting),
-            terminating_pods: i32::from(self.deleting),
+            active_pods: u16::from(!self.deleting),
+            ready_pods: u16::from(self.ready && !self.deleting),
+            terminating_pods: u16::from(self.deleting),
             termination_grace_seconds: self.termination_grace_seconds.map(super::clamp_to_i32),
             created_at: self.created_at,
             gone: true,
@@ -233,10 +235,7 @@ mod tests {
     #[test]
     fn a_stand_in_is_a_live_entry_named_after_its_job() {
         let running = pod("j1-x", "j1", false, "2026-11-29T17:00:00Z", "Running").stand_in();
-        assert_eq!(
-            (running.name.as_str(), running.orphan_pod()),
-            ("j1", Some("j1-x"))
-        );
+        assert_eq!((running.name(), running.orphan_pod()), ("j1", Some("j1-x")));
         assert!(running.is_live() && running.gone && !running.shows_failure());
         assert_eq!(
             (
@@ -259,7 +258,7 @@ mod tests {
         let jobs: HashMap<String, JobSummary> = [(
             "j2".to_owned(),
             JobSummary {
-                name: "j2".into(),
+                names: JobNames::new("j2", None, None),
                 ..JobSummary::default()
             },
         )]
@@ -282,13 +281,12 @@ mod tests {
     #[test]
     fn a_vanished_job_stands_as_it_was_while_its_pods_are_checked() {
         let last = JobSummary {
-            name: "j".into(),
+            names: JobNames::new("j", Some("a"), None),
             active_pods: 1,
-            job_id: Some("a".into()),
             ..JobSummary::default()
         };
         let entry = Gone::Checking(Arc::new(last)).entry();
         assert!(entry.gone && entry.is_live() && entry.orphan_pod().is_none());
-        assert_eq!(entry.job_id.as_deref(), Some("a"));
+        assert_eq!(entry.job_id(), Some("a"));
     }
 }

@@ -209,7 +209,7 @@ mod tests {
         let summary = watched.summary();
         assert_eq!(summary, full.summary());
         assert_eq!(summary.termination_grace_seconds, Some(30));
-        assert_eq!(summary.job_id.as_deref(), Some("r1"));
+        assert_eq!(summary.job_id(), Some("r1"));
         assert!(summary.deleting);
         assert!(summary.failure_target().is_some());
         assert_eq!(watched.resource_version().as_deref(), Some("42"));
@@ -230,7 +230,7 @@ mod tests {
         let summary = watched.summary();
         assert!(summary.is_live());
         assert_eq!(summary.termination_grace_seconds, None);
-        assert_eq!(summary.name.as_str(), "tcab-run-r2-x");
+        assert_eq!(summary.name(), "tcab-run-r2-x");
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub(crate) fn job_for_cause(summary: &tcab_shared::job_cache::JobSummary) -> Job
     .flatten()
     .collect();
     let mut job = Job::default();
-    job.metadata.name = Some(summary.name.to_string());
+    job.metadata.name = Some(summary.name().to_string());
     job.metadata.labels = Some(
         [(
             tcab_shared::names::JOB_KIND.to_owned(),
@@ -41,7 +41,7 @@ pub(crate) fn job_for_cause(summary: &tcab_shared::job_cache::JobSummary) -> Job
         .into(),
     );
     job.status = Some(JobStatus {
-        failed: Some(summary.failed_pods).filter(|n| *n > 0),
+        failed: Some(i32::from(summary.failed_pods)).filter(|n| *n > 0),
         conditions: Some(conditions).filter(|c| !c.is_empty()),
         ..JobStatus::default()
     });

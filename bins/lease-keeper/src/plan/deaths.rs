@@ -94,22 +94,22 @@ pub(crate) fn plan_deaths(
     let current = current_claims(held);
     let mut failed: Vec<(&JobSummary, DeathKind)> = summaries(jobs)
         .filter(|j| j.lane == Lane::Run)
-        .filter_map(|j| due.get(j.name.as_str()).map(|kind| (j, *kind)))
+        .filter_map(|j| due.get(j.name()).map(|kind| (j, *kind)))
         .collect();
-    failed.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    failed.sort_by(|a, b| a.0.name().cmp(b.0.name()));
 
     let mut plan = DeathPlan::default();
     let mut chosen: BTreeSet<TokenKey> = BTreeSet::new();
     for (job, kind) in failed {
-        let verdict = match (&job.job_id, &job.claim) {
+        let verdict = match (job.job_id(), job.claim()) {
             (None, _) => Err(DeathSkip::NoJobId),
             (Some(_), None) => Err(DeathSkip::NoClaim),
             (Some(id), Some(claim)) => {
-                let key = TokenKey::new(id.clone(), claim.clone());
+                let key = TokenKey::new(id, claim);
                 if handled.contains(&key) {
                     Err(DeathSkip::AlreadyHandled)
                 } else {
-                    match current.get(id.as_str()) {
+                    match current.get(id) {
                         None => Err(DeathSkip::NoToken),
                         Some(h) if h.key.claim != *claim => Err(DeathSkip::StaleClaim {
                             current: h.key.claim.clone(),
@@ -125,11 +125,11 @@ pub(crate) fn plan_deaths(
                 chosen.insert(key.clone());
                 plan.report.push(DeathCandidate {
                     key,
-                    job_name: job.name.to_string(),
+                    job_name: job.name().to_string(),
                     kind,
                 });
             }
-            Err(skip) => plan.skipped.push((job.name.to_string(), skip)),
+            Err(skip) => plan.skipped.push((job.name().to_string(), skip)),
         }
     }
     plan.report
@@ -195,9 +195,8 @@ pub(crate) fn death_report_pending(
     handled: &BTreeSet<TokenKey>,
 ) -> bool {
     let Some(key) = job
-        .job_id
-        .clone()
-        .zip(job.claim.clone())
+        .job_id()
+        .zip(job.claim())
         .map(|(id, claim)| TokenKey::new(id, claim))
     else {
         return false;
@@ -215,10 +214,12 @@ mod tests {
 
     fn job(id: &str, claim: &str, phase: JobPhase) -> JobSummary {
         JobSummary {
-            name: tcab_shared::names::job_name(Lane::Run, id, claim).into(),
+            names: tcab_shared::job_cache::JobNames::new(
+                &tcab_shared::names::job_name(Lane::Run, id, claim),
+                Some(id),
+                Some(claim),
+            ),
             lane: Lane::Run,
-            job_id: Some(id.into()),
-            claim: Some(claim.into()),
             phase,
             failed_pods: 1,
             ..JobSummary::default()
@@ -230,7 +231,7 @@ mod tests {
     fn due(jobs: &[JobSummary]) -> BTreeMap<String, DeathKind> {
         jobs.iter()
             .filter(|j| j.phase == JobPhase::Failed)
-            .map(|j| (j.name.to_string(), DeathKind::Failed))
+            .map(|j| (j.name().to_string(), DeathKind::Failed))
             .collect()
     }
 
@@ -294,7 +295,7 @@ mod tests {
         let mut publisher = job("p", "c1", JobPhase::Failed);
         publisher.lane = Lane::Publish;
         let mut no_claim = job("n", "c1", JobPhase::Failed);
-        no_claim.claim = None;
+        no_claim.names = no_claim.names.with_claim(None);
         let jobs = [publisher, no_claim.clone()];
         let plan = plan_deaths(
             &jobs,
@@ -305,7 +306,7 @@ mod tests {
         assert!(plan.report.is_empty());
         assert_eq!(
             plan.skipped,
-            vec![(no_claim.name.to_string(), DeathSkip::NoClaim)]
+            vec![(no_claim.name().to_string(), DeathSkip::NoClaim)]
         );
     }
 
@@ -318,7 +319,11 @@ mod tests {
                     j.lane = Lane::Publish;
                 }
                 if !label {
-                    j.name = format!("{}-x", j.name).into();
+                    j.names = tcab_shared::job_cache::JobNames::new(
+                        &format!("{}-x", j.name()),
+                        j.job_id(),
+                        j.claim(),
+                    );
                 }
                 j
             },
@@ -331,8 +336,8 @@ mod tests {
         fn deaths_are_safe_and_deterministic(
             jobs in proptest::collection::vec(arb_job(), 0..12).prop_map(|mut v| {
                 // Job names are unique in the cache (it is keyed by name).
-                v.sort_by(|a, b| a.name.cmp(&b.name));
-                v.dedup_by(|a, b| a.name == b.name);
+                v.sort_by(|a, b| a.name().cmp(b.name()));
+                v.dedup_by(|a, b| a.name() == b.name());
                 v
             }),
             held_raw in proptest::collection::vec((0..6u8, 0..3u8, 0..50u64), 0..8),
@@ -353,7 +358,7 @@ mod tests {
             for c in &plan.report {
                 prop_assert!(!handled.contains(&c.key));
                 prop_assert_eq!(&current[c.key.job_id.as_str()].key.claim, &c.key.claim);
-                let j = jobs.iter().find(|j| j.name == c.job_name).unwrap();
+                let j = jobs.iter().find(|j| j.name() == c.job_name).unwrap();
                 prop_assert!(j.phase == JobPhase::Failed && j.lane == Lane::Run);
             }
 
@@ -403,7 +408,7 @@ mod tests {
             !death_report_pending(&run, &[], &BTreeSet::new()),
             "no token: nothing to report"
         );
-        run.claim = None;
+        run.names = run.names.with_claim(None);
         assert!(!death_report_pending(&run, &claims, &BTreeSet::new()));
         let mut publish = job("a", "c1", JobPhase::Failed);
         publish.lane = Lane::Publish;

@@ -122,19 +122,19 @@ pub(crate) fn plan_failures<J: Borrow<JobSummary>>(
 ) -> FailurePlan {
     let mut plan = FailurePlan::default();
     for job in summaries(jobs) {
-        if never_started.contains(job.name.as_str()) {
+        if never_started.contains(job.name()) {
             if job.lane == Lane::Run {
                 plan.deaths
-                    .push((job.name.to_string(), DeathKind::NeverStarted));
+                    .push((job.name().to_string(), DeathKind::NeverStarted));
             }
             continue;
         }
-        let mem = memory.get(job.name.as_str());
+        let mem = memory.get(job.name());
         let evidence = mem.map_or(EvidenceState::Missing, |m| m.evidence);
-        let stuck = judged_dead.contains(job.name.as_str())
+        let stuck = judged_dead.contains(job.name())
             || failing.is_stuck(job, now, settings.terminating_margin);
-        if stuck && !judged_dead.contains(job.name.as_str()) {
-            plan.newly_stuck.push(job.name.to_string());
+        if stuck && !judged_dead.contains(job.name()) {
+            plan.newly_stuck.push(job.name().to_string());
         }
         let failed = job.phase == JobPhase::Failed;
         // A Job deleted under its pod is evidence to read at once: the pod
@@ -142,21 +142,22 @@ pub(crate) fn plan_failures<J: Borrow<JobSummary>>(
         let shows = (job.is_live() && (job.shows_failure() || job.gone)) || failed;
         if shows {
             match evidence {
-                EvidenceState::Missing => plan.capture.push(job.name.to_string()),
+                EvidenceState::Missing => plan.capture.push(job.name().to_string()),
                 EvidenceState::LogPending { attempts } if attempts < settings.log_attempts => {
-                    plan.retry_logs.push(job.name.to_string())
+                    plan.retry_logs.push(job.name().to_string())
                 }
                 _ => {}
             }
         }
         if job.lane == Lane::Run {
             if stuck {
-                plan.deaths.push((job.name.to_string(), DeathKind::Stuck));
+                plan.deaths.push((job.name().to_string(), DeathKind::Stuck));
             } else if failed && job.terminating_pods > 0 {
                 plan.waiting
-                    .push((job.name.to_string(), "its pods are still terminating"));
+                    .push((job.name().to_string(), "its pods are still terminating"));
             } else if failed {
-                plan.deaths.push((job.name.to_string(), DeathKind::Failed));
+                plan.deaths
+                    .push((job.name().to_string(), DeathKind::Failed));
             }
         }
         let may_start_late = job.is_live()
@@ -171,19 +172,20 @@ pub(crate) fn plan_failures<J: Borrow<JobSummary>>(
                 .last_start_check
                 .is_none_or(|at| now.saturating_duration_since(at) >= settings.start_check_every);
             if seen_for > settings.first_start_check() && due {
-                plan.check_start.push(job.name.to_string());
+                plan.check_start.push(job.name().to_string());
             }
         }
     }
     for job in summaries(vanished) {
         let evidence = memory
-            .get(job.name.as_str())
+            .get(job.name())
             .map_or(EvidenceState::Missing, |m| m.evidence);
         if evidence == EvidenceState::Missing {
-            plan.capture.push(job.name.to_string());
+            plan.capture.push(job.name().to_string());
         }
-        if job.lane == Lane::Run && !never_started.contains(job.name.as_str()) {
-            plan.deaths.push((job.name.to_string(), DeathKind::Deleted));
+        if job.lane == Lane::Run && !never_started.contains(job.name()) {
+            plan.deaths
+                .push((job.name().to_string(), DeathKind::Deleted));
         }
     }
     plan.capture.sort();
@@ -279,11 +281,9 @@ mod tests {
 
     fn job(name: &str, lane: Lane) -> JobSummary {
         JobSummary {
-            name: name.into(),
+            names: tcab_shared::job_cache::JobNames::new(name, Some(name), Some("c")),
             uid: format!("uid-{name}").into(),
             lane,
-            job_id: Some(name.into()),
-            claim: Some("c".into()),
             active_pods: 1,
             ready_pods: 1,
             termination_grace_seconds: Some(120),
@@ -317,7 +317,7 @@ mod tests {
             .iter()
             .map(|(j, first_seen, evidence)| {
                 (
-                    j.name.clone(),
+                    j.name().into(),
                     JobMemory {
                         first_seen: *first_seen,
                         evidence: *evidence,

@@ -203,7 +203,7 @@ pub(crate) fn plan_lost<J: Borrow<JobSummary>>(
     let listed: BTreeSet<&str> = entries.iter().map(|e| e.id.as_str()).collect();
     let mut by_id: BTreeMap<&str, Vec<&JobSummary>> = BTreeMap::new();
     for j in summaries(jobs).filter(|j| j.lane == lane) {
-        if let Some(id) = j.job_id.as_deref().filter(|id| listed.contains(id)) {
+        if let Some(id) = j.job_id().filter(|id| listed.contains(id)) {
             by_id.entry(id).or_default().push(j);
         }
     }
@@ -229,11 +229,11 @@ pub(crate) fn plan_lost<J: Borrow<JobSummary>>(
             }
             if let Some(live) = own_jobs
                 .iter()
-                .filter(|j| j.is_live() && !judged_dead.contains(j.name.as_str()))
-                .min_by(|a, b| a.name.cmp(&b.name))
+                .filter(|j| j.is_live() && !judged_dead.contains(j.name()))
+                .min_by(|a, b| a.name().cmp(b.name()))
             {
                 return Err(LostSkip::JobLive {
-                    job_name: live.name.to_string(),
+                    job_name: live.name().to_string(),
                 });
             }
             let claim = current.get(id).map(|h| h.key.claim.as_str());
@@ -256,25 +256,25 @@ pub(crate) fn plan_lost<J: Borrow<JobSummary>>(
 fn cause_of(jobs: &[&JobSummary], current_claim: Option<&str>) -> LostCause {
     let of_current = current_claim.and_then(|claim| {
         jobs.iter()
-            .filter(|j| j.claim.as_deref() == Some(claim))
-            .min_by(|a, b| a.name.cmp(&b.name))
+            .filter(|j| j.claim() == Some(claim))
+            .min_by(|a, b| a.name().cmp(b.name()))
     });
     let newest = || {
         jobs.iter().max_by(|a, b| {
             a.created_at
                 .cmp(&b.created_at)
-                .then_with(|| b.name.cmp(&a.name))
+                .then_with(|| b.name().cmp(a.name()))
         })
     };
     match of_current.or_else(newest) {
         None => LostCause::JobGone,
         Some(j) => match j.phase {
             JobPhase::Succeeded => LostCause::ExitedWithoutReport {
-                job_name: j.name.to_string(),
+                job_name: j.name().to_string(),
             },
             // A live Job was ruled out before; treat it as failed defensively.
             JobPhase::Failed | JobPhase::Live => LostCause::Died {
-                job_name: j.name.to_string(),
+                job_name: j.name().to_string(),
             },
         },
     }
@@ -337,10 +337,12 @@ mod tests {
 
     fn job(lane: Lane, id: &str, claim: &str, phase: JobPhase, created: &str) -> JobSummary {
         JobSummary {
-            name: tcab_shared::names::job_name(lane, id, claim).into(),
+            names: tcab_shared::job_cache::JobNames::new(
+                &tcab_shared::names::job_name(lane, id, claim),
+                Some(id),
+                Some(claim),
+            ),
             lane,
-            job_id: Some(id.into()),
-            claim: Some(claim.into()),
             phase,
             created_at: Some(ts(created)),
             ..JobSummary::default()
@@ -581,8 +583,8 @@ mod tests {
         );
         // Job names are unique in the cache (it is keyed by name).
         proptest::collection::vec(j, 0..12).prop_map(|mut v| {
-            v.sort_by(|a, b| a.name.cmp(&b.name));
-            v.dedup_by(|a, b| a.name == b.name);
+            v.sort_by(|a, b| a.name().cmp(b.name()));
+            v.dedup_by(|a, b| a.name() == b.name());
             v
         })
     }
@@ -609,7 +611,7 @@ mod tests {
                 prop_assert!(!reported.contains(&l.job_id));
                 // Never a job with a live driver Job.
                 prop_assert!(!jobs.iter().any(|j| j.lane == Lane::Run && j.is_live()
-                    && j.job_id.as_deref() == Some(l.job_id.as_str())));
+                    && j.job_id() == Some(l.job_id.as_str())));
                 // Only past dispatched, and only when the counted lease lapsed.
                 let first = active.jobs.iter().filter(|e| e.id == l.job_id)
                     .min_by_key(|e| (std::cmp::Reverse(e.lease_expires_at), e.state as u8)).unwrap();
@@ -654,7 +656,7 @@ mod tests {
             for l in &plan.lost {
                 prop_assert_eq!(l.lane, Lane::Publish);
                 prop_assert!(!jobs.iter().any(|j| j.lane == Lane::Publish && j.is_live()
-                    && j.job_id.as_deref() == Some(l.job_id.as_str())));
+                    && j.job_id() == Some(l.job_id.as_str())));
                 let e = active.publish_jobs.iter().filter(|e| e.id == l.job_id)
                     .min_by_key(|e| (std::cmp::Reverse(e.lease_expires_at), e.state as u8)).unwrap();
                 prop_assert_eq!(e.state, PublishState::Dispatched);

@@ -67,10 +67,10 @@ pub(crate) fn plan_lane<'a>(
         .zip(0u32..)
         .filter(|(j, _)| j.lane == lane && j.is_live());
     for (job, at) in lane_jobs {
-        let verdict = if judged_dead.contains(job.name.as_str()) {
+        let verdict = if judged_dead.contains(job.name()) {
             Err(RenewSkip::JudgedDead)
         } else {
-            match job.job_id.as_deref() {
+            match job.job_id() {
                 None => Err(RenewSkip::NoJobId),
                 Some(id) if !is_job_id(id) => Err(RenewSkip::MalformedJobId(id.to_owned())),
                 Some(id) => Ok(id),
@@ -78,7 +78,7 @@ pub(crate) fn plan_lane<'a>(
         };
         match verdict {
             Ok(id) => renewed.push((id, at)),
-            Err(skip) => plan.skipped.push((job.name.to_string(), skip)),
+            Err(skip) => plan.skipped.push((job.name().to_string(), skip)),
         }
     }
     renewed.sort_unstable();
@@ -117,10 +117,8 @@ mod tests {
 
     fn job(name: &str, lane: Lane, id: Option<&str>, phase: JobPhase) -> JobSummary {
         JobSummary {
-            name: name.into(),
+            names: tcab_shared::job_cache::JobNames::new(name, id, Some("c")),
             lane,
-            job_id: id.map(Into::into),
-            claim: Some("c".into()),
             phase,
             ..JobSummary::default()
         }

@@ -58,7 +58,7 @@ impl Reporter {
         let to_read: Vec<&JobSummary> = candidates
             .iter()
             .filter(|c| c.kind != DeathKind::NeverStarted && !self.prepared.contains_key(&c.key))
-            .filter_map(|c| entries.iter().find(|j| j.name == c.job_name))
+            .filter_map(|c| entries.iter().find(|j| j.name() == c.job_name))
             .map(|j| &**j)
             .collect();
         let inspector = &self.inspector;
@@ -66,7 +66,7 @@ impl Reporter {
             read_at_once(&to_read, deadline, |job| read_final(inspector, job))
                 .await
                 .into_iter()
-                .map(|(job, read)| (job.name.to_string(), read))
+                .map(|(job, read)| (job.name().to_string(), read))
                 .collect();
         for candidate in candidates {
             let key = candidate.key;
@@ -76,7 +76,7 @@ impl Reporter {
             let Some(token) = self.store.get(&key) else {
                 continue;
             };
-            let Some(job) = entries.iter().find(|j| j.name == candidate.job_name) else {
+            let Some(job) = entries.iter().find(|j| j.name() == candidate.job_name) else {
                 continue;
             };
             let read = self.backend.get_job(&key.job_id).await;
@@ -99,10 +99,10 @@ impl Reporter {
             let read = finals.remove(&candidate.job_name);
             let Some(prepared) = self.prepare(&key, job, candidate.kind, read, now).await else {
                 tracing::info!(job_id = %key.job_id, job = %candidate.job_name, "the pod of the deleted Job exited 0: no death to report (a report that did not land is left to lost-driver detection)");
-                if let Some(id) = &job.job_id {
+                if let Some(id) = &job.job_id() {
                     let detail = format!(
                         "driver of the deleted Job {} exited without its report landing",
-                        job.name
+                        job.name()
                     );
                     self.note(id, &detail, now);
                 }
@@ -182,35 +182,35 @@ impl Reporter {
     /// Reads the pod of a Job without a ready pod; true when it is judged
     /// never to start (its Job is then failed fast).
     pub(super) async fn check_start(&mut self, job: &JobSummary, now: Instant) -> bool {
-        let Some(mem) = self.memory.get_mut(job.name.as_str()) else {
+        let Some(mem) = self.memory.get_mut(job.name()) else {
             return false;
         };
         mem.last_start_check = Some(now);
         let not_ready_for = now.saturating_duration_since(mem.first_seen);
-        let pod = match self.inspector.newest_pod(&job.name).await {
+        let pod = match self.inspector.newest_pod(job.name()).await {
             Ok(pod) => pod,
             Err(error) => {
-                tracing::debug!(job = %job.name, error = %error_chain(&error), "cannot read the pod of a Job without a ready pod");
+                tracing::debug!(job = %job.name(), error = %error_chain(&error), "cannot read the pod of a Job without a ready pod");
                 return false;
             }
         };
         match start_verdict(job.lane, pod.as_ref(), not_ready_for, &self.settings) {
             StartVerdict::Fine => false,
             StartVerdict::Waiting(failure) => {
-                tracing::debug!(job = %job.name, cause = %failure.summary(), waited_s = not_ready_for.as_secs(), "pod cannot start yet; within its grace");
+                tracing::debug!(job = %job.name(), cause = %failure.summary(), waited_s = not_ready_for.as_secs(), "pod cannot start yet; within its grace");
                 false
             }
             StartVerdict::NeverStarts(failure) => {
-                tracing::warn!(job = %job.name, job_id = job.job_id.as_deref().unwrap_or(""), cause = %failure.summary(), waited_s = not_ready_for.as_secs(), "judged dead: the pod can never start; its Job is deleted and its death reported");
+                tracing::warn!(job = %job.name(), job_id = job.job_id().unwrap_or(""), cause = %failure.summary(), waited_s = not_ready_for.as_secs(), "judged dead: the pod can never start; its Job is deleted and its death reported");
                 // Its container never ran: there is no log to read.
                 let log = LogTail::Gone(match &pod {
                     Some(_) => "the container never started".into(),
                     None => "the Job had no pod".into(),
                 });
                 self.keep(job, pod, log);
-                self.evidence_complete(&job.name);
-                self.judge_dead(&job.name);
-                self.never_started.insert(job.name.to_string(), failure);
+                self.evidence_complete(job.name());
+                self.judge_dead(job.name());
+                self.never_started.insert(job.name().to_string(), failure);
                 true
             }
         }
@@ -229,7 +229,7 @@ impl Reporter {
         let mut deleted = Vec::new();
         let names: Vec<String> = self.never_started.keys().cloned().collect();
         for name in names {
-            let Some(job) = snapshot.iter().find(|j| j.name == name) else {
+            let Some(job) = snapshot.iter().find(|j| j.name() == name) else {
                 continue;
             };
             if death_report_pending(job, &held, &self.handled_deaths) {
@@ -245,8 +245,8 @@ impl Reporter {
                         .get(&name)
                         .map(StartFailure::summary)
                         .unwrap_or_default();
-                    tracing::info!(job = %name, job_id = job.job_id.as_deref().unwrap_or(""), cause = %summary, "deleted a Job whose pod can never start");
-                    if let Some(id) = &job.job_id {
+                    tracing::info!(job = %name, job_id = job.job_id().unwrap_or(""), cause = %summary, "deleted a Job whose pod can never start");
+                    if let Some(id) = &job.job_id() {
                         let kind = job.lane.worker();
                         let detail = format!(
                             "{kind} Job {name} was deleted because its pod never started: {summary}"

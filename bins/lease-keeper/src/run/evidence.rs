@@ -43,7 +43,7 @@ pub(super) enum FinalRead {
 /// Only reads: the reporter keeps what it finds ([`Reporter::explain_with`]),
 /// so the reads of several deaths can run at once.
 pub(super) async fn read_final(inspector: &Inspector, job: &JobSummary) -> FinalRead {
-    let Ok(Some(pod)) = inspector.newest_pod(&job.name).await else {
+    let Ok(Some(pod)) = inspector.newest_pod(job.name()).await else {
         return FinalRead::Nothing;
     };
     if succeeded(&pod) {
@@ -59,7 +59,7 @@ pub(super) async fn read_first(
     inspector: &Inspector,
     job: &JobSummary,
 ) -> Result<Option<(Pod, LogTail)>, tcab_shared::kube_api::CallError> {
-    let Some(pod) = inspector.newest_pod(&job.name).await? else {
+    let Some(pod) = inspector.newest_pod(job.name()).await? else {
         return Ok(None);
     };
     let log = inspector.log_tail(&pod, job.lane).await;
@@ -121,7 +121,7 @@ impl Reporter {
                 true
             }
             Err(error) => {
-                tracing::warn!(job = %job.name, job_id = job.job_id.as_deref().unwrap_or(""), error = %error_chain(&error), "cannot read the failing Job's pod; retrying");
+                tracing::warn!(job = %job.name(), job_id = job.job_id().unwrap_or(""), error = %error_chain(&error), "cannot read the failing Job's pod; retrying");
                 false
             }
         }
@@ -129,17 +129,17 @@ impl Reporter {
 
     pub(super) fn keep(&mut self, job: &JobSummary, pod: Option<Pod>, log: LogTail) {
         let state = evidence_after_log(&log, pod.is_some(), 1);
-        tracing::debug!(job = %job.name, has_pod = pod.is_some(), log_read = matches!(log, LogTail::Read(_)), "evidence captured");
-        if let Some(mem) = self.memory.get_mut(job.name.as_str()) {
+        tracing::debug!(job = %job.name(), has_pod = pod.is_some(), log_read = matches!(log, LogTail::Read(_)), "evidence captured");
+        if let Some(mem) = self.memory.get_mut(job.name()) {
             mem.evidence = state;
         }
         if job.gone
-            && let Some(id) = &job.job_id
+            && let Some(id) = &job.job_id()
             && !self.stale_claim(job)
         {
             // Said in a lost report if no death report lands (no token).
             let cause = DeathCause::Deleted {
-                job: job.name.to_string(),
+                job: job.name().to_string(),
                 evidence: pod
                     .as_ref()
                     .map(|p| Box::new(death_cause(&job_for_cause(job), Some(p)))),
@@ -147,7 +147,7 @@ impl Reporter {
             self.note(id, &death_detail(&cause, &log), Instant::now());
         }
         self.evidence.insert(
-            job.name.to_string(),
+            job.name().to_string(),
             Evidence {
                 pod,
                 log,
@@ -162,7 +162,7 @@ impl Reporter {
     fn stale_claim(&self, job: &JobSummary) -> bool {
         let held = self.store.held();
         let current = crate::plan::deaths::current_claims(&held);
-        match (job.job_id.as_deref(), job.claim.as_deref()) {
+        match (job.job_id(), job.claim()) {
             (Some(id), Some(claim)) => current.get(id).is_some_and(|h| h.key.claim != claim),
             _ => false,
         }
@@ -170,7 +170,7 @@ impl Reporter {
 
     /// Tries a log that could not be read once more.
     pub(super) async fn retry_log(&mut self, job: &JobSummary) {
-        let Some(evidence) = self.evidence.get_mut(job.name.as_str()) else {
+        let Some(evidence) = self.evidence.get_mut(job.name()) else {
             return;
         };
         let Some(pod) = evidence.pod.clone() else {
@@ -181,7 +181,7 @@ impl Reporter {
         let attempts = evidence.log_attempts;
         let state = evidence_after_log(&log, true, attempts);
         evidence.log = log;
-        if let Some(mem) = self.memory.get_mut(job.name.as_str()) {
+        if let Some(mem) = self.memory.get_mut(job.name()) {
             mem.evidence = state;
         }
     }
@@ -198,12 +198,12 @@ impl Reporter {
         let keep_old_log = !matches!(log, LogTail::Read(_))
             && self
                 .evidence
-                .get(job.name.as_str())
+                .get(job.name())
                 .is_some_and(|e| matches!(e.log, LogTail::Read(_)));
         let first_sign = self.failing.since(job).unwrap_or_else(Instant::now);
         let entry = self
             .evidence
-            .entry(job.name.to_string())
+            .entry(job.name().to_string())
             .or_insert(Evidence {
                 pod: None,
                 log: log.clone(),
@@ -248,7 +248,7 @@ impl Reporter {
         {
             return None;
         }
-        let evidence = self.evidence.get(job.name.as_str());
+        let evidence = self.evidence.get(job.name());
         let pod = evidence.and_then(|e| e.pod.as_ref());
         let log = evidence
             .map(|e| e.log.clone())
@@ -257,7 +257,7 @@ impl Reporter {
         let cause = match kind {
             DeathKind::Failed => base,
             DeathKind::Deleted => DeathCause::Deleted {
-                job: job.name.to_string(),
+                job: job.name().to_string(),
                 evidence: pod.map(|_| Box::new(base)),
             },
             DeathKind::Stuck => DeathCause::Stuck {
@@ -271,7 +271,7 @@ impl Reporter {
                     .unwrap_or_default(),
                 evidence: Box::new(base),
             },
-            DeathKind::NeverStarted => match self.never_started.get(job.name.as_str()) {
+            DeathKind::NeverStarted => match self.never_started.get(job.name()) {
                 Some(failure) => DeathCause::NeverStarted(failure.clone()),
                 None => base,
             },

@@ -193,7 +193,7 @@ impl Reporter {
             }
             LostCause::Died { job_name } => {
                 let snapshot = self.jobs.snapshot();
-                match snapshot.iter().find(|j| &j.name == job_name) {
+                match snapshot.iter().find(|j| j.name() == job_name) {
                     // Deleted (by this lease-keeper, as its pod could never
                     // start, or by hand) and still in the view while its pod
                     // terminates: the note of why it went is the cause, not

@@ -173,7 +173,7 @@ impl Renewed {
         self.at.iter().map(|&i| {
             self.view
                 .get(i as usize)
-                .and_then(|job| job.job_id.as_deref())
+                .and_then(|job| job.job_id())
                 .unwrap_or_default()
         })
     }

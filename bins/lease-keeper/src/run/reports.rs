@@ -239,7 +239,7 @@ impl Reporter {
             self.judge_dead(name);
             let waited = snapshot
                 .iter()
-                .find(|j| &j.name == name)
+                .find(|j| j.name() == name)
                 .and_then(|j| self.failing.since(j))
                 .map(|at| now.saturating_duration_since(at).as_secs());
             tracing::warn!(job = %name, waited_s = waited, "judged dead: the Job showed failure and could not finish failing (a lost node?); its lease is no longer renewed");
@@ -265,7 +265,7 @@ impl Reporter {
         }
         for (job, read) in reads {
             if self.capture(job, read) {
-                report.captured.push(job.name.to_string());
+                report.captured.push(job.name().to_string());
             }
         }
         for name in &plan.retry_logs {
@@ -341,18 +341,14 @@ impl Reporter {
     /// by name) and nothing of it is copied: with many cached Jobs a copy
     /// or an index per tick is most of the lease-keeper's memory.
     fn remember(&mut self, snapshot: &Snapshot, now: Instant) {
-        let present = |name: &str| {
-            snapshot
-                .binary_search_by(|j| j.name.as_str().cmp(name))
-                .is_ok()
-        };
+        let present = |name: &str| snapshot.binary_search_by(|j| j.name().cmp(name)).is_ok();
         for last in self.last_seen.iter() {
-            if present(&last.name) || !last.is_live() {
+            if present(last.name()) || !last.is_live() {
                 continue;
             }
-            tracing::info!(job = %last.name, job_id = last.job_id.as_deref().unwrap_or(""), pod = last.orphan_pod().unwrap_or(""), "a live Job left the view (deleted, and no pod of it runs on): its pod is read and its death judged");
+            tracing::info!(job = %last.name(), job_id = last.job_id().unwrap_or(""), pod = last.orphan_pod().unwrap_or(""), "a live Job left the view (deleted, and no pod of it runs on): its pod is read and its death judged");
             self.vanished.insert(
-                last.name.to_string(),
+                last.name().to_string(),
                 Vanished {
                     last: Arc::clone(last),
                     at: now,
@@ -370,7 +366,7 @@ impl Reporter {
         // with evidence read keeps it while it has an entry.
         let running_well = |name: &str| {
             snapshot
-                .binary_search_by(|j| j.name.as_str().cmp(name))
+                .binary_search_by(|j| j.name().cmp(name))
                 .is_ok_and(|i| !needs_memory(&snapshot[i]))
         };
         self.memory.retain(|name, mem| {
@@ -385,12 +381,12 @@ impl Reporter {
         let unremembered = snapshot
             .iter()
             .filter(|job| needs_memory(job))
-            .map(|job| &job.name)
-            .chain(self.vanished.values().map(|v| &v.last.name));
+            .map(|job| job.name())
+            .chain(self.vanished.values().map(|v| v.last.name()));
         for name in unremembered {
-            if !self.memory.contains_key(name.as_str()) {
+            if !self.memory.contains_key(name) {
                 self.memory.insert(
-                    name.clone(),
+                    name.into(),
                     JobMemory {
                         first_seen: now,
                         evidence: EvidenceState::Missing,
@@ -426,13 +422,13 @@ impl Reporter {
             let (mut claimed, mut listed) = (BTreeSet::new(), BTreeSet::new());
             if !claims.is_empty() || !ids.is_empty() {
                 for job in entries.iter() {
-                    let Some(id) = job.job_id.as_deref() else {
+                    let Some(id) = job.job_id() else {
                         continue;
                     };
                     if ids.contains(id) {
                         listed.insert(id);
                     }
-                    if let Some(claim) = job.claim.as_deref()
+                    if let Some(claim) = job.claim()
                         && claims.contains(&(id, claim))
                     {
                         claimed.insert((id, claim));
@@ -545,10 +541,15 @@ struct ByName<'a> {
 impl<'a> ByName<'a> {
     fn get(&self, name: &str) -> Option<&'a JobSummary> {
         let view = self.view;
-        view.binary_search_by(|j| j.name.as_str().cmp(name))
+        view.binary_search_by(|j| j.name().cmp(name))
             .ok()
             .map(|i| &*view[i])
-            .or_else(|| self.vanished.iter().find(|j| j.name == name).map(|j| &**j))
+            .or_else(|| {
+                self.vanished
+                    .iter()
+                    .find(|j| j.name() == name)
+                    .map(|j| &**j)
+            })
     }
 }
 
@@ -560,7 +561,7 @@ mod tests {
     #[test]
     fn only_a_job_running_well_is_not_remembered() {
         let running = JobSummary {
-            name: "d".into(),
+            names: tcab_shared::job_cache::JobNames::new("d", None, None),
             active_pods: 1,
             ready_pods: 1,
             ..JobSummary::default()

@@ -20,19 +20,19 @@ pub(crate) fn confirm(
     dead: &BTreeSet<String>,
 ) -> Result<(), KeepReason> {
     let mut same_id: Vec<&JobSummary> = summaries(fresh)
-        .filter(|j| j.job_id.as_deref() == Some(job_id))
+        .filter(|j| j.job_id() == Some(job_id))
         .collect();
-    same_id.sort_by(|a, b| a.name.cmp(&b.name));
+    same_id.sort_by(|a, b| a.name().cmp(b.name()));
     let Some(first_job) = same_id.first() else {
         return Ok(());
     };
     if matches!(reason, DeleteReason::Orphan { .. }) {
         return Err(KeepReason::JobFound {
-            job: first_job.name.to_string(),
+            job: first_job.name().to_string(),
         });
     }
     let leftover = matches!(reason, DeleteReason::Leftover { .. });
-    let first_name = first_job.name.to_string();
+    let first_name = first_job.name().to_string();
     match judge_ids(&same_id, dead).remove(job_id) {
         Some(IdVerdict::Reap { .. }) if !leftover => Ok(()),
         Some(IdVerdict::Hold(KeepReason::DriverSucceeded { .. })) if leftover => Ok(()),
@@ -55,7 +55,7 @@ mod tests {
     fn a_fresh_read_confirms_or_stops_a_delete() {
         let failed = job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Failed);
         let driver_reason = DeleteReason::DriverJobFailed {
-            job: failed.name.to_string(),
+            job: failed.name().to_string(),
         };
         let orphan = DeleteReason::Orphan {
             age: SignedDuration::from_secs(700),
@@ -89,7 +89,7 @@ mod tests {
         let stuck = failing("tcab-driver-a-1", "a");
         let dead = dead_of(&[&stuck]);
         let stuck_reason = DeleteReason::DriverJobStuck {
-            job: stuck.name.to_string(),
+            job: stuck.name().to_string(),
         };
         assert_eq!(
             confirm("a", &stuck_reason, std::slice::from_ref(&stuck), &dead),

@@ -209,14 +209,12 @@ mod tests {
     pub(super) fn job(name: &str, id: &str, lane: Lane, phase: JobPhase) -> JobSummary {
         let failed = phase == JobPhase::Failed;
         JobSummary {
-            name: name.into(),
+            names: tcab_shared::job_cache::JobNames::new(name, Some(id), Some("c")),
             uid: format!("uid-{name}").into(),
             lane,
-            job_id: Some(id.into()),
-            claim: Some("c".into()),
             phase,
-            failed_pods: i32::from(failed),
-            active_pods: i32::from(phase == JobPhase::Live),
+            failed_pods: u16::from(failed),
+            active_pods: u16::from(phase == JobPhase::Live),
             ready_pods: 0,
             terminating_pods: 0,
             rare: Rare {
@@ -454,7 +452,7 @@ mod tests {
     fn a_leftover_is_confirmed_only_while_every_job_of_its_id_is_a_succeeded_driver() {
         let done = job("tcab-driver-a-1", "a", Lane::Run, JobPhase::Succeeded);
         let leftover = DeleteReason::Leftover {
-            job: done.name.to_string(),
+            job: done.name().to_string(),
             age: SignedDuration::from_secs(700),
         };
         let none = no_dead();
@@ -697,7 +695,7 @@ mod tests {
             0u8..4,
             prop::sample::select(vec![JobPhase::Live, JobPhase::Succeeded, JobPhase::Failed]),
             any::<bool>(),
-            0i32..3,
+            0u16..3,
             any::<bool>(),
             any::<bool>(),
         )
@@ -720,7 +718,7 @@ mod tests {
         prop::collection::vec(arb_job(), 0..8).prop_map(|jobs| {
             let mut names = BTreeSet::new();
             jobs.into_iter()
-                .filter(|(j, _)| names.insert(j.name.clone()))
+                .filter(|(j, _)| names.insert(j.name().to_owned()))
                 .collect()
         })
     }
@@ -831,7 +829,7 @@ mod tests {
                 prop_assert!(d.pod.managed_by.as_deref() != Some(DISPATCHER));
                 let id = d.pod.job_id.as_deref();
                 prop_assert_eq!(id, Some(d.job_id.as_str()));
-                let same_id: Vec<&JobSummary> = jobs.iter().filter(|j| j.job_id.as_deref() == id).collect();
+                let same_id: Vec<&JobSummary> = jobs.iter().filter(|j| j.job_id() == id).collect();
                 // Never a pod whose job id has a live Job not judged dead.
                 prop_assert!(!same_id.iter().any(|j| j.is_live() && !really_dead(j, &dead)));
                 // Never while a failed driver's pods still terminate, unless judged dead.
@@ -839,15 +837,15 @@ mod tests {
                     && j.terminating_pods > 0 && !really_dead(j, &dead)));
                 match &d.reason {
                     DeleteReason::DriverJobFailed { job } => prop_assert!(same_id.iter().any(|j|
-                        &j.name == job && j.phase == JobPhase::Failed && j.lane == Lane::Run
+                        j.name() == job && j.phase == JobPhase::Failed && j.lane == Lane::Run
                         && j.terminating_pods == 0)),
                     DeleteReason::DriverJobStuck { job } => prop_assert!(same_id.iter().any(|j|
-                        &j.name == job && really_dead(j, &dead))),
+                        j.name() == job && really_dead(j, &dead))),
                     DeleteReason::Orphan { age } | DeleteReason::Leftover { age, .. } => {
                         prop_assert!(settings.orphan_sweep);
                         if let DeleteReason::Leftover { job, .. } = &d.reason {
                             // Every Job of the id is a driver that succeeded.
-                            prop_assert!(same_id.iter().any(|j| &j.name == job));
+                            prop_assert!(same_id.iter().any(|j| j.name() == job));
                             prop_assert!(same_id.iter().all(|j| j.lane == Lane::Run
                                 && j.phase == JobPhase::Succeeded));
                         } else {

@@ -50,12 +50,12 @@ fn standing(job: &JobSummary, dead: &BTreeSet<String>) -> Standing {
         JobPhase::Live if judged_dead => Standing::Stuck,
         JobPhase::Live => Standing::Live,
         JobPhase::Failed if driver => {
-            if job.terminating_pods <= 0 {
+            if job.terminating_pods == 0 {
                 Standing::Failed
             } else if judged_dead {
                 Standing::Stuck
             } else {
-                Standing::Terminating(job.terminating_pods)
+                Standing::Terminating(job.terminating_pods.into())
             }
         }
         JobPhase::Succeeded if driver => Standing::Succeeded,
@@ -77,7 +77,7 @@ struct JobsForId<'a> {
 fn first<'a, T>(slot: &mut Option<(&'a JobSummary, T)>, job: &'a JobSummary, extra: T) {
     if slot
         .as_ref()
-        .is_none_or(|(current, _)| job.name < current.name)
+        .is_none_or(|(current, _)| job.name() < current.name())
     {
         *slot = Some((job, extra));
     }
@@ -108,7 +108,7 @@ pub(crate) fn tick_verdicts(
 ) -> BTreeMap<String, IdVerdict> {
     let reapable: BTreeSet<&str> = summaries(jobs)
         .filter(|job| matches!(standing(job, dead), Standing::Failed | Standing::Stuck))
-        .filter_map(|job| job.job_id.as_deref())
+        .filter_map(|job| job.job_id())
         .collect();
     judge_ids_where(jobs, dead, |id| reapable.contains(id) || also.contains(id))
 }
@@ -121,17 +121,13 @@ fn judge_ids_where(
 ) -> BTreeMap<String, IdVerdict> {
     let mut index: BTreeMap<&str, JobsForId> = BTreeMap::new();
     for job in summaries(jobs) {
-        let Some(id) = job
-            .job_id
-            .as_deref()
-            .filter(|id| is_job_id(id) && wanted(id))
-        else {
+        let Some(id) = job.job_id().filter(|id| is_job_id(id) && wanted(id)) else {
             continue;
         };
         let entry = index.entry(id).or_default();
         match standing(job, dead) {
             Standing::Live => {
-                if entry.live.is_none_or(|current| job.name < current.name) {
+                if entry.live.is_none_or(|current| job.name() < current.name()) {
                     entry.live = Some(job);
                 }
             }
@@ -153,15 +149,15 @@ fn judge_ids_where(
         .map(|(id, e)| {
             let verdict = if let Some(job) = e.live {
                 IdVerdict::Hold(KeepReason::LiveJob {
-                    job: job.name.to_string(),
+                    job: job.name().to_string(),
                 })
             } else if let Some((job, terminating)) = e.terminating {
                 IdVerdict::Hold(KeepReason::PodsTerminating {
-                    job: job.name.to_string(),
+                    job: job.name().to_string(),
                     terminating,
                 })
             } else if let Some((job, stuck)) = e.dead {
-                let job = job.name.to_string();
+                let job = job.name().to_string();
                 IdVerdict::Reap {
                     reason: if stuck {
                         DeleteReason::DriverJobStuck { job }
@@ -173,11 +169,11 @@ fn judge_ids_where(
             } else {
                 match (e.other, e.succeeded) {
                     (Some((job, phase)), _) => IdVerdict::Hold(KeepReason::NoFailedDriverJob {
-                        job: job.name.to_string(),
+                        job: job.name().to_string(),
                         phase,
                     }),
                     (None, Some((job, ()))) => IdVerdict::Hold(KeepReason::DriverSucceeded {
-                        job: job.name.to_string(),
+                        job: job.name().to_string(),
                     }),
                     // An entry always holds a Job; were it ever empty, keep.
                     (None, None) => IdVerdict::Hold(KeepReason::NoJobId),
@@ -201,7 +197,7 @@ mod tests {
             stuck.clone(),
             job("tcab-driver-b-1", "b", Lane::Run, JobPhase::Succeeded),
             JobSummary {
-                job_id: Some(String::new().into()),
+                names: tcab_shared::job_cache::JobNames::new("", Some(""), None),
                 ..job("tcab-driver-x-1", "x", Lane::Run, JobPhase::Failed)
             },
         ];
