@@ -3,7 +3,8 @@
 //! `cargo run --release -p tcab-devstack --example footprint [-- SIZES...]`
 //!
 //! For each size (default `1 10000 100000`): a fresh dev stack, that many
-//! owned Jobs that never get a pod (a fifth of them publishes), each driven
+//! owned Jobs that never get a pod (a fifth of them publishes; each named
+//! and labelled as the admitter names a claim's Job), each driven
 //! by the backend as if claimed (so every renewal answers with every lease
 //! and every active list names every job, as in production; with
 //! `--unknown-to-backend` the backend knows none of them, the method before
@@ -24,6 +25,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tcab_devstack::{Container, Stack, StackOptions, wait_for};
 use tcab_kube_sim::AdminClient;
+use tcab_shared::{Lane, names};
 
 /// The steady-state window and the poll interval in it.
 const WINDOW: Duration = Duration::from_secs(10);
@@ -316,13 +318,19 @@ async fn create_jobs(stack: &Stack, jobs: usize) -> anyhow::Result<usize> {
         .map(|i| {
             let (client, url, token) = (client.clone(), url.clone(), token.clone());
             async move {
-                let kind = if is_publish(i) { "publish" } else { "run" };
+                let lane = if is_publish(i) {
+                    Lane::Publish
+                } else {
+                    Lane::Run
+                };
+                // Named and labelled as the admitter names a claim's Job.
+                let (id, claim) = (job_id(i), names::claim_tag(&format!("token-{i}")));
                 let job = json!({
                     "apiVersion": "batch/v1", "kind": "Job",
-                    "metadata": {"name": format!("bench-{kind}-{i}"), "labels": {
+                    "metadata": {"name": names::job_name(lane, &id, &claim), "labels": {
                         "app.kubernetes.io/managed-by": "tcab-dispatcher",
-                        "tcab.dev/job-kind": kind, "tcab.dev/job-id": job_id(i),
-                        "tcab.dev/claim": "00000000"}},
+                        "tcab.dev/job-kind": lane.label_value(), "tcab.dev/job-id": id,
+                        "tcab.dev/claim": claim}},
                     "spec": {"backoffLimit": 0, "template": {
                         "metadata": {"labels": {"app.kubernetes.io/managed-by": "tcab-dispatcher"}},
                         "spec": {"restartPolicy": "Never",
