@@ -9,10 +9,7 @@ use tcab_shared::{backend, runtime};
 const ABOUT: &str = "Renews claim leases, reports dead and lost drivers and publishers, and serves the token vault.";
 
 /// The version, and the git revision baked in by build.rs.
-const BUILD: BuildInfo = BuildInfo {
-    version: env!("CARGO_PKG_VERSION"),
-    revision: env!("TCAB_REVISION"),
-};
+const BUILD: BuildInfo = tcab_shared::build_info!();
 
 // One thread: every loop waits on I/O, and a single allocator arena keeps the
 // footprint small with 10,000 Jobs cached (docs/performance.md).

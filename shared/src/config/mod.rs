@@ -94,6 +94,19 @@ pub struct BuildInfo {
     pub revision: &'static str,
 }
 
+/// The [`BuildInfo`] of the binary crate it is written in: that crate's
+/// `CARGO_PKG_VERSION` and the `TCAB_REVISION` its build script baked in
+/// (`env!` is read where the macro is expanded, not here).
+#[macro_export]
+macro_rules! build_info {
+    () => {
+        $crate::config::BuildInfo {
+            version: env!("CARGO_PKG_VERSION"),
+            revision: env!("TCAB_REVISION"),
+        }
+    };
+}
+
 impl fmt::Display for BuildInfo {
     /// `0.1.0 (revision 4eefe8c...)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
