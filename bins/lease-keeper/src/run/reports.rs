@@ -26,7 +26,7 @@ use crate::cause::StartFailure;
 use crate::gate::Gate;
 use crate::inspect::Inspector;
 use crate::plan::failures::{
-    DeathKind, EvidenceState, FailureSettings, JobMemory, evidence_settled, plan_failures,
+    DeathKind, EvidenceState, FailureSettings, JobMemory, Memories, evidence_settled, plan_failures,
 };
 use crate::report::{Report, ReportTick};
 use crate::tokens::{TokenKey, TokenStore};
@@ -37,7 +37,6 @@ use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobId};
 use tcab_shared::error_chain;
 use tcab_shared::failing::FailingSince;
-use tcab_shared::inline_str::NameStr;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, Snapshot};
 use tcab_shared::retry::{Backoff, PerKey};
 use tcab_shared::tick::{Tick, TickOutcome};
@@ -75,7 +74,7 @@ pub struct Reporter {
     pub(super) poll: Duration,
     pub(super) budget: Duration,
     pub(super) settings: FailureSettings,
-    pub(super) memory: BTreeMap<NameStr, JobMemory>,
+    pub(super) memory: Memories,
     /// The view as the last tick saw it (sorted by name), to tell an entry
     /// that vanished. Shared with that tick's snapshot, never copied: a
     /// copy per tick cost about a cached Job's size again for every Job.
@@ -141,6 +140,14 @@ fn needs_memory(job: &JobSummary) -> bool {
     !running_well
 }
 
+/// A hash map keeps its table when entries leave: once the memories are
+/// mostly gone (a burst of pending Jobs started running), the room goes too.
+fn shed_room(memory: &mut Memories) {
+    if memory.capacity() > 4 * memory.len().max(64) {
+        memory.shrink_to_fit();
+    }
+}
+
 impl Reporter {
     /// A reporter over these parts.
     pub fn new(parts: ReporterParts) -> Self {
@@ -156,7 +163,7 @@ impl Reporter {
             poll: parts.poll,
             budget: parts.budget,
             settings: parts.settings,
-            memory: BTreeMap::new(),
+            memory: Memories::new(),
             last_seen: Arc::default(),
             vanished: BTreeMap::new(),
             evidence: BTreeMap::new(),
@@ -372,6 +379,7 @@ impl Reporter {
         self.memory.retain(|name, mem| {
             known(name) && (mem.evidence != EvidenceState::Missing || !running_well(name))
         });
+        shed_room(&mut self.memory);
         self.evidence.retain(|name, _| known(name));
         self.never_started.retain(|name, _| present(name));
         self.judged_dead
@@ -557,6 +565,30 @@ impl<'a> ByName<'a> {
 mod tests {
     use super::*;
     use tcab_shared::job_cache::JobPhase;
+
+    #[test]
+    fn the_memories_give_their_room_back_once_mostly_gone() {
+        let number = |name: &str| name[1..].parse::<usize>().unwrap_or(usize::MAX);
+        let mut map: Memories = (0..10_000)
+            .map(|i| {
+                let memory = JobMemory {
+                    first_seen: Instant::now(),
+                    evidence: EvidenceState::Missing,
+                    last_start_check: None,
+                };
+                (format!("j{i}").as_str().into(), memory)
+            })
+            .collect();
+        let full = map.capacity();
+        map.retain(|name, _| number(name) < 5_000);
+        shed_room(&mut map);
+        // (Removed entries leave tombstones, which `capacity` counts out.)
+        assert!(map.capacity() > full / 2, "half left: the room is kept");
+        map.retain(|name, _| number(name) < 100);
+        shed_room(&mut map);
+        assert!(map.capacity() < full / 10, "{} of {full}", map.capacity());
+        assert_eq!(map.len(), 100);
+    }
 
     #[test]
     fn only_a_job_running_well_is_not_remembered() {
