@@ -65,7 +65,10 @@ impl FakeGate {
             tonic::transport::Server::builder()
                 .add_service(TokenVaultServer::new(svc.clone()))
                 .add_service(AdmissionGateServer::new(svc))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                // As the lease-keeper serves it: TCP_NODELAY on each connection.
+                .serve_with_incoming(
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                )
                 .await
                 .unwrap()
         });
