@@ -373,7 +373,8 @@ mod tests {
         );
         // A Job without a claim label is still another claim's.
         let mut unlabelled = job("tcab-driver-a-old", "a", "x");
-        unlabelled.names = unlabelled.names.with_claim(None);
+        unlabelled.names =
+            tcab_shared::job_cache::JobNames::new(unlabelled.name(), unlabelled.job_id(), None);
         assert_eq!(
             stale_jobs(Lane::Run, "a", new, &[unlabelled]),
             [StaleJob {

@@ -91,11 +91,6 @@ impl JobNames {
         }
     }
 
-    /// A Job called `name` without either label.
-    pub fn named(name: &str) -> Self {
-        JobNames::new(name, None, None)
-    }
-
     /// The Job's name.
     pub fn name(&self) -> &str {
         match &self.0 {
@@ -120,25 +115,16 @@ impl JobNames {
         }
     }
 
-    /// The same names with the claim label changed.
-    pub fn with_claim(&self, claim: Option<&str>) -> Self {
-        JobNames::new(self.name(), self.job_id(), claim)
-    }
-
-    /// The same names with the job id label changed.
-    pub fn with_job_id(&self, job_id: Option<&str>) -> Self {
-        JobNames::new(self.name(), job_id, self.claim())
-    }
-
     /// Whether the labels are kept as places in the name (no heap block).
-    pub fn is_packed(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_packed(&self) -> bool {
         matches!(&self.0, Repr::Packed { name, .. } if matches!(name, NameStr::Inline { .. }))
     }
 }
 
 impl Default for JobNames {
     fn default() -> Self {
-        JobNames::named("")
+        JobNames::new("", None, None)
     }
 }
 
@@ -190,9 +176,6 @@ mod tests {
                 (name, job_id, claim)
             );
             assert_eq!(names, JobNames::new(name, job_id, claim));
-            assert_eq!(names.with_claim(None).claim(), None);
-            assert_eq!(names.with_claim(None).job_id(), job_id);
-            assert_eq!(names.with_job_id(Some("z")).job_id(), Some("z"));
         }
         assert!(!JobNames::new("hand-made", Some("run-1"), None).is_packed());
         assert!(JobNames::new("aa", Some("a"), Some("a")).is_packed());

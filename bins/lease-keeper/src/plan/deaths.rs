@@ -295,7 +295,8 @@ mod tests {
         let mut publisher = job("p", "c1", JobPhase::Failed);
         publisher.lane = Lane::Publish;
         let mut no_claim = job("n", "c1", JobPhase::Failed);
-        no_claim.names = no_claim.names.with_claim(None);
+        no_claim.names =
+            tcab_shared::job_cache::JobNames::new(no_claim.name(), no_claim.job_id(), None);
         let jobs = [publisher, no_claim.clone()];
         let plan = plan_deaths(
             &jobs,
@@ -408,7 +409,7 @@ mod tests {
             !death_report_pending(&run, &[], &BTreeSet::new()),
             "no token: nothing to report"
         );
-        run.names = run.names.with_claim(None);
+        run.names = tcab_shared::job_cache::JobNames::new(run.name(), run.job_id(), None);
         assert!(!death_report_pending(&run, &claims, &BTreeSet::new()));
         let mut publish = job("a", "c1", JobPhase::Failed);
         publish.lane = Lane::Publish;

@@ -201,16 +201,14 @@ pub(crate) fn plan_lost<J: Borrow<JobSummary>>(
     // The lane's labelled Jobs sorted by job id (then name): one pointer a
     // Job, and each listed id's Jobs are a slice found by binary search. At
     // 100,000 listed ids a tree of per-id vectors cost about 17 MB a tick.
-    let mut labelled: Vec<(&str, &JobSummary)> = summaries(jobs)
-        .filter(|j| j.lane == lane)
-        .filter_map(|j| Some((j.job_id()?, j)))
+    let mut labelled: Vec<&JobSummary> = summaries(jobs)
+        .filter(|j| j.lane == lane && j.job_id().is_some())
         .collect();
-    labelled.sort_by(|a, b| a.0.cmp(b.0).then_with(|| a.1.name().cmp(b.1.name())));
-    let own: Vec<&JobSummary> = labelled.iter().map(|&(_, j)| j).collect();
+    labelled.sort_by(|a, b| (a.job_id(), a.name()).cmp(&(b.job_id(), b.name())));
     let of_id = |id: &str| {
-        let start = labelled.partition_point(|&(other, _)| other < id);
-        let end = start + labelled[start..].partition_point(|&(other, _)| other == id);
-        &own[start..end]
+        let start = labelled.partition_point(|j| j.job_id() < Some(id));
+        let end = start + labelled[start..].partition_point(|j| j.job_id() == Some(id));
+        &labelled[start..end]
     };
     let current = current_claims(held);
 
