@@ -21,10 +21,11 @@ use crate::cause::{LogTail, StartFailure, StartFailureKind, start_failure};
 use k8s_openapi::api::core::v1::Pod;
 use std::borrow::Borrow;
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::failing::FailingSince;
-use tcab_shared::inline_str::NameStr;
 use tcab_shared::job_cache::{JobPhase, JobSummary, summaries};
 use tokio::time::Instant;
 
@@ -70,7 +71,44 @@ pub(crate) enum EvidenceState {
 /// snapshot), and a B-tree filled in order keeps its nodes little over half
 /// full, about 195 bytes an entry at 100,000 Jobs against about 140 here
 /// (docs/performance.md); nothing reads the entries in order.
-pub(crate) type Memories = HashMap<NameStr, JobMemory>;
+pub(crate) type Memories = HashMap<MemoryKey, JobMemory>;
+
+/// The key of a [`JobMemory`]: the cached summary of its Job, shared with
+/// the cache, hashed and compared by the Job's name alone. Eight bytes an
+/// entry where a copy of the name took 64 (about 49 bytes an entry in all
+/// against 105). Look an entry up by the name (`memory.get(name)`); the
+/// summary behind a key may be older than the cache's, and only its name is
+/// read.
+#[derive(Debug, Clone)]
+pub(crate) struct MemoryKey(pub Arc<JobSummary>);
+
+impl MemoryKey {
+    /// The Job's name.
+    pub(crate) fn name(&self) -> &str {
+        self.0.name()
+    }
+}
+
+impl PartialEq for MemoryKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for MemoryKey {}
+
+impl Hash for MemoryKey {
+    // As `str` hashes, so a lookup by `&str` (through `Borrow`) finds it.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name().hash(state)
+    }
+}
+
+impl Borrow<str> for MemoryKey {
+    fn borrow(&self) -> &str {
+        self.name()
+    }
+}
 
 /// What the lease-keeper remembers of one cached Job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +119,37 @@ pub(crate) struct JobMemory {
     pub evidence: EvidenceState,
     /// When its pod was last read to see whether it can start.
     pub last_start_check: Option<Instant>,
+}
+
+/// Remembers each of `jobs` (the cached Jobs that need a memory, and the
+/// vanished ones) first seen `now` if it has no memory yet. A memory whose
+/// key is an older summary of its Job than the one given is keyed by the
+/// given one, so a key does not keep a summary alive that the cache dropped.
+pub(crate) fn remember_jobs<'a>(
+    memory: &mut Memories,
+    jobs: impl IntoIterator<Item = &'a Arc<JobSummary>>,
+    now: Instant,
+) {
+    for job in jobs {
+        match memory.get_key_value(job.name()) {
+            Some((key, _)) if Arc::ptr_eq(&key.0, job) => {}
+            Some(_) => {
+                if let Some(kept) = memory.remove(job.name()) {
+                    memory.insert(MemoryKey(Arc::clone(job)), kept);
+                }
+            }
+            None => {
+                memory.insert(
+                    MemoryKey(Arc::clone(job)),
+                    JobMemory {
+                        first_seen: now,
+                        evidence: EvidenceState::Missing,
+                        last_start_check: None,
+                    },
+                );
+            }
+        }
+    }
 }
 
 /// Why a run's death is reported.
@@ -324,7 +393,7 @@ mod tests {
             .iter()
             .map(|(j, first_seen, evidence)| {
                 (
-                    j.name().into(),
+                    MemoryKey(Arc::new((*j).clone())),
                     JobMemory {
                         first_seen: *first_seen,
                         evidence: *evidence,
@@ -664,5 +733,33 @@ mod tests {
         failing.observe(&jobs, t0);
         let mem = memory(&[(&deleting, t0, EvidenceState::Missing)]);
         assert_eq!(plan_at(&jobs, &mem, &failing, t0).capture, ["d"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_memory_is_kept_across_new_summaries_and_holds_only_the_newest() {
+        let t0 = Instant::now();
+        let first = Arc::new(job("a", Lane::Run));
+        let mut mem = Memories::new();
+        remember_jobs(&mut mem, [&first], t0);
+        mem.get_mut("a").expect("remembered").evidence = EvidenceState::Complete;
+        assert_eq!(Arc::strong_count(&first), 2, "the key shares the summary");
+
+        // The cache replaced the summary (the Job changed): same memory, new key.
+        let later = t0 + Duration::from_secs(5);
+        let changed = Arc::new(failure_target(job("a", Lane::Run)));
+        remember_jobs(&mut mem, [&changed], later);
+        assert_eq!(Arc::strong_count(&first), 1, "the old summary is let go");
+        assert_eq!(Arc::strong_count(&changed), 2);
+        let (key, kept) = mem.get_key_value("a").expect("still remembered");
+        assert!(Arc::ptr_eq(&key.0, &changed));
+        assert_eq!(kept.first_seen, t0, "first seen when first seen, not now");
+        assert_eq!(kept.evidence, EvidenceState::Complete);
+        assert_eq!(mem.len(), 1);
+
+        // A new Job is remembered from now; a name is found by `&str`.
+        let other = Arc::new(job("b", Lane::Publish));
+        remember_jobs(&mut mem, [&changed, &other], later);
+        assert_eq!(mem.get("b").map(|m| m.first_seen), Some(later));
+        assert!(mem.contains_key("a") && !mem.contains_key("c"));
     }
 }

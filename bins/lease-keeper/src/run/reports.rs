@@ -26,7 +26,8 @@ use crate::cause::StartFailure;
 use crate::gate::Gate;
 use crate::inspect::Inspector;
 use crate::plan::failures::{
-    DeathKind, EvidenceState, FailureSettings, JobMemory, Memories, evidence_settled, plan_failures,
+    DeathKind, EvidenceState, FailureSettings, Memories, evidence_settled, plan_failures,
+    remember_jobs,
 };
 use crate::report::{Report, ReportTick};
 use crate::tokens::{TokenKey, TokenStore};
@@ -376,7 +377,8 @@ impl Reporter {
                 .binary_search_by(|j| j.name().cmp(name))
                 .is_ok_and(|i| !needs_memory(&snapshot[i]))
         };
-        self.memory.retain(|name, mem| {
+        self.memory.retain(|key, mem| {
+            let name = key.name();
             known(name) && (mem.evidence != EvidenceState::Missing || !running_well(name))
         });
         shed_room(&mut self.memory);
@@ -386,23 +388,11 @@ impl Reporter {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|name| present(name));
-        let unremembered = snapshot
+        let needing = snapshot
             .iter()
             .filter(|job| needs_memory(job))
-            .map(|job| job.name())
-            .chain(self.vanished.values().map(|v| v.last.name()));
-        for name in unremembered {
-            if !self.memory.contains_key(name) {
-                self.memory.insert(
-                    name.into(),
-                    JobMemory {
-                        first_seen: now,
-                        evidence: EvidenceState::Missing,
-                        last_start_check: None,
-                    },
-                );
-            }
-        }
+            .chain(self.vanished.values().map(|v| &v.last));
+        remember_jobs(&mut self.memory, needing, now);
         self.failing.observe(snapshot, now);
         // A Job that vanished keeps its token until its death is settled.
         let entries = self.entries(snapshot);
@@ -564,6 +554,7 @@ impl<'a> ByName<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::failures::{JobMemory, MemoryKey};
     use tcab_shared::job_cache::JobPhase;
 
     #[test]
@@ -576,15 +567,16 @@ mod tests {
                     evidence: EvidenceState::Missing,
                     last_start_check: None,
                 };
-                (format!("j{i}").as_str().into(), memory)
+                let job = JobSummary::named(&format!("j{i}"), None, None);
+                (MemoryKey(Arc::new(job)), memory)
             })
             .collect();
         let full = map.capacity();
-        map.retain(|name, _| number(name) < 5_000);
+        map.retain(|key, _| number(key.name()) < 5_000);
         shed_room(&mut map);
         // (Removed entries leave tombstones, which `capacity` counts out.)
         assert!(map.capacity() > full / 2, "half left: the room is kept");
-        map.retain(|name, _| number(name) < 100);
+        map.retain(|key, _| number(key.name()) < 100);
         shed_room(&mut map);
         assert!(map.capacity() < full / 10, "{} of {full}", map.capacity());
         assert_eq!(map.len(), 100);
