@@ -82,10 +82,25 @@ impl Renewer {
             }
         }
         self.warned = malformed;
-        let runs = renew(&self.backend, &self.gate, Lane::Run, &plan.runs);
+        let runs = renew(
+            &self.backend,
+            &self.gate,
+            Lane::Run,
+            &plan.runs,
+            RENEWAL_BATCH,
+        );
         let publishes = async {
             match &plan.publishes {
-                Some(lane) => renew(&self.backend, &self.gate, Lane::Publish, lane).await,
+                Some(lane) => {
+                    renew(
+                        &self.backend,
+                        &self.gate,
+                        Lane::Publish,
+                        lane,
+                        RENEWAL_BATCH,
+                    )
+                    .await
+                }
                 None => None,
             }
         };
@@ -212,51 +227,77 @@ fn changes<'l, 'n>(last: &[&'l str], now: &[&'n str]) -> (Vec<&'n str>, Vec<&'l 
     (started, stopped)
 }
 
-/// One lane's renewal call; its outcome reaches the gate at once. The
-/// positions in the plan of the ids renewed; `None` when the call failed.
+/// At most this many ids go in one renewal call. A lane of 100,000 live
+/// Jobs is renewed in calls of this size, one after the other, so a round
+/// holds one call's bodies (about 0.4 MB asked and 0.8 MB answered) rather
+/// than every lease's at once: the lease-keeper's memory stays flat in the
+/// number of Jobs (docs/performance.md). Up to this many live Jobs a lane is
+/// one call, as before.
+pub(crate) const RENEWAL_BATCH: usize = 10_000;
+
+/// One lane's renewal: its ids in calls of at most `batch` (one call, with
+/// no ids, when there are none: it still shows the backend answers). The
+/// first failed call closes the lane's gate at once and ends the lane's
+/// round, since the calls after it would most likely fail the same way, each
+/// after its own timeout; the next round renews every id again. Once every
+/// call succeeded the lane counts as renewed at the time its round began,
+/// the time its first lease was renewed. The positions in the plan of the
+/// ids renewed; `None` when a call failed.
 async fn renew(
     backend: &BackendClient,
     gate: &Gate,
     lane: Lane,
     plan: &LaneRenewal<'_>,
+    batch: usize,
 ) -> Option<Vec<usize>> {
-    match backend.renew_leases(lane, &plan.ids).await {
-        Ok(renewal) => {
-            gate.succeeded(lane, Instant::now());
-            for entry in &renewal.skipped {
-                // One odd entry is not a failed renewal: the rest stand.
-                tracing::warn!(%lane, job_id = entry.id.as_deref().unwrap_or(""), why = %entry.why, "an entry of the renewal answer cannot be read; that lease counts as not renewed");
-            }
-            let renewed = renewal.renewed;
-            if renewed.len() < plan.ids.len() {
-                let mut answered = vec![false; plan.ids.len()];
-                for &at in &renewed {
-                    answered[at] = true;
+    let began = Instant::now();
+    let batch = batch.max(1);
+    let calls: Vec<&[&str]> = if plan.ids.is_empty() {
+        vec![&[]]
+    } else {
+        plan.ids.chunks(batch).collect()
+    };
+    let mut renewed = Vec::with_capacity(plan.ids.len());
+    for (call, ids) in calls.into_iter().enumerate() {
+        let offset = call * batch;
+        match backend.renew_leases(lane, ids).await {
+            Ok(renewal) => {
+                for entry in &renewal.skipped {
+                    // One odd entry is not a failed renewal: the rest stand.
+                    tracing::warn!(%lane, job_id = entry.id.as_deref().unwrap_or(""), why = %entry.why, "an entry of the renewal answer cannot be read; that lease counts as not renewed");
                 }
-                let left: Vec<&str> = plan
-                    .ids
-                    .iter()
-                    .zip(answered)
-                    .filter_map(|(id, renewed)| (!renewed).then_some(*id))
-                    .collect();
-                tracing::debug!(%lane, job_ids = %list(&left), "not renewed: the backend no longer drives them");
+                renewed.extend(renewal.renewed.into_iter().map(|at| at + offset));
             }
-            Some(renewed)
-        }
-        Err(error) => {
-            let why = error_chain(&error);
-            let was_failing = gate.lane(lane).failing.is_some();
-            if was_failing {
-                tracing::debug!(%lane, error = %why, "lease renewal still failing");
-            } else {
-                tracing::warn!(%lane, call = error.call().unwrap_or("lease renewal"), reason = error.kind().reason().as_str(), error = %why, "lease renewal failed; the {lane} gate is closed and nothing of the lane is judged lost until a renewal succeeds");
+            Err(error) => {
+                let why = error_chain(&error);
+                let was_failing = gate.lane(lane).failing.is_some();
+                if was_failing {
+                    tracing::debug!(%lane, error = %why, "lease renewal still failing");
+                } else {
+                    tracing::warn!(%lane, call = error.call().unwrap_or("lease renewal"), reason = error.kind().reason().as_str(), error = %why, "lease renewal failed; the {lane} gate is closed and nothing of the lane is judged lost until a renewal succeeds");
+                }
+                // The gate's verdict says which lane's renewal failed; the
+                // reason it keeps is the call's error alone.
+                gate.failed(lane, why);
+                return None;
             }
-            // The gate's verdict says which lane's renewal failed; the
-            // reason it keeps is the call's error alone.
-            gate.failed(lane, why);
-            None
         }
     }
+    gate.succeeded(lane, began);
+    if renewed.len() < plan.ids.len() {
+        let mut answered = vec![false; plan.ids.len()];
+        for &at in &renewed {
+            answered[at] = true;
+        }
+        let left: Vec<&str> = plan
+            .ids
+            .iter()
+            .zip(answered)
+            .filter_map(|(id, renewed)| (!renewed).then_some(*id))
+            .collect();
+        tracing::debug!(%lane, job_ids = %list(&left), "not renewed: the backend no longer drives them");
+    }
+    Some(renewed)
 }
 
 impl Tick for Renewer {
@@ -268,7 +309,128 @@ impl Tick for Renewer {
 
 #[cfg(test)]
 mod tests {
-    use super::changes;
+    use super::*;
+    use std::time::Duration;
+    use tcab_shared::Secret;
+
+    /// A backend whose `POST /jobs/leases` records each call's ids, fails
+    /// call number `fail_at` (from 1) with a 500, and renews every id but
+    /// those starting with `gone-` (no longer driven).
+    #[derive(Clone)]
+    struct Leases {
+        calls: Arc<Mutex<Vec<Vec<String>>>>,
+        fail_at: Option<usize>,
+    }
+
+    impl Leases {
+        async fn start(fail_at: Option<usize>) -> (BackendClient, Arc<Mutex<Vec<Vec<String>>>>) {
+            let leases = Leases {
+                calls: Arc::default(),
+                fail_at,
+            };
+            let calls = Arc::clone(&leases.calls);
+            let app = axum::Router::new()
+                .route("/jobs/leases", axum::routing::post(Leases::answer))
+                .with_state(leases);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+            let client =
+                BackendClient::new(&url, Secret::new("svc-token"), Duration::from_secs(5)).unwrap();
+            (client, calls)
+        }
+
+        async fn answer(
+            axum::extract::State(leases): axum::extract::State<Leases>,
+            axum::Json(body): axum::Json<serde_json::Value>,
+        ) -> (http::StatusCode, axum::Json<serde_json::Value>) {
+            let ids: Vec<String> = body["job_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|id| id.as_str().unwrap().to_owned())
+                .collect();
+            let call = {
+                let mut calls = leases.calls.lock().unwrap();
+                calls.push(ids.clone());
+                calls.len()
+            };
+            if leases.fail_at == Some(call) {
+                let error = serde_json::json!({"error": {"code": "internal", "message": "boom"}});
+                return (http::StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error));
+            }
+            let leases: Vec<serde_json::Value> = ids
+                .iter()
+                .filter(|id| !id.starts_with("gone-"))
+                .map(|id| serde_json::json!({"id": id, "lease_expires_at": "2026-12-06T10:02:00Z"}))
+                .collect();
+            let answer = serde_json::json!({"now": "2026-12-06T10:00:00Z", "leases": leases});
+            (http::StatusCode::OK, axum::Json(answer))
+        }
+    }
+
+    fn plan<'a>(ids: &[&'a str]) -> LaneRenewal<'a> {
+        LaneRenewal {
+            ids: ids.to_vec(),
+            at: (0..ids.len() as u32).collect(),
+            skipped: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lane_is_renewed_in_calls_of_at_most_the_batch_and_positions_span_them() {
+        let (backend, calls) = Leases::start(None).await;
+        let gate = Gate::new(false, OwnedJobs::listed([]));
+        let ids = ["r-1", "r-2", "gone-3", "r-4", "r-5"];
+        let renewed = renew(&backend, &gate, Lane::Run, &plan(&ids), 2).await;
+        assert_eq!(
+            renewed,
+            Some(vec![0, 1, 3, 4]),
+            "positions in the whole plan"
+        );
+        let sizes: Vec<usize> = calls.lock().unwrap().iter().map(Vec::len).collect();
+        assert_eq!(sizes, [2, 2, 1]);
+        assert_eq!(
+            calls.lock().unwrap().concat(),
+            ids,
+            "every id asked once, in order"
+        );
+        let lane = gate.lane(Lane::Run);
+        assert!(lane.failing.is_none() && lane.last_success.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_lane_without_ids_still_makes_one_call() {
+        let (backend, calls) = Leases::start(None).await;
+        let gate = Gate::new(false, OwnedJobs::listed([]));
+        let renewed = renew(&backend, &gate, Lane::Run, &plan(&[]), 2).await;
+        assert_eq!(renewed, Some(vec![]));
+        assert_eq!(*calls.lock().unwrap(), [Vec::<String>::new()]);
+        assert!(
+            gate.lane(Lane::Run).last_success.is_some(),
+            "the gate opens"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_first_failed_call_closes_the_gate_and_ends_the_lanes_round() {
+        let (backend, calls) = Leases::start(Some(2)).await;
+        let gate = Gate::new(false, OwnedJobs::listed([]));
+        let ids = ["r-1", "r-2", "r-3", "r-4", "r-5"];
+        let renewed = renew(&backend, &gate, Lane::Run, &plan(&ids), 2).await;
+        assert_eq!(renewed, None);
+        assert_eq!(
+            calls.lock().unwrap().len(),
+            2,
+            "no call after the failed one"
+        );
+        let lane = gate.lane(Lane::Run);
+        assert!(
+            lane.last_success.is_none(),
+            "a part renewed is not a renewal"
+        );
+        assert!(lane.failing.is_some(), "the lane's gate is closed");
+    }
 
     #[test]
     fn a_change_of_the_renewed_set_names_the_ids_that_started_and_stopped() {
