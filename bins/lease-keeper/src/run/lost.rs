@@ -100,6 +100,7 @@ impl Reporter {
         deadline: Instant,
         report: &mut ReportTick,
     ) -> Vec<JobId> {
+        tracing::debug!(%lane, lost = plan.lost.len(), lease_current = plan.lease_current, skipped = plan.skipped.len(), "lost jobs judged");
         for (id, skip) in &plan.skipped {
             tracing::debug!(%lane, job_id = %id, reason = %skip.describe(), "not lost");
         }

@@ -416,10 +416,10 @@ impl BackendClient {
                 const CALL: Call = SPEC.active_call;
                 let answer = self.get(CALL, SPEC.active_path.into(), None).await?;
                 let raw: RawList = self.parse(CALL, None, &answer)?;
-                let (jobs, skipped) = entries::<ActiveRun>(raw_entries(raw.jobs), "jobs");
+                let (jobs, skipped) = entries::<ActiveRun>(raw.jobs, "jobs");
                 Ok(ActiveRuns {
                     now: raw.now,
-                    jobs: jobs.into_iter().map(|(_, j)| j).collect(),
+                    jobs,
                     skipped,
                 })
             }
@@ -437,10 +437,10 @@ impl BackendClient {
                 let answer = self.get(CALL, SPEC.active_path.into(), None).await?;
                 let raw: RawList = self.parse(CALL, None, &answer)?;
                 let (publish_jobs, skipped) =
-                    entries::<ActivePublish>(raw_entries(raw.publish_jobs), "publish_jobs");
+                    entries::<ActivePublish>(raw.publish_jobs, "publish_jobs");
                 Ok(ActivePublishes {
                     now: raw.now,
-                    publish_jobs: publish_jobs.into_iter().map(|(_, p)| p).collect(),
+                    publish_jobs,
                     skipped,
                 })
             }
@@ -808,12 +808,6 @@ struct RawList<'a> {
     publish_jobs: Option<&'a RawValue>,
 }
 
-/// The entries of a list field (none when absent or not a list).
-fn raw_entries(list: Option<&RawValue>) -> Vec<&RawValue> {
-    list.and_then(|raw| serde_json::from_str(raw.get()).ok())
-        .unwrap_or_default()
-}
-
 /// Calls `each` with every entry of a list field, in order, as raw JSON
 /// borrowed from the body (none when absent or not a list), without
 /// collecting them first.
@@ -863,20 +857,23 @@ impl WithId for ActivePublish {
     }
 }
 
-/// Reads each entry of list `field` as `T` (with a valid job id); the
-/// others are skipped with their position, id when readable, and why.
+/// The entries of list `field` (none when absent or not a list) read as
+/// `T`, and the ones skipped with why. Read straight from the body into a
+/// vector sized by a first pass that only counts them: no vector of raw
+/// entries, no second copy (at 100,000 entries those were 2 and 5 MB
+/// beside the body).
 fn entries<'de, T: serde::Deserialize<'de> + WithId>(
-    items: Vec<&'de RawValue>,
+    list: Option<&'de RawValue>,
     field: &str,
-) -> (Vec<(usize, T)>, Vec<SkippedEntry>) {
-    let mut read = Vec::with_capacity(items.len());
+) -> (Vec<T>, Vec<SkippedEntry>) {
+    let mut count = 0;
+    each_entry(list, |_, _| count += 1);
+    let mut read = Vec::with_capacity(count);
     let mut skipped = Vec::new();
-    for (index, item) in items.into_iter().enumerate() {
-        match entry(index, item, field) {
-            Ok(entry) => read.push((index, entry)),
-            Err(skip) => skipped.push(skip),
-        }
-    }
+    each_entry(list, |index, item| match entry(index, item, field) {
+        Ok(entry) => read.push(entry),
+        Err(skip) => skipped.push(skip),
+    });
     (read, skipped)
 }
 
