@@ -49,6 +49,40 @@ fn due(last: Option<Instant>, now: Instant) -> bool {
     last.is_none_or(|at| now.saturating_duration_since(at) >= MIN_INTERVAL)
 }
 
+/// From this size up a block is a mapping of its own (256 KiB): a renewal
+/// or active-list body, a relist's vector, the per-Job hash tables.
+pub const LARGE_BLOCK: usize = 256 * 1024;
+
+/// Makes every block of [`LARGE_BLOCK`] or more a mapping of its own, given
+/// back to the system the moment it is freed. glibc maps blocks from
+/// 128 KiB by default, but each time one is freed it raises that bar to the
+/// freed block's size (up to 32 MiB): after the first active list of a few
+/// MiB, every later body, vector and table of that size came from the heap,
+/// was freed between blocks still held, and stayed resident until a trim
+/// (the lease-keeper's resident size ran some 15 MiB over its heap at
+/// 100,000 Jobs). A fixed bar ends that. Called once at start-up
+/// ([`crate::runtime::bootstrap`]); returns whether the allocator took it
+/// (`false` where there is nothing to call).
+pub fn map_large_blocks() -> bool {
+    map_from(LARGE_BLOCK)
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn map_from(size: usize) -> bool {
+    let Ok(size) = libc::c_int::try_from(size) else {
+        return false;
+    };
+    // SAFETY: mallopt takes two plain integers and changes only the
+    // allocator's own parameters, under its own lock; any thread, any time.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, size) == 1 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn map_from(_size: usize) -> bool {
+    false
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn trim() -> bool {
@@ -83,6 +117,10 @@ mod tests {
     // The trim itself: the rate limit is process-wide, and the tick tests
     // of this process go idle too.
     use super::trim as release_free_pages;
+    use std::sync::Mutex;
+
+    /// The tests here read the process's resident size: one at a time.
+    static RESIDENT: Mutex<()> = Mutex::new(());
 
     /// The process's resident size in KiB, from /proc/self/status.
     fn resident_kib() -> u64 {
@@ -96,6 +134,9 @@ mod tests {
 
     #[test]
     fn free_pages_in_the_middle_of_the_heap_go_back() {
+        let _one = RESIDENT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // 64 MiB of small blocks, each written so its page is resident.
         let mut blocks: Vec<Box<[u8; 1024]>> =
             (0..64 * 1024).map(|_| Box::new([7u8; 1024])).collect();
@@ -109,6 +150,30 @@ mod tests {
         assert!(
             after + 32 * 1024 <= before,
             "resident size went from {before} KiB to {after} KiB, expected at least 32 MiB back"
+        );
+        assert_eq!(pin[0], 7);
+    }
+
+    #[test]
+    fn a_large_block_goes_back_as_soon_as_it_is_freed() {
+        let _one = RESIDENT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        assert!(
+            super::map_large_blocks(),
+            "the allocator refused the setting"
+        );
+        // One large block freed first: by default glibc would now serve the
+        // next one of this size from the heap, and keep it resident.
+        drop(std::hint::black_box(vec![1u8; 16 << 20]));
+        let large = std::hint::black_box(vec![1u8; 16 << 20]);
+        let pin = Box::new([7u8; 1024]);
+        let before = resident_kib();
+        drop(large);
+        let after = resident_kib();
+        assert!(
+            after + 12 * 1024 <= before,
+            "resident size went from {before} KiB to {after} KiB, expected the 16 MiB block back"
         );
         assert_eq!(pin[0], 7);
     }

@@ -51,6 +51,7 @@ pub async fn bootstrap(
     build: &BuildInfo,
     common: &CommonConfig,
 ) -> anyhow::Result<Started> {
+    heap::map_large_blocks();
     telemetry::init(common.log_format, binary, build);
     crate::config::warn_unknown_variables();
     metrics::common().start(binary, build);
