@@ -1,7 +1,8 @@
-//! The renewal loop: every poll interval, one renewal call per lane for the
-//! live Jobs in the view, on its own cadence so no death report, lost
-//! report or log read can delay it. Each call's outcome goes to the gate at
-//! once: the first failed call closes its lane's gate.
+//! The renewal loop: every poll interval, each lane's live Jobs in the view
+//! are renewed (in calls of at most [`RENEWAL_BATCH`] ids), on its own
+//! cadence so no death report, lost report or log read can delay it. Each
+//! call's outcome goes to the gate at once: the first failed call closes
+//! its lane's gate.
 
 use crate::gate::Gate;
 use crate::plan::renew::{LaneRenewal, RenewSkip, plan_renewals};
