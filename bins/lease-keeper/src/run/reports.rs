@@ -131,14 +131,19 @@ pub struct ReporterParts {
 
 /// Whether the report loop keeps a [`JobMemory`] of a Job: every Job but
 /// one running well (live with a ready pod, no sign of failure, not
-/// deleted). Its memory's first sighting serves only the start check of a
-/// Job without a ready pod, and its evidence only a Job that shows failure
-/// or vanished, so at scale, where most Jobs run, most keep none; a Job
-/// that stops running well is remembered from then on.
+/// deleted) and one with no pod yet (live, no pod counted at all, no sign
+/// of failure, not deleted). Its memory's first sighting serves only the
+/// start check of a Job whose pod is not ready, which reads that pod (a Job
+/// with none is left to its deadline), so the start grace runs from the
+/// first sight of a pod; its evidence serves only a Job that shows failure
+/// or vanished. So at scale, where most Jobs run, most keep none; a Job
+/// that stops running well, or gets its first pod, is remembered from then.
 fn needs_memory(job: &JobSummary) -> bool {
-    let running_well =
-        job.is_live() && job.ready_pods > 0 && !job.shows_failure() && !job.gone && !job.deleting;
-    !running_well
+    let calm = job.is_live() && !job.shows_failure() && !job.gone && !job.deleting;
+    let running_well = calm && job.ready_pods > 0;
+    let no_pod_yet =
+        calm && job.active_pods == 0 && job.failed_pods == 0 && job.terminating_pods == 0;
+    !running_well && !no_pod_yet
 }
 
 /// A hash map keeps its table when entries leave: once the memories are
@@ -580,6 +585,40 @@ mod tests {
         shed_room(&mut map);
         assert!(map.capacity() < full / 10, "{} of {full}", map.capacity());
         assert_eq!(map.len(), 100);
+    }
+
+    #[test]
+    fn a_job_without_a_pod_yet_is_remembered_from_its_first_pod_or_sign() {
+        let waiting = JobSummary::named("w", None, None);
+        assert!(!needs_memory(&waiting), "no pod: nothing to check yet");
+        for remembered in [
+            JobSummary {
+                active_pods: 1,
+                ..waiting.clone()
+            },
+            JobSummary {
+                failed_pods: 1,
+                ..waiting.clone()
+            },
+            JobSummary {
+                terminating_pods: 1,
+                ..waiting.clone()
+            },
+            JobSummary {
+                deleting: true,
+                ..waiting.clone()
+            },
+            JobSummary {
+                gone: true,
+                ..waiting.clone()
+            },
+            JobSummary {
+                phase: JobPhase::Failed,
+                ..waiting.clone()
+            },
+        ] {
+            assert!(needs_memory(&remembered), "{remembered:?}");
+        }
     }
 
     #[test]

@@ -825,6 +825,51 @@ async fn a_pod_that_never_starts_is_failed_fast() {
     );
 }
 
+/// The start grace runs from the first sight of a pod, not of the Job: a
+/// Job whose pod is not made for longer than the grace (a quota, a slow
+/// controller) still gives its pod the whole grace once it appears. Until
+/// then the Job is not remembered at all (at 100,000 pod-less Jobs that
+/// memory was 6 MB).
+#[tokio::test]
+async fn the_start_grace_runs_from_the_first_pod_not_the_job() {
+    let grace = Duration::from_millis(300);
+    let mut rig = Rig::with(false, |c| c.start_grace = grace).await;
+    let seen = tokio::time::Instant::now();
+    let name = rig.claimed_run("slowpod", JobState::Dispatched, json!({"active": 0}));
+    rig.tick_until("the grace passed with no pod", |r| {
+        assert!(r.reports.judged_dead.is_empty(), "judged without a pod");
+        seen.elapsed() > grace * 2
+    })
+    .await;
+
+    let claim = name.rsplit('-').next().unwrap().to_owned();
+    rig.job(job_json(
+        &name,
+        "slowpod",
+        &claim,
+        "run",
+        json!({"active": 1, "ready": 0}),
+    ));
+    let pod_seen = tokio::time::Instant::now();
+    rig.kube.put_pod(
+        pod_json(&name, json!({"phase": "Pending", "containerStatuses": [{"name": "driver",
+            "image": "registry.example/driver:nope", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}]})),
+        "",
+    );
+    let report = rig
+        .tick_until("the pod judged never to start", |r| {
+            !r.reports.judged_dead.is_empty()
+        })
+        .await;
+    assert!(
+        pod_seen.elapsed() >= grace,
+        "judged {:?} after its pod appeared, within the grace",
+        pod_seen.elapsed()
+    );
+    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
+}
+
 /// A backend that keeps refusing one job's death report (400) holds up no
 /// other death: the rest are reported in the same tick, the refused one is
 /// tried again only after its own back-off (not every tick), counted by
