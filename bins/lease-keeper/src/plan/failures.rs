@@ -12,9 +12,11 @@
 //!   earlier), or once it is judged unable to finish failing.
 //! - **Judge the stuck.** A Job that shows failure for longer than its
 //!   pods' termination grace plus a margin (a lost node) is judged dead.
-//! - **Check pods that never start.** A live Job with no ready pod, seen for
-//!   longer than the start grace, has its pod read (at most once per check
-//!   interval); [`start_verdict`] decides from that pod.
+//! - **Check pods that never start.** A live Job whose pod is not ready,
+//!   remembered for longer than the start grace (from the first tick its
+//!   Job counts a pod; a Job with none is left to its deadline), has its
+//!   pod read (at most once per check interval); [`start_verdict`] decides
+//!   from that pod.
 //! - **Retry unreadable logs** a bounded number of times.
 
 use crate::cause::{LogTail, StartFailure, StartFailureKind, start_failure};
@@ -121,16 +123,17 @@ pub(crate) struct JobMemory {
     pub last_start_check: Option<Instant>,
 }
 
-/// Remembers each of `jobs` (the cached Jobs that need a memory, and the
-/// vanished ones) first seen `now` if it has no memory yet. A memory whose
-/// key is an older summary of its Job than the one given is keyed by the
-/// given one, so a key does not keep a summary alive that the cache dropped.
+/// Brings the memories up to `jobs` (the cached Jobs and the vanished
+/// ones, each with whether it needs a memory): one that needs a memory and
+/// has none is remembered, first seen `now`; a memory whose key is an older
+/// summary of its Job than the one given is keyed by the given one, needed
+/// or not, so no key keeps alive a summary the cache dropped.
 pub(crate) fn remember_jobs<'a>(
     memory: &mut Memories,
-    jobs: impl IntoIterator<Item = &'a Arc<JobSummary>>,
+    jobs: impl IntoIterator<Item = (&'a Arc<JobSummary>, bool)>,
     now: Instant,
 ) {
-    for job in jobs {
+    for (job, needs) in jobs {
         match memory.get_key_value(job.name()) {
             Some((key, _)) if Arc::ptr_eq(&key.0, job) => {}
             Some(_) => {
@@ -138,7 +141,7 @@ pub(crate) fn remember_jobs<'a>(
                     memory.insert(MemoryKey(Arc::clone(job)), kept);
                 }
             }
-            None => {
+            None if needs => {
                 memory.insert(
                     MemoryKey(Arc::clone(job)),
                     JobMemory {
@@ -148,6 +151,7 @@ pub(crate) fn remember_jobs<'a>(
                     },
                 );
             }
+            None => {}
         }
     }
 }
@@ -740,14 +744,14 @@ mod tests {
         let t0 = Instant::now();
         let first = Arc::new(job("a", Lane::Run));
         let mut mem = Memories::new();
-        remember_jobs(&mut mem, [&first], t0);
+        remember_jobs(&mut mem, [(&first, true)], t0);
         mem.get_mut("a").expect("remembered").evidence = EvidenceState::Complete;
         assert_eq!(Arc::strong_count(&first), 2, "the key shares the summary");
 
         // The cache replaced the summary (the Job changed): same memory, new key.
         let later = t0 + Duration::from_secs(5);
         let changed = Arc::new(failure_target(job("a", Lane::Run)));
-        remember_jobs(&mut mem, [&changed], later);
+        remember_jobs(&mut mem, [(&changed, true)], later);
         assert_eq!(Arc::strong_count(&first), 1, "the old summary is let go");
         assert_eq!(Arc::strong_count(&changed), 2);
         let (key, kept) = mem.get_key_value("a").expect("still remembered");
@@ -756,10 +760,26 @@ mod tests {
         assert_eq!(kept.evidence, EvidenceState::Complete);
         assert_eq!(mem.len(), 1);
 
-        // A new Job is remembered from now; a name is found by `&str`.
+        // A new Job is remembered from now if it needs a memory; a name is
+        // found by `&str`.
         let other = Arc::new(job("b", Lane::Publish));
-        remember_jobs(&mut mem, [&changed, &other], later);
+        let calm = Arc::new(job("c", Lane::Run));
+        remember_jobs(
+            &mut mem,
+            [(&changed, true), (&other, true), (&calm, false)],
+            later,
+        );
         assert_eq!(mem.get("b").map(|m| m.first_seen), Some(later));
         assert!(mem.contains_key("a") && !mem.contains_key("c"));
+
+        // A memory kept for its evidence though its Job needs none now is
+        // re-keyed all the same: no old summary stays pinned.
+        let calm_again = Arc::new(job("a", Lane::Run));
+        remember_jobs(&mut mem, [(&calm_again, false)], later);
+        assert_eq!(Arc::strong_count(&changed), 1);
+        assert!(Arc::ptr_eq(
+            &mem.get_key_value("a").expect("kept").0.0,
+            &calm_again
+        ));
     }
 }

@@ -135,7 +135,8 @@ pub struct ReporterParts {
 /// of failure, not deleted). Its memory's first sighting serves only the
 /// start check of a Job whose pod is not ready, which reads that pod (a Job
 /// with none is left to its deadline), so the start grace runs from the
-/// first sight of a pod; its evidence serves only a Job that shows failure
+/// first tick its Job counts a pod (`status.active`, `failed` or
+/// `terminating` above 0); its evidence serves only a Job that shows failure
 /// or vanished. So at scale, where most Jobs run, most keep none; a Job
 /// that stops running well, or gets its first pod, is remembered from then.
 fn needs_memory(job: &JobSummary) -> bool {
@@ -393,11 +394,11 @@ impl Reporter {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|name| present(name));
-        let needing = snapshot
+        let jobs = snapshot
             .iter()
-            .filter(|job| needs_memory(job))
-            .chain(self.vanished.values().map(|v| &v.last));
-        remember_jobs(&mut self.memory, needing, now);
+            .map(|job| (job, needs_memory(job)))
+            .chain(self.vanished.values().map(|v| (&v.last, true)));
+        remember_jobs(&mut self.memory, jobs, now);
         self.failing.observe(snapshot, now);
         // A Job that vanished keeps its token until its death is settled.
         let entries = self.entries(snapshot);
