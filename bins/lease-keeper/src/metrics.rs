@@ -32,8 +32,9 @@ pub(crate) const DEATH_TO_REPORT_BUCKETS: [f64; 13] = [
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
 ];
 
-/// Each renewal call of a round and its `result` (`ok`, `failed`). The
-/// publish lane makes no call while publishing is off.
+/// Each lane's renewal round and its `result` (`ok` when every call of it
+/// succeeded, `failed` at the first failed call). The publish lane makes no
+/// call while publishing is off.
 pub(crate) fn renewal_results(report: &RenewalReport, publishing: bool) -> Vec<(Lane, CallResult)> {
     let result = |renewed: &Option<_>| {
         if renewed.is_some() {

@@ -10,9 +10,9 @@
 //!
 //! It is called only when a loop goes idle (at most once a second a
 //! process), never between busy ticks, so a drain pays nothing for it; an
-//! idle tick is rare work next to the poll interval it then sleeps. This file holds the workspace's one unsafe call:
-//! the workspace lint denies `unsafe_code` (not forbids) so that this module
-//! alone may allow it.
+//! idle tick is rare work next to the poll interval it then sleeps. This file holds the workspace's
+//! two unsafe calls (`malloc_trim` here and `mallopt` for [`map_large_blocks`]): the workspace lint
+//! denies `unsafe_code` (not forbids) so that this module alone may allow it.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

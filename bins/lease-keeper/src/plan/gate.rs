@@ -9,8 +9,10 @@
 //! - the lease-keeper renews that lane at all;
 //! - the lane's latest renewal call did not fail (the gate closes at the
 //!   first failed call, not at the end of a round);
-//! - a renewal call of the lane has succeeded;
-//! - the last successful renewal is at most `max_age` old.
+//! - a renewal round of the lane has succeeded (every call of it: a lane
+//!   of more than 10,000 live Jobs is renewed in several);
+//! - the last successful round, timed from its start, is at most
+//!   `max_age` old.
 
 use std::time::Duration;
 use tcab_proto::gate::{GateReason, GateVerdict};
@@ -23,7 +25,8 @@ use tokio::time::Instant;
 pub struct LaneRenewals {
     /// Whether this lane is renewed at all (publishes only while publishing is on).
     pub enabled: bool,
-    /// When a renewal call of this lane last succeeded.
+    /// When the lane's last successful renewal round began (every call of
+    /// it succeeded; the time its first lease was renewed).
     pub last_success: Option<Instant>,
     /// Why the most recent renewal call failed, when it did (for publishes
     /// while publishing is off: why the lane is not renewed).
