@@ -166,7 +166,17 @@ fn config(
     vault: std::net::SocketAddr,
     cap: usize,
 ) -> anyhow::Result<AdmitterConfig> {
-    let vars = [
+    config_with_metrics(backend_url, vault, cap, None)
+}
+
+/// [`config`], serving the admitter's metrics on `metrics` when given.
+fn config_with_metrics(
+    backend_url: &str,
+    vault: std::net::SocketAddr,
+    cap: usize,
+    metrics: Option<std::net::SocketAddr>,
+) -> anyhow::Result<AdmitterConfig> {
+    let mut vars = vec![
         ("TCAB_BACKEND_URL", backend_url.to_owned()),
         ("TCAB_BACKEND_SERVICE_TOKEN", TOKEN.to_owned()),
         ("TCAB_DRIVER_IMAGE", "driver:bench".to_owned()),
@@ -175,6 +185,9 @@ fn config(
         ("TCAB_DISPATCHER_MAX_INFLIGHT", cap.to_string()),
         ("POD_NAMESPACE", NS.to_owned()),
     ];
+    if let Some(addr) = metrics {
+        vars.push(("TCAB_DISPATCHER_METRICS_ADDR", addr.to_string()));
+    }
     let env = Env::from_vars(vars.into_iter().map(|(k, v)| (k.to_owned(), v)))?;
     Ok(AdmitterConfig::from_env(&env)?)
 }
@@ -189,11 +202,15 @@ fn live_runs(world: &World) -> i64 {
 /// start-up (its dry-run create and first list of Jobs), and the longest
 /// pause between two creates (a lane that went idle and waited for its poll
 /// interval shows here, not only as a lower rate).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Drain {
     whole: Duration,
     steady: Duration,
     longest_pause: Duration,
+    /// What the admitter's admission attempts came to (its own counters),
+    /// so a pause can be told apart: an error, an empty claim, a closed
+    /// gate. Empty for the raw floor.
+    admissions: String,
 }
 
 impl Drain {
@@ -202,8 +219,49 @@ impl Drain {
             whole,
             steady: span(times),
             longest_pause: longest_pause(times),
+            admissions: String::new(),
         }
     }
+}
+
+/// The admitter's non-zero `admissions_total` and `admission_errors_total`
+/// series, read from its `/metrics`, as `lane/outcome n` (errors: their
+/// labels and count).
+async fn admission_counts(metrics: std::net::SocketAddr) -> anyhow::Result<String> {
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let mut counts = Vec::new();
+    for line in text.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let value: f64 = value.parse().unwrap_or(0.0);
+        if value == 0.0 {
+            continue;
+        }
+        let label = |name: &str| {
+            series
+                .split(['{', ',', '}'])
+                .find_map(|part| part.strip_prefix(name)?.strip_prefix("=\""))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        if series.starts_with("tcab_dispatcher_admissions_total{") {
+            counts.push(format!("{}/{} {value}", label("lane"), label("outcome")));
+        } else if series.starts_with("tcab_dispatcher_admission_errors_total{") {
+            counts.push(format!(
+                "{}/error at {} ({}) {value}",
+                label("lane"),
+                label("step"),
+                label("reason")
+            ));
+        }
+    }
+    counts.sort();
+    Ok(counts.join(", "))
 }
 
 /// When each Job was created, by the cluster's audit timeline.
@@ -266,7 +324,9 @@ async fn raw_floor(profile: Profile, vault: std::net::SocketAddr) -> anyhow::Res
 async fn admitter(profile: Profile, vault: std::net::SocketAddr) -> anyhow::Result<Drain> {
     let jobs = profile.jobs;
     let world = world(jobs, profile).await?;
-    let config = config(&world.backend.url(), vault, jobs)?;
+    // A free port for the admitter's metrics (released for it to bind).
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let config = config_with_metrics(&world.backend.url(), vault, jobs, Some(metrics))?;
     let deps = Deps {
         kube: world.kube.clone(),
         namespace: NS.into(),
@@ -284,13 +344,19 @@ async fn admitter(profile: Profile, vault: std::net::SocketAddr) -> anyhow::Resu
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    let admissions = admission_counts(metrics)
+        .await
+        .unwrap_or_else(|e| format!("(its metrics could not be read: {e})"));
     trigger.cancel();
     task.await??;
     let times = creates(&world);
     let last = times.last().copied().unwrap_or(started);
     let whole = Duration::try_from(last - started).unwrap_or_default();
     world.backend.shutdown().await;
-    Ok(Drain::new(whole, &times))
+    Ok(Drain {
+        admissions,
+        ..Drain::new(whole, &times)
+    })
 }
 
 /// The median single call of each step of one admission, under `profile`.
@@ -367,7 +433,7 @@ async fn measure(
         let floor = raw_floor(profile, vault).await?;
         let adm = admitter(profile, vault).await?;
         println!(
-            "  round {round}: raw floor {:>7.1} jobs/s ({:?}), admitter {:>7.1} jobs/s ({:?}; first to last Job {:?}, floor's {:?}; longest pause between creates {:?}, floor's {:?})",
+            "  round {round}: raw floor {:>7.1} jobs/s ({:?}), admitter {:>7.1} jobs/s ({:?}; first to last Job {:?}, floor's {:?}; longest pause between creates {:?}, floor's {:?}; admissions: {})",
             rate(jobs, floor.whole),
             floor.whole,
             rate(jobs, adm.whole),
@@ -376,6 +442,7 @@ async fn measure(
             floor.steady,
             adm.longest_pause,
             floor.longest_pause,
+            adm.admissions,
         );
         floors.push(floor);
         admits.push(adm);
