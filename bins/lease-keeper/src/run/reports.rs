@@ -377,15 +377,20 @@ impl Reporter {
 
         let known = |name: &str| present(name) || self.vanished.contains_key(name);
         // A Job running well needs no memory (see `needs_memory`); one
-        // with evidence read keeps it while it has an entry.
-        let running_well = |name: &str| {
-            snapshot
-                .binary_search_by(|j| j.name().cmp(name))
-                .is_ok_and(|i| !needs_memory(&snapshot[i]))
-        };
+        // with evidence read keeps it while it has an entry. A kept memory
+        // whose key is an older summary than the view's is noted, to be
+        // re-keyed below: the walk over the memories finds them, so no
+        // lookup is made for every cached Job.
+        let mut rekey = Vec::new();
         self.memory.retain(|key, mem| {
             let name = key.name();
-            known(name) && (mem.evidence != EvidenceState::Missing || !running_well(name))
+            let at = snapshot.binary_search_by(|j| j.name().cmp(name)).ok();
+            let running_well = at.is_some_and(|i| !needs_memory(&snapshot[i]));
+            let keep = known(name) && (mem.evidence != EvidenceState::Missing || !running_well);
+            if let Some(i) = at.filter(|&i| keep && !Arc::ptr_eq(&key.0, &snapshot[i])) {
+                rekey.push(i);
+            }
+            keep
         });
         shed_room(&mut self.memory);
         self.evidence.retain(|name, _| known(name));
@@ -394,9 +399,15 @@ impl Reporter {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|name| present(name));
-        let jobs = snapshot
+        let jobs = rekey
             .iter()
-            .map(|job| (job, needs_memory(job)))
+            .map(|&i| (&snapshot[i], false))
+            .chain(
+                snapshot
+                    .iter()
+                    .filter(|job| needs_memory(job))
+                    .map(|job| (job, true)),
+            )
             .chain(self.vanished.values().map(|v| (&v.last, true)));
         remember_jobs(&mut self.memory, jobs, now);
         self.failing.observe(snapshot, now);
