@@ -30,9 +30,9 @@
 //! - `settings`: what the admitter reads from its configuration (caps,
 //!   gate bound, settle limits), which the lanes, the metrics and the loop
 //!   read;
-//! - `run`: both lanes together ([`Admitter::tick`] for
-//!   tests) and `run(config, deps, shutdown)`, which runs each lane's loop
-//!   under the shared supervisor (`tcab_shared::runtime`);
+//! - `run`: `run(config, deps, shutdown)`, which builds each lane's loop
+//!   ([`LaneAdmitter::lanes`]) and runs it under the shared supervisor
+//!   (`tcab_shared::runtime`);
 //! - [`config`]: the admitter's configuration, read from the environment;
 //! - `preflight`: the start-up check that the API server accepts a Job
 //!   built from the settings (a dry-run create), before the first claim.
@@ -73,9 +73,10 @@ pub use admit::{
     CreateFailure, LaneOutcome, MAX_REQUEST_BYTES, PoisonReason, PoisonReport, Settled,
 };
 pub use config::AdmitterConfig;
-pub use lane::{AdmissionResult, LaneReport};
+pub use lane::{AdmissionResult, LaneAdmitter, LaneReport};
+pub use lanes::LaneState;
 pub use plan::{Decision, HoldReason};
 pub use preflight::Refused;
-pub use run::{Admitter, Deps, TickReport, run};
+pub use run::{Deps, run};
 pub use settings::AdmitterSettings;
 pub use settle::Confirmation;

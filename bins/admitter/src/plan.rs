@@ -117,25 +117,6 @@ impl Decision {
     }
 }
 
-/// The decisions of both lanes in one [`crate::Admitter::tick`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    /// The run lane (driver Jobs).
-    pub run: Decision,
-    /// The publish lane (publisher Jobs).
-    pub publish: Decision,
-}
-
-impl Plan {
-    /// The decision of one lane.
-    pub fn lane(&self, lane: Lane) -> &Decision {
-        match lane {
-            Lane::Run => &self.run,
-            Lane::Publish => &self.publish,
-        }
-    }
-}
-
 /// Why a view that is not current is not, in words for the hold reason.
 pub(crate) fn view_problem(view: &ViewState) -> Option<String> {
     match view {

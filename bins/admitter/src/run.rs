@@ -1,12 +1,10 @@
-//! The admitter: its I/O edges, one loop per lane, and
-//! [`run`], which runs both loops until shutdown.
+//! The admitter's I/O edges ([`Deps`]) and [`run`], which runs each
+//! lane's loop until shutdown.
 
-use crate::admit::LaneOutcome;
 use crate::config::AdmitterConfig;
 use crate::keeper_client::{KeeperClient, KeeperClientSettings};
-use crate::lane::{AdmissionResult, Edges, LaneAdmitter, LaneReport};
+use crate::lane::LaneAdmitter;
 use crate::metrics::{AdmitterMetrics, MeteredLane, loop_name};
-use crate::plan::Plan;
 use crate::preflight;
 use crate::settings::AdmitterSettings;
 use anyhow::Context as _;
@@ -14,13 +12,11 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use std::fmt;
 use std::sync::Arc;
+use tcab_shared::WallClock;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
-use tcab_shared::lane::PerLane;
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::runtime::{CancellationToken, Supervisor};
-use tcab_shared::tick::TickOutcome;
-use tcab_shared::{Lane, WallClock};
 
 /// The I/O the admitter is given, so tests can substitute each piece.
 #[derive(Clone)]
@@ -39,122 +35,6 @@ impl fmt::Debug for Deps {
             .field("namespace", &self.namespace)
             .field("backend", &self.backend)
             .finish_non_exhaustive()
-    }
-}
-
-/// Both lanes' loops over one set of edges. [`run`] gives each lane its own
-/// task; tests drive both one tick at a time with [`Admitter::tick`].
-#[derive(Debug)]
-pub struct Admitter {
-    lanes: PerLane<LaneAdmitter>,
-}
-
-/// What one [`Admitter::tick`] decided and did in both lanes.
-#[derive(Debug)]
-pub struct TickReport {
-    /// The decision of each lane.
-    pub plan: Plan,
-    /// The run lane's admission, when it admitted.
-    pub run: Option<LaneOutcome>,
-    /// The publish lane's admission, when it admitted.
-    pub publish: Option<LaneOutcome>,
-    /// What settling earlier unsettled creations came to, per lane.
-    pub resettled: Vec<(Lane, LaneOutcome)>,
-    /// Each lane's result for the admissions metric (run, then publish).
-    pub results: [(Lane, AdmissionResult); Lane::ALL.len()],
-}
-
-impl TickReport {
-    fn from_lanes(run: LaneReport, publish: LaneReport) -> Self {
-        let results = [(Lane::Run, run.result()), (Lane::Publish, publish.result())];
-        let resettled = run
-            .resettled
-            .into_iter()
-            .map(|o| (Lane::Run, o))
-            .chain(publish.resettled.into_iter().map(|o| (Lane::Publish, o)))
-            .collect();
-        TickReport {
-            plan: Plan {
-                run: run.decision,
-                publish: publish.decision,
-            },
-            run: run.outcome,
-            publish: publish.outcome,
-            resettled,
-            results,
-        }
-    }
-
-    /// The result of one lane.
-    pub fn result(&self, lane: Lane) -> AdmissionResult {
-        self.results
-            .iter()
-            .find_map(|&(l, result)| (l == lane).then_some(result))
-            .unwrap_or_else(|| unreachable!("every lane has a result"))
-    }
-
-    /// Busy when a Job was created for a fresh claim in either lane.
-    pub fn outcome(&self) -> TickOutcome {
-        if self
-            .results
-            .iter()
-            .any(|(_, r)| *r == AdmissionResult::Created)
-        {
-            TickOutcome::Busy
-        } else {
-            TickOutcome::Idle
-        }
-    }
-}
-
-impl Admitter {
-    /// An admitter over a Job cache (already watching, or fed by a test),
-    /// the Jobs API of its namespace, the backend and the vault.
-    pub fn new(
-        settings: AdmitterSettings,
-        backend: BackendClient,
-        jobs: Api<Job>,
-        vault: KeeperClient,
-        cache: OwnedJobs,
-    ) -> Self {
-        let pods = match jobs.namespace() {
-            Some(ns) => Api::namespaced(jobs.clone().into_client(), ns),
-            None => Api::default_namespaced(jobs.clone().into_client()),
-        };
-        let edges = Arc::new(Edges {
-            settings,
-            backend,
-            jobs,
-            pods,
-            vault,
-            cache,
-        });
-        Admitter {
-            lanes: PerLane::from_fn(|lane| LaneAdmitter::new(lane, edges.clone())),
-        }
-    }
-
-    /// The loop of one lane.
-    pub fn lane(&mut self, lane: Lane) -> &mut LaneAdmitter {
-        &mut self.lanes[lane]
-    }
-
-    /// The memory of one lane.
-    pub fn lane_state(&self, lane: Lane) -> &crate::lanes::LaneState {
-        self.lanes[lane].state()
-    }
-
-    /// One tick of both lanes, side by side (neither waits for the other's
-    /// calls, only for the report).
-    pub async fn tick(&mut self) -> TickReport {
-        let reports = PerLane::join(self.lanes.each_mut().map(LaneAdmitter::tick_report)).await;
-        let [run, publish] = reports.into_array();
-        TickReport::from_lanes(run, publish)
-    }
-
-    /// Each lane's loop, to run each on its own task.
-    pub fn into_lanes(self) -> PerLane<LaneAdmitter> {
-        self.lanes
     }
 }
 
@@ -220,8 +100,8 @@ pub async fn run(
     let poll = settings.poll_interval;
     supervisor
         .run(|loops| {
-            let admitter = Admitter::new(settings, deps.backend, jobs, vault, cache.clone());
-            for (_, lane) in admitter.into_lanes() {
+            let lanes = LaneAdmitter::lanes(settings, deps.backend, jobs, vault, cache.clone());
+            for (_, lane) in lanes {
                 if !lane.enabled() {
                     tracing::info!(lane = %lane.lane(), "lane disabled (no publisher image); not admitting");
                     continue;

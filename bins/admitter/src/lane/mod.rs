@@ -33,23 +33,24 @@ use tcab_proto::gate::{GateReason, GateVerdict};
 use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::OwnedJobs;
+use tcab_shared::lane::PerLane;
 use tcab_shared::tick::{Tick, TickOutcome};
 use tokio::time::Instant;
 
 /// The I/O edges and settings both lanes share (read only).
-pub struct Edges {
+pub(crate) struct Edges {
     /// What the admitter reads from its configuration.
-    pub settings: AdmitterSettings,
+    pub(crate) settings: AdmitterSettings,
     /// The backend client.
-    pub backend: BackendClient,
+    pub(crate) backend: BackendClient,
     /// The Jobs API of the admitter's namespace.
-    pub jobs: Api<Job>,
+    pub(crate) jobs: Api<Job>,
     /// The pods API of the same namespace.
-    pub pods: Api<Pod>,
+    pub(crate) pods: Api<Pod>,
     /// The token vault and admission gate.
-    pub vault: KeeperClient,
+    pub(crate) vault: KeeperClient,
     /// The watch-backed view of the owned Jobs.
-    pub cache: OwnedJobs,
+    pub(crate) cache: OwnedJobs,
 }
 
 impl fmt::Debug for Edges {
@@ -84,13 +85,34 @@ impl Tick for LaneAdmitter {
 }
 
 impl LaneAdmitter {
-    /// The loop of `lane` over `edges`, with a fresh memory.
-    pub fn new(lane: Lane, edges: Arc<Edges>) -> Self {
-        LaneAdmitter {
+    /// Each lane's loop, with a fresh memory, over one set of edges: a Job
+    /// cache (already watching, or fed by a test), the Jobs API of the
+    /// admitter's namespace (its pods are read in the same namespace), the
+    /// backend and the vault.
+    pub fn lanes(
+        settings: AdmitterSettings,
+        backend: BackendClient,
+        jobs: Api<Job>,
+        vault: KeeperClient,
+        cache: OwnedJobs,
+    ) -> PerLane<LaneAdmitter> {
+        let pods = match jobs.namespace() {
+            Some(ns) => Api::namespaced(jobs.clone().into_client(), ns),
+            None => Api::default_namespaced(jobs.clone().into_client()),
+        };
+        let edges = Arc::new(Edges {
+            settings,
+            backend,
+            jobs,
+            pods,
+            vault,
+            cache,
+        });
+        PerLane::from_fn(|lane| LaneAdmitter {
             lane,
-            edges,
+            edges: edges.clone(),
             state: LaneState::default(),
-        }
+        })
     }
 
     /// The lane.

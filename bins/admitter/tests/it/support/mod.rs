@@ -2,6 +2,7 @@
 //! fake Jobs API, all on 127.0.0.1:0, plus configuration helpers.
 #![allow(dead_code)]
 
+pub mod admitter;
 pub mod backend;
 pub mod fake_kube;
 pub mod gate;
@@ -11,11 +12,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tcab_admitter::AdmitterConfig;
 use tcab_admitter::keeper_client::{KeeperClient, KeeperClientSettings};
-use tcab_admitter::{Admitter, AdmitterSettings};
+use tcab_admitter::{AdmitterSettings, LaneAdmitter};
 use tcab_shared::backend::BackendClient;
 use tcab_shared::config::{BinaryConfig, Env};
 use tcab_shared::job_cache::OwnedJobs;
 use tcab_testkit::wait;
+
+pub use admitter::Admitter;
 
 pub const MANAGED_BY: &str = "tcab-dispatcher";
 
@@ -91,13 +94,13 @@ impl Rig {
             settle_pause: Duration::from_millis(1),
             ..AdmitterSettings::from_config(config)
         };
-        Admitter::new(
+        Admitter::new(LaneAdmitter::lanes(
             settings,
             backend_client(&self.backend.url),
             fake_kube::jobs_api(&self.kube),
             KeeperClient::connect_lazy(vault, vault_settings).unwrap(),
             cache,
-        )
+        ))
     }
 
     /// An admitter over a cache the test feeds (ready, empty).
