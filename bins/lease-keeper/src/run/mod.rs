@@ -8,6 +8,7 @@ mod deaths;
 mod evidence;
 pub use evidence::READS_AT_ONCE;
 mod lost;
+mod memory;
 mod metered;
 pub mod renewals;
 pub mod reports;
