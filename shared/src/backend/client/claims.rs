@@ -12,6 +12,34 @@ use crate::lane::{Lane, LaneSpec};
 use crate::secret::Secret;
 use reqwest::StatusCode;
 use reqwest::header::HeaderValue;
+/// A job a lane's claim answers with: the lane whose claim it is, the
+/// wrapper the answer carries it in, and how to open that wrapper. One
+/// claim call serves every lane through it.
+trait ClaimedJob: Sized {
+    const LANE: Lane;
+    type Wire: serde::de::DeserializeOwned;
+    /// The job's id, its token, and the job.
+    fn open(wire: Self::Wire) -> (JobId, Secret, Self);
+}
+
+impl ClaimedJob for ClaimedRun {
+    const LANE: Lane = Lane::Run;
+    type Wire = RunClaim;
+    fn open(claim: RunClaim) -> (JobId, Secret, ClaimedRun) {
+        let run = claim.job;
+        (run.id.clone(), run.token.clone(), run)
+    }
+}
+
+impl ClaimedJob for ClaimedPublish {
+    const LANE: Lane = Lane::Publish;
+    type Wire = PublishClaim;
+    fn open(claim: PublishClaim) -> (JobId, Secret, ClaimedPublish) {
+        let publish = claim.publish_job;
+        (publish.id.clone(), publish.token.clone(), publish)
+    }
+}
+
 impl BackendClient {
     /// `POST /jobs/next`: claims the next claimable run; `None` on 204. An
     /// answer that breaks the contract is a [`BackendErrorKind::Malformed`]
@@ -19,50 +47,19 @@ impl BackendClient {
     ///
     /// [`BackendErrorKind::Malformed`]: crate::backend::BackendErrorKind::Malformed
     pub async fn claim_run(&self) -> Result<Option<ClaimedRun>, BackendError> {
-        counted(
-            async {
-                let Some((spec, answer)) = self.claim(Lane::Run).await? else {
-                    return Ok(None);
-                };
-                let read = self.read_claim(spec.claim_call, spec.claim_key, &answer, open_run);
-                read.map(Some).map_err(|(error, _)| error)
-            }
-            .await,
-        )
+        self.claim_job().await
     }
 
     /// `POST /publish-jobs/next`, as [`BackendClient::claim_run`] does.
     pub async fn claim_publish(&self) -> Result<Option<ClaimedPublish>, BackendError> {
-        counted(
-            async {
-                let Some((spec, answer)) = self.claim(Lane::Publish).await? else {
-                    return Ok(None);
-                };
-                let read = self.read_claim(spec.claim_call, spec.claim_key, &answer, open_publish);
-                read.map(Some).map_err(|(error, _)| error)
-            }
-            .await,
-        )
+        self.claim_job().await
     }
 
     /// `POST /jobs/next`: claims the next claimable run; `None` on 204. A
     /// 200 whose body breaks the contract is [`ClaimAnswer::Poisoned`] (the
     /// backend committed the claim), not an error.
     pub async fn claim_run_answer(&self) -> Result<Option<ClaimAnswer<ClaimedRun>>, BackendError> {
-        counted(
-            async {
-                let Some((spec, answer)) = self.claim(Lane::Run).await? else {
-                    return Ok(None);
-                };
-                Ok(Some(answered(self.read_claim(
-                    spec.claim_call,
-                    spec.claim_key,
-                    &answer,
-                    open_run,
-                ))))
-            }
-            .await,
-        )
+        self.claim_answer().await
     }
 
     /// `POST /publish-jobs/next`: claims the next queued publish; `None` on
@@ -70,20 +67,29 @@ impl BackendClient {
     pub async fn claim_publish_answer(
         &self,
     ) -> Result<Option<ClaimAnswer<ClaimedPublish>>, BackendError> {
-        counted(
-            async {
-                let Some((spec, answer)) = self.claim(Lane::Publish).await? else {
-                    return Ok(None);
-                };
-                Ok(Some(answered(self.read_claim(
-                    spec.claim_call,
-                    spec.claim_key,
-                    &answer,
-                    open_publish,
-                ))))
-            }
-            .await,
-        )
+        self.claim_answer().await
+    }
+
+    /// The claim of `J`'s lane; an answer that breaks the contract is an
+    /// error (counted as one).
+    async fn claim_job<J: ClaimedJob>(&self) -> Result<Option<J>, BackendError> {
+        let read = self.claim_read::<J>().await;
+        counted(read.and_then(|read| read.transpose().map_err(|(error, _)| error)))
+    }
+
+    /// The claim of `J`'s lane: the job, or what could be read of a
+    /// poisoned one (not an error: the backend committed the claim).
+    async fn claim_answer<J: ClaimedJob>(&self) -> Result<Option<ClaimAnswer<J>>, BackendError> {
+        counted(self.claim_read::<J>().await.map(|read| read.map(answered)))
+    }
+
+    /// Sends the claim of `J`'s lane and reads its answer; `None` on 204.
+    async fn claim_read<J: ClaimedJob>(&self) -> Result<Option<ClaimRead<J>>, BackendError> {
+        let Some((spec, answer)) = self.claim(J::LANE).await? else {
+            return Ok(None);
+        };
+        let read = self.read_claim(spec.claim_call, spec.claim_key, &answer, J::open);
+        Ok(Some(read))
     }
 
     /// Reads a claim's answer: the job when it fits the contract, else the
@@ -141,20 +147,15 @@ impl BackendClient {
     }
 }
 
-/// A claim's answer read: the job, or what could be read of a poisoned one.
-fn answered<T>(read: Result<T, (BackendError, PoisonedClaim)>) -> ClaimAnswer<T> {
+/// A claim's answer read: the job, or the error beside what could be read
+/// of a poisoned one.
+type ClaimRead<J> = Result<J, (BackendError, PoisonedClaim)>;
+
+/// The answer as the admitter takes it: the job, or what could be read of a
+/// poisoned one.
+fn answered<T>(read: ClaimRead<T>) -> ClaimAnswer<T> {
     match read {
         Ok(job) => ClaimAnswer::Job(job),
         Err((_, poisoned)) => ClaimAnswer::Poisoned(poisoned),
     }
-}
-
-fn open_run(claim: RunClaim) -> (JobId, Secret, ClaimedRun) {
-    let run = claim.job;
-    (run.id.clone(), run.token.clone(), run)
-}
-
-fn open_publish(claim: PublishClaim) -> (JobId, Secret, ClaimedPublish) {
-    let publish = claim.publish_job;
-    (publish.id.clone(), publish.token.clone(), publish)
 }

@@ -9,44 +9,74 @@ use crate::backend::types::{
 };
 use crate::lane::{Lane, LaneSpec};
 use serde_json::value::RawValue;
+/// A lane's active list: the lane whose list it is, its entries' type and
+/// the field they come in. One list call serves every lane through it.
+trait ActiveList: Sized {
+    const LANE: Lane;
+    /// The answer's field that holds the entries.
+    const FIELD: &'static str;
+    type Entry: for<'de> serde::Deserialize<'de> + WithId;
+    /// The entries, as raw JSON borrowed from the body.
+    fn field<'a>(raw: &RawList<'a>) -> Option<&'a RawValue>;
+    fn new(now: jiff::Timestamp, entries: Vec<Self::Entry>, skipped: Vec<SkippedEntry>) -> Self;
+}
+
+impl ActiveList for ActiveRuns {
+    const LANE: Lane = Lane::Run;
+    const FIELD: &'static str = "jobs";
+    type Entry = ActiveRun;
+    fn field<'a>(raw: &RawList<'a>) -> Option<&'a RawValue> {
+        raw.jobs
+    }
+    fn new(now: jiff::Timestamp, jobs: Vec<ActiveRun>, skipped: Vec<SkippedEntry>) -> Self {
+        ActiveRuns { now, jobs, skipped }
+    }
+}
+
+impl ActiveList for ActivePublishes {
+    const LANE: Lane = Lane::Publish;
+    const FIELD: &'static str = "publish_jobs";
+    type Entry = ActivePublish;
+    fn field<'a>(raw: &RawList<'a>) -> Option<&'a RawValue> {
+        raw.publish_jobs
+    }
+    fn new(
+        now: jiff::Timestamp,
+        publish_jobs: Vec<ActivePublish>,
+        skipped: Vec<SkippedEntry>,
+    ) -> Self {
+        ActivePublishes {
+            now,
+            publish_jobs,
+            skipped,
+        }
+    }
+}
+
 impl BackendClient {
     /// `GET /jobs/active`: the runs the backend believes are driven. An
     /// entry that cannot be read (an unknown state, an invalid id) is left
     /// out and named in `skipped`, so the rest are judged.
     pub async fn active_runs(&self) -> Result<ActiveRuns, BackendError> {
-        counted(
-            async {
-                const SPEC: &LaneSpec = Lane::Run.spec();
-                const CALL: Call = SPEC.active_call;
-                let answer = self.get(CALL, SPEC.active_path.into(), None).await?;
-                let raw: RawList = self.parse(CALL, None, &answer)?;
-                let (jobs, skipped) = entries::<ActiveRun>(raw.jobs, "jobs");
-                Ok(ActiveRuns {
-                    now: raw.now,
-                    jobs,
-                    skipped,
-                })
-            }
-            .await,
-        )
+        self.active().await
     }
 
     /// `GET /publish-jobs/active`: the publishes the backend believes are
     /// driven, read as [`BackendClient::active_runs`] reads runs.
     pub async fn active_publishes(&self) -> Result<ActivePublishes, BackendError> {
+        self.active().await
+    }
+
+    /// The active list of `L`'s lane.
+    async fn active<L: ActiveList>(&self) -> Result<L, BackendError> {
         counted(
             async {
-                const SPEC: &LaneSpec = Lane::Publish.spec();
-                const CALL: Call = SPEC.active_call;
-                let answer = self.get(CALL, SPEC.active_path.into(), None).await?;
-                let raw: RawList = self.parse(CALL, None, &answer)?;
-                let (publish_jobs, skipped) =
-                    entries::<ActivePublish>(raw.publish_jobs, "publish_jobs");
-                Ok(ActivePublishes {
-                    now: raw.now,
-                    publish_jobs,
-                    skipped,
-                })
+                let spec: &LaneSpec = L::LANE.spec();
+                let call: Call = spec.active_call;
+                let answer = self.get(call, spec.active_path.into(), None).await?;
+                let raw: RawList = self.parse(call, None, &answer)?;
+                let (entries, skipped) = entries::<L::Entry>(L::field(&raw), L::FIELD);
+                Ok(L::new(raw.now, entries, skipped))
             }
             .await,
         )

@@ -1,7 +1,7 @@
 //! The calls about one job: its state (`GET /jobs/{id}`), a lost report,
 //! and a death report sent with the job's own token.
 
-use super::{BackendClient, Request, counted, to_body, valid_input_id};
+use super::{Answer, BackendClient, Request, counted, to_body, valid_input_id};
 use crate::backend::error::{BackendError, Call};
 use crate::backend::types::{
     FailureKind, JobState, JobView, LostOutcome, LostReport, PublishOutcome, PublishResult,
@@ -101,22 +101,13 @@ impl BackendClient {
         counted(
             async {
                 const CALL: Call = "POST /jobs/{id}/status";
-                valid_input_id(CALL, id)?;
-                let body = to_body(&StatusReport {
+                let report = StatusReport {
                     state: JobState::Failed,
                     detail: Some(detail.to_owned()),
                     failure_kind: Some(kind),
-                });
-                let answer = self
-                    .send(Request {
-                        call: CALL,
-                        method: Method::POST,
-                        path: format!("/jobs/{id}/status"),
-                        job_id: Some(id),
-                        body: Some(body),
-                        job_token: Some(token),
-                    })
-                    .await?;
+                };
+                let path = format!("/jobs/{id}/status");
+                let answer = self.post_as_job(CALL, path, id, &report, token).await?;
                 let ack: StatusAck = self.parse_scrubbing(CALL, Some(id), &answer, Some(token))?;
                 self.check_same_job(CALL, id, &answer, "id", &ack.id)?;
                 Ok(ack)
@@ -138,23 +129,38 @@ impl BackendClient {
         counted(
             async {
                 const CALL: Call = "POST /publish-jobs/{id}/result";
-                valid_input_id(CALL, id)?;
-                let body = to_body(&PublishResult {
+                let result = PublishResult {
                     outcome: PublishOutcome::Failed,
                     detail: Some(detail.to_owned()),
-                });
-                self.send(Request {
-                    call: CALL,
-                    method: Method::POST,
-                    path: format!("/publish-jobs/{id}/result"),
-                    job_id: Some(id),
-                    body: Some(body),
-                    job_token: Some(token),
-                })
-                .await?;
+                };
+                let path = format!("/publish-jobs/{id}/result");
+                self.post_as_job(CALL, path, id, &result, token).await?;
                 Ok(())
             }
             .await,
         )
+    }
+
+    /// A POST of `body` about job `id` (checked first) with the job's own
+    /// token, not the service token.
+    async fn post_as_job<B: serde::Serialize>(
+        &self,
+        call: Call,
+        path: String,
+        id: &str,
+        body: &B,
+        token: &Secret,
+    ) -> Result<Answer, BackendError> {
+        valid_input_id(call, id)?;
+        let body = to_body(body);
+        self.send(Request {
+            call,
+            method: Method::POST,
+            path,
+            job_id: Some(id),
+            body: Some(body),
+            job_token: Some(token),
+        })
+        .await
     }
 }
