@@ -30,6 +30,10 @@ pub struct AdmitterConfig {
 impl BinaryConfig for AdmitterConfig {
     const BINARY: Binary = Binary::Admitter;
 
+    fn common(&self) -> &CommonConfig {
+        &self.common
+    }
+
     fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let backend = BackendConfig::from_env(env)?;
         let common = CommonConfig::from_env(env)?;

@@ -32,6 +32,10 @@ pub struct LeaseKeeperConfig {
 impl BinaryConfig for LeaseKeeperConfig {
     const BINARY: Binary = Binary::LeaseKeeper;
 
+    fn common(&self) -> &CommonConfig {
+        &self.common
+    }
+
     fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let common = CommonConfig::from_env(env)?;
         let lease_length = vars::LEASE_SECONDS.get(env)?;

@@ -31,6 +31,10 @@ pub struct ReaperConfig {
 impl BinaryConfig for ReaperConfig {
     const BINARY: Binary = Binary::Reaper;
 
+    fn common(&self) -> &CommonConfig {
+        &self.common
+    }
+
     fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let common = CommonConfig::from_env(env)?;
         let driver_managed_by = vars::DRIVER_MANAGED_BY.get(env)?;

@@ -2,7 +2,7 @@
 //! the environment; a configuration error is one stderr line and exit 2.
 
 use super::docs::help_text;
-use super::{Binary, BuildInfo, ConfigError, Env};
+use super::{Binary, BuildInfo, CommonConfig, ConfigError, Env};
 
 /// A binary's configuration type (each binary crate defines its own).
 pub trait BinaryConfig: Sized {
@@ -10,6 +10,9 @@ pub trait BinaryConfig: Sized {
     const BINARY: Binary;
     /// Validates the configuration from an environment.
     fn from_env(env: &Env) -> Result<Self, ConfigError>;
+
+    /// The settings every binary reads (what the runtime starts from).
+    fn common(&self) -> &CommonConfig;
 
     /// Validates the configuration from a list of variables (tests).
     fn from_vars<I: IntoIterator<Item = (String, String)>>(vars: I) -> Result<Self, ConfigError> {

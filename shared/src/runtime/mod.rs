@@ -1,10 +1,12 @@
 //! The skeleton the three binaries share, so each `main` is a few lines and
 //! each `run(config, deps, shutdown)` differs only in what it runs:
 //!
+//! - [`main`]: the whole of each binary's `main`: its configuration
+//!   loaded (or `--help`, `--version`, exit 2 on a bad variable), one
+//!   thread's runtime, [`bootstrap`], then the binary's own start;
 //! - [`bootstrap`]: in a fixed order, telemetry (and the build-info
 //!   metric), the TLS provider, the Kubernetes client, the namespace and the
-//!   shutdown token ([`shutdown::on_signals`]); the configuration is loaded
-//!   just before, by `main`;
+//!   shutdown token ([`shutdown::on_signals`]);
 //! - [`shutdown`]: one [`CancellationToken`] per process, cancelled by
 //!   SIGTERM or SIGINT; the tick in flight always finishes;
 //! - [`supervise`]: first list, then loop; stop when a needed task dies or
@@ -19,9 +21,34 @@ pub mod supervise;
 pub use supervise::{Loops, Supervisor};
 pub use tokio_util::sync::CancellationToken;
 
-use crate::config::{Binary, BuildInfo, CommonConfig};
+use crate::backend::{self, BackendClient};
+use crate::config::{BackendConfig, Binary, BinaryConfig, BuildInfo, CommonConfig};
 use crate::{kube_api, metrics, telemetry};
 use anyhow::Context as _;
+
+/// A binary's `main`: loads its configuration (`--help` and `--version`
+/// print and exit 0, a bad variable exits 2 naming it), then on one thread
+/// bootstraps the process and runs `start` with the configuration and what
+/// every binary starts from.
+///
+/// One thread: every loop waits on I/O, and a single allocator arena keeps
+/// the footprint small with many Jobs cached (docs/performance.md).
+pub fn main<C, F, Fut>(about: &str, build: &BuildInfo, start: F) -> anyhow::Result<()>
+where
+    C: BinaryConfig,
+    F: FnOnce(C, Started) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let config: C = crate::config::load(about, build);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let started = bootstrap(C::BINARY, build, config.common()).await?;
+        start(config, started).await
+    })
+}
 
 /// What every binary starts from, whatever else its `Deps` hold.
 #[derive(Clone)]
@@ -32,6 +59,15 @@ pub struct Started {
     pub namespace: String,
     /// Cancelled on SIGTERM or SIGINT.
     pub shutdown: CancellationToken,
+    /// The binary started.
+    pub binary: Binary,
+}
+
+impl Started {
+    /// The binary's backend client, built from its backend settings.
+    pub fn backend(&self, config: &BackendConfig) -> anyhow::Result<BackendClient> {
+        backend::client_from_config(config, self.binary).context("cannot build the backend client")
+    }
 }
 
 impl std::fmt::Debug for Started {
@@ -64,6 +100,7 @@ pub async fn bootstrap(
         kube,
         namespace,
         shutdown,
+        binary,
     })
 }
 
