@@ -194,7 +194,7 @@ impl LaneState {
     }
 
     /// A Job creation failed (or could not be settled): back off
-    /// exponentially, up to [`MAX_BACKOFF`]. Returns the delay chosen.
+    /// exponentially, up to `MAX_BACKOFF`. Returns the delay chosen.
     pub fn record_create_failure(&mut self, now: Instant) -> Duration {
         self.failures = self.failures.saturating_add(1);
         let delay = CREATE_BACKOFF.after(self.failures);

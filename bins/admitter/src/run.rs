@@ -39,7 +39,7 @@ impl fmt::Debug for Deps {
 }
 
 /// Runs the admitter until `shutdown`: checks with a dry-run create that the
-/// API server accepts a Job built from the settings ([`preflight`]; a
+/// API server accepts a Job built from the settings (`preflight`; a
 /// refusal is returned as a [`preflight::Refused`], which `main` turns into
 /// exit code 2), watches the owned Jobs, waits for the first full list, then
 /// runs each enabled lane's loop on its own task (under the shared

@@ -32,9 +32,9 @@ pub struct AdmitterSettings {
     /// The lease the backend grants a claim: no Job is created for a claim
     /// older than half of it, and nothing unseen is counted longer than it.
     pub lease_length: Duration,
-    /// Calls one settle may make ([`SETTLE_CALLS`]).
+    /// Calls one settle may make (`SETTLE_CALLS`).
     pub settle_calls: u32,
-    /// Pause before a create is sent again ([`SETTLE_PAUSE`]).
+    /// Pause before a create is sent again (`SETTLE_PAUSE`).
     pub settle_pause: Duration,
     /// What the Job builders read (the publisher image opens the publish lane).
     pub jobs: JobSettings,

@@ -1,7 +1,7 @@
 //! The admission gate's record: per lane, the outcome of the lease-keeper's
 //! renewal calls, beside its Job view. The admitter asks for a lane's
 //! verdict before it claims anything; [`Gate::verdict`] judges it from this
-//! record with the pure [`crate::plan::gate::verdict`], once, and the
+//! record with the pure `crate::plan::gate::verdict`, once, and the
 //! admitter acts on it as given.
 //!
 //! A claim is what makes the backend requeue a lapsed `dispatched` job, so the
@@ -76,7 +76,7 @@ impl Gate {
     }
 
     /// The gate of `lane` at `now`, its last successful renewal allowed to
-    /// be at most `max_age` old (judged by [`crate::plan::gate::verdict`]).
+    /// be at most `max_age` old (judged by `crate::plan::gate::verdict`).
     pub fn verdict(&self, lane: Lane, now: Instant, max_age: Duration) -> GateVerdict {
         let renewals = self.lane(lane);
         verdict(lane, &renewals, &self.view.view_state(), now, max_age)

@@ -98,7 +98,7 @@ impl TokenStore {
         self.len() == 0
     }
 
-    /// Applies [`judge_token`] to every token against the cached Jobs and
+    /// Applies `judge_token` to every token against the cached Jobs and
     /// returns what was dropped, sorted by key. Call it only with a cache
     /// that has listed (an unlisted cache would look like "no Job").
     pub fn prune(

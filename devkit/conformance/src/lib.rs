@@ -9,7 +9,7 @@
 //!
 //! - **kube-sim**, in process, a fresh one per probe, with the same node
 //!   names and the same shortened node timings as the real side, its clock
-//!   [`SIM_SPEED`] times faster than real time;
+//!   `SIM_SPEED` times faster than real time;
 //! - **the real control plane** (etcd, kube-apiserver, kube-controller-manager,
 //!   kube-scheduler v1.36.3, built by `scripts/control-plane build`), the
 //!   launcher's shared instance for the test binary, with the node agent

@@ -15,7 +15,7 @@
 //! - takes each pod through volumes (Secret volumes), the sandbox (a pod
 //!   IP), the image pull (`ErrImagePull`, then `ImagePullBackOff` with
 //!   back-off), the env (`CreateContainerConfigError` for a missing Secret,
-//!   [`env`]), the container's run and its end, writing the status as the
+//!   [`mod@env`]), the container's run and its end, writing the status as the
 //!   status manager does: a strategic merge patch of `pods/status` carrying
 //!   the pod's UID ([`status`], [`smp`]);
 //! - on a graceful delete: SIGTERM, SIGKILL after max(grace, 2 s), the

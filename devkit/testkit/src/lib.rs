@@ -2,7 +2,7 @@
 //! backend every binary's tests talk to ([`backend`]), the one fake
 //! Kubernetes API ([`fake_kube`]), waiting on an
 //! observable condition with a deadline ([`wait`]), running a built binary
-//! and reading what it did ([`cli`]), building an environment ([`env`]),
+//! and reading what it did ([`cli`]), building an environment ([`mod@env`]),
 //! serving a mock HTTP API on a free loopback port ([`http`]), the
 //! Kubernetes API's bodies ([`kube`]), the JSON fixtures ([`fixtures`]) and
 //! a log sink ([`logs`]).

@@ -400,7 +400,7 @@ impl Kind for LabelValue {
 const QUANTITY_FORM: &str = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$";
 
 /// A Kubernetes resource quantity, parsed with Kubernetes' own grammar:
-/// the text must have the form the API server accepts ([`QUANTITY_FORM`])
+/// the text must have the form the API server accepts (`QUANTITY_FORM`)
 /// and parse with `kube_quantity` (which knows the suffixes and gives the
 /// value compared in the limit-versus-request checks). `None` when it is not
 /// a quantity.

@@ -102,7 +102,7 @@ impl Rare {
 }
 
 /// The summaries of `jobs`, whether held (a test's plain data) or shared
-/// (a [`Snapshot`]'s): planners take either.
+/// (a [`Snapshot`](super::Snapshot)'s): planners take either.
 pub fn summaries<J: std::borrow::Borrow<JobSummary>>(
     jobs: &[J],
 ) -> impl Iterator<Item = &JobSummary> + Clone {
@@ -181,7 +181,7 @@ impl JobSummary {
     }
 
     /// The summary of a Job from its metadata, its pod template's
-    /// termination grace and its status (what [`WatchedJob`] keeps).
+    /// termination grace and its status (what [`WatchedJob`](super::watched::WatchedJob) keeps).
     pub fn from_parts(
         meta: &ObjectMeta,
         termination_grace_seconds: Option<i64>,

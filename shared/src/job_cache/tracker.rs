@@ -2,6 +2,7 @@
 //! on, and follows those pods until they finish ([`super::pods`] holds what
 //! is decided about them). Its edits of the view are here too.
 
+use super::job_watch::WatchSettings;
 use super::pods::{self, Gone, OwnedPod, gone_after_list, standing};
 use super::{OwnedJobs, ViewState};
 use crate::kube_api::KubeCall;
@@ -12,8 +13,6 @@ use kube::Api;
 use kube::api::ListParams;
 use std::time::Duration;
 use tokio::sync::mpsc;
-
-use super::job_watch::WatchSettings;
 
 /// Work for the pod tracker.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -32,7 +32,7 @@ use anyhow::Context as _;
 /// every binary starts from.
 ///
 /// One thread: every loop waits on I/O, and a single allocator arena keeps
-/// the footprint small with many Jobs cached (docs/performance.md).
+/// the footprint small with 10,000 Jobs cached (docs/performance.md).
 pub fn main<C, F, Fut>(about: &str, build: &BuildInfo, start: F) -> anyhow::Result<()>
 where
     C: BinaryConfig,
@@ -59,8 +59,8 @@ pub struct Started {
     pub namespace: String,
     /// Cancelled on SIGTERM or SIGINT.
     pub shutdown: CancellationToken,
-    /// The binary started.
-    pub binary: Binary,
+    /// The binary started (read through [`Started::backend`]).
+    binary: Binary,
 }
 
 impl Started {

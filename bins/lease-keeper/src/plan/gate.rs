@@ -35,7 +35,7 @@ pub struct LaneRenewals {
 
 impl LaneRenewals {
     /// Whether the lane's renewals are healthy: the gate's renewal checks
-    /// ([`renewal_problem`]) all pass. Lost jobs of a lane are judged only
+    /// (`renewal_problem`) all pass. Lost jobs of a lane are judged only
     /// then (age and view are the gate's own further checks).
     pub fn healthy(&self) -> bool {
         renewal_problem(self).is_ok()

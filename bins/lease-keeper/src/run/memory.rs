@@ -1,8 +1,8 @@
 //! What the report loop remembers between ticks, and when it forgets:
 //! each tick it notes the entries that left the view while live, keeps a
-//! [`JobMemory`](crate::plan::failures::JobMemory) only of the Jobs that need one, re-keys a memory whose
-//! summary the cache replaced, and prunes tokens, back-offs and notes
-//! whose job has no entry left.
+//! [`JobMemory`](crate::plan::failures::JobMemory) only of the Jobs that
+//! need one, re-keys a memory whose summary the cache replaced, and prunes
+//! tokens, back-offs and notes whose job has no entry left.
 
 use super::reports::Reporter;
 use crate::plan::failures::{EvidenceState, Memories, remember_jobs};
@@ -27,7 +27,8 @@ pub(super) struct Vanished {
     pub(super) at: Instant,
 }
 
-/// Whether the report loop keeps a [`JobMemory`](crate::plan::failures::JobMemory) of a Job: every Job but
+/// Whether the report loop keeps a
+/// [`JobMemory`](crate::plan::failures::JobMemory) of a Job: every Job but
 /// one running well (live with a ready pod, no sign of failure, not
 /// deleted) and one with no pod yet (live, no pod counted at all, no sign
 /// of failure, not deleted). Its memory's first sighting serves only the

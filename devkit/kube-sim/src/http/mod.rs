@@ -1,5 +1,5 @@
 //! The HTTP API: request attributes, RBAC, fault injection, counters, and
-//! routing of requests for every [`Kind`] to [`list`], [`watch`], [`logs`]
+//! routing of requests for every [`Kind`] to `list`, `watch`, `logs`
 //! and [`write`], and discovery.
 
 mod dryrun;

@@ -12,6 +12,7 @@ use crate::lane::{Lane, LaneSpec};
 use crate::secret::Secret;
 use reqwest::StatusCode;
 use reqwest::header::HeaderValue;
+
 /// A job a lane's claim answers with: the lane whose claim it is, the
 /// wrapper the answer carries it in, and how to open that wrapper. One
 /// claim call serves every lane through it.

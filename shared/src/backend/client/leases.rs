@@ -78,7 +78,7 @@ impl BackendClient {
 }
 
 /// The body of a lease renewal, borrowing the ids (the wire form of
-/// [`LeaseRequest`](super::types::LeaseRequest)).
+/// [`LeaseRequest`](crate::backend::types::LeaseRequest)).
 #[derive(serde::Serialize)]
 struct LeaseBody<'a> {
     job_ids: &'a [&'a str],

@@ -9,6 +9,7 @@ use crate::backend::types::{
 };
 use crate::lane::{Lane, LaneSpec};
 use serde_json::value::RawValue;
+
 /// A lane's active list: the lane whose list it is, its entries' type and
 /// the field they come in. One list call serves every lane through it.
 trait ActiveList: Sized {

@@ -10,6 +10,7 @@ use crate::backend::types::{
 use crate::lane::{Lane, LaneSpec};
 use crate::secret::Secret;
 use reqwest::Method;
+
 impl BackendClient {
     /// `GET /jobs/{id}`: one run's state.
     pub async fn get_job(&self, id: &str) -> Result<JobView, BackendError> {
