@@ -15,12 +15,13 @@
 //!   empty claim, Jobs created that the cache has not shown yet, creations
 //!   not settled yet);
 //! - `admit`: one admission (claim, vault `Put`, create and settle; `Forget`
-//!   the token when no Job will exist), one step a file: reading the claim,
-//!   ending a poisoned claim once, deleting the stale Jobs of its id,
-//!   settling the create into the lane's outcome;
+//!   the token when no Job will exist): reading the claim's answer beside
+//!   the steps, then a file each for ending a poisoned claim once and for
+//!   deleting the stale Jobs of its id and settling the create into the
+//!   lane's outcome;
 //! - `lane`: one lane's loop (the tick: settle, snapshot, decide, ask the
-//!   gate, admit), its report ([`LaneReport`]), and, a file each, settling
-//!   what earlier ticks left and recording each outcome in the lane's memory;
+//!   gate, admit), its report ([`LaneReport`]), and recording each outcome
+//!   in the lane's memory (with what earlier ticks left to settle);
 //! - [`keeper_client`]: the gRPC client of the lease-keeper's token vault and
 //!   admission gate (whose verdict the lease-keeper judges; the admitter acts
 //!   on it as given, a lease-keeper it cannot reach being a closed gate);

@@ -7,8 +7,8 @@
 //!   `plan::failures`, `plan::deaths`, `plan::lost`, `plan::tokens`);
 //! - `cause`: reading why a Job died (`cause::death_cause`), one input
 //!   a file: the pod's status, the Job's conditions, a pod that can never
-//!   start (`cause::start_failure`), the log tail of the death detail
-//!   (`cause::death_detail`);
+//!   start (`cause::start_failure`), and the cause in words with the log
+//!   tail of the death detail (`cause::death_detail`);
 //! - [`run`](mod@run): the renewal and report loops, and `run(config, deps, shutdown)`,
 //!   which serves the vault and runs both loops under the shared supervisor
 //!   (`tcab_shared::runtime`);

@@ -22,14 +22,14 @@
 //! on any doubt it keeps them and plans again on a later tick. Every
 //! Kubernetes call is bounded; a tick in progress at SIGTERM is finished.
 //!
-//! - `plan`: the reap plan and the confirmation, pure, one decision a
-//!   file: the verdict of a job id from its Jobs (`plan::judge_ids`), the
-//!   keep or delete of one pod (`plan::plan_with`), what a reap lists
-//!   (`plan::reap_selector`), the fresh read before a delete
-//!   (`plan::confirm`);
+//! - `plan`: the reap plan and the confirmation, pure: the verdict of a job
+//!   id from its Jobs (`plan::judge_ids`) and the fresh read before a delete
+//!   (`plan::confirm`), the keep or delete of one pod (`plan::plan_with`),
+//!   what a reap lists (`plan::reap_selector`);
 //! - `memory`: what is due (a reap awaited, the sweep's cadence);
-//! - [`run`]: the tick's I/O, one step a file (reading the Job view, listing
-//!   the sandboxes, asking the backend, confirming and deleting), and
+//! - [`run`]: the tick's I/O, one step a file (the tick and its reads of the
+//!   Job view, listing the sandboxes, asking the backend, confirming and
+//!   deleting), and
 //!   `run(config, deps, shutdown)`, which runs the loop under the shared
 //!   supervisor (`tcab_shared::runtime`);
 //! - `report`: what a tick did, which the loop hands to the metrics;

@@ -1,17 +1,63 @@
-//! Creating a claimed job's Job: the creation, its settle (now or on a
-//! later tick) turned into the lane's outcome, and the token forgotten when
-//! no Job will exist.
+//! Creating a claimed job's Job: first the stale Jobs of its job id are
+//! deleted (one live Job per backend job; [`crate::plan::stale_jobs`]
+//! decides which), then the creation, its settle (now or on a later tick)
+//! turned into the lane's outcome, and the token forgotten when no Job will
+//! exist.
 
 use super::poison::report_failed;
 use super::{
     Admission, AdmitDeps, CreateFailure, LaneOutcome, PoisonReason, PoisonReport, Settled,
+    StaleDeletion,
 };
+use crate::plan::StaleJob;
 use crate::settle::{self, Confirmation, End, GiveUp, Known};
 use k8s_openapi::api::batch::v1::Job;
+use kube::api::DeleteParams;
 use std::fmt;
+use tcab_shared::kube_api::{KubeCall, call};
 use tcab_shared::metrics::labels::ErrorReason;
 use tcab_shared::{Lane, Secret, error_chain, names};
 use tokio::time::Instant;
+
+/// Deletes each stale Job (background propagation, bounded; a 404 means it
+/// is gone already, which is as good).
+pub(super) async fn delete_stale(
+    deps: AdmitDeps<'_>,
+    job_id: &str,
+    stale: Vec<StaleJob>,
+) -> Vec<StaleDeletion> {
+    let mut done = Vec::with_capacity(stale.len());
+    for job in stale {
+        let answer = match &job.pod {
+            // The Job is gone already; the pod that outlived it runs on.
+            Some(pod) => call(
+                KubeCall::DeletePod,
+                deps.kube_timeout,
+                deps.pods.delete(pod, &DeleteParams::default()),
+            )
+            .await
+            .map(drop),
+            None => call(
+                KubeCall::DeleteJob,
+                deps.kube_timeout,
+                deps.jobs.delete(&job.name, &DeleteParams::background()),
+            )
+            .await
+            .map(drop),
+        };
+        let result = match answer {
+            Ok(()) => Ok(()),
+            Err(error) if error.is_not_found() => Ok(()),
+            Err(error) => Err(error_chain(&error)),
+        };
+        done.push(StaleDeletion {
+            job_id: job_id.to_owned(),
+            stale: job,
+            result,
+        });
+    }
+    done
+}
 
 /// A claimed job and the Job that serves it: what creating and settling it
 /// needs. Its `Debug` leaves the Job out (the Job holds the per-job token).

@@ -24,38 +24,34 @@
 //!   does not stop the admission (the next admission of that id, or the
 //!   lease-keeper, deals with it).
 //!
-//! The steps, a file each: `claim` reads the claim's answer, `poison` ends
-//! a poisoned claim once, `stale` deletes the stale Jobs of its id,
-//! `create` settles the create (and later settles) into an outcome;
-//! `outcome` holds what an admission came to. This module holds
-//! [`admit`], which runs them in order.
+//! This module holds [`admit`], which runs the steps in order, and reads
+//! the claim's answer ([`Claimed`]). Beside it: `poison` ends a poisoned
+//! claim once, `create` deletes the stale Jobs of the claim's id, then
+//! creates and settles its Job (and settles later) into an outcome, and
+//! `outcome` holds what an admission came to.
 
-mod claim;
 mod create;
 mod outcome;
 mod poison;
-mod stale;
 
 pub(crate) use create::{Creation, resettle};
 pub(crate) use outcome::{Admission, ClaimTimes, StaleDeletion};
 pub use outcome::{CreateFailure, LaneOutcome, PoisonReason, PoisonReport, Settled};
 
-use crate::job_builder::JobSettings;
+use crate::job_builder::{self, JobSettings};
 use crate::keeper_client::KeeperClient;
 use crate::plan;
 use crate::settle::{self, Known, SettleEdges, SettleLimits};
-use claim::{Claimed, opened};
-use create::{conclude, forget};
+use create::{conclude, delete_stale, forget};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use poison::{poisoned_answer, report_failed};
-use stale::delete_stale;
 use std::fmt;
 use std::time::Duration;
-use tcab_shared::backend::BackendClient;
+use tcab_shared::backend::{BackendClient, ClaimAnswer, ClaimedPublish, ClaimedRun, PoisonedClaim};
 use tcab_shared::job_cache::JobSummary;
-use tcab_shared::{Lane, error_chain, names};
+use tcab_shared::{Lane, Secret, error_chain, names};
 use tokio::time::Instant;
 
 /// The longest launch request (or publish request) a claim may carry, in
@@ -215,4 +211,76 @@ async fn admit_claimed(
     let mut admission = conclude(creation, settlement, deps).await;
     admission.stale = stale;
     admission
+}
+
+/// A claimed job of either lane.
+enum Claimed {
+    Run(ClaimedRun),
+    Publish(ClaimedPublish),
+}
+
+impl Claimed {
+    fn id(&self) -> &str {
+        match self {
+            Claimed::Run(run) => &run.id,
+            Claimed::Publish(publish) => &publish.id,
+        }
+    }
+
+    fn token(&self) -> &Secret {
+        match self {
+            Claimed::Run(run) => &run.token,
+            Claimed::Publish(publish) => &publish.token,
+        }
+    }
+
+    fn lane(&self) -> Lane {
+        match self {
+            Claimed::Run(_) => Lane::Run,
+            Claimed::Publish(_) => Lane::Publish,
+        }
+    }
+
+    fn times(&self) -> ClaimTimes {
+        match self {
+            Claimed::Run(run) => ClaimTimes {
+                enqueued_at: run.enqueued_at,
+                lease_expires_at: run.lease_expires_at,
+            },
+            Claimed::Publish(publish) => ClaimTimes {
+                enqueued_at: publish.enqueued_at,
+                lease_expires_at: publish.lease_expires_at,
+            },
+        }
+    }
+
+    /// The request the Job carries, serialized, and its size.
+    fn request_bytes(&self) -> usize {
+        let request = match self {
+            Claimed::Run(run) => &run.launch_request,
+            Claimed::Publish(publish) => &publish.request,
+        };
+        request.to_string().len()
+    }
+
+    /// The Job of this claim, named `names` (derived once per admission).
+    fn build(
+        &self,
+        settings: &JobSettings,
+        names: &names::ClaimNames,
+    ) -> Result<Job, job_builder::JobBuildError> {
+        match self {
+            Claimed::Run(run) => Ok(job_builder::named_driver_job(settings, run, names)),
+            Claimed::Publish(publish) => job_builder::named_publisher_job(settings, publish, names),
+        }
+    }
+}
+
+/// A claim's answer with the claimed job of its lane, or what could be read
+/// of a poisoned one.
+fn opened<T>(answer: ClaimAnswer<T>, lane: fn(T) -> Claimed) -> Result<Claimed, PoisonedClaim> {
+    match answer {
+        ClaimAnswer::Job(job) => Ok(lane(job)),
+        ClaimAnswer::Poisoned(poisoned) => Err(poisoned),
+    }
 }

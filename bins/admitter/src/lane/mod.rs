@@ -8,14 +8,13 @@
 //! the Jobs API, all safe to use at once), so a slow or hung call in one
 //! lane never delays the other.
 //!
-//! Beside this file: `report` (what a tick came to, [`LaneReport`]),
-//! `settling` (the stale Jobs deleted and the creations left unsettled by
-//! earlier ticks), `record` (remembering an admission's outcome and
-//! logging it, and each hold once).
+//! Beside this file: `report` (what a tick came to, [`LaneReport`]) and
+//! `record` (remembering an admission's outcome and logging it, each hold
+//! once, the stale Jobs deleted and the creations left unsettled by earlier
+//! ticks).
 
 mod record;
 mod report;
-mod settling;
 
 pub use report::{AdmissionResult, LaneReport};
 

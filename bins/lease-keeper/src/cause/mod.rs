@@ -17,19 +17,17 @@
 //! By input: `pod` reads the pod's status (its disruption, its own reason,
 //! its container), `job` the Job's failure conditions (and rebuilds a Job
 //! from its cached summary), `start` tells a pod that can never start;
-//! `detail` puts the summary and the dead pod's log tail together, and
-//! `summary` says a cause in words. [`death_cause`] here weighs the
-//! evidence in the order above.
+//! `summary` says a cause in words and puts it together with the dead pod's
+//! log tail. [`death_cause`] here weighs the evidence in the order above.
 
-mod detail;
 mod job;
 mod pod;
 mod start;
 mod summary;
 
-pub(crate) use detail::{LogTail, death_detail};
 pub(crate) use job::job_for_cause;
 pub(crate) use start::{StartFailure, StartFailureKind, start_failure};
+pub(crate) use summary::{LogTail, death_detail};
 
 use job::{BACKOFF_LIMIT_EXCEEDED, condition_cause, failure_conditions};
 use k8s_openapi::api::batch::v1::Job;

@@ -6,15 +6,13 @@
 
 mod deaths;
 mod evidence;
-pub use evidence::READS_AT_ONCE;
 mod lost;
 mod memory;
-mod metered;
 pub mod renewals;
 pub mod reports;
 
 pub use deaths::Prepared;
-pub use evidence::Evidence;
+pub use evidence::{Evidence, READS_AT_ONCE};
 
 use crate::config::LeaseKeeperConfig;
 use crate::gate::Gate;
@@ -23,9 +21,8 @@ use crate::inspect::Inspector;
 use crate::metrics::{KeeperMetrics, RENEW_LOOP, REPORT_LOOP};
 use crate::plan::failures::FailureSettings;
 use crate::tokens::TokenStore;
-use metered::{MeteredRenewer, MeteredReporter};
-use renewals::{JudgedDead, Renewer};
-use reports::{Reporter, ReporterParts};
+use renewals::{JudgedDead, MeteredRenewer, Renewer};
+use reports::{MeteredReporter, Reporter, ReporterParts};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::Lane;

@@ -1,10 +1,11 @@
 //! The renewal loop: every poll interval, each lane's live Jobs in the view
-//! are renewed (in calls of at most [`RENEWAL_BATCH`] ids), on its own
+//! are renewed (in calls of at most `RENEWAL_BATCH` ids), on its own
 //! cadence so no death report, lost report or log read can delay it. Each
 //! call's outcome goes to the gate at once: the first failed call closes
 //! its lane's gate.
 
 use crate::gate::Gate;
+use crate::metrics::KeeperMetrics;
 use crate::plan::renew::{LaneRenewal, RenewSkip, plan_renewals};
 use crate::report::RenewalReport;
 use std::collections::BTreeSet;
@@ -304,6 +305,33 @@ async fn renew(
 impl Tick for Renewer {
     async fn tick(&mut self) -> TickOutcome {
         self.round().await;
+        TickOutcome::Idle
+    }
+}
+
+/// The renewal loop, recording each round.
+pub(super) struct MeteredRenewer {
+    renewer: Renewer,
+    metrics: Arc<KeeperMetrics>,
+    publishing: bool,
+}
+
+impl MeteredRenewer {
+    /// `renewer`, recording into `metrics`; `publishing` says whether the
+    /// publish lane is renewed.
+    pub(super) fn new(renewer: Renewer, metrics: Arc<KeeperMetrics>, publishing: bool) -> Self {
+        MeteredRenewer {
+            renewer,
+            metrics,
+            publishing,
+        }
+    }
+}
+
+impl Tick for MeteredRenewer {
+    async fn tick(&mut self) -> TickOutcome {
+        let report = self.renewer.round().await;
+        self.metrics.record_renewals(&report, self.publishing);
         TickOutcome::Idle
     }
 }

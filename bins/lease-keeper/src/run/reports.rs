@@ -15,9 +15,10 @@
 //! ([`super::READS_AT_ONCE`] at a time); the backend calls that follow go
 //! one job at a time, so a backend that hangs stops the round after one.
 //!
-//! The concerns live beside this file: [`super::evidence`] (reading a
-//! failing Job's pod and log, once), [`super::deaths`] (death reports and
-//! pods that never start) and [`super::lost`] (lost runs and publishes).
+//! The concerns live beside this file: `super::evidence` (reading a
+//! failing Job's pod and log, once), `super::deaths` (death reports and
+//! pods that never start), `super::lost` (lost runs and publishes) and
+//! `super::memory` (what the loop remembers between ticks).
 
 use super::deaths::Prepared;
 use super::evidence::{Evidence, read_at_once, read_first};
@@ -26,6 +27,7 @@ use super::renewals::JudgedDead;
 use crate::cause::StartFailure;
 use crate::gate::Gate;
 use crate::inspect::Inspector;
+use crate::metrics::KeeperMetrics;
 use crate::plan::failures::{
     DeathKind, FailureSettings, Memories, evidence_settled, plan_failures,
 };
@@ -371,6 +373,27 @@ pub(super) fn out_of_budget(deadline: Instant, report: &mut ReportTick) -> bool 
 impl Tick for Reporter {
     async fn tick(&mut self) -> TickOutcome {
         self.tick_at(None).await;
+        TickOutcome::Idle
+    }
+}
+
+/// The report loop, recording each tick's reports.
+pub(super) struct MeteredReporter {
+    reporter: Reporter,
+    metrics: Arc<KeeperMetrics>,
+}
+
+impl MeteredReporter {
+    /// `reporter`, recording into `metrics`.
+    pub(super) fn new(reporter: Reporter, metrics: Arc<KeeperMetrics>) -> Self {
+        MeteredReporter { reporter, metrics }
+    }
+}
+
+impl Tick for MeteredReporter {
+    async fn tick(&mut self) -> TickOutcome {
+        let tick = self.reporter.tick_at(None).await;
+        self.metrics.record_reports(&tick);
         TickOutcome::Idle
     }
 }

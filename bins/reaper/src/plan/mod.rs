@@ -20,29 +20,28 @@
 //!   id are driver Jobs that succeeded (a **leftover**: the driver finished
 //!   but its own cleanup did not land, say while the API server was down).
 //!
-//! Each decision has its module: `verdicts` judges a job id from its Jobs,
-//! `decide` one pod, `listing` what a reap lists and what the LIST showed,
-//! `confirm` the fresh read before the deletes; `pods` reads a pod and
-//! `reasons` says why a pod goes or stays. This module holds the snapshot,
-//! the plan and [`plan`] itself.
+//! This module holds the snapshot, the plan, [`plan_with`] and the decision
+//! for one pod (`decide`). Beside it: `verdicts` judges a job id from its
+//! Jobs (and `confirm`s the fresh read before the deletes), `listing` says
+//! what a reap lists and what the LIST showed, `pods` reads a pod and
+//! `reasons` says why a pod goes or stays.
 
-mod confirm;
-mod decide;
 mod listing;
 mod pods;
 mod reasons;
 mod verdicts;
 
-pub(crate) use confirm::confirm;
 pub(crate) use listing::{listed_all_of, mismatches, reap_selector};
 pub(crate) use pods::PodSummary;
 pub use reasons::{DeleteReason, KeepReason, ReapKind};
-pub(crate) use verdicts::{IdVerdict, judge_ids, tick_verdicts};
+#[cfg(test)]
+pub(crate) use verdicts::judge_ids;
+pub(crate) use verdicts::{IdVerdict, confirm, tick_verdicts};
 
-use decide::decide;
 use jiff::{SignedDuration, Timestamp};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+use tcab_shared::backend::client::is_job_id;
 
 /// The reaper's settings, from its configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,7 +124,7 @@ pub struct ReapPlan {
 ///
 /// A pod is deleted only when it carries the driver's managed-by value, is
 /// no Job's own pod, carries a valid job id, is not already terminating,
-/// and either its id's verdict ([`judge_ids`]) is to reap, or (orphan
+/// and either its id's verdict ([`judge_ids`](verdicts::judge_ids)) is to reap, or (orphan
 /// sweep) no owned Job carries its id (or only succeeded driver Jobs do),
 /// the backend's driven list was read and lacks it, and it is at least the
 /// grace old.
@@ -155,6 +154,77 @@ pub(crate) fn plan_with(
         }
     }
     out
+}
+
+/// The decision for one pod: delete it (and why) or keep it (and why).
+fn decide(
+    pod: &PodSummary,
+    verdicts: &BTreeMap<String, IdVerdict>,
+    snapshot: &Snapshot<'_>,
+    grace: SignedDuration,
+    settings: &SweepSettings,
+) -> Result<(String, DeleteReason), KeepReason> {
+    if pod.managed_by.as_deref() != Some(settings.driver_managed_by.as_str()) {
+        let dispatchers =
+            pod.managed_by.as_deref() == Some(settings.dispatcher_managed_by.as_str());
+        let dead_drivers_id = pod
+            .job_id
+            .as_deref()
+            .is_some_and(|id| matches!(verdicts.get(id), Some(IdVerdict::Reap { .. })));
+        if dead_drivers_id && !pod.job_owned && !dispatchers {
+            return Err(KeepReason::ManagedByMismatch {
+                managed_by: pod.managed_by.clone(),
+            });
+        }
+        return Err(KeepReason::NotDriverManaged);
+    }
+    if pod.job_owned || pod.managed_by.as_deref() == Some(settings.dispatcher_managed_by.as_str()) {
+        return Err(KeepReason::JobPod);
+    }
+    let Some(job_id) = pod.job_id.as_deref().filter(|id| is_job_id(id)) else {
+        return Err(KeepReason::NoJobId);
+    };
+    if pod.terminating {
+        return Err(KeepReason::Terminating);
+    }
+    let succeeded = match verdicts.get(job_id) {
+        Some(IdVerdict::Reap { reason, .. }) => return Ok((job_id.to_owned(), reason.clone())),
+        Some(IdVerdict::Hold(KeepReason::DriverSucceeded { job })) => Some(job),
+        Some(IdVerdict::Hold(reason)) => return Err(reason.clone()),
+        None => None,
+    };
+    // The orphan sweep's gates, for an orphan and a leftover alike.
+    let held = || match succeeded {
+        Some(job) => KeepReason::DriverSucceeded { job: job.clone() },
+        None => KeepReason::SweepDisabled,
+    };
+    if !settings.orphan_sweep {
+        return Err(held());
+    }
+    match snapshot.driven {
+        Driven::NotAsked if succeeded.is_some() => return Err(held()),
+        Driven::NotAsked => return Err(KeepReason::SweepNotDue),
+        Driven::Unknown => return Err(KeepReason::DrivenUnknown),
+        Driven::Known(ids) if ids.contains(job_id) => {
+            return Err(KeepReason::DrivenByBackend);
+        }
+        Driven::Known(_) => {}
+    }
+    let Some(created) = pod.created_at else {
+        return Err(KeepReason::AgeUnknown);
+    };
+    let age = snapshot.now.duration_since(created);
+    if age < grace {
+        return Err(KeepReason::TooYoung { age });
+    }
+    let reason = match succeeded {
+        Some(job) => DeleteReason::Leftover {
+            job: job.clone(),
+            age,
+        },
+        None => DeleteReason::Orphan { age },
+    };
+    Ok((job_id.to_owned(), reason))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use super::Reaper;
 use super::list::rbac_hint;
-use super::view::still_current;
+use super::tick::still_current;
 use crate::memory::Attempt;
 use crate::plan::{self, DeleteReason, PodDelete, ReapPlan};
 use crate::report::{ApiFailure, DeleteOutcome, DeleteRecord, SkipReason, TickReport};

@@ -10,8 +10,8 @@
 //! once more before each delete; any transition in between stops the
 //! remaining deletes of the tick.
 //!
-//! - `tick`: the tick's skeleton, [`Reaper::tick`];
-//! - `view`: reading the Job view, and checking it is still current;
+//! - `tick`: the tick's skeleton, [`Reaper::tick`], and reading the Job
+//!   view (and checking it is still current);
 //! - `list`: listing the sandbox pods that are due;
 //! - `sweep`: asking the backend which jobs it drives;
 //! - `delete`: confirming and deleting, job id by job id;
@@ -21,7 +21,6 @@ mod delete;
 mod list;
 mod sweep;
 mod tick;
-mod view;
 
 pub use crate::report::{
     ApiFailure, DeleteOutcome, DeleteRecord, SkipReason, SweepOutcome, TickReport,

@@ -1,9 +1,11 @@
 //! The tick's skeleton: from a current view, decide what is due, LIST the
 //! sandboxes ([`super::list`]), ask the backend on a sweep tick
 //! ([`super::sweep`]), plan against the view read after the LIST, then
-//! confirm and delete ([`super::delete`]).
+//! confirm and delete ([`super::delete`]). Reading the Job view is here too:
+//! a tick decides only from a snapshot taken while the view was current
+//! ([`current_view`]), and checks before each step that it still is
+//! ([`still_current`]).
 
-use super::view::current_view;
 use crate::memory::ReapMemory;
 use crate::plan::{self, Driven, Snapshot, SweepSettings};
 use crate::report::{SweepOutcome, TickReport};
@@ -14,8 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::WallClock;
 use tcab_shared::backend::BackendClient;
-use tcab_shared::job_cache::OwnedJobs;
+use tcab_shared::job_cache::{self, OwnedJobs, ViewState};
 use tcab_shared::telemetry::list;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Everything a [`Reaper`] is built from.
@@ -226,4 +229,27 @@ impl Reaper {
         report.plan = plan;
         report
     }
+}
+
+/// A snapshot of the owned Jobs taken while the view was current the whole
+/// time, and a receiver that notices any later transition of the view.
+pub(super) fn current_view(
+    jobs: &OwnedJobs,
+) -> Result<(job_cache::Snapshot, watch::Receiver<ViewState>), String> {
+    let mut view = jobs.view_changes();
+    match view.borrow_and_update().clone() {
+        ViewState::Current => {}
+        ViewState::Listing => return Err("the owned Jobs are not listed yet".into()),
+        ViewState::Failed(error) => return Err(format!("the Job watch failed: {error}")),
+    }
+    let snapshot = jobs.snapshot();
+    if !still_current(&view) {
+        return Err("the Job view changed while it was read".into());
+    }
+    Ok((snapshot, view))
+}
+
+/// Whether the view is current and has not changed state since it was read.
+pub(super) fn still_current(view: &watch::Receiver<ViewState>) -> bool {
+    !view.has_changed().unwrap_or(true) && view.borrow().is_current()
 }
