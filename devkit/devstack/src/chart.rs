@@ -149,19 +149,39 @@ pub fn chart_dir() -> PathBuf {
 }
 
 /// The Python of `.venv-chart` with the pinned packages of
-/// `charts/requirements.txt`, made as `scripts/test` makes it when missing.
+/// `charts/requirements.txt`. `scripts/test` makes it before any test runs;
+/// a test run another way makes it here when missing, under an exclusive
+/// lock on `.venv-chart.lock`, so the chart, role and chart-values test
+/// binaries running side by side on a fresh clone never make it twice
+/// (`python3 -m venv` fails with "File exists" when they race).
 pub fn chart_python() -> anyhow::Result<PathBuf> {
     let root = tcab_real_cluster::workspace_root();
     let venv = root.join(".venv-chart");
     let python = venv.join("bin/python");
-    let ready = std::process::Command::new(&python)
-        .args(["-c", "import helm_python, yaml"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ready {
+    let ready = || {
+        std::process::Command::new(&python)
+            .args(["-c", "import helm_python, yaml"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if ready() {
         return Ok(python);
+    }
+    let lock_path = root.join(".venv-chart.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("creating {}", lock_path.display()))?;
+    // Blocks while another test process makes the venv; released on drop.
+    lock.lock()
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    if ready() {
+        return Ok(python);
+    }
+    // A venv left half-made (a process killed while making it) is made again.
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv)
+            .with_context(|| format!("removing the half-made {}", venv.display()))?;
     }
     let run = |cmd: &mut std::process::Command, what: &str| -> anyhow::Result<()> {
         let status = cmd.status().with_context(|| what.to_owned())?;
