@@ -28,7 +28,7 @@ pub const TAIL_LINES: usize = 30;
 const PORT_ATTEMPTS: usize = 5;
 
 /// The controllers we run (1.36's canonical names; see devkit/real-cluster/README.md).
-pub const CONTROLLERS: [&str; 13] = [
+pub const CONTROLLERS: [&str; 14] = [
     "job-controller",
     "pod-garbage-collector-controller",
     "garbage-collector-controller",
@@ -42,6 +42,10 @@ pub const CONTROLLERS: [&str; 13] = [
     "deployment-controller",
     "replicaset-controller",
     "clusterrole-aggregation-controller",
+    // It copies a ResourceQuota's spec.hard into its status and keeps
+    // status.used; the ResourceQuota admission plugin enforces only what
+    // the status holds, so without it a quota refuses nothing.
+    "resourcequota-controller",
 ];
 
 /// The service-account token issuer (what in-cluster clients expect).
