@@ -3,11 +3,13 @@
 //! how to write a value back as text, so the documentation shows a default
 //! exactly as one would set it.
 
-use super::LogFormat;
+use super::{ConfigError, LogFormat};
 use crate::secret::Secret;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
@@ -43,8 +45,18 @@ pub trait Kind: Sync {
     fn minimum(&self) -> Option<Minimum> {
         None
     }
-    /// Parses trimmed, non-blank text. The error is the text to quote back.
+    /// Parses trimmed, non-blank text. The error is the text to quote back
+    /// (or, for a kind that overrides [`Kind::refusal`], why it was refused).
     fn parse(&self, text: &str) -> Result<Self::Value, String>;
+    /// The error of variable `var` whose text [`Kind::parse`] refused with
+    /// `error`: by default "expected ..., got <the text>".
+    fn refusal(&self, var: &'static str, error: String) -> ConfigError {
+        ConfigError::Invalid {
+            var,
+            expected: self.expected(),
+            got: error,
+        }
+    }
     /// The typed value of a declared default.
     fn value_of(&self, default: Self::Default) -> Self::Value;
     /// A value written as one would set it in the environment.
@@ -513,5 +525,133 @@ impl Kind for Format {
     }
     fn show(&self, value: &LogFormat) -> String {
         value.to_string()
+    }
+}
+
+/// A JSON object of one Kubernetes type, such as core/v1
+/// `PodSecurityContext`, read strictly: the text must be a JSON object whose
+/// every field the type has, with a value of its type. k8s-openapi's reader
+/// drops a field it does not know without a word, so a misspelt field (say
+/// `runAsNonroot`) would vanish from every Job while the operator believes it
+/// set; here it is refused, by comparing the text with the object written
+/// back. A field set to `null` counts as left out, as the API server reads it.
+#[derive(Debug)]
+pub struct KubeObject<T> {
+    /// The type as the API reference names it, for messages.
+    what: &'static str,
+    of: PhantomData<fn() -> T>,
+}
+
+// Not derived: the derives would ask `T` to be `Clone` and `Copy` as well.
+impl<T> Clone for KubeObject<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for KubeObject<T> {}
+
+impl<T> KubeObject<T> {
+    /// The kind of a JSON object of the Kubernetes type named `what`
+    /// (`core/v1 SecurityContext`).
+    pub const fn new(what: &'static str) -> Self {
+        KubeObject {
+            what,
+            of: PhantomData,
+        }
+    }
+}
+
+impl<T> Kind for KubeObject<T>
+where
+    T: DeserializeOwned + Serialize + Clone + PartialEq + fmt::Debug,
+{
+    type Value = T;
+    /// The default as JSON text.
+    type Default = &'static str;
+
+    fn expected(&self) -> Cow<'static, str> {
+        format!("a JSON object of Kubernetes {} fields", self.what).into()
+    }
+    fn parse(&self, text: &str) -> Result<T, String> {
+        let given: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        if !given.is_object() {
+            return Err(format!("got {}, not an object", json_kind(&given)));
+        }
+        let mut reader = serde_json::Deserializer::from_str(text);
+        let value: T = serde_path_to_error::deserialize(&mut reader).map_err(|e| {
+            let at = e.path().to_string();
+            format!("{at}: {}", e.into_inner())
+        })?;
+        let kept = serde_json::to_value(&value).map_err(|e| e.to_string())?;
+        match dropped_field(&given, &kept, "") {
+            Some(field) => Err(format!(
+                "unknown field {field} (a {} has no such field)",
+                self.what
+            )),
+            None => Ok(value),
+        }
+    }
+    fn refusal(&self, var: &'static str, reason: String) -> ConfigError {
+        ConfigError::Refused {
+            var,
+            expected: self.expected(),
+            reason,
+        }
+    }
+    fn value_of(&self, default: &'static str) -> T {
+        // A declaration's own constant; the declarations' tests read each
+        // default, so a default that does not parse fails them, not a start.
+        match self.parse(default) {
+            Ok(value) => value,
+            Err(why) => panic!(
+                "the declared default {default} is not a {}: {why}",
+                self.what
+            ),
+        }
+    }
+    fn show(&self, value: &T) -> String {
+        serde_json::to_string(value).unwrap_or_default()
+    }
+}
+
+/// What a JSON value is, for a message.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// The path (`capabilities.dorp`, `sysctls[0].valu`) of the first field of
+/// `given` that is not in `kept` (the object read from it and written back),
+/// leaving out fields set to `null`; `None` when every field was kept.
+fn dropped_field(given: &serde_json::Value, kept: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    match (given, kept) {
+        (Value::Object(given), Value::Object(kept)) => given
+            .iter()
+            .filter(|(_, value)| !value.is_null())
+            .find_map(|(key, value)| {
+                let here = if at.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{at}.{key}")
+                };
+                match kept.get(key) {
+                    None => Some(here),
+                    Some(back) => dropped_field(value, back, &here),
+                }
+            }),
+        (Value::Array(given), Value::Array(kept)) => given
+            .iter()
+            .zip(kept)
+            .enumerate()
+            .find_map(|(i, (value, back))| dropped_field(value, back, &format!("{at}[{i}]"))),
+        _ => None,
     }
 }

@@ -130,6 +130,15 @@ pub enum ConfigError {
         expected: Cow<'static, str>,
         got: String,
     },
+    /// A structured value (a JSON object) refused for a reason that says
+    /// where in it: malformed JSON, a field of the wrong type, a field its
+    /// type does not have, or one another variable owns.
+    #[error("{var}: expected {expected}; {reason}")]
+    Refused {
+        var: &'static str,
+        expected: Cow<'static, str>,
+        reason: String,
+    },
     /// The environment itself could not be read (a value that is not UTF-8).
     #[error("environment: {0}")]
     Environment(String),

@@ -42,16 +42,11 @@ impl<K: Kind> Setting<K> {
     pub fn read(&self, env: &Env) -> Result<Option<K::Value>, ConfigError> {
         let text = env.get(self.name).map(str::trim);
         match (text, self.fallback) {
-            (Some(text), _) if !text.is_empty() => {
-                self.kind
-                    .parse(text)
-                    .map(Some)
-                    .map_err(|got| ConfigError::Invalid {
-                        var: self.name,
-                        expected: self.kind.expected(),
-                        got,
-                    })
-            }
+            (Some(text), _) if !text.is_empty() => self
+                .kind
+                .parse(text)
+                .map(Some)
+                .map_err(|got| self.kind.refusal(self.name, got)),
             (Some(_), Fallback::DefaultUnlessBlank(_)) => Ok(None),
             (_, Fallback::Required) => Err(self.missing()),
             (_, Fallback::Default(d) | Fallback::DefaultUnlessBlank(d)) => {
