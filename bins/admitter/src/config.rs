@@ -3,7 +3,7 @@
 //! declared in `tcab_shared::config::vars`; this reads the ones the admitter
 //! uses and checks them against each other.
 
-use crate::job_builder::{JobSettings, Sizing};
+use crate::job_builder::{JobSettings, SecurityContexts, Sizing};
 use std::time::Duration;
 use tcab_shared::config::{
     BackendConfig, Binary, BinaryConfig, CommonConfig, ConfigError, Env, at_most_half_lease,
@@ -107,11 +107,37 @@ fn job_settings(
         subscription_dir,
         fs_group: vars::DRIVER_FS_GROUP.get(env)?,
         driver_service_account: vars::DRIVER_SERVICE_ACCOUNT.read(env)?,
+        driver_security: driver_security(env)?,
+        publisher_security: SecurityContexts {
+            pod: vars::PUBLISHER_POD_SECURITY_CONTEXT.get(env)?,
+            container: vars::PUBLISHER_SECURITY_CONTEXT.get(env)?,
+        },
         passthrough_env: env.passthrough().to_vec(),
     })
 }
 
 /// The publisher container's requests and limits, each limit at least its
+/// The driver pod's and container's securityContext. The pod's may not set
+/// `fsGroup`: that is `TCAB_DRIVER_FS_GROUP`'s, and two variables for one
+/// field would leave the operator to guess which wins.
+fn driver_security(env: &Env) -> Result<SecurityContexts, ConfigError> {
+    let pod = vars::DRIVER_POD_SECURITY_CONTEXT.get(env)?;
+    if let Some(fs_group) = pod.fs_group {
+        return Err(ConfigError::Refused {
+            var: vars::DRIVER_POD_SECURITY_CONTEXT.name,
+            expected: "a driver pod securityContext without fsGroup".into(),
+            reason: format!(
+                "it sets fsGroup {fs_group}, which is {}'s: set that variable instead",
+                vars::DRIVER_FS_GROUP.name
+            ),
+        });
+    }
+    Ok(SecurityContexts {
+        pod,
+        container: vars::DRIVER_SECURITY_CONTEXT.get(env)?,
+    })
+}
+
 /// request (the API server refuses a Job otherwise).
 fn publisher_resources(env: &Env) -> Result<Sizing, ConfigError> {
     let sizing = Sizing {

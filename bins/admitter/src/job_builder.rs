@@ -4,8 +4,8 @@
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
-    PodSpec, PodTemplateSpec, ResourceRequirements, SecretEnvSource, SecretVolumeSource, Volume,
-    VolumeMount,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SecretEnvSource, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -60,8 +60,14 @@ pub struct JobSettings {
     pub subscription_secret: Option<String>,
     /// Where the subscription Secret is mounted.
     pub subscription_dir: String,
-    /// The driver pod's `fsGroup`, so the unprivileged driver reads the mount.
+    /// The driver pod's `fsGroup`, so the unprivileged driver reads the mount
+    /// (set only when the subscription Secret is mounted).
     pub fs_group: i64,
+    /// The driver pod's and container's securityContext; `fs_group` is
+    /// added to the pod's.
+    pub driver_security: SecurityContexts,
+    /// The publisher pod's and container's securityContext.
+    pub publisher_security: SecurityContexts,
     /// The driver pod's service account; `None` uses the namespace default.
     pub driver_service_account: Option<String>,
     /// Every `TCAB_K8S_*` and `TCAB_CONTAINER_*` variable of the admitter's
@@ -80,6 +86,17 @@ pub struct Sizing {
     pub cpu_limit: Option<String>,
     /// The memory limit; `None` sets none.
     pub memory_limit: Option<String>,
+}
+
+/// A pod's securityContext and its container's, each left out of the Job
+/// when empty (set to `{}`). The defaults meet PodSecurity `restricted`
+/// (`tcab_shared::config::vars::RESTRICTED_POD`, `RESTRICTED_CONTAINER`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SecurityContexts {
+    /// The pod's.
+    pub pod: PodSecurityContext,
+    /// The container's.
+    pub container: SecurityContext,
 }
 
 impl JobSettings {
@@ -206,7 +223,8 @@ pub fn named_driver_job(
         })
         .collect();
 
-    let (volumes, mounts, security_context) = match &settings.subscription_secret {
+    let mut pod_security = settings.driver_security.pod.clone();
+    let (volumes, mounts) = match &settings.subscription_secret {
         Some(secret) => (
             Some(vec![Volume {
                 name: SUBSCRIPTION_VOLUME.to_owned(),
@@ -224,13 +242,14 @@ pub fn named_driver_job(
                 read_only: Some(true),
                 ..VolumeMount::default()
             }]),
-            Some(PodSecurityContext {
-                fs_group: Some(settings.fs_group),
-                ..PodSecurityContext::default()
-            }),
         ),
-        None => (None, None, None),
+        None => (None, None),
     };
+    if settings.subscription_secret.is_some() {
+        // The configuration refuses an fsGroup in the pod's context, so
+        // nothing given there is overwritten.
+        pod_security.fs_group = Some(settings.fs_group);
+    }
 
     let container = Container {
         name: DRIVER_CONTAINER.to_owned(),
@@ -239,6 +258,7 @@ pub fn named_driver_job(
         env_from: (!env_from.is_empty()).then_some(env_from),
         volume_mounts: mounts,
         resources: Some(resources(&settings.driver_resources())),
+        security_context: unless_empty(&settings.driver_security.container),
         ..Container::default()
     };
     let pod = PodSpec {
@@ -246,7 +266,7 @@ pub fn named_driver_job(
         restart_policy: Some("Never".to_owned()),
         termination_grace_period_seconds: Some(settings.termination_grace_seconds),
         service_account_name: settings.driver_service_account.clone(),
-        security_context,
+        security_context: unless_empty(&pod_security),
         volumes,
         ..PodSpec::default()
     };
@@ -265,7 +285,8 @@ pub fn named_driver_job(
 ///
 /// The publisher gets the publisher env of docs/job-contract.md only (no
 /// driver Secrets, subscription mount or service account), its own
-/// requests and limits (`publisher_resources`),
+/// requests and limits (`publisher_resources`) and securityContexts
+/// (`publisher_security`),
 /// `publisher_active_deadline_seconds` and
 /// [`PUBLISHER_TERMINATION_GRACE_SECONDS`]. Like the driver Job it holds the
 /// per-job token in its env: never log it.
@@ -318,12 +339,14 @@ pub fn named_publisher_job(
         image: Some(image.clone()),
         env: Some(vars),
         resources: Some(resources(&settings.publisher_resources)),
+        security_context: unless_empty(&settings.publisher_security.container),
         ..Container::default()
     };
     let pod = PodSpec {
         containers: vec![container],
         restart_policy: Some("Never".to_owned()),
         termination_grace_period_seconds: Some(PUBLISHER_TERMINATION_GRACE_SECONDS),
+        security_context: unless_empty(&settings.publisher_security.pod),
         ..PodSpec::default()
     };
     Ok(assemble(
@@ -334,6 +357,11 @@ pub fn named_publisher_job(
         settings.ttl_seconds_after_finished,
         settings.publisher_active_deadline_seconds,
     ))
+}
+
+/// A securityContext, or none when it sets nothing (`{}`).
+fn unless_empty<T: Default + PartialEq + Clone>(context: &T) -> Option<T> {
+    (*context != T::default()).then(|| context.clone())
 }
 
 /// The four labels every Job and pod template carries.

@@ -10,11 +10,12 @@
 //! `UPDATE_GENERATED=1 cargo test -p tcab-shared --test it settings_docs`.
 
 use super::kinds::{
-    AbsolutePath, Address, DnsName, DnsNames, Flag, Format, Image, LabelValue, Quantity, Seconds,
-    SecretText, Text, Url, Whole, WholeSeconds,
+    AbsolutePath, Address, DnsName, DnsNames, Flag, Format, Image, KubeObject, LabelValue,
+    Quantity, Seconds, SecretText, Text, Url, Whole, WholeSeconds,
 };
 use super::setting::{Declared, Fallback::*, Setting};
 use super::{Binary, LogFormat};
+use k8s_openapi::api::core::v1::{PodSecurityContext, SecurityContext};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
@@ -34,6 +35,17 @@ macro_rules! declare {
 
 /// The log filter when `RUST_LOG` is unset, blank or malformed.
 pub const DEFAULT_LOG_FILTER: &str = "info";
+
+/// The pod securityContext of driver and publisher pods when none is set:
+/// with [`RESTRICTED_CONTAINER`], what PodSecurity `restricted` asks of a
+/// pod (docs/job-contract.md, "Security contexts").
+pub const RESTRICTED_POD: &str =
+    r#"{"runAsNonRoot":true,"seccompProfile":{"type":"RuntimeDefault"}}"#;
+
+/// The container securityContext of driver and publisher containers when
+/// none is set: no privilege escalation, every capability dropped.
+pub const RESTRICTED_CONTAINER: &str =
+    r#"{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}"#;
 
 declare! {
     pub const BACKEND_URL: Setting<Url> = Setting {
@@ -358,6 +370,38 @@ declare! {
         fallback: Optional,
         read_by: &[A],
         doc: "Service account of driver pods (it needs pod create in the sandbox namespace).",
+    };
+
+    pub const DRIVER_POD_SECURITY_CONTEXT: Setting<KubeObject<PodSecurityContext>> = Setting {
+        name: "TCAB_DISPATCHER_DRIVER_POD_SECURITY_CONTEXT",
+        kind: KubeObject::new("core/v1 PodSecurityContext"),
+        fallback: Default(RESTRICTED_POD),
+        read_by: &[A],
+        doc: "securityContext of driver pods, as JSON; a value replaces the default whole, {} sets none. The default meets PodSecurity restricted with the container's (docs/job-contract.md#security-contexts). fsGroup is TCAB_DRIVER_FS_GROUP's and refused here.",
+    };
+
+    pub const DRIVER_SECURITY_CONTEXT: Setting<KubeObject<SecurityContext>> = Setting {
+        name: "TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT",
+        kind: KubeObject::new("core/v1 SecurityContext"),
+        fallback: Default(RESTRICTED_CONTAINER),
+        read_by: &[A],
+        doc: "securityContext of the driver container, as JSON; a value replaces the default whole, {} sets none.",
+    };
+
+    pub const PUBLISHER_POD_SECURITY_CONTEXT: Setting<KubeObject<PodSecurityContext>> = Setting {
+        name: "TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT",
+        kind: KubeObject::new("core/v1 PodSecurityContext"),
+        fallback: Default(RESTRICTED_POD),
+        read_by: &[A],
+        doc: "securityContext of publisher pods, as JSON; a value replaces the default whole, {} sets none. The default meets PodSecurity restricted with the container's.",
+    };
+
+    pub const PUBLISHER_SECURITY_CONTEXT: Setting<KubeObject<SecurityContext>> = Setting {
+        name: "TCAB_DISPATCHER_PUBLISHER_SECURITY_CONTEXT",
+        kind: KubeObject::new("core/v1 SecurityContext"),
+        fallback: Default(RESTRICTED_CONTAINER),
+        read_by: &[A],
+        doc: "securityContext of the publisher container, as JSON; a value replaces the default whole, {} sets none.",
     };
 
     pub const LEASE_SECONDS: Setting<Seconds> = Setting {

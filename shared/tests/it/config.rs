@@ -90,3 +90,55 @@ fn a_limit_must_be_at_least_its_request() {
     );
     assert!(check(Some("999m"), "1").is_err());
 }
+
+/// A Kubernetes object kind reads a JSON object of its type and nothing
+/// else: a field the type does not have, at any depth, is refused by its
+/// path, a null field counts as left out, and the error names the variable.
+#[test]
+fn a_kubernetes_object_is_read_strictly() {
+    use k8s_openapi::api::core::v1::PodSecurityContext;
+    use tcab_shared::config::kinds::{Kind, KubeObject};
+    let kind = KubeObject::<PodSecurityContext>::new("core/v1 PodSecurityContext");
+    let read = kind
+        .parse(
+            r#"{"runAsUser": 1000, "runAsGroup": null, "sysctls": [{"name": "a", "value": "1"}]}"#,
+        )
+        .expect("known fields");
+    assert_eq!(read.run_as_user, Some(1000));
+    assert_eq!(read.run_as_group, None);
+    assert_eq!(
+        kind.show(&read),
+        r#"{"runAsUser":1000,"sysctls":[{"name":"a","value":"1"}]}"#
+    );
+    assert_eq!(kind.parse("{}"), Ok(PodSecurityContext::default()));
+    for (text, why) in [
+        (
+            r#"{"sysctls": [{"name": "a", "value": "1"}, {"name": "b", "valu": "2"}]}"#,
+            "unknown field sysctls[1].valu (a core/v1 PodSecurityContext has no such field)",
+        ),
+        (
+            r#"{"seLinuxOptions": {"level": "s0", "lvel": "s1"}}"#,
+            "unknown field seLinuxOptions.lvel (a core/v1 PodSecurityContext has no such field)",
+        ),
+        ("true", "got a boolean, not an object"),
+        ("null", "got null, not an object"),
+    ] {
+        assert_eq!(kind.parse(text), Err(why.to_owned()), "{text}");
+    }
+    // Through a declaration, the refusal names the variable.
+    let name = vars::DRIVER_SECURITY_CONTEXT.name;
+    let env = Env::from_vars([(
+        name.to_owned(),
+        r#"{"capabilities": {"drop": ["ALL"], "ad": []}}"#.to_owned(),
+    )])
+    .expect("an environment");
+    assert_eq!(
+        vars::DRIVER_SECURITY_CONTEXT
+            .read(&env)
+            .expect_err("refused")
+            .to_string(),
+        format!(
+            "{name}: expected a JSON object of Kubernetes core/v1 SecurityContext fields; unknown field capabilities.ad (a core/v1 SecurityContext has no such field)"
+        )
+    );
+}

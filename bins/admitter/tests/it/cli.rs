@@ -135,6 +135,39 @@ fn a_malformed_metrics_address_exits_2_naming_it() {
     assert!(stderr.contains("metrics:9090"), "{stderr}");
 }
 
+/// A securityContext with a misspelt field would silently lose it in every
+/// Job; the binary stops instead, naming the variable and the field.
+#[test]
+fn a_misspelt_security_context_field_exits_2_naming_it() {
+    let mut env = required();
+    env.push((
+        "TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT",
+        r#"{"allowPrivilegeEscalaton": false}"#,
+    ));
+    let stderr = config_error(&start(&[], &env));
+    assert!(
+        stderr.contains("TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT")
+            && stderr.contains("unknown field allowPrivilegeEscalaton"),
+        "{stderr}"
+    );
+}
+
+/// A poll interval that would let a lease lapse between renewals stops the
+/// binary before it does anything, on one line naming the variables to change.
+#[test]
+fn a_poll_interval_too_long_for_the_lease_exits_2_naming_the_variables() {
+    let mut env = required();
+    env.push(("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "120"));
+    let stderr = config_error(&start(&[], &env));
+    for var in [
+        "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS",
+        "TCAB_DISPATCHER_LEASE_SECONDS",
+        "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS",
+    ] {
+        assert!(stderr.contains(var), "{var}: {stderr}");
+    }
+}
+
 #[test]
 fn a_stray_argument_exits_2() {
     let stderr = config_error(&start(&["--max-inflight=3"], &required()));

@@ -109,6 +109,16 @@ fn every_documented_default_is_the_parsed_default() {
         .optional(&vars::DRIVER_SUBSCRIPTION_SECRET, &j.subscription_secret)
         .value(&vars::DRIVER_SUBSCRIPTION_DIR, &j.subscription_dir)
         .value(&vars::DRIVER_FS_GROUP, &j.fs_group)
+        .value(&vars::DRIVER_POD_SECURITY_CONTEXT, &j.driver_security.pod)
+        .value(&vars::DRIVER_SECURITY_CONTEXT, &j.driver_security.container)
+        .value(
+            &vars::PUBLISHER_POD_SECURITY_CONTEXT,
+            &j.publisher_security.pod,
+        )
+        .value(
+            &vars::PUBLISHER_SECURITY_CONTEXT,
+            &j.publisher_security.container,
+        )
         .optional(&vars::DRIVER_SERVICE_ACCOUNT, &j.driver_service_account)
         .value(&vars::LEASE_SECONDS, &c.lease_length)
         // validated, then passed to the drivers through the passthrough
@@ -320,6 +330,129 @@ fn malformed_values_are_named_with_what_was_expected() {
             "{var}={value:?}: got {got:?}, want prefix {want:?}"
         );
     }
+}
+
+/// The four securityContext variables are read strictly: anything but a JSON
+/// object whose every field its Kubernetes type has, with a value of its
+/// type, stops the start naming the variable and where the value is wrong.
+#[test]
+fn a_bad_security_context_is_refused_naming_its_variable_and_the_field() {
+    let pod_vars = [
+        "TCAB_DISPATCHER_DRIVER_POD_SECURITY_CONTEXT",
+        "TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT",
+    ];
+    let container_vars = [
+        "TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT",
+        "TCAB_DISPATCHER_PUBLISHER_SECURITY_CONTEXT",
+    ];
+    let pod_expected = "expected a JSON object of Kubernetes core/v1 PodSecurityContext fields; ";
+    let container_expected =
+        "expected a JSON object of Kubernetes core/v1 SecurityContext fields; ";
+    // (value, what the line says after the expectation)
+    let both: &[(&str, &str)] = &[
+        (
+            r#"{"runAsNonRoot": tru}"#,
+            "not JSON: expected ident at line 1 column 21",
+        ),
+        (
+            r#"{"runAsNonRoot": true"#,
+            "not JSON: EOF while parsing an object",
+        ),
+        ("[]", "got an array, not an object"),
+        (r#""restricted""#, "got a string, not an object"),
+        ("restricted", "not JSON: expected value at line 1 column 1"),
+        (
+            r#"{"runAsUser": "1000"}"#,
+            "runAsUser: invalid type: string \"1000\", expected i64",
+        ),
+        (
+            r#"{"seccompProfile": "RuntimeDefault"}"#,
+            "seccompProfile: invalid type: string \"RuntimeDefault\"",
+        ),
+        (
+            r#"{"runAsNonroot": true}"#,
+            "unknown field runAsNonroot (a core/v1 ",
+        ),
+        (
+            r#"{"seccompProfile": {"type": "RuntimeDefault", "profile": "x"}}"#,
+            "unknown field seccompProfile.profile",
+        ),
+    ];
+    let pod_only: &[(&str, &str)] = &[(
+        r#"{"sysctls": [{"name": "net.ipv4.ping_group_range", "valu": "0 1"}]}"#,
+        "unknown field sysctls[0].valu",
+    )];
+    let container_only: &[(&str, &str)] = &[
+        (
+            r#"{"capabilities": {"dorp": ["ALL"]}}"#,
+            "unknown field capabilities.dorp",
+        ),
+        (
+            r#"{"capabilities": {"drop": "ALL"}}"#,
+            "capabilities.drop: invalid type: string \"ALL\", expected a sequence",
+        ),
+    ];
+    let mut checked = 0;
+    for (vars, expected, own) in [
+        (pod_vars, pod_expected, pod_only),
+        (container_vars, container_expected, container_only),
+    ] {
+        for var in vars {
+            for &(value, why) in both.iter().chain(own) {
+                let got = admitter_err(&[(var, value)]);
+                let want = format!("{var}: {expected}{why}");
+                assert!(
+                    got.starts_with(&want),
+                    "{var}={value}: got {got:?}, want {want:?}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(
+        checked,
+        2 * (2 * both.len() + pod_only.len() + container_only.len())
+    );
+}
+
+/// A field set to null is a field left out (as the API server reads it), and
+/// blank text is the default.
+#[test]
+fn null_fields_are_left_out_and_blank_is_the_default() {
+    let c = AdmitterConfig::from_vars(with(&[
+        (
+            "TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT",
+            r#"{"allowPrivilegeEscalation": false, "privileged": null, "capabilities": {"drop": ["ALL"], "add": null}}"#,
+        ),
+        ("TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT", "  "),
+    ]))
+    .expect("valid");
+    let defaults = AdmitterConfig::from_vars(owned(MINIMAL)).expect("valid");
+    assert_eq!(c.jobs.driver_security, defaults.jobs.driver_security);
+    assert_eq!(c.jobs.publisher_security, defaults.jobs.publisher_security);
+}
+
+/// The driver pod's fsGroup has one variable, TCAB_DRIVER_FS_GROUP: an
+/// fsGroup in the pod's securityContext is refused naming both, whatever
+/// its value (the publisher pod has no such variable, so its may).
+#[test]
+fn an_fs_group_in_the_driver_pod_context_is_refused_naming_both_variables() {
+    for fs_group in ["1000", "2000"] {
+        let context = format!(r#"{{"runAsNonRoot": true, "fsGroup": {fs_group}}}"#);
+        let e = admitter_err(&[("TCAB_DISPATCHER_DRIVER_POD_SECURITY_CONTEXT", &context)]);
+        assert_eq!(
+            e,
+            format!(
+                "TCAB_DISPATCHER_DRIVER_POD_SECURITY_CONTEXT: expected a driver pod securityContext without fsGroup; it sets fsGroup {fs_group}, which is TCAB_DRIVER_FS_GROUP's: set that variable instead"
+            )
+        );
+    }
+    let c = AdmitterConfig::from_vars(with(&[(
+        "TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT",
+        r#"{"fsGroup": 3000}"#,
+    )]))
+    .expect("valid");
+    assert_eq!(c.jobs.publisher_security.pod.fs_group, Some(3000));
 }
 
 /// Kubernetes quantities in every form the API server takes are accepted.

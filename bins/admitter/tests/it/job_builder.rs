@@ -8,14 +8,35 @@ use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use serde_json::json;
 use std::collections::BTreeMap;
+use tcab_admitter::AdmitterConfig;
 use tcab_admitter::job_builder::{
     JobBuildError, JobSettings, MAX_DESCRIPTION_LEN, PUBLISHER_TERMINATION_GRACE_SECONDS,
-    SUBSCRIPTION_FILE_MODE, Sizing, driver_job, publisher_job,
+    SUBSCRIPTION_FILE_MODE, SecurityContexts, Sizing, driver_job, publisher_job,
 };
 use tcab_shared::backend::types::{ClaimedPublish, ClaimedRun};
+use tcab_shared::config::BinaryConfig;
 use tcab_shared::names::{self, DRIVER_CONTAINER, PUBLISHER_CONTAINER};
+use tcab_testkit::env::overlay;
 
 const TOKEN: &str = "tok-9f8e7d6c5b4a-secret";
+
+/// The pod securityContext PodSecurity `restricted` asks for, as the
+/// defaults give it.
+fn restricted_pod() -> serde_json::Value {
+    json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+}
+
+/// The container securityContext PodSecurity `restricted` asks for.
+fn restricted_container() -> serde_json::Value {
+    json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+}
+
+fn restricted() -> SecurityContexts {
+    SecurityContexts {
+        pod: serde_json::from_value(restricted_pod()).unwrap(),
+        container: serde_json::from_value(restricted_container()).unwrap(),
+    }
+}
 
 fn settings() -> JobSettings {
     JobSettings {
@@ -46,6 +67,8 @@ fn settings() -> JobSettings {
         subscription_secret: Some("claude-subscription".into()),
         subscription_dir: "/var/run/tcab/subscription".into(),
         fs_group: 10001,
+        driver_security: restricted(),
+        publisher_security: restricted(),
         driver_service_account: Some("tcab-driver".into()),
         passthrough_env: vec![
             (
@@ -532,8 +555,10 @@ fn subscription_secret_is_an_optional_read_only_volume_with_fs_group() {
     assert_eq!(mounts[0].read_only, Some(true));
     assert!(mounts[0].sub_path.is_none());
 
-    let security = pod.security_context.as_ref().unwrap();
-    assert_eq!(security.fs_group, Some(10001));
+    // The fsGroup joins the pod's securityContext, the rest of which stays.
+    let mut want = restricted_pod();
+    want["fsGroup"] = json!(10001);
+    assert_eq!(serde_json::to_value(&pod.security_context).unwrap(), want);
 }
 
 #[test]
@@ -543,7 +568,11 @@ fn no_subscription_secret_no_volume() {
     let job = driver_job(&s, &run());
     let pod = pod_spec(&job);
     assert!(pod.volumes.is_none());
-    assert!(pod.security_context.is_none());
+    assert_eq!(
+        serde_json::to_value(&pod.security_context).unwrap(),
+        restricted_pod(),
+        "no fsGroup without a mount"
+    );
     assert!(container(&job).volume_mounts.is_none());
 }
 
@@ -703,8 +732,13 @@ fn publisher_job_has_the_publisher_contract() {
         pod.termination_grace_period_seconds,
         Some(PUBLISHER_TERMINATION_GRACE_SECONDS)
     );
-    assert!(pod.volumes.is_none() && pod.security_context.is_none());
+    assert!(pod.volumes.is_none());
     assert!(pod.service_account_name.is_none());
+    assert_eq!(
+        serde_json::to_value(&pod.security_context).unwrap(),
+        restricted_pod(),
+        "no fsGroup: the publisher mounts nothing"
+    );
 
     // Its own sizing, not the driver's.
     let r = c.resources.as_ref().unwrap();
@@ -748,6 +782,204 @@ fn no_publisher_image_is_a_typed_error() {
         text.contains("TCAB_PUBLISHER_IMAGE") && text.contains("pub-12"),
         "{text}"
     );
+}
+
+/// The Jobs the admitter builds from an environment with only `extra`
+/// beyond the required variables (and a publisher image): a driver Job with
+/// no subscription Secret, a publisher Job.
+fn jobs_configured_with(extra: &[(&str, &str)]) -> (Job, Job) {
+    let base = [
+        ("TCAB_BACKEND_URL", "http://backend.tcab:8080"),
+        ("TCAB_BACKEND_SERVICE_TOKEN", "token"),
+        ("TCAB_DRIVER_IMAGE", "driver:1"),
+        ("TCAB_PUBLISHER_IMAGE", "publisher:1"),
+    ];
+    let config = AdmitterConfig::from_vars(overlay(&base, extra)).expect("valid");
+    (
+        driver_job(&config.jobs, &run()),
+        publisher_job(&config.jobs, &publish()).unwrap(),
+    )
+}
+
+/// A pod spec's securityContexts as JSON: the pod's, then its container's
+/// (`null` where there is none).
+fn contexts(job: &Job) -> (serde_json::Value, serde_json::Value) {
+    let pod = pod_spec(job);
+    (
+        serde_json::to_value(&pod.security_context).unwrap(),
+        serde_json::to_value(&container(job).security_context).unwrap(),
+    )
+}
+
+/// What PodSecurity `restricted` would refuse in a pod spec, by the checks of
+/// its profile that the dispatcher's settings can touch (upstream
+/// `k8s.io/pod-security-admission/policy`): privileged containers, added
+/// capabilities, privilege escalation, root, seccomp, volume types. The
+/// real admission plugin judges the same Jobs in the real-cluster test.
+fn restricted_violations(pod: &serde_json::Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let pod_sc = &pod["securityContext"];
+    let containers = pod["containers"].as_array().cloned().unwrap_or_default();
+    for c in &containers {
+        let sc = &c["securityContext"];
+        let name = c["name"].as_str().unwrap_or("?");
+        if sc["privileged"] == true {
+            found.push(format!("{name}: privileged"));
+        }
+        if sc["allowPrivilegeEscalation"] != false {
+            found.push(format!("{name}: allowPrivilegeEscalation != false"));
+        }
+        let caps = &sc["capabilities"];
+        if !caps["drop"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|c| c == "ALL"))
+        {
+            found.push(format!("{name}: capabilities not all dropped"));
+        }
+        if caps["add"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|c| c != "NET_BIND_SERVICE"))
+        {
+            found.push(format!("{name}: capabilities added"));
+        }
+        let non_root = match &sc["runAsNonRoot"] {
+            serde_json::Value::Bool(b) => *b,
+            _ => pod_sc["runAsNonRoot"] == true,
+        };
+        if !non_root {
+            found.push(format!("{name}: runAsNonRoot != true"));
+        }
+        if sc["runAsUser"] == 0 || (sc["runAsUser"].is_null() && pod_sc["runAsUser"] == 0) {
+            found.push(format!("{name}: runAsUser 0"));
+        }
+        let seccomp = match sc["seccompProfile"]["type"].as_str() {
+            Some(t) => Some(t),
+            None => pod_sc["seccompProfile"]["type"].as_str(),
+        };
+        if !matches!(seccomp, Some("RuntimeDefault" | "Localhost")) {
+            found.push(format!("{name}: seccompProfile {seccomp:?}"));
+        }
+    }
+    for v in pod["volumes"].as_array().cloned().unwrap_or_default() {
+        let allowed = [
+            "name",
+            "configMap",
+            "csi",
+            "downwardAPI",
+            "emptyDir",
+            "ephemeral",
+            "persistentVolumeClaim",
+            "projected",
+            "secret",
+        ];
+        if let Some(kind) = v
+            .as_object()
+            .and_then(|m| m.keys().find(|k| !allowed.contains(&k.as_str())))
+        {
+            found.push(format!("volume {}: {kind}", v["name"]));
+        }
+    }
+    found
+}
+
+fn pod_json(job: &Job) -> serde_json::Value {
+    serde_json::to_value(pod_spec(job)).unwrap()
+}
+
+/// Unset, the four settings give both pods what PodSecurity `restricted`
+/// asks for, and nothing more.
+#[test]
+fn by_default_driver_and_publisher_pods_meet_podsecurity_restricted() {
+    let (driver, publisher) = jobs_configured_with(&[]);
+    for job in [&driver, &publisher] {
+        assert_eq!(contexts(job), (restricted_pod(), restricted_container()));
+        assert_eq!(restricted_violations(&pod_json(job)), Vec::<String>::new());
+    }
+    // With the subscription Secret mounted, the fsGroup joins; still restricted.
+    let (driver, _) = jobs_configured_with(&[("TCAB_DRIVER_SUBSCRIPTION_SECRET", "sub")]);
+    let mut pod = restricted_pod();
+    pod["fsGroup"] = json!(1000);
+    assert_eq!(contexts(&driver), (pod, restricted_container()));
+    assert_eq!(
+        restricted_violations(&pod_json(&driver)),
+        Vec::<String>::new()
+    );
+}
+
+/// A value replaces its default whole (it is not merged with it), and each
+/// lane takes its own two.
+#[test]
+fn a_set_context_replaces_the_default_whole_per_lane() {
+    let (driver, publisher) = jobs_configured_with(&[
+        (
+            "TCAB_DISPATCHER_DRIVER_POD_SECURITY_CONTEXT",
+            r#"{"runAsUser": 1001, "runAsGroup": 1001}"#,
+        ),
+        (
+            "TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT",
+            r#"{"readOnlyRootFilesystem": true}"#,
+        ),
+        (
+            "TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT",
+            r#"{"runAsNonRoot": true, "runAsUser": 2002, "seccompProfile": {"type": "Localhost", "localhostProfile": "tcab/publisher.json"}}"#,
+        ),
+        (
+            "TCAB_DISPATCHER_PUBLISHER_SECURITY_CONTEXT",
+            r#"{"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}"#,
+        ),
+    ]);
+    assert_eq!(
+        contexts(&driver),
+        (
+            json!({"runAsGroup": 1001, "runAsUser": 1001}),
+            json!({"readOnlyRootFilesystem": true})
+        )
+    );
+    assert_eq!(
+        restricted_violations(&pod_json(&driver)),
+        [
+            "driver: allowPrivilegeEscalation != false",
+            "driver: capabilities not all dropped",
+            "driver: runAsNonRoot != true",
+            "driver: seccompProfile None",
+        ],
+        "replaced, not merged: none of the defaults is left"
+    );
+    assert_eq!(
+        contexts(&publisher),
+        (
+            json!({"runAsNonRoot": true, "runAsUser": 2002,
+                   "seccompProfile": {"type": "Localhost", "localhostProfile": "tcab/publisher.json"}}),
+            json!({"allowPrivilegeEscalation": false,
+                   "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]}})
+        )
+    );
+    assert_eq!(
+        restricted_violations(&pod_json(&publisher)),
+        Vec::<String>::new()
+    );
+}
+
+/// `{}` turns a default off: the Job then carries no such securityContext
+/// (the driver pod keeps only the fsGroup of its mount).
+#[test]
+fn an_empty_object_sets_no_context() {
+    let off = [
+        ("TCAB_DISPATCHER_DRIVER_POD_SECURITY_CONTEXT", "{}"),
+        ("TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT", " {} "),
+        ("TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT", "{}"),
+        ("TCAB_DISPATCHER_PUBLISHER_SECURITY_CONTEXT", "{}"),
+    ];
+    let (driver, publisher) = jobs_configured_with(&off);
+    for job in [&driver, &publisher] {
+        assert!(pod_spec(job).security_context.is_none());
+        assert!(container(job).security_context.is_none());
+        assert!(!restricted_violations(&pod_json(job)).is_empty());
+    }
+    let mut with_mount = off.to_vec();
+    with_mount.push(("TCAB_DRIVER_SUBSCRIPTION_SECRET", "sub"));
+    let (driver, _) = jobs_configured_with(&with_mount);
+    assert_eq!(contexts(&driver), (json!({"fsGroup": 1000}), json!(null)));
 }
 
 #[test]
