@@ -7,7 +7,7 @@ use crate::job_builder::{JobSettings, SecurityContexts, Sizing};
 use std::time::Duration;
 use tcab_shared::config::{
     BackendConfig, Binary, BinaryConfig, CommonConfig, ConfigError, Env, at_most_half_lease,
-    distinct_managed_by, limit_at_least_request, vars,
+    distinct_managed_by, limit_at_least_request, renewals_fit_in_lease, vars,
 };
 
 /// `tcab-admitter`'s configuration.
@@ -44,6 +44,7 @@ impl BinaryConfig for AdmitterConfig {
         let lease_length = vars::LEASE_SECONDS.get(env)?;
         let gate_max_age = vars::GATE_MAX_AGE_SECONDS.get(env)?;
         at_most_half_lease(vars::GATE_MAX_AGE_SECONDS.name, gate_max_age, lease_length)?;
+        renewals_fit_in_lease(common.poll_interval, backend.timeout, lease_length)?;
         Ok(AdmitterConfig {
             max_inflight: vars::MAX_INFLIGHT.get(env)?,
             max_publish_inflight: vars::MAX_PUBLISH_INFLIGHT.get(env)?,

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 use tcab_shared::config::{
-    BackendConfig, Binary, BinaryConfig, CommonConfig, ConfigError, Env, at_most_half_lease, vars,
+    BackendConfig, Binary, BinaryConfig, CommonConfig, ConfigError, Env, at_most_half_lease,
+    renewals_fit_in_lease, vars,
 };
 
 /// `tcab-lease-keeper`'s configuration.
@@ -44,6 +45,8 @@ impl BinaryConfig for LeaseKeeperConfig {
             common.watch_timeout,
             lease_length,
         )?;
+        let backend = BackendConfig::from_env(env)?;
+        renewals_fit_in_lease(common.poll_interval, backend.timeout, lease_length)?;
         let vault_allow_non_loopback = vars::VAULT_ALLOW_NON_LOOPBACK.get(env)?;
         if !vault_allow_non_loopback && !common.vault_addr.ip().is_loopback() {
             return Err(ConfigError::Invalid {
@@ -57,7 +60,7 @@ impl BinaryConfig for LeaseKeeperConfig {
             });
         }
         Ok(LeaseKeeperConfig {
-            backend: BackendConfig::from_env(env)?,
+            backend,
             common,
             // Only whether it is set: the admitter is the one that checks the image.
             publishing: vars::PUBLISHER_IMAGE.is_set(env),

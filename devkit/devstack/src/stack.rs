@@ -158,6 +158,15 @@ pub struct Stack {
     containers: BTreeMap<Container, Proc>,
 }
 
+/// The containers' backend timeout: the binaries' default of 10 s, shorter
+/// under a short lease, since the poll interval plus the backend timeout
+/// (how far apart the lease-keeper's renewal rounds begin, at most) must be
+/// at most half the lease. A poll interval's worth of margin is left below
+/// that bound.
+fn backend_timeout_seconds(o: &StackOptions) -> f64 {
+    (o.lease_seconds as f64 / 2.0 - 2.0 * o.poll_seconds).min(10.0)
+}
+
 /// The chart's Role, as rendered and checked by charts/check_chart.py.
 pub fn golden_role() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -393,6 +402,10 @@ impl Stack {
                 "TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS".into(),
                 (o.lease_seconds / 2).clamp(1, 60).to_string(),
             ),
+            (
+                "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS".into(),
+                backend_timeout_seconds(o).to_string(),
+            ),
         ];
         let backend = [
             ("TCAB_BACKEND_URL", self.backend.url().to_owned()),
@@ -591,7 +604,8 @@ impl Stack {
                 .unwrap_or(0)
         };
         let mut values = serde_json::json!({
-            "backend": {"url": self.backend.url(), "serviceToken": {"value": SERVICE_TOKEN}},
+            "backend": {"url": self.backend.url(), "serviceToken": {"value": SERVICE_TOKEN},
+                "timeoutSeconds": backend_timeout_seconds(o)},
             "driver": {"image": "tcab/driver:dev",
                 "terminationGraceSeconds": o.driver_grace_seconds},
             "publisher": {"image": "tcab/publisher:dev"},

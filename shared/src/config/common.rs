@@ -107,6 +107,40 @@ pub fn at_most_half_lease(
     Ok(())
 }
 
+/// The poll interval (`poll`) plus the backend timeout (`backend_timeout`)
+/// must be at most half the lease (`lease`). The lease-keeper's renewal loop
+/// sleeps the poll interval after each round, and a round's call gives up
+/// after the backend timeout, so rounds begin at most that sum apart: with
+/// the sum at most half the lease, two rounds begin within every lease, and
+/// one of them can fail without the lease running out. Both binaries that
+/// read the lease check it (the admitter too, which renews nothing), so a pod
+/// given such settings stops whole: the chart sets one poll interval for
+/// all three containers.
+pub fn renewals_fit_in_lease(
+    poll: Duration,
+    backend_timeout: Duration,
+    lease: Duration,
+) -> Result<(), ConfigError> {
+    if poll.saturating_add(backend_timeout) > lease / 2 {
+        return Err(ConfigError::Invalid {
+            var: vars::POLL_INTERVAL_SECONDS.name,
+            expected: format!(
+                "at most half of {} minus {}, so that two lease renewals begin within every lease",
+                vars::LEASE_SECONDS.name,
+                vars::BACKEND_TIMEOUT_SECONDS.name
+            )
+            .into(),
+            got: format!(
+                "{} (backend timeout {}, lease {})",
+                poll.as_secs_f64(),
+                backend_timeout.as_secs_f64(),
+                lease.as_secs_f64()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The driver's managed-by value must differ from the dispatcher's: the
 /// reaper tells a sandbox from the driver's own pod (same job id) by that
 /// label alone.

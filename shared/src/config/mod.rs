@@ -33,7 +33,7 @@ pub mod vars;
 
 pub use common::{
     BackendConfig, CommonConfig, LogFormat, at_most_half_lease, distinct_managed_by,
-    limit_at_least_request,
+    limit_at_least_request, renewals_fit_in_lease,
 };
 pub use docs::{help_text, markdown_table, settings_json};
 pub use env::{Env, Unknown, edit_distance, unknown_variables, warn_unknown_variables};

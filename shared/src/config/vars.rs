@@ -103,7 +103,7 @@ declare! {
         kind: Seconds,
         fallback: Default(Duration::from_secs(5)),
         read_by: &[A, L, R],
-        doc: "Sleep after a tick that did nothing (decimals allowed).",
+        doc: "Sleep after a tick that did nothing (decimals allowed); the lease-keeper sleeps it between renewal rounds, so with the backend timeout it must be at most half the lease.",
     };
 
     pub const MANAGED_BY: Setting<LabelValue> = Setting {
@@ -409,7 +409,7 @@ declare! {
         kind: Seconds,
         fallback: Default(Duration::from_secs(120)),
         read_by: &[A, L],
-        doc: "Lease length the backend grants; a vaulted token with no Job after this long is dropped. The gate age and the watch timeout must be at most half of it.",
+        doc: "Lease length the backend grants; a vaulted token with no Job after this long is dropped. The gate age, the watch timeout, and the poll interval plus the backend timeout must each be at most half of it.",
     };
 
     pub const START_GRACE_SECONDS: Setting<Seconds> = Setting {

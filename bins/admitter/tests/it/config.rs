@@ -547,8 +547,48 @@ fn what_must_fit_in_the_lease_is_checked_against_it() {
     AdmitterConfig::from_vars(with(&[
         ("TCAB_DISPATCHER_LEASE_SECONDS", "10"),
         ("TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS", "5"),
+        // The renewal cadence must fit the short lease too.
+        ("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "1"),
+        ("TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS", "4"),
     ]))
     .expect("5 <= 10 / 2");
+}
+
+/// A poll interval that would let a lease lapse between renewals is refused
+/// at start, as the lease-keeper refuses it (the chart gives the containers
+/// one poll interval): the poll interval plus the backend timeout must be at
+/// most half the lease.
+#[test]
+fn a_poll_interval_that_lets_a_lease_lapse_between_renewals_is_refused() {
+    let a = AdmitterConfig::from_vars(with(&[("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "50")]))
+        .expect("50 + 10 <= 120 / 2");
+    assert_eq!(a.common.poll_interval, Duration::from_secs(50));
+    let e = AdmitterConfig::from_vars(with(&[("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "51")]))
+        .expect_err("51 + 10 > 120 / 2")
+        .to_string();
+    assert_eq!(
+        e,
+        "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS: expected at most half of \
+         TCAB_DISPATCHER_LEASE_SECONDS minus TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS, so that \
+         two lease renewals begin within every lease, got \"51 (backend timeout 10, lease 120)\""
+    );
+    let e = AdmitterConfig::from_vars(with(&[("TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS", "55.5")]))
+        .expect_err("5 + 55.5 > 120 / 2")
+        .to_string();
+    assert!(
+        e.contains("got \"5 (backend timeout 55.5, lease 120)\""),
+        "{e}"
+    );
+    let short = |poll: &str| {
+        AdmitterConfig::from_vars(with(&[
+            ("TCAB_DISPATCHER_LEASE_SECONDS", "20"),
+            ("TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS", "10"),
+            ("TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS", "5"),
+            ("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", poll),
+        ]))
+    };
+    short("5").expect("5 + 5 <= 20 / 2");
+    short("5.5").expect_err("5.5 + 5 > 20 / 2");
 }
 
 /// Everything that used to fail later with exit 1 is a configuration error

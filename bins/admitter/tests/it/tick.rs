@@ -756,6 +756,9 @@ async fn a_claim_answered_after_half_the_lease_is_never_created() {
         &[
             ("TCAB_DISPATCHER_LEASE_SECONDS", "20"),
             ("TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS", "10"),
+            // What a 20 s lease allows with the poll interval (the rig's
+            // client has its own timeout).
+            ("TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS", "5"),
         ],
     );
     let (mut admitter, _cache) = rig.admitter(&config);
@@ -798,6 +801,9 @@ async fn an_unclear_create_is_not_sent_again_once_the_claim_is_past_half_the_lea
         &[
             ("TCAB_DISPATCHER_LEASE_SECONDS", "20"),
             ("TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS", "10"),
+            // What a 20 s lease allows with the poll interval (the rig's
+            // client has its own timeout).
+            ("TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS", "5"),
         ],
     );
     let (mut admitter, _cache) = rig.admitter(&config);

@@ -37,6 +37,25 @@ fn a_malformed_poll_interval_exits_2_naming_it_without_the_token() {
     );
 }
 
+/// A poll interval that would let a lease lapse between renewals stops the
+/// binary before it does anything, on one line naming the variables to change.
+#[test]
+fn a_poll_interval_too_long_for_the_lease_exits_2_naming_the_variables() {
+    let env = [
+        ("TCAB_BACKEND_URL", "http://backend.invalid:8080"),
+        ("TCAB_BACKEND_SERVICE_TOKEN", SERVICE_TOKEN),
+        ("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "120"),
+    ];
+    let stderr = config_error(&start(&[], &env));
+    for var in [
+        "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS",
+        "TCAB_DISPATCHER_LEASE_SECONDS",
+        "TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS",
+    ] {
+        assert!(stderr.contains(var), "{var}: {stderr}");
+    }
+}
+
 #[test]
 fn help_and_version_exit_0() {
     let help = start(&["--help"], &[]);

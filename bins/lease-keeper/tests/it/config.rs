@@ -103,6 +103,54 @@ fn what_must_fit_in_the_lease_is_checked_against_it() {
     );
 }
 
+/// A poll interval that would let a lease lapse between renewals is refused
+/// at start: renewal rounds begin at most the poll interval plus the backend
+/// timeout apart, and that sum must be at most half the lease, so a lease
+/// sees two rounds begin and one of them may fail.
+#[test]
+fn a_poll_interval_that_lets_a_lease_lapse_between_renewals_is_refused() {
+    // The lease's 120 s: half of it is 60 s, the backend timeout 10 s.
+    let c = LeaseKeeperConfig::from_vars(with(&[("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "50")]))
+        .expect("50 + 10 <= 120 / 2");
+    assert_eq!(c.common.poll_interval, Duration::from_secs(50));
+    let e =
+        LeaseKeeperConfig::from_vars(with(&[("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", "50.5")]))
+            .expect_err("50.5 + 10 > 120 / 2")
+            .to_string();
+    assert_eq!(
+        e,
+        "TCAB_DISPATCHER_POLL_INTERVAL_SECONDS: expected at most half of \
+         TCAB_DISPATCHER_LEASE_SECONDS minus TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS, so that \
+         two lease renewals begin within every lease, got \"50.5 (backend timeout 10, lease 120)\""
+    );
+    // The backend timeout is part of the cadence: a long one refuses the
+    // default poll interval (5 + 56 > 60) ...
+    let e =
+        LeaseKeeperConfig::from_vars(with(&[("TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS", "56")]))
+            .expect_err("5 + 56 > 120 / 2")
+            .to_string();
+    assert!(
+        e.contains("got \"5 (backend timeout 56, lease 120)\""),
+        "{e}"
+    );
+    // ... and a shorter lease needs a shorter cadence.
+    let short = |poll: &str, timeout: &str| {
+        LeaseKeeperConfig::from_vars(with(&[
+            ("TCAB_DISPATCHER_LEASE_SECONDS", "20"),
+            ("TCAB_DISPATCHER_WATCH_TIMEOUT_SECONDS", "10"),
+            ("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS", poll),
+            ("TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS", timeout),
+        ]))
+    };
+    short("5", "5").expect("5 + 5 <= 20 / 2");
+    let e = short("5", "10").expect_err("the defaults do not fit a 20 s lease");
+    assert!(
+        e.to_string()
+            .starts_with("TCAB_DISPATCHER_POLL_INTERVAL_SECONDS: expected at most half"),
+        "{e}"
+    );
+}
+
 /// Everything that used to fail later with exit 1 is a configuration error
 /// (the admitter's URL with a query: its own tests).
 #[test]
