@@ -690,12 +690,71 @@ fn validate_container_security_context(sc: &Value, field: &str, errs: &mut Error
     }
     validate_id(&sc["runAsUser"], &path::child(field, "runAsUser"), errs);
     validate_id(&sc["runAsGroup"], &path::child(field, "runAsGroup"), errs);
-    if sc["allowPrivilegeEscalation"] == false && sc["privileged"] == true {
-        errs.push(FieldError::invalid(
-            field,
-            BadValue::Raw(sc.to_string()),
-            "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
-        ));
+    validate_seccomp_profile(
+        &sc["seccompProfile"],
+        &path::child(field, "seccompProfile"),
+        errs,
+    );
+    if sc["allowPrivilegeEscalation"] == false {
+        if sc["privileged"] == true {
+            errs.push(FieldError::invalid(
+                field,
+                BadValue::Raw(sc.to_string()),
+                "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+            ));
+        }
+        if items(&sc["capabilities"], "add")
+            .iter()
+            .any(|c| c == "CAP_SYS_ADMIN")
+        {
+            errs.push(FieldError::invalid(
+                field,
+                BadValue::Raw(sc.to_string()),
+                "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
+            ));
+        }
+    }
+}
+
+/// The seccomp profile types the API accepts (`validateSeccompProfileType`).
+const SECCOMP_TYPES: [&str; 3] = ["Localhost", "RuntimeDefault", "Unconfined"];
+
+/// `validateSeccompProfileField` (pod and container contexts alike): a
+/// known type; a `Localhost` profile names its file by a relative path, and
+/// no other type may name one. (Upstream renders the whole profile, a Go
+/// struct with a pointer, as the bad value of the last rule; it is JSON here.)
+fn validate_seccomp_profile(sp: &Value, field: &str, errs: &mut ErrorList) {
+    if sp.is_null() {
+        return;
+    }
+    let kind = str_of(sp, "type");
+    let type_field = path::child(field, "type");
+    match kind {
+        "" => errs.push(FieldError::required(
+            &type_field,
+            "type is required when seccompProfile is set",
+        )),
+        k if !SECCOMP_TYPES.contains(&k) => errs.push(FieldError::not_supported(
+            &type_field,
+            BadValue::Str(k.to_string()),
+            &SECCOMP_TYPES,
+        )),
+        _ => {}
+    }
+    let profile = &sp["localhostProfile"];
+    let profile_field = path::child(field, "localhostProfile");
+    match (kind, profile.as_str()) {
+        ("Localhost", None) => errs.push(FieldError::required(
+            &profile_field,
+            "must be set when seccomp type is Localhost",
+        )),
+        ("Localhost", Some(p)) => local_descending_path(p, &profile_field, errs),
+        (_, _) if !profile.is_null() => errs.push(FieldError::invalid(
+            &profile_field,
+            BadValue::Raw(sp.to_string()),
+            "can only be set when seccomp type is Localhost",
+        )),
+        _ => {}
     }
 }
 
@@ -722,6 +781,11 @@ fn validate_pod_security_context(sc: &Value, field: &str, errs: &mut ErrorList) 
             &["Always", "OnRootMismatch"],
         ));
     }
+    validate_seccomp_profile(
+        &sc["seccompProfile"],
+        &path::child(field, "seccompProfile"),
+        errs,
+    );
 }
 
 /// Enumerated string field: Required when empty, NotSupported when unknown.
@@ -1100,6 +1164,73 @@ mod tests {
         ] {
             assert!(has(needle), "missing {needle:?} in {errs:#?}");
         }
+    }
+
+    /// The securityContexts the dispatcher's defaults give (PodSecurity
+    /// `restricted`) pass; a seccomp profile is checked as upstream checks it,
+    /// in the pod's context and a container's alike.
+    #[test]
+    fn security_contexts_and_their_seccomp_profiles() {
+        let mut c = container();
+        c["securityContext"] = json!({"allowPrivilegeEscalation": false,
+            "capabilities": {"drop": ["ALL"]}});
+        let mut s = spec(c);
+        s["securityContext"] =
+            json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}});
+        assert!(errors(&s).is_empty(), "{:?}", errors(&s));
+        s["securityContext"]["seccompProfile"] =
+            json!({"type": "Localhost", "localhostProfile": "profiles/driver.json"});
+        assert!(errors(&s).is_empty(), "{:?}", errors(&s));
+
+        let cases: [(Value, &str); 5] = [
+            (
+                json!({"type": "Default"}),
+                "seccompProfile.type: Unsupported value: \"Default\": supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\"",
+            ),
+            (
+                json!({}),
+                "seccompProfile.type: Required value: type is required when seccompProfile is set",
+            ),
+            (
+                json!({"type": "Localhost"}),
+                "seccompProfile.localhostProfile: Required value: must be set when seccomp type is Localhost",
+            ),
+            (
+                json!({"type": "Localhost", "localhostProfile": "/etc/p.json"}),
+                "seccompProfile.localhostProfile: Invalid value: \"/etc/p.json\": must be a relative path",
+            ),
+            (
+                json!({"type": "RuntimeDefault", "localhostProfile": "p.json"}),
+                "seccompProfile.localhostProfile: Invalid value: ",
+            ),
+        ];
+        for (profile, needle) in cases {
+            for at in ["spec.securityContext", "spec.containers[0].securityContext"] {
+                let mut s = spec(container());
+                if at == "spec.securityContext" {
+                    s["securityContext"] = json!({"seccompProfile": profile.clone()});
+                } else {
+                    s["containers"][0]["securityContext"] =
+                        json!({"seccompProfile": profile.clone()});
+                }
+                let errs = errors(&s);
+                let want = format!("{at}.{needle}");
+                assert!(
+                    errs.iter().any(|e| e.starts_with(&want)),
+                    "missing {want:?} in {errs:#?}"
+                );
+            }
+        }
+
+        let mut c = container();
+        c["securityContext"] = json!({"allowPrivilegeEscalation": false,
+            "capabilities": {"add": ["CAP_SYS_ADMIN"]}});
+        let errs = errors(&spec(c));
+        assert!(
+            errs.iter().any(|e| e.starts_with("spec.containers[0].securityContext: Invalid value: ")
+                && e.ends_with("cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN")),
+            "{errs:#?}"
+        );
     }
 
     #[test]
