@@ -184,6 +184,32 @@ EXTRA_ENV = [
 TOKEN_VALUE = "not-a-real-service-token-7c1e"
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 
+# The driver's and the publisher's securityContexts as every-value sets them
+# (each differs from the binary's default), and the JSON each renders: Helm's
+# toJson, keys sorted, no spaces.
+JOB_SECURITY: dict[str, dict[str, Any]] = {
+    "driver": {
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+    },
+    "publisher": {
+        "podSecurityContext": {
+            "runAsNonRoot": True,
+            "fsGroup": 2000,
+            "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/publisher.json"},
+        },
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}},
+    },
+}
+JOB_SECURITY_ENV = {
+    "TCAB_DISPATCHER_DRIVER_POD_SECURITY_CONTEXT": '{"runAsNonRoot":true,"runAsUser":10001,"seccompProfile":{"type":"RuntimeDefault"}}',
+    "TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT": '{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]},"readOnlyRootFilesystem":true}',
+    "TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT": (
+        '{"fsGroup":2000,"runAsNonRoot":true,"seccompProfile":{"localhostProfile":"profiles/publisher.json","type":"Localhost"}}'
+    ),
+    "TCAB_DISPATCHER_PUBLISHER_SECURITY_CONTEXT": '{"allowPrivilegeEscalation":false,"capabilities":{"add":["NET_BIND_SERVICE"],"drop":["ALL"]}}',
+}
+
 SCENARIOS: dict[str, dict[str, Any]] = {
     "defaults": base_values(),
     "publishing": merged({"publisher": {"image": PUBLISHER_IMAGE}}),
@@ -210,6 +236,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "metrics-off": merged({"metrics": {"enabled": False}}),
     "existing-service-account": merged({"serviceAccount": {"create": False, "name": "tcab-ops"}}),
     "alerts": merged({"metrics": {"prometheusRule": {"enabled": True}}}),
+    # {} turns a default off: it must render (as {}), unlike null.
+    "job-security-off": merged(
+        {
+            "publisher": {"image": PUBLISHER_IMAGE, "podSecurityContext": {}, "securityContext": {}},
+            "driver": {"podSecurityContext": {}, "securityContext": {}},
+        }
+    ),
     # Every value set, and everything on (metrics, PodMonitor, dashboard); image.digest is
     # left to image-digest, since it hides the tag this scenario checks.
     "every-value": merged(
@@ -259,6 +292,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "subscription": {"secret": "sub", "dir": "/sub"},
                 "fsGroup": 1000,
                 "serviceAccount": "tcab-driver",
+                **JOB_SECURITY["driver"],
             },
             "publisher": {
                 "image": PUBLISHER_IMAGE,
@@ -267,6 +301,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "memoryRequest": "384Mi",
                 "cpuLimit": 2,
                 "memoryLimit": "2Gi",
+                **JOB_SECURITY["publisher"],
             },
             "sandbox": {"namespace": SANDBOX_NS},
             "metrics": {
@@ -357,6 +392,7 @@ EVERY_VALUE_ENV = {
         "TCAB_DRIVER_FS_GROUP": "1000",
         "TCAB_DRIVER_SERVICE_ACCOUNT": "tcab-driver",
         "TCAB_K8S_NAMESPACE": SANDBOX_NS,
+        **JOB_SECURITY_ENV,
     },
     "lease-keeper": {
         METRICS_ADDR: "[::]:9191",
@@ -409,6 +445,36 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("capabilities no longer all dropped", merged({"containerSecurityContext": {"capabilities": {"drop": ["NET_RAW"]}}}), ["/containerSecurityContext/capabilities/drop"]),
     ("a pod as root", merged({"podSecurityContext": {"runAsUser": 0}}), ["/podSecurityContext/runAsUser"]),
     ("a pod allowed to run as root", merged({"podSecurityContext": {"runAsNonRoot": False}}), ["/podSecurityContext/runAsNonRoot"]),
+    (
+        "a driver pod with seccomp Unconfined",
+        merged({"driver": {"podSecurityContext": {"seccompProfile": {"type": "Unconfined"}}}}),
+        ["/driver/podSecurityContext/seccompProfile/type"],
+    ),
+    (
+        "a publisher container with seccomp Unconfined",
+        merged({"publisher": {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}}),
+        ["/publisher/securityContext/seccompProfile/type"],
+    ),
+    (
+        "an fsGroup in the driver pod's securityContext (it is driver.fsGroup)",
+        merged({"driver": {"podSecurityContext": {"fsGroup": 1000}}}),
+        ["/driver/podSecurityContext/fsGroup"],
+    ),
+    (
+        "a misspelt field of a Job's securityContext",
+        merged({"driver": {"securityContext": {"allowPrivilegeEscalaton": False}}}),
+        ["/driver/securityContext", "allowPrivilegeEscalaton"],
+    ),
+    (
+        "a Job's runAsUser that is no number",
+        merged({"publisher": {"podSecurityContext": {"runAsUser": "1000"}}}),
+        ["/publisher/podSecurityContext/runAsUser"],
+    ),
+    (
+        "a Job's securityContext that is no object",
+        merged({"driver": {"podSecurityContext": "restricted"}}),
+        ["/driver/podSecurityContext"],
+    ),
     ("extraEnv naming a TCAB_ variable", merged({"extraEnv": [{"name": "TCAB_DISPATCHER_MAX_INFLIGHT", "value": "3"}]}), ["/extraEnv/0/name"]),
     ("extraEnv without a name", merged({"extraEnv": [{"value": "x"}]}), ["/extraEnv/0"]),
     ("an extra mount without a path", merged({"extraVolumeMounts": [{"name": "ca"}]}), ["/extraVolumeMounts/0"]),
@@ -1440,6 +1506,34 @@ def main() -> int:
         )
 
     run.check("subscription + driver secrets + memory limit + passthrough reach the admitter", subscription)
+
+    def job_security_contexts() -> None:
+        names = list(JOB_SECURITY_ENV)
+        # Unset: no variable, so the binary's restricted default applies.
+        for cname in CONTAINERS:
+            left = set(names) & set(need("defaults").env(cname))
+            assert not left, f"defaults: {cname} gets {sorted(left)}"
+        # Set: the admitter alone gets each, as JSON of exactly the value given.
+        r = need("every-value")
+        env = r.env("admitter")
+        for var, text in JOB_SECURITY_ENV.items():
+            assert env.get(var) == {"name": var, "value": text}, f"{var} = {env.get(var)}"
+        for lane, key, var in [
+            ("driver", "podSecurityContext", names[0]),
+            ("driver", "securityContext", names[1]),
+            ("publisher", "podSecurityContext", names[2]),
+            ("publisher", "securityContext", names[3]),
+        ]:
+            assert json.loads(env[var]["value"]) == JOB_SECURITY[lane][key], f"{var} is not {lane}.{key}"
+        for cname in ("lease-keeper", "reaper"):
+            leaked = set(names) & set(r.env(cname))
+            assert not leaked, f"{cname} gets {sorted(leaked)}"
+        # {}: set, so rendered, as {} (the binary then sets no securityContext).
+        off = need("job-security-off").env("admitter")
+        got = {var: off.get(var, {}).get("value") for var in names}
+        assert got == dict.fromkeys(names, "{}"), f"{{}} renders {got}"
+
+    run.check("Jobs' securityContexts: each value set reaches the admitter as JSON ({} too), unset ones not at all", job_security_contexts)
 
     def env_declared() -> str:
         declared = declared_settings()

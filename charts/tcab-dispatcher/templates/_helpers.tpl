@@ -271,6 +271,20 @@ apply otherwise; required ones fail the render with a message naming the value.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* the Jobs' securityContexts (admitter only), as JSON and only when set: the binary
+     owns the default, and {} (which turns it off) is set, so it renders */ -}}
+{{- if eq $container "admitter" -}}
+{{- range (list
+  (list "TCAB_DISPATCHER_DRIVER_POD_SECURITY_CONTEXT" $v.driver.podSecurityContext)
+  (list "TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT" $v.driver.securityContext)
+  (list "TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT" $v.publisher.podSecurityContext)
+  (list "TCAB_DISPATCHER_PUBLISHER_SECURITY_CONTEXT" $v.publisher.securityContext)) -}}
+{{- $val := index . 1 -}}
+{{- if not (kindIs "invalid" $val) -}}
+{{- $env = append $env (dict "name" (index . 0) "value" (toJson $val)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* the operator's passthrough variables for driver pods (admitter only) */ -}}
 {{- if eq $container "admitter" -}}
 {{- range $key, $value := $v.driver.passthroughEnv -}}
