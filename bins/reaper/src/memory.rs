@@ -21,7 +21,7 @@ use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::{JobSummary, summaries};
-use tcab_shared::retry::{Backoff, PerKey};
+use tcab_shared::retry::{Backoff, KeyWait, PerKey};
 use tokio::time::Instant;
 
 /// The back-off of a job id whose reap keeps failing (a delete refused, a
@@ -45,6 +45,16 @@ impl Due {
     pub fn needs_list(&self) -> bool {
         self.sweep || !self.reap.is_empty()
     }
+}
+
+/// What [`ReapMemory::record`] made of a tick's attempts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    /// Job ids whose reap completed just now.
+    pub(crate) completed: BTreeSet<String>,
+    /// Job ids whose reap failed, each with its back-off: not tried again
+    /// before it ends.
+    pub(crate) backed_off: BTreeMap<String, KeyWait>,
 }
 
 /// How one planned delete ended, as far as the memory cares.
@@ -150,17 +160,18 @@ impl ReapMemory {
     /// Records the reaps a tick with a successful LIST completed: an id is
     /// complete when every planned delete of it is [`Attempt::Done`] (or it
     /// had none: the LIST showed no sandbox of it left). Returns the job ids
-    /// whose reap completed just now.
+    /// whose reap completed just now, and those that back off.
     ///
     /// An id with an attempt that failed waits out its own back-off before
-    /// it is due again (`now` starts it); one that completed forgets it.
+    /// it is due again (`now` starts it; [`REAP_BACKOFF`]), whatever the
+    /// poll interval; one that completed forgets it.
     pub(crate) fn record(
         &mut self,
         verdicts: &BTreeMap<String, IdVerdict>,
         attempts: &[(String, Attempt)],
         now: Instant,
-    ) -> BTreeSet<String> {
-        let mut completed = BTreeSet::new();
+    ) -> Recorded {
+        let mut recorded = Recorded::default();
         for (id, verdict) in verdicts {
             let IdVerdict::Reap { jobs, .. } = verdict else {
                 continue;
@@ -175,14 +186,15 @@ impl ReapMemory {
             if all_done {
                 self.backoffs.forget(id);
             } else if failed {
-                self.backoffs.failed(id, now);
+                let wait = self.backoffs.failed(id, now);
+                recorded.backed_off.insert(id.clone(), wait);
             }
             if all_done && jobs.iter().any(|key| !self.reaped.contains(key)) {
                 self.reaped.extend(jobs.iter().cloned());
-                completed.insert(id.clone());
+                recorded.completed.insert(id.clone());
             }
         }
-        completed
+        recorded
     }
 
     /// Of the job ids with sandboxes of another managed-by value, those not
@@ -336,7 +348,18 @@ mod tests {
             ("a".to_owned(), Attempt::Done),
             ("a".to_owned(), Attempt::Failed),
         ];
-        assert!(memory.record(&verdicts, &partial, t0).is_empty());
+        let recorded = memory.record(&verdicts, &partial, t0);
+        assert!(recorded.completed.is_empty());
+        assert_eq!(
+            recorded.backed_off,
+            BTreeMap::from([(
+                "a".to_owned(),
+                KeyWait {
+                    failures: 1,
+                    until: t0 + Duration::from_secs(5)
+                }
+            )])
+        );
         assert!(
             !memory
                 .due(&verdicts, t0 + Duration::from_secs(4), &settings())
@@ -352,7 +375,10 @@ mod tests {
         let done = [("a".to_owned(), Attempt::Done)];
         assert_eq!(
             memory.record(&verdicts, &done, Instant::now()),
-            BTreeSet::from(["a".to_owned()])
+            Recorded {
+                completed: BTreeSet::from(["a".to_owned()]),
+                backed_off: BTreeMap::new()
+            }
         );
         assert!(
             memory.reaped.contains("uid-tcab-driver-a-1")
@@ -360,7 +386,10 @@ mod tests {
         );
         assert!(!memory.due(&verdicts, t0, &settings()).needs_list());
         assert!(
-            memory.record(&verdicts, &done, Instant::now()).is_empty(),
+            memory
+                .record(&verdicts, &done, Instant::now())
+                .completed
+                .is_empty(),
             "recorded once"
         );
 
@@ -371,7 +400,13 @@ mod tests {
         let verdicts = judge_ids(&more, &dead);
         assert!(memory.due(&verdicts, t0, &settings()).reap.contains("a"));
         // A LIST that shows none of its sandboxes left completes it.
-        assert_eq!(memory.record(&verdicts, &[], Instant::now()).len(), 1);
+        assert_eq!(
+            memory
+                .record(&verdicts, &[], Instant::now())
+                .completed
+                .len(),
+            1
+        );
 
         // Jobs that left the view are forgotten; a restart starts empty.
         memory.observe(&[] as &[JobSummary], t0, MARGIN);
@@ -395,7 +430,10 @@ mod tests {
             IdVerdict::Hold(KeepReason::PodsTerminating { .. })
         ));
         assert!(!memory.due(&verdicts, t0, &settings()).needs_list());
-        assert!(memory.record(&verdicts, &[], Instant::now()).is_empty());
+        assert_eq!(
+            memory.record(&verdicts, &[], Instant::now()),
+            Recorded::default()
+        );
     }
 
     #[test]

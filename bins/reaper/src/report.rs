@@ -8,6 +8,7 @@ use crate::plan::{DeleteReason, KeepReason, ReapKind, ReapPlan};
 use std::collections::{BTreeMap, BTreeSet};
 use tcab_shared::error_chain;
 use tcab_shared::kube_api::CallError;
+use tcab_shared::retry::KeyWait;
 
 /// A Kubernetes API call that failed, for logs and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +127,9 @@ pub struct TickReport {
     pub deletes: Vec<DeleteRecord>,
     /// Job ids whose reap completed this tick (no sandbox of theirs left).
     pub completed: BTreeSet<String>,
+    /// Job ids whose reap failed this tick (a delete, or the confirming
+    /// read), each with its back-off: not tried again before it ends.
+    pub backed_off: BTreeMap<String, KeyWait>,
     /// Job ids of dead drivers with sandbox pods of another managed-by value
     /// than the driver's, warned about for the first time this tick (each
     /// id once), with those pods.

@@ -97,7 +97,7 @@ impl Reaper {
                     job_id,
                     code,
                     error = %error_chain(&error),
-                    "cannot confirm that no Job of this job id is live; its sandboxes wait for a later tick"
+                    "cannot confirm that no Job of this job id is live; its sandboxes are kept and its reap backs off before it is tried again"
                 );
                 errors.push(ApiFailure::new("list", "jobs", &error));
                 return Err(SkipReason::ConfirmReadFailed);
@@ -165,7 +165,7 @@ impl Reaper {
                     pod = %pod.name,
                     code,
                     error = %message,
-                    "cannot delete sandbox pod; retrying next tick{}",
+                    "cannot delete sandbox pod; the reap of its job id backs off before it is tried again{}",
                     rbac_hint(code)
                 );
                 errors.push(ApiFailure::new("delete", "pods", &error));

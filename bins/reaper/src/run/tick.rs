@@ -215,10 +215,23 @@ impl Reaper {
             .into_iter()
             .filter(|(id, _)| plan::listed_all_of(&report.due.reap, report.due.sweep, id))
             .collect();
-        report.completed = self.memory.record(&listed, &attempts, Instant::now());
-        for job_id in &report.completed {
+        let now = Instant::now();
+        let recorded = self.memory.record(&listed, &attempts, now);
+        for job_id in &recorded.completed {
             tracing::debug!(job_id, "no sandbox of this job left; its reap is complete");
         }
+        for (job_id, wait) in &recorded.backed_off {
+            let secs = wait.until.saturating_duration_since(now).as_secs();
+            tracing::info!(
+                job_id = %job_id,
+                attempt = wait.failures,
+                retry_in_s = secs,
+                "the reap of this job id failed; it is tried again in {secs} s (attempt {}), not at the next tick; the other job ids go on",
+                wait.failures
+            );
+        }
+        report.completed = recorded.completed;
+        report.backed_off = recorded.backed_off;
         if plan.delete.is_empty() {
             tracing::debug!(
                 namespace = %self.sandbox_namespace,

@@ -67,3 +67,83 @@ async fn forbidden_list_is_logged_with_the_namespace_and_retried() {
         reaped[0]
     );
 }
+
+/// A delete that fails backs its job id off (5 s, then doubling), and the
+/// log says so: the warn line names the failure and the back-off, a line for
+/// the job id says when it is tried again, and nothing says "next tick".
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_failed_delete_is_logged_with_its_back_off_not_as_retried_next_tick() {
+    let logs = Logs::default();
+    let sink = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    // Every delete of the sandbox fails until the test lets it through.
+    let refusing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let refuse_deletes = refusing.clone();
+    let jobs = vec![job("tcab-driver-a-1", "a", true)];
+    let (client, _seen) = api_with(vec![sandbox("sb-a", "a")], &jobs, move |req| {
+        if is_delete(req) && refuse_deletes.load(std::sync::atomic::Ordering::SeqCst) {
+            refuse(500, "InternalError")
+        } else {
+            None
+        }
+    })
+    .await;
+    let mut r = reaper(client, cache(jobs));
+    let first = r.tick().await;
+    assert!(matches!(
+        first.outcomes()[0].1,
+        DeleteOutcome::Failed {
+            code: Some(500),
+            ..
+        }
+    ));
+    assert_eq!(first.backed_off["a"].failures, 1);
+    assert!(r.tick().await.due.reap.is_empty(), "not at the next tick");
+    // Due again after 5 s, failing again: 10 s this time.
+    tokio::time::advance(std::time::Duration::from_secs(5)).await;
+    let second = r.tick().await;
+    assert_eq!(second.backed_off["a"].failures, 2);
+    refusing.store(false, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::advance(std::time::Duration::from_secs(10)).await;
+    let third = r.tick().await;
+    assert_eq!(
+        third.completed,
+        std::collections::BTreeSet::from(["a".to_owned()])
+    );
+    assert!(third.backed_off.is_empty());
+
+    let text = logs.text();
+    assert!(!text.contains("retrying next tick"), "{text}");
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("cannot delete sandbox pod"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{text}");
+    for line in &warnings {
+        assert!(line.contains("WARN") && line.contains("code=500"), "{line}");
+        assert!(
+            line.contains("the reap of its job id backs off before it is tried again"),
+            "{line}"
+        );
+    }
+    let backing_off: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("the reap of this job id failed") && l.contains("job_id=a"))
+        .collect();
+    assert_eq!(backing_off.len(), 2, "{text}");
+    assert!(
+        backing_off[0].contains("it is tried again in 5 s (attempt 1), not at the next tick"),
+        "{}",
+        backing_off[0]
+    );
+    assert!(
+        backing_off[1].contains("it is tried again in 10 s (attempt 2)"),
+        "{}",
+        backing_off[1]
+    );
+}
