@@ -1,11 +1,14 @@
 //! The lease-keeper's cluster reads and its one write: a Job's pods and
 //! their log tail (the evidence of a death), the owned Jobs of one
-//! backend job (to confirm a view that does not show any), and deleting a
-//! Job whose pod can never start. Every call is bounded by the API timeout.
+//! backend job (to confirm a view that does not show any), the Job
+//! controller's refusals to create pods (`FailedCreate` Events), and
+//! deleting a Job whose pod can never start. Every call is bounded by the
+//! API timeout.
 
 use crate::cause::LogTail;
+use crate::plan::refusals::Refusal;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{DeleteParams, ListParams, LogParams, PropagationPolicy};
 use kube::{Api, Client, ResourceExt};
 use std::time::Duration;
@@ -20,6 +23,7 @@ use tcab_shared::names;
 pub struct Inspector {
     jobs: Api<Job>,
     pods: Api<Pod>,
+    events: Api<Event>,
     managed_by: String,
     tail_lines: i64,
     timeout: Duration,
@@ -37,7 +41,8 @@ impl Inspector {
     ) -> Self {
         Inspector {
             jobs: Api::namespaced(client.clone(), namespace),
-            pods: Api::namespaced(client, namespace),
+            pods: Api::namespaced(client.clone(), namespace),
+            events: Api::namespaced(client, namespace),
             managed_by: managed_by.to_owned(),
             tail_lines,
             timeout,
@@ -111,6 +116,22 @@ impl Inspector {
             .collect();
         live.sort();
         Ok(live)
+    }
+
+    /// The Job controller's refusals to create a pod in the namespace: its
+    /// `FailedCreate` Warning Events about Jobs, one list selected on the
+    /// server by reason and kind (whatever Jobs they are about: the caller
+    /// matches them to its own by uid).
+    pub(crate) async fn refusals(&self) -> Result<Vec<Refusal>, CallError> {
+        let params = ListParams::default()
+            .fields("involvedObject.kind=Job,reason=FailedCreate,type=Warning");
+        let list = call(
+            KubeCall::ListEvents,
+            self.timeout,
+            self.events.list(&params),
+        )
+        .await?;
+        Ok(list.items.iter().filter_map(Refusal::of_event).collect())
     }
 
     /// Deletes a Job and its pods (propagation Background). A Job already

@@ -21,6 +21,7 @@ fn main() -> anyhow::Result<()> {
                 vault_listener: grpc::bind(vault_addr, config.vault_allow_non_loopback).await?,
                 kube: started.kube,
                 namespace: started.namespace,
+                clock: tcab_shared::WallClock::system(),
             };
             run(config, deps, started.shutdown).await
         },

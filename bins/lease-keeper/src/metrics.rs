@@ -50,21 +50,34 @@ pub(crate) fn renewal_results(report: &RenewalReport, publishing: bool) -> Vec<(
     out
 }
 
-/// The reports a lane can fail: a death report (runs only), a lost report.
+/// The reports a lane can fail: a death report (a publish's failed result),
+/// a lost report.
 fn reports() -> impl Iterator<Item = (ReportKind, Lane)> {
     [
         (ReportKind::Death, Lane::Run),
+        (ReportKind::Death, Lane::Publish),
         (ReportKind::Lost, Lane::Run),
         (ReportKind::Lost, Lane::Publish),
     ]
     .into_iter()
 }
 
+/// The causes a lane's death report can carry: any for a run; for a
+/// publish, only those of a publisher that never started or was judged
+/// dead (the others take the lost path).
+fn causes(lane: Lane) -> &'static [Cause] {
+    match lane {
+        Lane::Run => Cause::ALL,
+        Lane::Publish => Cause::PUBLISH,
+    }
+}
+
 /// The lease-keeper's metric families.
 #[derive(Debug)]
 pub(crate) struct KeeperMetrics {
     renewals: Family<Labels<2>, Counter>,
-    deaths: Family<Labels<1>, Counter>,
+    deaths: Family<Labels<2>, Counter>,
+    without_pod: Family<Labels<1>, Gauge>,
     lost: Family<Labels<1>, Counter>,
     report_failures: Family<Labels<3>, Counter>,
     renewal_age: Family<Labels<1>, Gauge<f64, AtomicU64>>,
@@ -87,6 +100,7 @@ impl KeeperMetrics {
         let metrics = KeeperMetrics {
             renewals: Family::default(),
             deaths: Family::default(),
+            without_pod: Family::default(),
             lost: Family::default(),
             report_failures: Family::default(),
             renewal_age: Family::default(),
@@ -102,9 +116,16 @@ impl KeeperMetrics {
         );
         zero(
             &metrics.deaths,
-            Cause::ALL.iter().map(|c| [("cause", c.as_str())]),
+            Lane::ALL.iter().flat_map(|l| {
+                causes(*l)
+                    .iter()
+                    .map(move |c| [("lane", l.label_value()), ("cause", c.as_str())])
+            }),
         );
         zero(&metrics.lost, Lane::ALL.iter().map(|l| lane(*l)));
+        for l in Lane::ALL {
+            metrics.without_pod.get_or_create(&lane(l)).set(0);
+        }
         zero(
             &metrics.report_failures,
             reports().flat_map(|(report, l)| {
@@ -134,8 +155,13 @@ impl KeeperMetrics {
         );
         registry.register(
             "tcab_dispatcher_death_reports",
-            "Death reports the backend accepted, by cause",
+            "Death reports the backend accepted (a run's death, a publish's failed result), by lane and cause",
             self.deaths.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_jobs_without_pod",
+            "Live Jobs that have counted no pod for longer than the start grace and are not judged refused: they wait",
+            self.without_pod.clone(),
         );
         registry.register(
             "tcab_dispatcher_lost_reports",
@@ -174,10 +200,22 @@ impl KeeperMetrics {
                 ])
                 .inc();
         }
-        for (_, cause) in &tick.reported_dead {
-            self.deaths
-                .get_or_create(&[("cause", cause.as_str())])
-                .inc();
+        for (l, reported) in [
+            (Lane::Run, &tick.reported_dead),
+            (Lane::Publish, &tick.failed_publishes),
+        ] {
+            for (_, cause) in reported {
+                self.deaths
+                    .get_or_create(&[("lane", l.label_value()), ("cause", cause.as_str())])
+                    .inc();
+            }
+        }
+        if tick.view_current {
+            for (l, waiting) in tick.podless.iter() {
+                self.without_pod
+                    .get_or_create(&lane(l))
+                    .set(i64::try_from(*waiting).unwrap_or(i64::MAX));
+            }
         }
         for delay in &tick.death_delays {
             self.death_to_report.observe(delay.as_secs_f64());
@@ -218,6 +256,7 @@ mod tests {
     use crate::cause::{DeathCause, StartFailure, StartFailureKind};
     use std::time::Duration;
     use tcab_shared::job_cache::OwnedJobs;
+    use tcab_shared::lane::PerLane;
     use tcab_shared::metrics::{Common, Exporter};
 
     fn ids(names: &[&str]) -> Option<usize> {
@@ -270,6 +309,9 @@ mod tests {
                 ("a".into(), Cause::OomKilled),
                 ("b".into(), Cause::OomKilled),
             ],
+            failed_publishes: vec![("p".into(), Cause::Refused)],
+            view_current: true,
+            podless: PerLane::from_fn(|l| if l == Lane::Run { 3 } else { 0 }),
             death_delays: vec![Duration::from_millis(1700)],
             failed_reports: vec![(
                 crate::report::Report::Lost(Lane::Publish),
@@ -288,7 +330,11 @@ mod tests {
             "# TYPE tcab_dispatcher_lease_renewals_total counter",
             r#"tcab_dispatcher_lease_renewals_total{lane="run",result="ok"} 1"#,
             r#"tcab_dispatcher_lease_renewals_total{lane="publish",result="failed"} 1"#,
-            r#"tcab_dispatcher_death_reports_total{cause="oom_killed"} 2"#,
+            r#"tcab_dispatcher_death_reports_total{lane="run",cause="oom_killed"} 2"#,
+            r#"tcab_dispatcher_death_reports_total{lane="publish",cause="refused"} 1"#,
+            "# TYPE tcab_dispatcher_jobs_without_pod gauge",
+            r#"tcab_dispatcher_jobs_without_pod{lane="run"} 3"#,
+            r#"tcab_dispatcher_jobs_without_pod{lane="publish"} 0"#,
             r#"tcab_dispatcher_lost_reports_total{lane="run"} 1"#,
             r#"tcab_dispatcher_lost_reports_total{lane="publish"} 2"#,
             "# TYPE tcab_dispatcher_last_renewal_age_seconds gauge",
@@ -297,8 +343,10 @@ mod tests {
             "tcab_dispatcher_death_to_report_seconds_count 1",
             r#"tcab_dispatcher_death_to_report_seconds_bucket{le="2.5"} 1"#,
             // Created at 0 from the start.
-            r#"tcab_dispatcher_death_reports_total{cause="evicted"} 0"#,
-            r#"tcab_dispatcher_death_reports_total{cause="unknown"} 0"#,
+            r#"tcab_dispatcher_death_reports_total{lane="run",cause="evicted"} 0"#,
+            r#"tcab_dispatcher_death_reports_total{lane="run",cause="unknown"} 0"#,
+            r#"tcab_dispatcher_death_reports_total{lane="publish",cause="image_pull"} 0"#,
+            r#"tcab_dispatcher_report_failures_total{report="death",lane="publish",reason="timeout"} 0"#,
             r#"tcab_dispatcher_lease_renewals_total{lane="run",result="failed"} 0"#,
             r#"tcab_dispatcher_report_failures_total{report="death",lane="run",reason="timeout"} 0"#,
         ] {
@@ -393,6 +441,7 @@ mod tests {
             (never(StartFailureKind::ConfigError), "config_error"),
             (never(StartFailureKind::CreateError), "config_error"),
             (never(StartFailureKind::Unschedulable), "unschedulable"),
+            (never(StartFailureKind::Refused), "refused"),
             (
                 DeathCause::Stuck {
                     node: None,

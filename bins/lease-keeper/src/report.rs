@@ -6,6 +6,7 @@
 use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::backend::{BackendErrorKind, JobId};
+use tcab_shared::lane::PerLane;
 use tcab_shared::metrics::labels::{Cause, ReportKind};
 
 /// What one renewal round did.
@@ -22,8 +23,10 @@ pub struct RenewalReport {
 /// Which report a failure was of (its `report` label is [`Report::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Report {
-    /// A death report (`POST /jobs/{id}/status`) or the read before it.
-    Death,
+    /// A death report of a lane: a run's (`POST /jobs/{id}/status`, or the
+    /// read before it), a publish's failed result (`POST
+    /// /publish-jobs/{id}/result`).
+    Death(Lane),
     /// A lost report of a lane (`POST /jobs/{id}/lost`, `POST /publish-jobs/{id}/lost`).
     Lost(Lane),
 }
@@ -32,7 +35,7 @@ impl Report {
     /// The `report` label: `death` or `lost`.
     pub fn kind(self) -> ReportKind {
         match self {
-            Report::Death => ReportKind::Death,
+            Report::Death(_) => ReportKind::Death,
             Report::Lost(_) => ReportKind::Lost,
         }
     }
@@ -45,8 +48,7 @@ impl Report {
     /// The lane the report is about.
     pub fn lane(self) -> Lane {
         match self {
-            Report::Death => Lane::Run,
-            Report::Lost(lane) => lane,
+            Report::Death(lane) | Report::Lost(lane) => lane,
         }
     }
 }
@@ -64,6 +66,13 @@ pub struct ReportTick {
     pub deleted: Vec<String>,
     /// Runs whose deaths were reported (job id, death kind for metrics).
     pub reported_dead: Vec<(JobId, Cause)>,
+    /// Publishes reported failed with their own token (a publisher Job
+    /// whose pod never started, was refused, or was judged dead), with the
+    /// cause.
+    pub failed_publishes: Vec<(JobId, Cause)>,
+    /// Per lane, the live Jobs that have counted no pod for longer than the
+    /// start grace and are not (yet) judged refused: they wait for a pod.
+    pub podless: PerLane<usize>,
     /// For each death reported with its evidence in hand: from the Job's
     /// first sign of failure to the report landing.
     pub death_delays: Vec<Duration>,

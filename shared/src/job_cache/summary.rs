@@ -61,6 +61,9 @@ pub struct JobSummary {
     pub ready_pods: u16,
     /// `status.terminating`: pods being deleted that have not finished.
     pub terminating_pods: u16,
+    /// `status.succeeded`: pods that succeeded (with the others: whether
+    /// the Job ever counted a pod at all).
+    pub succeeded_pods: u16,
     /// What few Jobs have (failure conditions, an orphan pod), behind one
     /// pointer: `None` when it would be empty. Read it through
     /// [`JobSummary::failure_target`], [`JobSummary::failed`] and
@@ -225,6 +228,7 @@ impl JobSummary {
             active_pods: count(|s| s.active),
             ready_pods: count(|s| s.ready),
             terminating_pods: count(|s| s.terminating),
+            succeeded_pods: count(|s| s.succeeded),
             rare: Rare {
                 failure_target: condition("FailureTarget"),
                 failed,
@@ -254,6 +258,17 @@ impl JobSummary {
             || self.failed_pods > 0
             || self.terminating_pods > 0
             || self.deleting
+    }
+
+    /// Whether the Job's status counts no pod of any kind (active, ready,
+    /// terminating, failed or succeeded): the Job controller has not made
+    /// one, or none it made has been counted yet.
+    pub fn counts_no_pod(&self) -> bool {
+        self.active_pods == 0
+            && self.ready_pods == 0
+            && self.terminating_pods == 0
+            && self.failed_pods == 0
+            && self.succeeded_pods == 0
     }
 
     /// Failing and not settled: live with a sign of failure, or `Failed`

@@ -189,7 +189,7 @@ label_values! {
 label_values! {
     /// Which report failed (`report_failures_total`).
     pub enum ReportKind: "report" {
-        Death => "death", "a death report, or the read of the job before it";
+        Death => "death", "a death report (a run's, or a dead publisher's failed result), or the read of the job before it";
         Lost => "lost", "a lost report";
     }
 }
@@ -288,7 +288,7 @@ label_values! {
         ReportDeath => "report_death", "`POST /jobs/{id}/status`: a death report (lease-keeper), a poisoned run's failed report (admitter)";
         ReportLost => "report_lost", "`POST /jobs/{id}/lost` (lease-keeper)";
         ReportPublishLost => "report_publish_lost", "`POST /publish-jobs/{id}/lost` (lease-keeper)";
-        ReportPublishFailed => "report_publish_failed", "`POST /publish-jobs/{id}/result`: a poisoned publish's failed result (admitter)";
+        ReportPublishFailed => "report_publish_failed", "`POST /publish-jobs/{id}/result`: a poisoned publish's failed result (admitter), a dead publisher's (lease-keeper)";
     }
 }
 
@@ -326,11 +326,12 @@ label_values! {
         CreateJob => "create_job", "create a Job (the admitter's Jobs, its dry run at start)";
         GetJob => "get_job", "read a Job by name";
         ListJobs => "list_jobs", "list Jobs by label (a fresh read before a reap or a judgement)";
-        DeleteJob => "delete_job", "delete a Job (a stale claim's, one whose pod never starts)";
+        DeleteJob => "delete_job", "delete a Job (a stale claim's, one whose pod never starts or is refused, a publisher judged dead)";
         GetPod => "get_pod", "read a pod by name";
         ListPods => "list_pods", "list pods by label (a dead Job's, the sandboxes, the pods that outlive their Job)";
         DeletePod => "delete_pod", "delete a pod (a sandbox, a stale claim's pod)";
         GetPodLog => "get_pod_log", "read a dead pod's log tail";
+        ListEvents => "list_events", "list the Job controller's `FailedCreate` Events (the lease-keeper, when a Job has had no pod for longer than the start grace)";
     }
 }
 
@@ -340,7 +341,7 @@ impl KubeCall {
         match self {
             KubeCall::CreateJob => Verb::Create,
             KubeCall::GetJob | KubeCall::GetPod | KubeCall::GetPodLog => Verb::Get,
-            KubeCall::ListJobs | KubeCall::ListPods => Verb::List,
+            KubeCall::ListJobs | KubeCall::ListPods | KubeCall::ListEvents => Verb::List,
             KubeCall::DeleteJob | KubeCall::DeletePod => Verb::Delete,
         }
     }
@@ -375,9 +376,23 @@ label_values! {
         ImagePull => "image_pull", "the container never ran: `ErrImagePull`, `ImagePullBackOff`, `InvalidImageName`";
         ConfigError => "config_error", "the container never ran: `CreateContainerConfigError`, `CreateContainerError`, `RunContainerError`";
         Unschedulable => "unschedulable", "the pod was never scheduled (`PodScheduled` false, reason `Unschedulable`)";
+        Refused => "refused", "the API server refused to create the Job's pod (the Job controller's `FailedCreate` Event: PodSecurity, a quota, a LimitRange, an admission policy or webhook, a missing ServiceAccount)";
         DeadlineExceeded => "deadline_exceeded", "the Job's `activeDeadlineSeconds` ran out";
         Unknown => "unknown", "anything else, or nothing says why";
     }
+}
+
+impl Cause {
+    /// The causes a publisher Job's death can have: a publisher is reported
+    /// failed only when its pod never started (or was refused) or its Job
+    /// was judged dead (see the lease-keeper's failure plan).
+    pub const PUBLISH: &'static [Cause] = &[
+        Cause::ImagePull,
+        Cause::ConfigError,
+        Cause::Unschedulable,
+        Cause::Refused,
+        Cause::NodeLost,
+    ];
 }
 
 /// One row of the label table: a label, the metrics it is on, its values.

@@ -1,5 +1,7 @@
 //! A pod that can never start by itself: an image that cannot be pulled, a
-//! bad image name, a container configuration error, or no node for it.
+//! bad image name, a container configuration error, or no node for it; or
+//! a Job whose pods the API server refuses to create at all (an admission
+//! refusal the Job controller records as a `FailedCreate` Event).
 
 use super::summary::{one_line, reason_message, text};
 use k8s_openapi::api::core::v1::Pod;
@@ -31,6 +33,10 @@ pub enum StartFailureKind {
     CreateError,
     /// `PodScheduled=False` with reason `Unschedulable`.
     Unschedulable,
+    /// The API server refuses to create the Job's pods (PodSecurity, a
+    /// ResourceQuota, a LimitRange, an admission policy or webhook, a
+    /// missing ServiceAccount): the Job controller's `FailedCreate` Event.
+    Refused,
 }
 
 impl StartFailureKind {
@@ -62,6 +68,9 @@ impl StartFailure {
             StartFailureKind::Unschedulable => {
                 format!("pod unschedulable (requests larger than any node can offer?): {detail}")
             }
+            StartFailureKind::Refused => format!(
+                "the API server refused to create the Job's pod (a namespace policy, quota, LimitRange, admission policy or missing ServiceAccount): {detail}"
+            ),
         }
     }
 }

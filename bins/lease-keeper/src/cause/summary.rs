@@ -169,6 +169,7 @@ impl DeathCause {
                 StartFailureKind::ImagePull | StartFailureKind::InvalidImage => Cause::ImagePull,
                 StartFailureKind::ConfigError | StartFailureKind::CreateError => Cause::ConfigError,
                 StartFailureKind::Unschedulable => Cause::Unschedulable,
+                StartFailureKind::Refused => Cause::Refused,
             },
             DeathCause::Deleted { .. } => Cause::JobDeleted,
             DeathCause::Stuck { .. } => Cause::NodeLost,

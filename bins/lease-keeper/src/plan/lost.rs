@@ -4,9 +4,12 @@
 //!
 //! A lapse is judged against the backend's clock only, so a skewed pod clock
 //! changes no judgement. A job with a live Job of its lane is never lost (its
-//! lease is being renewed), unless that Job was judged dead. A job whose Job
-//! the view does not show at all is confirmed against the API before it is
-//! reported (see the lease-keeper's report loop).
+//! lease is being renewed), unless that Job was judged dead; a publish is
+//! never lost while its publisher Job is unfinished at all, judged dead or
+//! not (the spec's "never"): the lease-keeper ends a judged-dead publisher
+//! Job first (it deletes it), and the publish is lost once the Job is gone.
+//! A job whose Job the view does not show at all is confirmed against the
+//! API before it is reported (see the lease-keeper's report loop).
 
 use super::Answer;
 use super::deaths::current_claims;
@@ -59,6 +62,12 @@ pub(crate) enum LostSkip {
         /// The live Job.
         job_name: String,
     },
+    /// Its publisher Job was judged dead but is not finished yet: it is
+    /// deleted first, and the publish judged once the Job is gone.
+    JudgedDeadUnfinished {
+        /// The judged-dead publisher Job.
+        job_name: String,
+    },
     /// The backend gave no lease expiry: a lapse cannot be judged.
     NoLease,
     /// Already reported lost by this process.
@@ -75,6 +84,9 @@ impl LostSkip {
             LostSkip::NotDispatched(s) => format!("publish is {s:?}, not dispatched"),
             LostSkip::NoLease => "no lease expiry given; cannot judge a lapse".to_owned(),
             LostSkip::JobLive { job_name } => format!("Job {job_name} is live"),
+            LostSkip::JudgedDeadUnfinished { job_name } => format!(
+                "publisher Job {job_name} was judged dead and is not finished: it is deleted first"
+            ),
             LostSkip::AlreadyReported => "already reported lost".into(),
             LostSkip::Duplicate => "listed twice".into(),
         }
@@ -253,13 +265,24 @@ pub(crate) fn plan_lost<J: Borrow<JobSummary>>(
                 Some(lease) if lease > now => return Ok(None),
                 Some(_) => {}
             }
-            if let Some(live) = own_jobs
-                .iter()
-                .filter(|j| j.is_live() && !judged_dead.contains(j.name()))
-                .min_by(|a, b| a.name().cmp(b.name()))
-            {
+            let first_live = |judged: bool| {
+                own_jobs
+                    .iter()
+                    .filter(|j| j.is_live() && judged_dead.contains(j.name()) == judged)
+                    .min_by(|a, b| a.name().cmp(b.name()))
+            };
+            if let Some(live) = first_live(false) {
                 return Err(LostSkip::JobLive {
                     job_name: live.name().to_string(),
+                });
+            }
+            // A judged-dead publisher Job that still exists is unfinished;
+            // one that is gone (its pod outlives it on a lost node) is not.
+            if lane == Lane::Publish
+                && let Some(dead) = first_live(true).filter(|j| !j.gone)
+            {
+                return Err(LostSkip::JudgedDeadUnfinished {
+                    job_name: dead.name().to_string(),
                 });
             }
             let claim = current.get(id).map(|h| h.key.claim.as_str());
@@ -692,17 +715,32 @@ mod tests {
         fn lost_publishes_never_touch_a_live_publisher(
             raw in proptest::collection::vec((0..6u8, any::<bool>(), -300i64..300), 0..8),
             jobs in arb_jobs(),
+            judged_mask in any::<u16>(),
+            gone_mask in any::<u16>(),
         ) {
             let active = ActivePublishes { skipped: vec![], now: base(), publish_jobs: raw.iter().map(|(i, d, off)| ActivePublish {
                 id: format!("j{i}"),
                 state: if *d { PublishState::Dispatched } else { PublishState::Queued },
                 lease_expires_at: Some(base() + jiff::SignedDuration::from_secs(*off)),
             }).collect() };
-            let plan = plan_from(&active, &jobs, &[], &BTreeSet::new(), &BTreeSet::new());
+            // Some Jobs judged dead, some gone (a stand-in for a pod that
+            // outlives its deleted Job).
+            let jobs: Vec<JobSummary> = jobs.into_iter().enumerate().map(|(i, mut j)| {
+                j.gone = gone_mask & (1 << i) != 0;
+                j
+            }).collect();
+            let judged: BTreeSet<String> = jobs.iter().enumerate()
+                .filter(|(i, _)| judged_mask & (1 << i) != 0)
+                .map(|(_, j)| j.name().to_owned()).collect();
+            let plan = plan_from(&active, &jobs, &[], &BTreeSet::new(), &judged);
             for l in &plan.lost {
                 prop_assert_eq!(l.lane, Lane::Publish);
+                // No publish is lost while a publisher Job of it is live and
+                // exists, judged dead or not; only one that is gone and
+                // judged dead no longer holds it.
                 prop_assert!(!jobs.iter().any(|j| j.lane == Lane::Publish && j.is_live()
-                    && j.job_id() == Some(l.job_id.as_str())));
+                    && j.job_id() == Some(l.job_id.as_str())
+                    && (!j.gone || !judged.contains(j.name()))));
                 let e = active.publish_jobs.iter().filter(|e| e.id == l.job_id)
                     .min_by_key(|e| (std::cmp::Reverse(e.lease_expires_at), e.state as u8)).unwrap();
                 prop_assert_eq!(e.state, PublishState::Dispatched);

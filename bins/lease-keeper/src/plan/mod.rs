@@ -5,6 +5,8 @@
 //! - [`failures`]: what to read, judge and report about failing Jobs;
 //! - [`deaths`]: which claim's death is reported, once each;
 //! - [`lost`]: which driven jobs are lost (lapsed lease, no live Job);
+//! - [`refusals`]: which Jobs the cluster gives no pod, and whether it
+//!   refuses them (the Job controller's `FailedCreate` Events);
 //! - [`tokens`]: which held per-job tokens to keep.
 //!
 //! What a backend answer means for a report is decided here too
@@ -15,6 +17,7 @@ pub(crate) mod deaths;
 pub(crate) mod failures;
 pub(crate) mod gate;
 pub(crate) mod lost;
+pub(crate) mod refusals;
 pub(crate) mod renew;
 pub(crate) mod tokens;
 

@@ -137,7 +137,7 @@ impl Reporter {
             let ids: BTreeSet<&str> = self
                 .backoffs
                 .keys()
-                .filter(|(report, _)| *report == Report::Death)
+                .filter(|(report, _)| matches!(report, Report::Death(_)))
                 .map(|(_, id)| id.as_str())
                 .chain(self.lost_notes.keys().map(String::as_str))
                 .collect();
@@ -162,8 +162,9 @@ impl Reporter {
         let claimed = |key: &TokenKey| claimed.contains(&(key.job_id.as_str(), key.claim.as_str()));
         self.handled_deaths.retain(|key| claimed(key));
         self.prepared.retain(|key, _| claimed(key));
-        self.backoffs
-            .retain(|(report, id)| *report != Report::Death || listed.contains(id.as_str()));
+        self.backoffs.retain(|(report, id)| {
+            !matches!(report, Report::Death(_)) || listed.contains(id.as_str())
+        });
         // A note lasts while its job has an entry, and two leases after.
         let keep = self.lease_length * 2;
         self.lost_notes.retain(|id, note| {

@@ -8,6 +8,7 @@ mod deaths;
 mod evidence;
 mod lost;
 mod memory;
+mod refusals;
 pub mod renewals;
 pub mod reports;
 
@@ -25,12 +26,12 @@ use renewals::{JudgedDead, MeteredRenewer, Renewer};
 use reports::{MeteredReporter, Reporter, ReporterParts};
 use std::sync::Arc;
 use std::time::Duration;
-use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::runtime::{CancellationToken, Supervisor};
 use tcab_shared::tick::Wake;
+use tcab_shared::{Lane, WallClock};
 use tokio::net::TcpListener;
 
 /// How often a Job past the start grace has its pod read again.
@@ -48,6 +49,8 @@ pub struct Deps {
     pub backend: BackendClient,
     /// The vault's listener, already bound (see [`grpc::bind`]).
     pub vault_listener: TcpListener,
+    /// The wall clock a Job's age is read on (against its creation time).
+    pub clock: WallClock,
 }
 
 /// The failure knobs from the configuration.
@@ -86,7 +89,8 @@ pub struct Keeper {
 
 impl Keeper {
     /// A keeper over a Job view (already watching, or fed by a test) and a
-    /// token store (which the vault serves).
+    /// token store (which the vault serves); Jobs' ages are read on the
+    /// machine's clock ([`Keeper::with_clock`] gives it another).
     pub fn new(
         config: &LeaseKeeperConfig,
         backend: BackendClient,
@@ -122,6 +126,7 @@ impl Keeper {
             poll: config.common.poll_interval,
             budget: report_budget(config),
             settings: failure_settings(config),
+            clock: WallClock::system(),
         });
         Keeper {
             renewer,
@@ -129,6 +134,12 @@ impl Keeper {
             gate,
             store,
         }
+    }
+
+    /// This keeper with Jobs' ages read on `clock`.
+    pub fn with_clock(mut self, clock: WallClock) -> Self {
+        self.reporter.clock = clock;
+        self
     }
 }
 
@@ -194,6 +205,7 @@ pub async fn run(
         namespace,
         backend,
         vault_listener,
+        clock,
     } = deps;
     let vault_addr = vault_listener
         .local_addr()
@@ -225,7 +237,8 @@ pub async fn run(
         &namespace,
         jobs.clone(),
         TokenStore::new(),
-    );
+    )
+    .with_clock(clock);
     let (ages, gate) = (metrics.clone(), keeper.gate.clone());
     exporter.on_scrape(move || ages.refresh_ages(&gate, tokio::time::Instant::now()));
     let _endpoint = serve_if(config.common.metrics_addr, exporter, health.clone()).await?;

@@ -17,8 +17,9 @@
 //!
 //! The concerns live beside this file: `super::evidence` (reading a
 //! failing Job's pod and log, once), `super::deaths` (death reports and
-//! pods that never start), `super::lost` (lost runs and publishes) and
-//! `super::memory` (what the loop remembers between ticks).
+//! pods that never start), `super::refusals` (Jobs the cluster gives no
+//! pod), `super::lost` (lost runs and publishes) and `super::memory` (what
+//! the loop remembers between ticks).
 
 use super::deaths::Prepared;
 use super::evidence::{Evidence, read_at_once, read_first};
@@ -36,13 +37,12 @@ use crate::tokens::{TokenKey, TokenStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tcab_shared::Lane;
 use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobId};
-use tcab_shared::error_chain;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, Snapshot};
 use tcab_shared::retry::{Backoff, PerKey};
 use tcab_shared::tick::{Tick, TickOutcome};
+use tcab_shared::{Lane, WallClock, error_chain};
 use tokio::time::Instant;
 
 /// The back-off of one job whose report keeps failing: 5 s, doubling, at
@@ -89,6 +89,10 @@ pub struct Reporter {
     /// Active-list entries already warned about as unreadable (lane, why).
     pub(super) warned_entries: BTreeSet<(Lane, String)>,
     pub(super) last_lost_check: Option<Instant>,
+    /// When the Job controller's refusals were last read.
+    pub(super) last_refusal_check: Option<Instant>,
+    /// The wall clock Jobs' ages are read on.
+    pub(super) clock: WallClock,
 }
 
 /// The parts a [`Reporter`] is built from.
@@ -115,6 +119,8 @@ pub struct ReporterParts {
     pub budget: Duration,
     /// The failure knobs.
     pub settings: FailureSettings,
+    /// The wall clock a Job's age is read on (against its creation time).
+    pub clock: WallClock,
 }
 
 impl Reporter {
@@ -146,6 +152,8 @@ impl Reporter {
             lost_notes: BTreeMap::new(),
             warned_entries: BTreeSet::new(),
             last_lost_check: None,
+            last_refusal_check: None,
+            clock: parts.clock,
         }
     }
 
@@ -253,6 +261,10 @@ impl Reporter {
             }
         }
         let mut deaths = plan.deaths.clone();
+        deaths.extend(
+            self.check_refusals(&snapshot, now, deadline, &mut report)
+                .await,
+        );
         for name in &plan.check_start {
             if out_of_budget(deadline, &mut report) {
                 break;
@@ -261,20 +273,20 @@ impl Reporter {
                 && self.check_start(job, now).await
             {
                 report.judged_dead.push(name.clone());
-                if job.lane == Lane::Run {
-                    deaths.push((name.clone(), DeathKind::NeverStarted));
-                }
+                deaths.push((name.clone(), DeathKind::NeverStarted));
             }
         }
 
-        // Deaths due whose evidence is settled.
+        // Deaths due whose evidence is settled (a pod that never started
+        // has nothing more to read).
         let due: BTreeMap<String, DeathKind> = deaths
             .iter()
-            .filter(|(name, _)| {
-                let settled = self
-                    .memory
-                    .get(name.as_str())
-                    .is_some_and(|m| evidence_settled(m.evidence, &self.settings));
+            .filter(|(name, kind)| {
+                let settled = *kind == DeathKind::NeverStarted
+                    || self
+                        .memory
+                        .get(name.as_str())
+                        .is_some_and(|m| evidence_settled(m.evidence, &self.settings));
                 if !settled {
                     tracing::debug!(job = %name, "death report waits for its evidence");
                 }
@@ -285,10 +297,9 @@ impl Reporter {
         self.report_deaths(&entries, &due, now, deadline, &mut report)
             .await;
 
-        // Jobs whose pod never starts are deleted once their death is settled.
-        report.deleted = self
-            .delete_never_started(&snapshot, deadline, &mut report)
-            .await;
+        // Jobs whose pod never starts, and publishers judged dead, are
+        // deleted once their death is settled.
+        report.deleted = self.delete_ended(&snapshot, deadline, &mut report).await;
 
         let lost_due = lost_due.unwrap_or_else(|| {
             self.last_lost_check

@@ -114,6 +114,7 @@ impl World {
             jobs,
             store.clone(),
         )
+        .with_clock(test_clock())
     }
 }
 

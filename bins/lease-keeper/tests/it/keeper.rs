@@ -46,7 +46,8 @@ impl Rig {
             NS,
             cache.clone(),
             store.clone(),
-        );
+        )
+        .with_clock(test_clock());
         let gate = keeper.gate.clone();
         Rig {
             backend,
@@ -1040,6 +1041,7 @@ fn reporter_with_budget(rig: &Rig, budget: Duration) -> tcab_lease_keeper::run::
         poll: cfg.common.poll_interval,
         budget,
         settings: tcab_lease_keeper::run::failure_settings(&cfg),
+        clock: test_clock(),
     })
 }
 
@@ -1100,4 +1102,245 @@ async fn a_tick_reads_a_burst_at_once_stops_at_its_budget_and_the_next_one_goes_
         "the ones left are read next tick"
     );
     assert!(!second.deferred);
+}
+
+impl Rig {
+    /// A claimed publish at the backend, its token in the vault, and its
+    /// publisher Job (with a uid, as the API server gives one).
+    fn claimed_publish(&self, id: &str, job_status: Value) -> String {
+        let token = format!("token-of-{id}");
+        let claim = claim_tag(&token);
+        self.backend.add_publish(id, &token);
+        self.store.put(
+            TokenKey::new(id, &claim),
+            token.clone().into(),
+            Lane::Publish,
+            tokio::time::Instant::now(),
+        );
+        let name = job_name(Lane::Publish, id, &claim);
+        let mut job = job_json(&name, id, &claim, "publish", job_status);
+        job["metadata"]["uid"] = json!(format!("uid-{name}"));
+        self.job(job);
+        name
+    }
+
+    /// Answers every list of Events with `answer` (status, body).
+    fn events_answer(&self, status: u16, body: Value) {
+        self.kube.intercept(move |seen| {
+            (seen.method == "GET"
+                && seen
+                    .uri
+                    .starts_with(&format!("/api/v1/namespaces/{NS}/events")))
+            .then(|| tcab_testkit::fake_kube::Answer::Json(status, body.clone()))
+        });
+    }
+}
+
+/// The Job controller's FailedCreate Event about the Job `name`.
+fn refusal_event(name: &str, message: &str) -> Value {
+    json!({
+        "metadata": {"name": format!("{name}.1"), "namespace": NS},
+        "involvedObject": {"kind": "Job", "apiVersion": "batch/v1", "name": name,
+            "namespace": NS, "uid": format!("uid-{name}")},
+        "reason": "FailedCreate", "type": "Warning",
+        "message": format!("Error creating: {message}"),
+        "firstTimestamp": "2026-11-29T16:59:01Z", "lastTimestamp": "2026-11-29T16:59:40Z",
+        "count": 6,
+    })
+}
+
+fn event_list(items: Vec<Value>) -> Value {
+    json!({"kind": "EventList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items})
+}
+
+/// A publisher Job whose pod the API server refuses (the namespace enforces
+/// PodSecurity): past the start grace, counted from its creation, it is
+/// failed with the refusal in its own token's failed result, then deleted.
+#[tokio::test]
+async fn a_publisher_whose_pod_is_refused_is_reported_failed_with_the_refusal_and_deleted() {
+    // The Jobs were made a minute before the rig's clock: past a 30 s grace.
+    let mut rig = Rig::with(true, |c| c.start_grace = Duration::from_secs(30)).await;
+    let name = rig.claimed_publish("pub1", json!({}));
+    let refusal = "pods \"tcab-publisher-pub1-x-\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true";
+    rig.events_answer(200, event_list(vec![refusal_event(&name, refusal)]));
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
+    assert_eq!(
+        report.reports.failed_publishes,
+        [(
+            "pub1".to_string(),
+            tcab_shared::metrics::labels::Cause::Refused
+        )]
+    );
+    assert_eq!(report.reports.deleted, std::slice::from_ref(&name));
+    let (id, token, body) = rig.backend.lock().publish_results[0].clone();
+    assert_eq!((id.as_str(), token.as_str()), ("pub1", "token-of-pub1"));
+    assert_eq!(body["outcome"], "failed");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("pod never started: the API server refused to create the Job's pod")
+            && detail.contains(refusal),
+        "{detail}"
+    );
+    assert_eq!(rig.kube.lock().deleted_jobs, std::slice::from_ref(&name));
+    // Reported once.
+    let again = rig.keeper.tick().await;
+    assert!(again.reports.failed_publishes.is_empty());
+    assert_eq!(rig.backend.lock().publish_results.len(), 1);
+}
+
+/// A Job with no pod and no refusal to be seen (a Job controller that is
+/// down), or whose refusals cannot be read, is not failed: it waits, and
+/// the report counts it.
+#[tokio::test]
+async fn a_job_without_a_pod_and_without_a_refusal_waits_and_is_counted() {
+    let mut rig = Rig::with(false, |c| c.start_grace = Duration::from_secs(30)).await;
+    let name = rig.claimed_run("nopod", JobState::Dispatched, json!({}));
+    // A refusal about another Job (another uid) does not count.
+    rig.events_answer(
+        200,
+        event_list(vec![refusal_event("someone-else", "quota")]),
+    );
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.podless[Lane::Run], 1);
+    assert!(report.reports.judged_dead.is_empty() && report.reported_dead().is_empty());
+    // The Role without list on events: the same, and the lease renewed.
+    rig.events_answer(
+        403,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+            "reason": "Forbidden", "message": "events is forbidden"}),
+    );
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.podless[Lane::Run], 1);
+    assert!(report.reports.judged_dead.is_empty());
+    assert_eq!(
+        report.renewed_runs.as_deref(),
+        Some(&["nopod".to_string()][..])
+    );
+    assert!(rig.kube.lock().deleted_jobs.is_empty());
+    // Its pod comes: no longer counted.
+    let mut job = rig.kube.lock().jobs[&name].clone();
+    job["status"] = json!({"active": 1});
+    rig.job(job);
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.podless[Lane::Run], 0);
+}
+
+/// A Job the view shows without a pod, while the API already has one (the
+/// view is behind), is not judged refused on an old refusal.
+#[tokio::test]
+async fn a_refused_job_whose_pod_exists_after_all_is_not_judged() {
+    let mut rig = Rig::with(false, |c| c.start_grace = Duration::from_secs(30)).await;
+    let name = rig.claimed_run("late", JobState::Dispatched, json!({}));
+    let mut job = rig.kube.lock().jobs[&name].clone();
+    job["metadata"]["uid"] = json!(format!("uid-{name}"));
+    rig.job(job);
+    rig.kube
+        .put_pod(pod_json(&name, json!({"phase": "Pending"})), "");
+    rig.events_answer(
+        200,
+        event_list(vec![refusal_event(&name, "exceeded quota")]),
+    );
+    let report = rig.keeper.tick().await;
+    assert!(report.reports.judged_dead.is_empty(), "{report:?}");
+    assert!(report.reported_dead().is_empty());
+    assert!(rig.kube.lock().deleted_jobs.is_empty());
+}
+
+/// A publisher Job judged dead (it cannot finish failing: a lost node) is
+/// reported failed with its token, then deleted; its publish is never
+/// reported lost while the Job is unfinished.
+#[tokio::test]
+async fn a_publisher_judged_dead_is_reported_failed_then_deleted_never_lost_while_unfinished() {
+    let margin = Duration::from_millis(300);
+    let mut rig = Rig::with(true, |c| c.terminating_margin = margin).await;
+    let name = rig.claimed_publish("pubstuck", live_status());
+    let mut job = rig.kube.lock().jobs[&name].clone();
+    job["status"] = failure_target_status();
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(0);
+    let mut pod = pod_json(
+        &name,
+        json!({"phase": "Running", "containerStatuses": [{"name": "publisher", "image": "publisher",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"running": {"startedAt": "2026-11-29T16:59:02Z"}}}]}),
+    );
+    pod["spec"]["nodeName"] = json!("node-b");
+    pod["metadata"]["deletionTimestamp"] = json!("2026-11-29T17:05:00Z");
+    rig.kube.put_pod(pod, "publishing");
+    rig.job(job);
+    let report = rig
+        .tick_until("the stuck publisher judged dead", |r| {
+            !r.reports.judged_dead.is_empty()
+        })
+        .await;
+    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
+    assert_eq!(
+        report.reports.failed_publishes,
+        [(
+            "pubstuck".to_string(),
+            tcab_shared::metrics::labels::Cause::NodeLost
+        )]
+    );
+    assert_eq!(report.reports.deleted, std::slice::from_ref(&name));
+    let detail = rig.backend.lock().publish_results[0].2["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(detail.starts_with("node node-b lost"), "{detail}");
+    assert!(rig.backend.lock().lost_reports.is_empty());
+}
+
+/// Without its token (a restarted lease-keeper), a publisher judged dead is
+/// deleted at once, and its publish is reported lost only once its Job is
+/// gone, never while the Job is unfinished.
+#[tokio::test]
+async fn a_publisher_judged_dead_without_its_token_is_lost_only_once_its_job_is_gone() {
+    let margin = Duration::from_millis(300);
+    let mut rig = Rig::with(true, |c| c.terminating_margin = margin).await;
+    let name = rig.claimed_publish("pubnotoken", live_status());
+    rig.store.forget(&TokenKey::new(
+        "pubnotoken",
+        claim_tag("token-of-pubnotoken"),
+    ));
+    let mut job = rig.kube.lock().jobs[&name].clone();
+    job["status"] = failure_target_status();
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(0);
+    // The delete does not go through at first: the Job stays, unfinished.
+    let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let gate = refuse.clone();
+    rig.kube.intercept(move |seen| {
+        (seen.method == "DELETE" && gate.load(std::sync::atomic::Ordering::SeqCst)).then(|| {
+            tcab_testkit::fake_kube::Answer::Json(
+                500,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+                    "reason": "InternalError", "message": "etcd is away"}),
+            )
+        })
+    });
+    rig.job(job.clone());
+    rig.tick_until("the stuck publisher judged dead", |r| {
+        !r.reports.judged_dead.is_empty()
+    })
+    .await;
+    // Its lease lapses; the Job is still there, unfinished: not lost.
+    rig.backend.advance(200);
+    let report = rig.keeper.tick().await;
+    assert!(report.reports.judged_publishes);
+    assert!(report.reports.lost_publishes.is_empty(), "{report:?}");
+    assert!(rig.backend.lock().lost_reports.is_empty());
+    // The delete goes through: the Job is gone, and the publish is lost.
+    refuse.store(false, std::sync::atomic::Ordering::SeqCst);
+    let report = rig
+        .tick_until("the Job deleted", |r| !r.reports.deleted.is_empty())
+        .await;
+    assert_eq!(report.reports.deleted, std::slice::from_ref(&name));
+    assert!(!rig.kube.lock().jobs.contains_key(&name), "deleted");
+    rig.cache
+        .apply(Event::Delete(serde_json::from_value::<Job>(job).unwrap()));
+    let report = rig
+        .tick_until("the publish reported lost", |r| {
+            !r.reports.lost_publishes.is_empty()
+        })
+        .await;
+    assert_eq!(report.reports.lost_publishes, ["pubnotoken"]);
 }

@@ -55,6 +55,7 @@ async fn waits_for_the_first_list_then_reports_a_death_with_the_vaulted_token() 
         namespace: NS.into(),
         backend: backend.client(),
         vault_listener: listener,
+        clock: test_clock(),
     };
     let task = tokio::spawn(run(
         config(false, Duration::from_millis(50)),
@@ -149,6 +150,7 @@ async fn a_non_loopback_vault_listener_is_refused() {
         namespace: NS.into(),
         backend: backend.client(),
         vault_listener: listener,
+        clock: test_clock(),
     };
     let err = run(
         config(false, Duration::from_millis(50)),
@@ -185,6 +187,7 @@ async fn shutdown_lets_a_death_report_in_flight_finish() {
         namespace: NS.into(),
         backend: backend.client(),
         vault_listener: listener,
+        clock: test_clock(),
     };
     let task = tokio::spawn(run(
         config(false, Duration::from_millis(50)),

@@ -159,6 +159,14 @@ impl World {
     }
 
     async fn keeper(&self) -> RunningKeeper {
+        self.keeper_with(|_| {}).await
+    }
+
+    /// A keeper whose configuration `tune` changes first.
+    async fn keeper_with(
+        &self,
+        tune: impl FnOnce(&mut tcab_lease_keeper::LeaseKeeperConfig),
+    ) -> RunningKeeper {
         let listener = vault::bind("127.0.0.1:0".parse().unwrap(), false)
             .await
             .unwrap();
@@ -166,6 +174,7 @@ impl World {
         let (backend_url, renewals) = RenewalCounter::start(self.backend.url()).await;
         let mut cfg = config(false, Duration::from_millis(50));
         cfg.common.namespace = Some(NS.into());
+        tune(&mut cfg);
         cfg.log_tail_lines = 5;
         let deps = Deps {
             namespace: NS.into(),
@@ -177,6 +186,7 @@ impl World {
             .unwrap(),
             kube: self.kube.clone(),
             vault_listener: listener,
+            clock: tcab_shared::WallClock::system(),
         };
         let shutdown = CancellationToken::new();
         let trigger = shutdown.clone();
@@ -192,6 +202,15 @@ impl World {
     /// Enqueues a run scripted to hang in `running`, claims it, Puts its
     /// token into the keeper's vault, and creates its driver Job.
     async fn admit_hanging_run(&self, keeper: &RunningKeeper) -> (ClaimedRun, String) {
+        self.admit_hanging_run_with(keeper, &self.settings).await
+    }
+
+    /// [`World::admit_hanging_run`] with its Job built from `settings`.
+    async fn admit_hanging_run_with(
+        &self,
+        keeper: &RunningKeeper,
+        settings: &JobSettings,
+    ) -> (ClaimedRun, String) {
         let body = json!({"harness": "h", "model": "m", "case": "c", "jam": null,
                           "launch_request": {"sim": {"hang": true, "log_lines": 2, "sandbox": false}}});
         let r = self
@@ -216,7 +235,7 @@ impl World {
         })
         .await
         .unwrap();
-        let job = driver_job(&self.settings, &run);
+        let job = driver_job(settings, &run);
         let name = job.name_any();
         Api::<Job>::namespaced(self.kube.clone(), NS)
             .create(&PostParams::default(), &job)
@@ -354,4 +373,82 @@ async fn a_driver_whose_pod_vanished_while_the_keeper_was_down_is_lost_within_on
         "retried as an infrastructure failure"
     );
     second.stop().await;
+}
+
+/// How many times the cluster has answered a list of Events.
+async fn event_lists(w: &World) -> u64 {
+    let counters = w.cluster.admin().counters().await.unwrap();
+    counters.requests.get("list events").copied().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_job_whose_pod_the_api_server_refuses_is_reported_with_the_refusal_after_the_grace()
+ {
+    let w = World::new().await;
+    let keeper = w
+        .keeper_with(|c| c.start_grace = Duration::from_secs(2))
+        .await;
+    // The ServiceAccount admission plugin refuses every pod of the Job: the
+    // Job controller records FailedCreate Events and the Job counts no pod.
+    let mut settings = w.settings.clone();
+    settings.driver_service_account = Some("missing-sa".into());
+    let started = std::time::Instant::now();
+    let (run, job_name) = w.admit_hanging_run_with(&keeper, &settings).await;
+    let view = w.wait_state(&run.id, "failed").await;
+    let waited = started.elapsed();
+    let detail = view["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("refused to create the Job's pod")
+            && detail.contains("serviceaccount \"missing-sa\" not found"),
+        "the API server's refusal, quoted: {detail}"
+    );
+    assert_eq!(view["failure_kind"], "infrastructure");
+    assert_eq!(view["lost"], false, "a death report, not a lost report");
+    // (A creation time is whole seconds: a Job may read up to 1 s older.)
+    assert!(
+        waited >= Duration::from_secs(1),
+        "not before the grace: {waited:?}"
+    );
+    // Then the Job is deleted: its slot is free.
+    let jobs: Api<Job> = Api::namespaced(w.kube.clone(), NS);
+    until(
+        "the refused Job deleted",
+        Duration::from_secs(20),
+        || async {
+            jobs.get_opt(&job_name)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    keeper.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_job_without_a_pod_and_without_a_refusal_waits_past_the_grace() {
+    let w = World::new().await;
+    let keeper = w
+        .keeper_with(|c| c.start_grace = Duration::from_secs(1))
+        .await;
+    // The Job controller makes no pod and records nothing (as when it is
+    // down): no refusal can be seen.
+    w.cluster.admin().never_pod_next(1).await.unwrap();
+    let (run, job_name) = w.admit_hanging_run(&keeper).await;
+    // Past the grace the keeper looks for a refusal, twice.
+    until(
+        "two reads of the refusals",
+        Duration::from_secs(20),
+        || async { (event_lists(&w).await >= 2).then_some(()) },
+    )
+    .await;
+    keeper.rounds(2).await;
+    assert_eq!(w.view(&run.id).await["state"], "dispatched", "not failed");
+    let jobs: Api<Job> = Api::namespaced(w.kube.clone(), NS);
+    assert!(
+        jobs.get_opt(&job_name).await.unwrap().is_some(),
+        "not deleted"
+    );
+    keeper.stop().await;
 }

@@ -14,6 +14,12 @@ use tcab_shared::config::{BackendConfig, CommonConfig, LogFormat};
 pub use tcab_testkit::backend::SERVICE_TOKEN;
 pub const NS: &str = "ns";
 
+/// The wall clock of the tests: a minute after the Jobs of [`job_json`]
+/// were created, so none of them is past the start grace by age.
+pub fn test_clock() -> tcab_shared::WallClock {
+    tcab_shared::WallClock::fixed("2026-11-29T17:00:00Z".parse().expect("a timestamp"))
+}
+
 // ---------------------------------------------------------------- backend
 
 /// The kit's mock backend, with the lease-keeper's typed helpers; the rest
