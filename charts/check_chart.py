@@ -77,11 +77,14 @@ CONTAINERS = {
     "reaper": "tcab-reaper",
 }
 
-# (apiGroup, resource, verb): exactly what the spec grants the dispatcher.
+# (apiGroup, resource, verb): exactly what the spec grants the dispatcher, and the
+# list of events that tells a Job whose pods the API server refuses (the Job
+# controller's FailedCreate Events; the chart README says why).
 DISPATCHER_RULES = {
     *(("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")),
     *(("", "pods", v) for v in ("get", "list", "delete")),
     ("", "pods/log", "get"),
+    ("", "events", "list"),
 }
 SANDBOX_RULES = {("", "pods", v) for v in ("get", "list", "delete")}
 
@@ -1342,7 +1345,7 @@ def main() -> int:
         )
         assert not r.of_kind("ClusterRole") and not r.of_kind("ClusterRoleBinding"), "cluster-wide RBAC"
 
-    run.check("Role: exactly batch/jobs create,get,list,watch,delete; pods get,list,delete; pods/log get", role_rules)
+    run.check("Role: exactly batch/jobs create,get,list,watch,delete; pods get,list,delete; pods/log get; events list", role_rules)
 
     def binding() -> None:
         r = need("defaults")
