@@ -8,6 +8,7 @@ mod config;
 mod drain;
 mod job_builder;
 mod poison_and_stale;
+mod restricted;
 mod revision;
 mod run_loop;
 mod sims;
