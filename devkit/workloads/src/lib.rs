@@ -7,8 +7,9 @@
 //! - [`driver::run_driver`]: the fake tcab driver (docs/job-contract.md),
 //!   scripted by the `sim` key of its launch request ([`driver::Script`]);
 //! - [`driver::run_publisher`]: the fake publisher;
-//! - the *plain* program: runs for the annotation [`RUN_SECONDS`] (or until
-//!   SIGTERM) and exits with [`EXIT_CODE`].
+//! - the *plain* program: writes [`LOG_LINES`] lines to its log, runs for
+//!   the annotation [`RUN_SECONDS`] (or until SIGTERM) and exits with
+//!   [`EXIT_CODE`].
 //!
 //! [`Program::for_pod`] chooses the program of a pod the way both kubelets
 //! do; [`run`] runs it on a [`Host`]. The host is whoever runs the program:
@@ -33,6 +34,10 @@ use std::time::Duration;
 pub const RUN_SECONDS: &str = "kube-sim.tcab.dev/run-seconds";
 /// Annotation: a plain container's exit code (default 0).
 pub const EXIT_CODE: &str = "kube-sim.tcab.dev/exit-code";
+/// Annotation: how many lines a plain container writes to its log when it
+/// starts (`line 1`, `line 2`, ...; default none), so a test can read a
+/// log that both clusters' kubelets serve alike.
+pub const LOG_LINES: &str = "kube-sim.tcab.dev/log-lines";
 
 /// What a program needs from whoever runs it.
 ///
@@ -85,13 +90,15 @@ pub enum Program {
     Driver,
     /// The fake tcab publisher.
     Publisher,
-    /// Runs for the given time (until SIGTERM when `None`) and exits with
-    /// the code; SIGTERM stops it at once with 143.
+    /// Writes its log lines, runs for the given time (until SIGTERM when
+    /// `None`) and exits with the code; SIGTERM stops it at once with 143.
     Plain {
         /// How long it runs.
         run: Option<Duration>,
         /// Its exit code when it ran to the end.
         exit_code: i32,
+        /// How many lines it writes to its log first.
+        log_lines: u32,
     },
 }
 
@@ -113,9 +120,9 @@ impl Program {
     /// The program of a pod: a Job's pod labelled `tcab.dev/job-kind=run`
     /// (or, without the label, named `tcab-driver-...`) runs the driver;
     /// `publish` (or `tcab-publisher-...`) the publisher; anything else the
-    /// plain program, which runs for [`RUN_SECONDS`] (a Job's pod without
-    /// it for `job_pod_run`, a bare pod until deleted) and exits with
-    /// [`EXIT_CODE`].
+    /// plain program, which writes [`LOG_LINES`] lines, runs for
+    /// [`RUN_SECONDS`] (a Job's pod without it for `job_pod_run`, a bare pod
+    /// until deleted) and exits with [`EXIT_CODE`].
     pub fn for_pod(pod: &Value, job_pod_run: Duration) -> Program {
         let kind = label(pod, "tcab.dev/job-kind");
         let name = pod["metadata"]["name"].as_str().unwrap_or("");
@@ -139,7 +146,15 @@ impl Program {
             .as_str()
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
-        Program::Plain { run, exit_code }
+        let log_lines = ann[LOG_LINES]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        Program::Plain {
+            run,
+            exit_code,
+            log_lines,
+        }
     }
 }
 
@@ -148,7 +163,14 @@ pub async fn run<H: Host>(program: &Program, host: &H) -> i32 {
     match program {
         Program::Driver => driver::run_driver(host).await,
         Program::Publisher => driver::run_publisher(host).await,
-        Program::Plain { run, exit_code } => {
+        Program::Plain {
+            run,
+            exit_code,
+            log_lines,
+        } => {
+            for i in 1..=*log_lines {
+                host.log(&format!("line {i}"));
+            }
             let done = match run {
                 Some(d) => sleep_unless_terminated(host, *d).await,
                 None => {
@@ -201,7 +223,8 @@ mod tests {
             ),
             Program::Plain {
                 run: Some(d),
-                exit_code: 0
+                exit_code: 0,
+                log_lines: 0
             }
         );
         // Not owned by a Job: never the driver; runs until deleted.
@@ -211,15 +234,21 @@ mod tests {
             Program::for_pod(&bare, d),
             Program::Plain {
                 run: None,
-                exit_code: 0
+                exit_code: 0,
+                log_lines: 0
             }
         );
-        let annotated = job_pod("p", json!({}), json!({RUN_SECONDS: "2.5", EXIT_CODE: "3"}));
+        let annotated = job_pod(
+            "p",
+            json!({}),
+            json!({RUN_SECONDS: "2.5", EXIT_CODE: "3", LOG_LINES: "4"}),
+        );
         assert_eq!(
             Program::for_pod(&annotated, d),
             Program::Plain {
                 run: Some(Duration::from_millis(2500)),
-                exit_code: 3
+                exit_code: 3,
+                log_lines: 4
             }
         );
     }
