@@ -861,3 +861,62 @@ async fn follow_logs_and_the_eviction_subresource() {
     .await;
     assert!(rest.is_ok(), "the follow stream ends with the container");
 }
+
+#[tokio::test]
+async fn logs_answer_as_the_api_server_and_the_kubelet_do() {
+    let s = sim().await;
+    let c = client();
+    let text = |q: String| {
+        let c = c.clone();
+        async move {
+            let r = c.get(q).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    // on no node: no log (204 No Content), whatever is asked; no kubelet
+    // is asked
+    let nowhere = json!({"metadata": {"name": "nowhere"}, "spec": {
+        "nodeSelector": {"pool": "none"}, "containers": [{"name": "c", "image": "i:1"}]}});
+    assert_eq!(post(&c, &pods_url(&s), &nowhere).await.0, 201);
+    for q in ["", "?previous=true", "?tailLines=3"] {
+        assert_eq!(
+            text(format!("{}/nowhere/log{q}", pods_url(&s))).await,
+            (204, String::new()),
+            "{q}"
+        );
+    }
+    // the options are checked first
+    let (code, st) = get(&c, &format!("{}/nowhere/log?tailLines=-1", pods_url(&s))).await;
+    assert_eq!(
+        (code, st["reason"].as_str(), st["message"].as_str()),
+        (
+            422,
+            Some("Invalid"),
+            Some(
+                "PodLogOptions \"nowhere\" is invalid: tailLines: Invalid value: -1: must be greater than or equal to 0"
+            )
+        )
+    );
+    // a running container has no previous instance
+    let pod =
+        json!({"metadata": {"name": "r"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}});
+    assert_eq!(post(&c, &pods_url(&s), &pod).await.0, 201);
+    eventually("r runs", SECS, || async {
+        (get(&c, &format!("{}/r", pods_url(&s))).await.1["status"]["phase"] == "Running")
+            .then_some(())
+    })
+    .await;
+    let (code, st) = get(&c, &format!("{}/r/log?previous=true", pods_url(&s))).await;
+    assert_eq!(
+        (code, st["reason"].as_str(), st["message"].as_str()),
+        (
+            400,
+            Some("BadRequest"),
+            Some("previous terminated container \"c\" in pod \"r\" not found")
+        )
+    );
+    assert_eq!(
+        text(format!("{}/r/log", pods_url(&s))).await,
+        (200, String::new())
+    );
+}
