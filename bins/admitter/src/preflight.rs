@@ -6,6 +6,17 @@
 //! stops the admitter at start, naming the settings, instead of failing
 //! every create while the claims bounce back queued.
 //!
+//! The dry run's answer also carries the API server's warnings about the
+//! Job. The one that matters here is PodSecurity's: on a Job (a pod
+//! controller) it only warns, `would violate PodSecurity "restricted:latest":
+//! ...`, whether the namespace's `warn` label asked for it or its `enforce`
+//! label will refuse every pod the Job controller makes. The admitter cannot
+//! tell which without reading the namespace (a right it does not have), so
+//! it is not a refusal here: it is said at start in one warn line per lane,
+//! naming the namespace labels and the settings that meet the policy, and
+//! a pod that is then refused is failed with the refusal by the
+//! lease-keeper ([`policy_warnings`] reads them, pure).
+//!
 //! [`judge`] reads one dry run's answer (pure); [`check`] runs them, retrying
 //! what may pass by itself (a timeout, a 5xx, a 429, no connection, or a
 //! refusal that is not about the settings) with the shared back-off, logged
@@ -13,8 +24,11 @@
 //! Role already grants.
 
 use crate::job_builder::{self, JobSettings};
+use http_body_util::BodyExt;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
+use kube::client::Body;
+use kube::{Client, Resource};
 use serde_json::json;
 use std::fmt;
 use std::time::Duration;
@@ -52,6 +66,123 @@ pub(crate) enum Verdict {
     /// that is not about the settings (a quota, a namespace being deleted):
     /// try again.
     Unclear(String),
+}
+
+/// A warning the API server gave about a Job built from the settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PolicyWarning {
+    /// PodSecurity: the Job's pod template violates a level the namespace
+    /// warns about or enforces (`restricted:latest`), and what violates it.
+    PodSecurity {
+        /// The level and version, e.g. `restricted:latest`.
+        level: String,
+        /// The violations, as the API server words them.
+        violations: String,
+    },
+    /// Any other warning, as given.
+    Other(String),
+}
+
+/// Reads the warnings of a dry run (the texts of its `Warning` headers).
+pub(crate) fn policy_warnings(warnings: &[String]) -> Vec<PolicyWarning> {
+    warnings
+        .iter()
+        .map(|w| {
+            let pod_security = w
+                .strip_prefix("would violate PodSecurity \"")
+                .and_then(|rest| rest.split_once("\": "));
+            match pod_security {
+                Some((level, violations)) => PolicyWarning::PodSecurity {
+                    level: level.to_owned(),
+                    violations: violations.trim().to_owned(),
+                },
+                None => PolicyWarning::Other(w.trim().to_owned()),
+            }
+        })
+        .collect()
+}
+
+/// The settings that give a lane's pods their security contexts.
+fn security_settings(lane: Lane) -> [&'static str; 2] {
+    match lane {
+        Lane::Run => [
+            vars::DRIVER_POD_SECURITY_CONTEXT.name,
+            vars::DRIVER_SECURITY_CONTEXT.name,
+        ],
+        Lane::Publish => [
+            vars::PUBLISHER_POD_SECURITY_CONTEXT.name,
+            vars::PUBLISHER_SECURITY_CONTEXT.name,
+        ],
+    }
+}
+
+/// One line a person can act on, for a warning about `lane`'s Jobs in
+/// `namespace`.
+pub(crate) fn describe_warning(lane: Lane, namespace: &str, warning: &PolicyWarning) -> String {
+    let what = lane.worker();
+    match warning {
+        PolicyWarning::PodSecurity { level, violations } => {
+            let [pod, container] = security_settings(lane);
+            format!(
+                "the {what} pods violate PodSecurity \"{level}\" ({violations}): if namespace {namespace} enforces it (label pod-security.kubernetes.io/enforce), every such pod is refused and its Job failed with the refusal after the start grace; meet it with {pod} and {container} (the defaults do), or change the namespace's label"
+            )
+        }
+        PolicyWarning::Other(text) => {
+            format!("the API server warns about a {what} Job built from the settings: {text}")
+        }
+    }
+}
+
+/// Sends one dry-run create of `job` in `namespace`; the warnings the API
+/// server gave with its answer, or its refusal as a Kubernetes API error.
+async fn dry_run_create(
+    client: &Client,
+    namespace: &str,
+    job: &Job,
+) -> Result<Vec<String>, kube::Error> {
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let body = serde_json::to_vec(job).map_err(kube::Error::SerdeError)?;
+    let request = kube::core::Request::new(Job::url_path(&(), Some(namespace)))
+        .create(&params, body)
+        .map_err(kube::Error::BuildRequest)?;
+    let response = client.send(request.map(Body::from)).await?;
+    let warnings = response
+        .headers()
+        .get_all(http::header::WARNING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(warning_text)
+        .collect();
+    let status = response.status();
+    let bytes = response.into_body().collect().await?.to_bytes();
+    if status.is_success() {
+        return Ok(warnings);
+    }
+    let refusal = serde_json::from_slice::<kube::core::Status>(&bytes).unwrap_or_else(|_| {
+        kube::core::Status::failure(String::from_utf8_lossy(&bytes).trim(), "")
+            .with_code(status.as_u16())
+    });
+    Err(kube::Error::Api(refusal.boxed()))
+}
+
+/// The text of one `Warning` header (`299 - "text"`, RFC 7234's form the API
+/// server uses), unquoted; `None` when it is not of that form.
+fn warning_text(header: &str) -> Option<String> {
+    let quoted = header.splitn(3, ' ').nth(2)?.trim();
+    let inner = quoted.strip_prefix('"')?;
+    let mut text = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => text.push(chars.next()?),
+            '"' => return Some(text),
+            c => text.push(c),
+        }
+    }
+    None
 }
 
 /// Whether a 403's message is the API server's RBAC refusal of creating Jobs.
@@ -245,28 +376,33 @@ pub(crate) fn sample_jobs(settings: &JobSettings) -> Vec<(Lane, Job)> {
 }
 
 /// Dry-runs the create of each Job the settings make until each has a
-/// telling answer: `Ok` when all passed, the refusal otherwise. Unclear
+/// telling answer: `Ok` when all passed, the refusal otherwise; the
+/// warnings of a dry run that passed are said at warn, once each. Unclear
 /// answers are retried with [`RETRY`] (each step logged once at warn) until
 /// `shutdown`, which ends the check with `Ok` (nothing will be claimed).
 pub(crate) async fn check(
-    jobs: &Api<Job>,
+    client: &Client,
+    namespace: &str,
     settings: &JobSettings,
     kube_timeout: Duration,
     shutdown: &CancellationToken,
 ) -> Result<(), Refused> {
-    let params = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
     for (lane, job) in sample_jobs(settings) {
         let mut failures: u32 = 0;
         loop {
             let result = call(
                 KubeCall::CreateJob,
                 kube_timeout,
-                jobs.create(&params, &job),
+                dry_run_create(client, namespace, &job),
             )
             .await;
+            let warnings = result
+                .as_ref()
+                .map(|w| policy_warnings(w))
+                .unwrap_or_default();
+            for warning in &warnings {
+                tracing::warn!(%lane, namespace, "start-up check: {}", describe_warning(lane, namespace, warning));
+            }
             match judge(result) {
                 Verdict::Passed => {
                     tracing::info!(%lane, "start-up check: the API server accepts a Job built from the settings (dry run)");
@@ -379,6 +515,53 @@ mod tests {
         );
         let unknown = settings_named(Lane::Run, "something else entirely");
         assert!(unknown.contains(&vars::DRIVER_IMAGE.name) && unknown.contains(&"TCAB_K8S_*"));
+    }
+
+    #[test]
+    fn a_warning_header_reads_as_its_unquoted_text() {
+        assert_eq!(
+            warning_text(
+                r#"299 - "would violate PodSecurity \"restricted:latest\": runAsNonRoot != true""#
+            )
+            .as_deref(),
+            Some(r#"would violate PodSecurity "restricted:latest": runAsNonRoot != true"#)
+        );
+        assert_eq!(warning_text(r#"299 - "a \\ b""#).as_deref(), Some(r"a \ b"));
+        for malformed in ["299", "299 -", "299 - unquoted", r#"299 - "unterminated"#] {
+            assert_eq!(warning_text(malformed), None, "{malformed}");
+        }
+    }
+
+    #[test]
+    fn a_pod_security_warning_names_the_namespace_label_and_the_lanes_settings() {
+        let warnings = policy_warnings(&[
+            r#"would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "driver" must set securityContext.allowPrivilegeEscalation=false), runAsNonRoot != true"#.into(),
+            "spec.template.spec.containers[0].env[3]: hides previous definition".into(),
+        ]);
+        assert_eq!(
+            warnings[0],
+            PolicyWarning::PodSecurity {
+                level: "restricted:latest".into(),
+                violations: r#"allowPrivilegeEscalation != false (container "driver" must set securityContext.allowPrivilegeEscalation=false), runAsNonRoot != true"#.into(),
+            }
+        );
+        assert!(matches!(&warnings[1], PolicyWarning::Other(t) if t.contains("hides previous")));
+        let run = describe_warning(Lane::Run, "tcab", &warnings[0]);
+        for part in [
+            "driver pods violate PodSecurity \"restricted:latest\"",
+            "namespace tcab",
+            "pod-security.kubernetes.io/enforce",
+            "TCAB_DISPATCHER_DRIVER_POD_SECURITY_CONTEXT",
+            "TCAB_DISPATCHER_DRIVER_SECURITY_CONTEXT",
+            "runAsNonRoot != true",
+        ] {
+            assert!(run.contains(part), "{part}: {run}");
+        }
+        let publish = describe_warning(Lane::Publish, "tcab", &warnings[0]);
+        assert!(
+            publish.contains("TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT"),
+            "{publish}"
+        );
     }
 
     #[test]

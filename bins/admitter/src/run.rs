@@ -75,8 +75,15 @@ pub async fn run(
             .context("building the vault client")?;
     // Before anything is claimed: the API server must accept a Job built
     // from these settings, or no Job ever will be created.
+    preflight::check(
+        &deps.kube,
+        &deps.namespace,
+        &settings.jobs,
+        settings.kube_timeout,
+        &shutdown,
+    )
+    .await?;
     let jobs: Api<Job> = Api::namespaced(deps.kube.clone(), &deps.namespace);
-    preflight::check(&jobs, &settings.jobs, settings.kube_timeout, &shutdown).await?;
     if shutdown.is_cancelled() {
         tracing::info!("admitter stopped before its start-up check ended");
         return Ok(());
