@@ -19,13 +19,17 @@
 //! - A failed pod is replaced after the pod-failure back-off (10 s doubling
 //!   to 10 minutes after consecutive failures).
 //! - A Job that has finished, or is gone, has the finalizer of its pods
-//!   removed (the orphan worker); `ttlSecondsAfterFinished` deletes it.
+//!   removed (the orphan worker); `ttlSecondsAfterFinished` deletes it as
+//!   the TTL-after-finished controller does (Foreground, with a uid
+//!   precondition), and a finished Job being deleted goes once its pods are
+//!   gone, like any other.
 //!
 //! [`reconcile`] is pure; [`run`] carries its [`Plan`] out.
 
 use crate::clock::{k8s_time, parse_time};
 use crate::deletion::finalizers;
 use crate::events::{EventType, Source};
+use crate::http::params::Preconditions;
 use crate::objects::{self, condition_true, controller_job, deleting, set_condition};
 use crate::sim::{Propagation, Sim};
 use crate::store::{EventType as Change, Key, Kind};
@@ -154,7 +158,8 @@ pub struct Plan {
     pub status: Value,
     /// Events about the Job.
     pub events: Vec<JobEvent>,
-    /// TTL passed: delete the Job (background propagation).
+    /// TTL passed: delete the Job as `ttlafterfinished` does (Foreground
+    /// propagation, the Job's uid as a precondition).
     pub delete_job: bool,
     /// Foreground deletion done: remove the Job.
     pub remove_job: bool,
@@ -260,8 +265,12 @@ pub fn reconcile(job: &Value, pods: &[PodView], track: &mut Track, now: Timestam
     };
     let mut wrapper = json!({"status": st.clone()});
 
-    if condition_true(&wrapper, "Complete") || condition_true(&wrapper, "Failed") {
-        // Finished: the orphan worker frees what still has a finalizer; TTL.
+    if (condition_true(&wrapper, "Complete") || condition_true(&wrapper, "Failed"))
+        && !deleting(job)
+    {
+        // Finished: the orphan worker frees what still has a finalizer; TTL
+        // (`processTTL` leaves a Job being deleted alone; such a Job goes on
+        // to the deletion below).
         plan.remove_finalizers = pods
             .iter()
             .filter(|p| p.finalizer)
@@ -820,7 +829,11 @@ fn reconcile_one(
     let now = sim.clock.now();
     let mut plan = reconcile(&job, &pods, track, now);
     if plan.delete_job {
-        let _ = sim.delete_job(&key.ns, &key.name, Propagation::Background);
+        let fresh = Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        };
+        let _ = sim.delete_job(&key.ns, &key.name, Propagation::Foreground, &fresh);
         return None;
     }
     for p in &plan.delete_pods {
@@ -973,6 +986,15 @@ mod tests {
         let mut counted = pod("a", PodPhase::Succeeded);
         counted.finalizer = false;
         assert!(reconcile(&j, &[counted.clone()], &mut tr, t(12)).delete_job);
+        // Marked by that Foreground delete: the TTL leaves it alone, the
+        // collector deletes the pod, and the Job goes once none is left.
+        j["metadata"]["deletionTimestamp"] = json!("2027-01-15T08:00:12Z");
+        j["metadata"]["finalizers"] = json!([crate::sim::FOREGROUND_FINALIZER]);
+        let p = reconcile(&j, &[counted], &mut tr, t(13));
+        assert!(!p.delete_job && !p.remove_job);
+        assert_eq!(p.delete_pods, vec!["a".to_string()]);
+        let p = reconcile(&j, &[], &mut tr, t(14));
+        assert!(!p.delete_job && p.remove_job);
     }
 
     #[test]

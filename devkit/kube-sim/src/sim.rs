@@ -7,6 +7,7 @@ use crate::admission;
 use crate::clock::{SimClock, k8s_time};
 use crate::events::{self, EventType, Source};
 use crate::faults::Faults;
+use crate::http::params::Preconditions;
 use crate::kubelet::{self, PodSignal, PodTask};
 use crate::nodes::{self, NodeSpec};
 use crate::objects::{self, controller_job, deleting};
@@ -429,17 +430,21 @@ impl Sim {
     /// removes the finalizer, which deletes the Job; for `Foreground` it
     /// deletes the pods, and the Job goes once none is left (at once when it
     /// has none). The collector's steps run within the call here.
+    /// `preconditions` are checked first (`409 Conflict`, nothing changes),
+    /// as `BeforeDelete` does.
     pub fn delete_job(
         &self,
         ns: &str,
         name: &str,
         policy: Propagation,
+        preconditions: &Preconditions,
     ) -> Result<Arc<Value>, ApiError> {
         let key = Key::new(Kind::Job, ns, name);
         let job = self
             .store
             .get(&key)
             .ok_or_else(|| Kind::Job.not_found(name))?;
+        preconditions.check(Kind::Job, &job)?;
         let pods = self.pods_of_job(ns, &job);
         let now = self.clock.now();
         let uid = objects::uid(&job).to_string();

@@ -29,7 +29,12 @@ pub(super) fn delete_one(
     }
     let gone = match kind {
         // batch/v1 Jobs orphan their pods unless told otherwise, as on a real server.
-        Kind::Job => sim.delete_job(ns, name, opts.propagation.unwrap_or(Propagation::Orphan))?,
+        Kind::Job => sim.delete_job(
+            ns,
+            name,
+            opts.propagation.unwrap_or(Propagation::Orphan),
+            &opts.preconditions,
+        )?,
         Kind::Pod => sim.delete_pod(ns, name, opts.grace)?,
         other => sim.delete_object(other, ns, name)?,
     };

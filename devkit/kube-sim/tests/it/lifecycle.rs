@@ -149,6 +149,23 @@ async fn a_driver_job_lives_its_whole_life() {
         (get(&c, &format!("{}/{pod_name}", pods_url(&s))).await.0 == 404).then_some(())
     })
     .await;
+    // As the TTL controller deletes (Foreground): the Job is marked first,
+    // its pod goes, and only then the Job.
+    let timeline = s.sim().store.audit_page(0, 200_000).entries;
+    let at = |kind: &str, name: &str, what: &dyn Fn(&tcab_kube_sim::audit::AuditEntry) -> bool| {
+        timeline
+            .iter()
+            .position(|e| e.kind == kind && e.name == name && what(e))
+            .unwrap_or_else(|| panic!("no such {kind} {name} entry: {timeline:#?}"))
+    };
+    let job_name = driver_name("j1");
+    let marked = at("Job", &job_name, &|e| e.event == "MODIFIED" && e.deleting);
+    let pod_gone = at("Pod", &pod_name, &|e| e.event == "DELETED");
+    let job_gone = at("Job", &job_name, &|e| e.event == "DELETED");
+    assert!(
+        marked < pod_gone && pod_gone < job_gone,
+        "marked {marked}, pod deleted {pod_gone}, Job deleted {job_gone}"
+    );
     let counters = s.admin().counters().await.unwrap();
     assert_eq!(counters.max_live_jobs.get("run"), Some(&1));
     assert_eq!(counters.live_jobs.get("run"), Some(&0));
