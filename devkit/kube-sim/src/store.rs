@@ -293,6 +293,18 @@ fn controller_uid(obj: &Value) -> Option<&str> {
         .and_then(|r| r["uid"].as_str())
 }
 
+/// One page of a LIST ([`Store::list_page`]).
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// The resourceVersion the page was read at (a continued page: the
+    /// first page's).
+    pub rv: u64,
+    /// Its objects, in key order.
+    pub items: Vec<Arc<Value>>,
+    /// `Some(n)` when more follow (see [`Store::list_page`]).
+    pub more: Option<usize>,
+}
+
 /// The in-memory object store. All writes take one short lock.
 pub struct Store {
     inner: Mutex<Inner>,
@@ -520,7 +532,7 @@ impl Store {
         (inner.rv, items)
     }
 
-    /// One page of a LIST: the objects of `kind` (in `ns`, or all) after
+    /// One page of a LIST (see [`Page`]): the objects of `kind` (in `ns`, or all) after
     /// `after` (a namespace and name, as a continue token carries them) that
     /// `keep` accepts, at most `limit` of them, and how many more follow
     /// (`Some(n)` when the page is not the last; with `keep: None`, every
@@ -529,25 +541,62 @@ impl Store {
     /// whole rest). The range starts after `after` and stops at the first
     /// object past the page unless counting, so a selected page costs its
     /// own size, not the whole kind's.
+    ///
+    /// A continued page (`after` with the first page's resourceVersion) is
+    /// read at that resourceVersion, as etcd (or the watch cache's
+    /// snapshot) serves it: what was created, changed or deleted since shows
+    /// as it was then, rebuilt from the history (each changed object's state
+    /// before its first change since); 410 `Expired` when that history is
+    /// gone.
     pub fn list_page(
         &self,
         kind: Kind,
         ns: Option<&str>,
-        after: Option<(&str, &str)>,
+        after: Option<(u64, &str, &str)>,
         limit: Option<usize>,
         keep: Option<&dyn Fn(&Value) -> bool>,
-    ) -> (u64, Vec<Arc<Value>>, Option<usize>) {
+    ) -> Result<Page, ApiError> {
         use std::ops::Bound;
         let inner = self.lock();
         let whole = range_of(kind, ns);
         let start = match after {
-            Some((ans, aname)) => Bound::Excluded(Key::new(kind, ans, aname)),
+            Some((rv, ans, aname)) => {
+                if rv < inner.compacted.get(&kind).copied().unwrap_or(1) {
+                    return Err(ApiError::expired_continue());
+                }
+                Bound::Excluded(Key::new(kind, ans, aname))
+            }
             None => Bound::Included(whole.start().clone()),
         };
         let end = Bound::Included(whole.end().clone());
+        // The state at the snapshot of every object changed since (`None`:
+        // it did not exist then).
+        let mut then: BTreeMap<Key, Option<Arc<Value>>> = BTreeMap::new();
+        if let Some((rv, _, _)) = after {
+            for ev in inner.history.get(&kind).into_iter().flatten() {
+                if ev.rv > rv && !then.contains_key(&ev.key) {
+                    then.insert(ev.key.clone(), ev.prev.clone());
+                }
+            }
+        }
+        let snapshot: Vec<(&Key, &Arc<Value>)> = if then.is_empty() {
+            inner.objects.range((start, end)).collect()
+        } else {
+            let mut at: BTreeMap<&Key, &Arc<Value>> = inner
+                .objects
+                .range((start.clone(), end.clone()))
+                .filter(|(k, _)| !then.contains_key(*k))
+                .collect();
+            for (k, v) in then.range((start, end)) {
+                if let Some(v) = v {
+                    at.insert(k, v);
+                }
+            }
+            at.into_iter().collect()
+        };
         let mut items = Vec::new();
         let mut more = 0;
-        for (k, v) in inner.objects.range((start, end)) {
+        for (k, v) in snapshot {
             if ns.is_some_and(|n| k.ns != n) || keep.is_some_and(|keep| !keep(v)) {
                 continue;
             }
@@ -560,7 +609,11 @@ impl Store {
             }
             items.push(v.clone());
         }
-        (inner.rv, items, (more > 0).then_some(more))
+        Ok(Page {
+            rv: after.map_or(inner.rv, |(rv, _, _)| rv),
+            items,
+            more: (more > 0).then_some(more),
+        })
     }
 
     /// The pods whose controller is the object with this uid, by name.
@@ -698,16 +751,6 @@ impl Store {
             start_rv: inner.rv,
             rx,
         })
-    }
-
-    /// Whether a list continuation or exact read of `kind` at `rv` can
-    /// still be served.
-    pub fn check_not_expired(&self, kind: Kind, rv: u64) -> Result<(), ApiError> {
-        if rv < self.lock().compacted.get(&kind).copied().unwrap_or(1) {
-            Err(ApiError::expired_continue())
-        } else {
-            Ok(())
-        }
     }
 
     /// Drops the whole event history (an admin action): every watch resumed
@@ -857,6 +900,68 @@ mod tests {
         assert_eq!(up.unwrap()["metadata"]["resourceVersion"], "5");
         assert_eq!(s.remove(&key).unwrap()["metadata"]["resourceVersion"], "6");
         assert!(s.get(&key).is_none());
+    }
+
+    #[test]
+    fn continued_pages_are_read_at_the_first_pages_version() {
+        let s = Store::new(100);
+        let now = Timestamp::now();
+        for n in ["p1", "p2", "p3", "p4", "p5"] {
+            s.create(Kind::Pod, "ns", pod(n), now).unwrap();
+        }
+        let names = |items: &[Arc<Value>]| -> Vec<String> {
+            items
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{}={}",
+                        o["metadata"]["name"].as_str().unwrap(),
+                        o["metadata"]["labels"]["a"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        let first = s
+            .list_page(Kind::Pod, Some("ns"), None, Some(2), None)
+            .unwrap();
+        let rv = first.rv;
+        assert_eq!(
+            (names(&first.items), first.more),
+            (vec!["p1=b".into(), "p2=b".into()], Some(3))
+        );
+        // Between the pages: one created after the cursor, one deleted, one changed.
+        s.create(Kind::Pod, "ns", pod("p9"), now).unwrap();
+        s.remove(&Key::new(Kind::Pod, "ns", "p3")).unwrap();
+        let p4 = Key::new(Kind::Pod, "ns", "p4");
+        for v in ["c", "d"] {
+            s.update(&p4, |p| {
+                p["metadata"]["labels"]["a"] = json!(v);
+                Ok(true)
+            })
+            .unwrap();
+        }
+        let page = s
+            .list_page(Kind::Pod, Some("ns"), Some((rv, "ns", "p2")), Some(2), None)
+            .unwrap();
+        assert_eq!(page.rv, rv);
+        assert_eq!(names(&page.items), ["p3=b", "p4=b"]);
+        assert_eq!(page.more, Some(1));
+        let last = s
+            .list_page(Kind::Pod, Some("ns"), Some((rv, "ns", "p4")), Some(2), None)
+            .unwrap();
+        assert_eq!((names(&last.items), last.more), (vec!["p5=b".into()], None));
+        // A fresh list sees the present.
+        let now_page = s
+            .list_page(Kind::Pod, Some("ns"), None, None, None)
+            .unwrap();
+        assert_eq!(
+            names(&now_page.items),
+            ["p1=b", "p2=b", "p4=d", "p5=b", "p9=b"]
+        );
+        // With the history gone, the snapshot cannot be read: 410.
+        s.compact();
+        let gone = s.list_page(Kind::Pod, Some("ns"), Some((rv, "ns", "p2")), Some(2), None);
+        assert_eq!(gone.err().map(|e| e.code), Some(410));
     }
 
     #[test]
