@@ -70,6 +70,18 @@ impl ApiError {
         e
     }
 
+    /// 409 AlreadyExists for a create whose name `existing` holds; when
+    /// `existing` is being deleted the message starts `object is being
+    /// deleted: ` (`registry/generic/registry/store.go` `Create`), which is
+    /// how a client tells a name that frees up soon.
+    pub fn already_exists_as(kind: crate::store::Kind, name: &str, existing: &Value) -> Self {
+        let mut e = Self::already_exists(kind.group(), kind.resource(), name);
+        if existing["metadata"]["deletionTimestamp"].is_string() {
+            e.message = format!("object is being deleted: {}", e.message);
+        }
+        e
+    }
+
     /// 409 Conflict (stale resourceVersion on update).
     pub fn conflict(group: &str, resource: &str, name: &str, why: &str) -> Self {
         let mut e = Self::new(

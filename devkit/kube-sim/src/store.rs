@@ -451,7 +451,8 @@ impl Store {
     }
 
     /// Creates an object: fills name (from generateName), namespace, uid,
-    /// creationTimestamp and resourceVersion. 409 when the name is taken.
+    /// creationTimestamp and resourceVersion. 409 when the name is taken
+    /// ([`ApiError::already_exists_as`]).
     pub fn create(
         &self,
         kind: Kind,
@@ -478,12 +479,8 @@ impl Store {
             given
         };
         let key = Key::new(kind, ns, &name);
-        if inner.objects.contains_key(&key) {
-            return Err(ApiError::already_exists(
-                kind.group(),
-                kind.resource(),
-                &name,
-            ));
+        if let Some(existing) = inner.objects.get(&key) {
+            return Err(ApiError::already_exists_as(kind, &name, existing));
         }
         obj["apiVersion"] = json!(kind.api_version());
         obj["kind"] = json!(kind.kind());

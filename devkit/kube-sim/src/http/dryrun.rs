@@ -21,12 +21,8 @@ use serde_json::{Value, json};
 pub(super) fn create(sim: &Sim, kind: Kind, ns: &str, obj: Value) -> Result<Value, ApiError> {
     let mut obj = crate::validation::admit_create(kind, obj, true)?;
     let name = objects::name(&obj).to_string();
-    if sim.store.get(&Key::new(kind, ns, &name)).is_some() {
-        return Err(ApiError::already_exists(
-            kind.group(),
-            kind.resource(),
-            &name,
-        ));
+    if let Some(existing) = sim.store.get(&Key::new(kind, ns, &name)) {
+        return Err(ApiError::already_exists_as(kind, &name, &existing));
     }
     obj["apiVersion"] = json!(kind.api_version());
     obj["kind"] = json!(kind.kind());

@@ -167,6 +167,20 @@ pub(super) fn patch(
     let key = Key::new(kind, ns, name);
     let mut warnings = Vec::new();
     let out = write_or_preview(sim, &key, opts.dry_run, |cur| {
+        // A patch that names a resourceVersion makes it a precondition (the
+        // patched object carries it into the store's optimistic update).
+        if let Some(rv) = p["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|rv| !rv.is_empty())
+            && cur["metadata"]["resourceVersion"].as_str() != Some(rv)
+        {
+            return Err(ApiError::conflict(
+                kind.group(),
+                kind.resource(),
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
         let mut next = cur.clone();
         if strategic {
             smp::apply(&mut next, &p);

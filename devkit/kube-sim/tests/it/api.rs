@@ -920,3 +920,61 @@ async fn logs_answer_as_the_api_server_and_the_kubelet_do() {
         (200, String::new())
     );
 }
+
+#[tokio::test]
+async fn a_name_held_by_an_object_being_deleted_and_a_stale_patch_are_409() {
+    let s = api_sim().await;
+    let c = client();
+    let mut held = plain_job("held", json!({}), 1.0);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    assert_eq!(post(&c, &jobs_url(&s), &held).await.0, 201);
+    let (code, marked) = delete(
+        &c,
+        &format!("{}/held", jobs_url(&s)),
+        Some(json!({"propagationPolicy": "Background"})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "{marked}"
+    );
+    for url in [jobs_url(&s), format!("{}?dryRun=All", jobs_url(&s))] {
+        let (code, st) = post(&c, &url, &plain_job("held", json!({}), 1.0)).await;
+        assert_eq!(
+            (code, st["reason"].as_str(), st["message"].as_str()),
+            (
+                409,
+                Some("AlreadyExists"),
+                Some("object is being deleted: jobs.batch \"held\" already exists")
+            ),
+            "{url}"
+        );
+    }
+    // a merge patch naming an old resourceVersion is refused, and changes nothing
+    let (_, made) = post(&c, &jobs_url(&s), &plain_job("p", json!({}), 1.0)).await;
+    let stale = made["metadata"]["resourceVersion"].clone();
+    let merge = |body: Value| {
+        let c = c.clone();
+        let url = format!("{}/p", jobs_url(&s));
+        async move {
+            let r = c
+                .patch(url)
+                .header("content-type", "application/merge-patch+json")
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    assert_eq!(
+        merge(json!({"metadata": {"labels": {"v": "1"}}})).await.0,
+        200
+    );
+    let (code, st) =
+        merge(json!({"metadata": {"resourceVersion": stale, "labels": {"v": "2"}}})).await;
+    assert_eq!((code, st["reason"].as_str()), (409, Some("Conflict")));
+    let (_, now) = get(&c, &format!("{}/p", jobs_url(&s))).await;
+    assert_eq!(now["metadata"]["labels"]["v"], "1");
+}
