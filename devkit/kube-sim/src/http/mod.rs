@@ -468,13 +468,12 @@ async fn serve_resource(
             let (rv, victims) = sim
                 .store
                 .list(kind, scope, |o| label.matches(o) && field.matches(o));
-            let mut items = Vec::new();
             // Each item is deleted as a delete of it would be (preconditions
             // included); the first failure other than NotFound is the answer.
             let mut failed = None;
-            for v in victims {
-                match write::delete_one(&sim, kind, &ns, objects::name(&v), &opts) {
-                    Ok(gone) => items.push(gone),
+            for v in &victims {
+                match write::delete_one(&sim, kind, &ns, objects::name(v), &opts) {
+                    Ok(_) => {}
                     Err(e) if e.code == 404 => {}
                     Err(e) => {
                         failed.get_or_insert(e);
@@ -484,6 +483,9 @@ async fn serve_resource(
             if let Some(e) = failed {
                 return Err(e);
             }
+            // The answer is the list as it was read before the deletes
+            // (`Store.DeleteCollection` returns its list), not their results.
+            let items: Vec<&Value> = victims.iter().map(|v| &**v).collect();
             Ok(ok(
                 StatusCode::OK,
                 &json!({"kind": format!("{}List", kind.kind()), "apiVersion": kind.api_version(),
