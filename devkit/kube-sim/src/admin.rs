@@ -22,6 +22,7 @@
 //! | `POST /admin/nodes/{name}/restart` | | the machine boots again: lost containers `ContainerStatusUnknown` |
 //! | `POST /admin/nodes/{name}/delete` | | delete the Node object (as `kubectl delete node`) |
 //! | `POST /admin/nodes/{name}/out-of-service` | | add the `node.kubernetes.io/out-of-service` NoExecute taint |
+//! | `POST /admin/nodes/{name}/health` | `{"notReady": true}` | its kubelet reports `Ready=False` (`KubeletNotReady`) and goes on running its pods; `false`: Ready again |
 //! | `POST /admin/images/unpullable` | `{"image": "x:1", "unpullable": true}` | pulls of the image fail (`ErrImagePull`) |
 //! | `POST /admin/watch/compact` | | drop the watch history (old resourceVersions get 410) |
 //! | `GET /admin/audit?after=N&limit=M` | | every change to a Pod or a Job after position N (default 0), at most M (default and maximum 200000), with who made it: [`AuditPage`] (see [`crate::audit`]) |
@@ -352,6 +353,20 @@ async fn serve(app: AppState, req: Request) -> Result<Value, ApiError> {
             sim.delete_object(crate::store::Kind::Node, "", name)?;
             Ok(json!({"ok": true}))
         }
+        (Method::POST, ["admin", "nodes", name, "health"]) => {
+            let body = parse(&body)?;
+            let not_ready = match &body["notReady"] {
+                Value::Bool(b) => *b,
+                Value::Null => false,
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "notReady must be a boolean, got {other}"
+                    )));
+                }
+            };
+            sim.set_node_ready(name, !not_ready)?;
+            Ok(json!({"ok": true}))
+        }
         (Method::POST, ["admin", "nodes", name, "out-of-service"]) => {
             sim.taint_out_of_service(name)?;
             Ok(json!({"ok": true}))
@@ -634,6 +649,17 @@ impl AdminClient {
         self.post(&format!("/admin/nodes/{node}/delete"), None)
             .await
             .map(drop)
+    }
+
+    /// The node's kubelet reports `Ready=False` (`ready` false) while its
+    /// pods run on, or Ready again.
+    pub async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), AdminError> {
+        self.post(
+            &format!("/admin/nodes/{node}/health"),
+            Some(json!({"notReady": !ready})),
+        )
+        .await
+        .map(drop)
     }
 
     /// Taints a node `node.kubernetes.io/out-of-service:NoExecute`.

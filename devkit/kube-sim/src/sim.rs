@@ -93,10 +93,12 @@ pub enum Propagation {
 }
 
 /// The state of one machine (a node's host and its kubelet).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Machine {
     /// Since when the machine has been down (None while it runs).
     pub down_since: Option<Timestamp>,
+    /// Its kubelet runs but reports `Ready=False` ([`Sim::set_node_ready`]).
+    pub not_ready: bool,
 }
 
 /// Shared state of one running sim.
@@ -205,7 +207,7 @@ impl Sim {
             let _ = sim
                 .store
                 .create(Kind::Node, "", nodes::node_object(spec, i, now), now);
-            lock(&sim.machines).insert(spec.name.clone(), Machine { down_since: None });
+            lock(&sim.machines).insert(spec.name.clone(), Machine::default());
         }
         sim.ensure_namespace("default");
         let ns = sim.namespace.clone();
@@ -659,6 +661,31 @@ impl Sim {
         } else {
             Err(Kind::Node.not_found(name))
         }
+    }
+
+    /// Fault: the kubelet of `node` reports `Ready=False` (`KubeletNotReady`,
+    /// its runtime's network down) while it goes on running its pods, or
+    /// `Ready=True` again. The kubelet posts the condition at once (when its
+    /// machine runs); the node lifecycle controller then taints the node
+    /// (see [`crate::nodes`]).
+    pub fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), ApiError> {
+        self.node_exists(node)?;
+        let up = {
+            let mut machines = lock(&self.machines);
+            let m = machines.entry(node.to_string()).or_default();
+            m.not_ready = !ready;
+            m.down_since.is_none()
+        };
+        if up {
+            let now = self.clock.now();
+            let _ = self.store.update(&Key::new(Kind::Node, "", node), |n| {
+                let before = n.clone();
+                nodes::post_ready(n, ready, now);
+                Ok(*n != before)
+            });
+        }
+        self.machines_changed.notify_one();
+        Ok(())
     }
 
     /// Fault: the machine of `node` dies. Its programs stop where they are;

@@ -1,7 +1,9 @@
 //! Nodes and node loss through kube-rs typed objects: scheduling onto
 //! nodes, a machine that dies (NotReady after the grace period, the taint
 //! manager after the toleration, pods Terminating until the node goes or is
-//! out of service, then pod GC), and a machine that boots again.
+//! out of service, then pod GC), a machine that boots again, and a kubelet
+//! that reports `Ready=False` (the not-ready taints, then the taint
+//! manager).
 
 use crate::backend::FakeBackend;
 use crate::common::*;
@@ -468,4 +470,98 @@ async fn a_machine_that_boots_again_reports_its_lost_containers() {
     )
     .await;
     assert!(taint_keys(&n).is_empty(), "{:?}", taint_keys(&n));
+}
+
+#[tokio::test]
+async fn a_kubelet_that_reports_not_ready_gets_its_node_tainted_and_its_pods_evicted() {
+    let s = solo().await;
+    let client = s.kube_client(None).unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let nodes: Api<Node> = Api::all(client.clone());
+    jobs.create(&PostParams::default(), &busy_job("nr", "100m"))
+        .await
+        .unwrap();
+    let pod = wait_until(
+        "the pod runs",
+        SECS,
+        || pod_of(&pods, "nr"),
+        |p| phase(p) == "Running",
+    )
+    .await;
+    let name = pod.metadata.name.clone().unwrap();
+    s.admin().set_node_ready("solo", false).await.unwrap();
+    let n = wait_until(
+        "the not-ready taints",
+        SECS,
+        || async { nodes.get("solo").await.ok() },
+        |n| taint_keys(n).len() == 2,
+    )
+    .await;
+    let ready = n
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_deref()),
+        ("False", Some("KubeletNotReady")),
+        "the kubelet's own condition"
+    );
+    let mut taints = taint_keys(&n);
+    taints.sort();
+    assert_eq!(
+        taints,
+        [
+            ("node.kubernetes.io/not-ready".into(), "NoExecute".into()),
+            ("node.kubernetes.io/not-ready".into(), "NoSchedule".into())
+        ]
+    );
+    // The controller leaves the pods' Ready alone: it found no silent kubelet.
+    let p = pods.get(&name).await.unwrap();
+    assert_eq!(
+        pod_cond(&p, "Ready").map(|c| c.status.as_str()),
+        Some("True")
+    );
+    // After the not-ready toleration the taint manager evicts it, and the
+    // kubelet, still running, stops it: the Job counts a failed pod.
+    let j = wait_until(
+        "the Job Failed",
+        SECS,
+        || async { jobs.get("nr").await.ok() },
+        |j| job_cond(j, "Failed").is_some(),
+    )
+    .await;
+    assert_eq!(j.status.unwrap().failed, Some(1));
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let evs = events.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        has_event(
+            &evs,
+            "TaintManagerEviction",
+            &format!("Marking for deletion Pod {NS}/{name}")
+        ),
+        "{evs:?}"
+    );
+    assert!(
+        !evs.iter()
+            .any(|e| e.reason.as_deref() == Some("NodeNotReady")
+                && e.involved_object.kind.as_deref() == Some("Pod")),
+        "no pod was marked not ready: {evs:?}"
+    );
+    s.admin().set_node_ready("solo", true).await.unwrap();
+    let n = wait_until(
+        "the node Ready again, untainted",
+        SECS,
+        || async { nodes.get("solo").await.ok() },
+        |n| node_ready(n).as_deref() == Some("True") && taint_keys(n).is_empty(),
+    )
+    .await;
+    assert!(taint_keys(&n).is_empty());
 }
