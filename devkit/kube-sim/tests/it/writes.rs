@@ -493,7 +493,14 @@ async fn delete_preconditions_conflict_and_delete_nothing() {
     .await;
     assert_eq!(code, 409);
     assert_eq!(get(&c, &url).await.0, 200, "nothing was deleted");
-    let rv = get(&c, &url).await.1["metadata"]["resourceVersion"].clone();
+    // Once it runs its kubelet writes no more, so the resourceVersion read
+    // is still current at the DELETE.
+    let running = eventually("p runs", SECS, || async {
+        let (_, p) = get(&c, &url).await;
+        (p["status"]["containerStatuses"][0]["state"]["running"].is_object()).then_some(p)
+    })
+    .await;
+    let rv = running["metadata"]["resourceVersion"].clone();
     let (code, _, _) = send(c.delete(&url).json(
         &json!({"preconditions": {"uid": uid, "resourceVersion": rv}, "gracePeriodSeconds": 0}),
     ))
