@@ -341,6 +341,26 @@ impl Cluster {
         answer(resp, &format!("POST {path}")).await
     }
 
+    /// POST a JSON body and return the status with the answer, whatever the
+    /// status (a refusal's `Status` body is what a caller reads).
+    pub async fn post_answer(&self, path: &str, body: Value) -> anyhow::Result<(u16, Value)> {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .with_context(|| format!("POST {path}: reading the answer"))?;
+        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Ok((status, v))
+    }
+
     /// PATCH a path of the sim's API with a body of `content_type` (e.g.
     /// `application/strategic-merge-patch+json`, as kubectl sends it).
     pub async fn patch(

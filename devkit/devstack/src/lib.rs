@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod console;
 pub mod demo;
 pub mod invariants;
+pub mod policy;
 pub mod process;
 pub mod real;
 pub mod scrape;

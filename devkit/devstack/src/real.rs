@@ -322,10 +322,16 @@ impl RealCluster {
     }
 
     /// Deletes the stack's namespaces (their pods are stopped by the node
-    /// agent as a kubelet stops them), and stops a control plane of its own.
+    /// agent as a kubelet stops them) and the cluster-scoped objects a test
+    /// made for them ([`crate::policy::remove_rig_objects`]), and stops a
+    /// control plane of its own.
     pub async fn stop(self) {
         if let Ok(client) = self.access.admin_client().await {
             delete_namespaces(&client, &self.namespaces).await;
+        }
+        let console = self.console(&self.namespaces[0]);
+        for ns in &self.namespaces {
+            let _ = crate::policy::remove_rig_objects(&console, ns).await;
         }
         self.proxy.shutdown();
         if let Hold::Own(cp) = self.hold
