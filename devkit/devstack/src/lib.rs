@@ -16,6 +16,7 @@ pub mod console;
 pub mod demo;
 pub mod invariants;
 pub mod policy;
+pub mod preempt;
 pub mod process;
 pub mod real;
 pub mod scrape;
