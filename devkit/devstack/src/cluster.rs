@@ -17,7 +17,9 @@
 //! | `delete_node`, `out_of_service` | its Node | a DELETE of the Node, the `node.kubernetes.io/out-of-service` taint |
 //! | `set_unpullable` | its kubelets | the node agent |
 //! | `audit` | its timeline | the audit log read into the same entries ([`crate::timeline`]) |
-//! | `compact`, `never_pod_*`, `preempt` | its admin calls | unsupported ([`UNSUPPORTED`] says why) |
+//! | `never_pod_next`, `never_pod_named` | its switch: the Job's pods are never made, and nothing says why | a ValidatingAdmissionPolicy refusing the Job's pods ([`crate::policy`]): a refusal, with the Job controller's `FailedCreate` Events, that the dispatcher fails after its start grace |
+//! | `preempt` | its call: the scheduler's condition, the delete, the Event | a real preemption by a pod of a higher priority that fits only without the victim ([`crate::preempt`]) |
+//! | `compact` | its admin call | unsupported ([`UNSUPPORTED`] says why) |
 
 use crate::console::Cluster;
 use crate::timeline;
@@ -63,20 +65,10 @@ impl std::fmt::Display for ClusterKind {
 
 /// kube-sim's admin calls that have no equivalent on the real control
 /// plane, and why.
-pub const UNSUPPORTED: [(&str, &str); 3] = [
-    (
-        "never_pod",
-        "the real Job controller gives every Job its pods; a Job whose pod the API refuses (a missing ServiceAccount, a quota) is another story, with FailedCreate events",
-    ),
-    (
-        "preempt",
-        "only the real scheduler preempts, when a pod of a higher priority does not fit; there is no call to preempt a given pod",
-    ),
-    (
-        "compact",
-        "etcd compacts on the API server's own interval (--etcd-compaction-interval), and a watch resumes from the watch cache's history whatever was compacted; a restart (`restart`) is what makes every resume answer 410",
-    ),
-];
+pub const UNSUPPORTED: [(&str, &str); 1] = [(
+    "compact",
+    "etcd compacts on the API server's own interval (--etcd-compaction-interval), and a watch resumes from the watch cache's history whatever was compacted; a restart (`restart`) is what makes every resume answer 410",
+)];
 
 fn why_unsupported(call: &'static str) -> &'static str {
     UNSUPPORTED
@@ -445,27 +437,40 @@ impl ClusterAdmin {
         }
     }
 
-    /// The next `n` Jobs never get a pod (kube-sim only).
+    /// The next `n` Jobs created never get a pod. On kube-sim they simply
+    /// get none; on the real control plane a ValidatingAdmissionPolicy
+    /// refuses their pods ([`crate::policy::never_pod_next`]), which the
+    /// dispatcher fails after its start grace.
     pub async fn never_pod_next(&self, n: u32) -> Result<(), AdminError> {
         match &self.inner {
             Inner::Sim(c) => Ok(c.never_pod_next(n).await?),
-            Inner::Real(_) => self.unsupported("never_pod"),
+            Inner::Real(r) => {
+                crate::policy::never_pod_next(&r.api, &r.namespaces[0], n).await?;
+                Ok(())
+            }
         }
     }
 
-    /// The Job with this name never gets a pod (kube-sim only).
+    /// The Job with this name never gets a pod (on the real control plane:
+    /// a refusal of its pods, as for [`ClusterAdmin::never_pod_next`]).
     pub async fn never_pod_named(&self, job: &str) -> Result<(), AdminError> {
         match &self.inner {
             Inner::Sim(c) => Ok(c.never_pod_named(job).await?),
-            Inner::Real(_) => self.unsupported("never_pod"),
+            Inner::Real(r) => {
+                crate::policy::never_pod_named(&r.api, &r.namespaces[0], job).await?;
+                Ok(())
+            }
         }
     }
 
-    /// Preempts a pod (kube-sim only).
+    /// Preempts a pod: on kube-sim its call; on the real control plane the
+    /// scheduler preempts it for a pod of a higher priority, which is then
+    /// removed ([`crate::preempt`]); returns once that pod took the
+    /// victim's place.
     pub async fn preempt(&self, ns: &str, pod: &str) -> Result<(), AdminError> {
         match &self.inner {
             Inner::Sim(c) => Ok(c.preempt(ns, pod).await?),
-            Inner::Real(_) => self.unsupported("preempt"),
+            Inner::Real(r) => Ok(crate::preempt::preempt(&r.api, ns, pod).await?),
         }
     }
 }

@@ -148,8 +148,10 @@ async fn evictions_and_preemptions_are_reported_as_such_with_the_log_tail(kind: 
     }
     let admin = t.admin();
     admin.evict(&t.ns(), &pods[0]).await.expect("evict");
-    // The real control plane has no call to preempt a given pod: its run
-    // then stays a second bystander.
+    // kube-sim preempts on its call; on the real control plane the
+    // scheduler preempts the pod for one of a higher priority that fits its
+    // node only without it (`ClusterAdmin::preempt`). A cluster that could
+    // not would leave its run a second bystander.
     let preempted = t
         .supported("preempt", admin.preempt(&t.ns(), &pods[1]).await)
         .is_some();
