@@ -57,16 +57,18 @@ async fn admitter_metric(t: &TestStack, name: &str, with: &[(&str, &str)]) -> f6
 }
 
 /// The backend clock steps past the lease while a claimed run's Job has no
-/// pod yet (kube-sim never gives it one) and renewals are held by a stalled
+/// pod yet (`never_pod_next`: kube-sim never makes one; on the real control
+/// plane an admission policy refuses its pods, and the start grace, which
+/// would fail such a Job, outlasts the test) and renewals are held by a stalled
 /// backend call: the admitter's next claim makes the backend requeue the run
 /// and hand it out again. Before the new claim's Job, the admitter deletes
 /// the stale one: one live Job for the run, which then finishes once.
-// kube-sim only: it needs a Job that never gets a pod, which cannot be
-// arranged on the real control plane (its Job controller gives every Job its
-// pod; see `UNSUPPORTED`'s "never_pod" in the devstack's cluster module).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job() {
-    let t = TestStack::start(ClusterKind::Sim, |_| {}).await;
+async fn a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job(kind: ClusterKind) {
+    let t = TestStack::start(kind, |o| {
+        o.extra_env
+            .push(("TCAB_DISPATCHER_START_GRACE_SECONDS".into(), "600".into()));
+    })
+    .await;
     t.admin().never_pod_next(1).await.expect("never-pod");
     let id = t
         .stack
@@ -295,6 +297,7 @@ async fn a_cap_of_zero_admits_nothing_while_renewals_go_on(kind: ClusterKind) {
 }
 
 on_both_clusters!(
+    a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job,
     a_poisoned_claim_is_reported_failed_once,
     a_memory_limit_below_its_request_exits_2_naming_the_variable,
     a_setting_the_api_server_refuses_at_the_dry_run_exits_2_before_any_claim,
