@@ -557,8 +557,8 @@ async fn each_permission_of_the_role_is_needed() {
         .await;
 
     // delete batch/jobs: the lease-keeper deletes the Job of a pod that can
-    // never start (run::deaths::delete_never_started), after reporting its
-    // death. Refused: the Job stays.
+    // never start (run::deaths::delete_ended), after reporting its death.
+    // Refused: the Job stays.
     let p = Permission::new("batch", "jobs", "delete");
     phase(&p);
     rbac.take_away(&p).await;
@@ -597,6 +597,53 @@ async fn each_permission_of_the_role_is_needed() {
         .set_unpullable("tcab/driver:dev", false)
         .await
         .expect("pullable");
+
+    // list events: a Job that has had no pod for longer than the start
+    // grace has the Job controller's FailedCreate Events read
+    // (inspect::refusals). Here every driver pod is refused (the admitter
+    // restarted with a driver ServiceAccount that does not exist).
+    // Refused, the run waits, counted as a Job without a pod; with the Role
+    // whole, it is failed with the API server's refusal.
+    let p = Permission::new("", "events", "list");
+    phase(&p);
+    rbac.take_away(&p).await;
+    t.stack.stop_container(Container::Admitter).await;
+    t.stack.options.extra_env.push((
+        "TCAB_DRIVER_SERVICE_ACCOUNT".into(),
+        "no-such-account".into(),
+    ));
+    t.stack
+        .start_container(Container::Admitter)
+        .await
+        .expect("the admitter restarts");
+    let refused = t
+        .stack
+        .backend
+        .enqueue_run(run("events", json!({"duration_ms": 200})))
+        .await
+        .expect("enqueue");
+    rbac.refused(&t, &p, whole, whole, &["tcab-lease-keeper"])
+        .await;
+    wait_for("the run counted without a pod", LIMIT, || async {
+        let scrape = t.stack.scrape(Container::LeaseKeeper).await?;
+        let waiting = scrape.value("tcab_dispatcher_jobs_without_pod", &[("lane", "run")]);
+        Ok((waiting == Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    assert_eq!(
+        t.stack.backend.job(&refused).await.expect("run")["state"],
+        "dispatched",
+        "not failed without the refusal read"
+    );
+    whole = rbac.restore(&p).await;
+    let job = death_reported(&t, &refused).await;
+    let detail = job["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("refused to create the Job's pod")
+            && detail.contains("serviceaccount \"no-such-account\" not found"),
+        "{detail}"
+    );
 
     // watch batch/jobs: each container's Job view watches (job_cache's
     // watch_jobs); the open watches are ended (as their timeout ends them)

@@ -62,7 +62,9 @@ impl StartFailure {
             StartFailureKind::ImagePull => format!("image pull failed for {image}: {detail}"),
             StartFailureKind::InvalidImage => format!("invalid image name {image}: {detail}"),
             StartFailureKind::ConfigError => {
-                format!("container configuration error (a missing Secret or ConfigMap?): {detail}")
+                format!(
+                    "container configuration error (a missing Secret or ConfigMap, or an image that does not meet the security context, e.g. runAsNonRoot?): {detail}"
+                )
             }
             StartFailureKind::CreateError => format!("container could not be created: {detail}"),
             StartFailureKind::Unschedulable => {
