@@ -24,20 +24,24 @@ use k8s_openapi::api::core::v1::Event;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-use tcab_shared::Lane;
 use tcab_shared::job_cache::{JobSummary, summaries};
 
-/// A live Job with no pod past the start grace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Podless {
-    /// The Job's name.
-    pub name: String,
-    /// Its uid (how a refusal names it).
-    pub uid: String,
-    /// Its lane.
-    pub lane: Lane,
+/// A live Job with no pod past the start grace: borrowed from the view, so
+/// a tick that only counts them allocates nothing (a Job controller that is
+/// down leaves every Job of a large view here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Podless<'a> {
+    /// The Job.
+    pub job: &'a JobSummary,
     /// How long since its creation, on the lease-keeper's clock.
     pub age: Duration,
+}
+
+impl Podless<'_> {
+    /// The Job's name.
+    pub(crate) fn name(&self) -> &str {
+        self.job.name()
+    }
 }
 
 /// One `FailedCreate` Event of the Job controller: it could not create a
@@ -89,53 +93,48 @@ impl Refusal {
     }
 }
 
-/// The live Jobs (sorted by name) that have counted no pod for longer than
-/// `grace` since their creation at `now`, leaving out those already judged
-/// (`judged`: never started or judged dead by name). A Job being deleted,
-/// gone, or showing any sign of failure is not podless: other rules read
-/// it. A creation time in the future (a clock behind the API server's)
-/// counts as no age at all.
-pub(crate) fn podless<J: Borrow<JobSummary>>(
-    jobs: &[J],
-    judged: &BTreeSet<String>,
+/// The live Jobs (in the view's order, sorted by name) that have counted
+/// no pod for longer than `grace` since their creation at `now`, leaving
+/// out those already judged (`judged`: never started or judged dead, by
+/// name). A Job being deleted, gone, or showing any sign of failure is not
+/// podless: other rules read it. A creation time in the future (a clock
+/// behind the API server's) counts as no age at all.
+pub(crate) fn podless<'a, J: Borrow<JobSummary>>(
+    jobs: &'a [J],
+    judged: &'a BTreeSet<String>,
     now: Timestamp,
     grace: Duration,
-) -> Vec<Podless> {
-    let mut out: Vec<Podless> = summaries(jobs)
+) -> impl Iterator<Item = Podless<'a>> + 'a {
+    summaries(jobs)
         .filter(|j| {
             j.is_live() && !j.deleting && !j.gone && !j.shows_failure() && j.counts_no_pod()
         })
-        .filter(|j| !judged.contains(j.name()))
-        .filter_map(|j| {
-            let created = j.created_at?;
-            let age = now.duration_since(created);
+        .filter_map(move |job| {
+            let age = now.duration_since(job.created_at?);
             let age = Duration::try_from(age).unwrap_or(Duration::ZERO);
-            (age > grace).then(|| Podless {
-                name: j.name().to_owned(),
-                uid: j.uid.to_string(),
-                lane: j.lane,
-                age,
-            })
+            (age > grace && !judged.contains(job.name())).then_some(Podless { job, age })
         })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
 }
 
 /// What the refusals say about the podless Jobs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct RefusalPlan {
+pub(crate) struct RefusalPlan<'a> {
     /// Jobs the cluster refuses, each with its newest refusal (by name).
-    pub refused: Vec<(Podless, Refusal)>,
-    /// Jobs with no refusal to be seen: they wait, and are not failed by
-    /// this rule (by name).
-    pub waiting: Vec<Podless>,
+    pub refused: Vec<(Podless<'a>, Refusal)>,
+    /// How many have no refusal to be seen: they wait, and are not failed
+    /// by this rule.
+    pub waiting: usize,
+    /// The one of those that has waited longest (ties: the first by name).
+    pub oldest_waiting: Option<Podless<'a>>,
 }
 
 /// Matches each podless Job to the newest refusal about it, by uid (a Job
 /// deleted and made again under the same name is another Job, with other
 /// Events). A Job with no uid is matched by nothing.
-pub(crate) fn judge_refusals(podless: &[Podless], refusals: &[Refusal]) -> RefusalPlan {
+pub(crate) fn judge_refusals<'a>(
+    podless: impl IntoIterator<Item = Podless<'a>>,
+    refusals: &[Refusal],
+) -> RefusalPlan<'a> {
     let mut newest: BTreeMap<&str, &Refusal> = BTreeMap::new();
     for r in refusals.iter().filter(|r| !r.job_uid.is_empty()) {
         let slot = newest.entry(r.job_uid.as_str()).or_insert(r);
@@ -145,11 +144,21 @@ pub(crate) fn judge_refusals(podless: &[Podless], refusals: &[Refusal]) -> Refus
     }
     let mut plan = RefusalPlan::default();
     for job in podless {
-        match newest.get(job.uid.as_str()).filter(|_| !job.uid.is_empty()) {
-            Some(refusal) => plan.refused.push((job.clone(), (*refusal).clone())),
-            None => plan.waiting.push(job.clone()),
+        let uid: &str = &job.job.uid;
+        match newest.get(uid).filter(|_| !uid.is_empty()) {
+            Some(refusal) => plan.refused.push((job, (*refusal).clone())),
+            None => {
+                plan.waiting += 1;
+                let older = plan
+                    .oldest_waiting
+                    .is_none_or(|o| job.age > o.age || (job.age == o.age && job.name() < o.name()));
+                if older {
+                    plan.oldest_waiting = Some(job);
+                }
+            }
         }
     }
+    plan.refused.sort_by(|a, b| a.0.name().cmp(b.0.name()));
     plan
 }
 
@@ -157,6 +166,7 @@ pub(crate) fn judge_refusals(podless: &[Podless], refusals: &[Refusal]) -> Refus
 mod tests {
     use super::*;
     use serde_json::json;
+    use tcab_shared::Lane;
     use tcab_shared::job_cache::{JobCondition, JobNames, JobPhase};
 
     const GRACE: Duration = Duration::from_secs(300);
@@ -176,20 +186,27 @@ mod tests {
         }
     }
 
-    fn names(podless: &[Podless]) -> Vec<&str> {
-        podless.iter().map(|p| p.name.as_str()).collect()
+    fn found<'a>(
+        jobs: &'a [JobSummary],
+        judged: &'a BTreeSet<String>,
+        now: &str,
+    ) -> Vec<Podless<'a>> {
+        podless(jobs, judged, at(now), GRACE).collect()
+    }
+
+    fn names<'a>(podless: &[Podless<'a>]) -> Vec<&'a str> {
+        podless.iter().map(|p| p.job.name()).collect()
     }
 
     #[test]
     fn a_job_is_podless_once_it_counted_no_pod_for_longer_than_the_grace() {
-        let jobs = vec![job("b", Lane::Publish), job("a", Lane::Run)];
+        let jobs = vec![job("a", Lane::Run), job("b", Lane::Publish)];
         let none = BTreeSet::new();
-        assert!(podless(&jobs, &none, at("2026-12-07T12:05:00Z"), GRACE).is_empty());
-        let found = podless(&jobs, &none, at("2026-12-07T12:05:01Z"), GRACE);
-        assert_eq!(names(&found), ["a", "b"], "sorted by name");
-        assert_eq!(found[0].age, Duration::from_secs(301));
-        assert_eq!(found[0].uid, "uid-a");
-        assert_eq!(found[1].lane, Lane::Publish);
+        assert!(found(&jobs, &none, "2026-12-07T12:05:00Z").is_empty());
+        let late = found(&jobs, &none, "2026-12-07T12:05:01Z");
+        assert_eq!(names(&late), ["a", "b"]);
+        assert_eq!(late[0].age, Duration::from_secs(301));
+        assert_eq!(late[1].job.lane, Lane::Publish);
     }
 
     #[test]
@@ -238,11 +255,10 @@ mod tests {
                 ..base.clone()
             },
         ];
+        let none = BTreeSet::new();
         for other in others {
-            assert!(
-                podless(&[other.clone()], &BTreeSet::new(), late, GRACE).is_empty(),
-                "{other:?}"
-            );
+            let jobs = [other.clone()];
+            assert_eq!(podless(&jobs, &none, late, GRACE).count(), 0, "{other:?}");
         }
         let mut target = base.clone();
         target.set_rare(|r| {
@@ -251,17 +267,17 @@ mod tests {
                 message: String::new(),
             })
         });
-        assert!(podless(&[target], &BTreeSet::new(), late, GRACE).is_empty());
+        assert_eq!(podless(&[target], &none, late, GRACE).count(), 0);
         let judged = BTreeSet::from(["j".to_owned()]);
-        assert!(podless(&[base.clone()], &judged, late, GRACE).is_empty());
-        assert_eq!(podless(&[base], &BTreeSet::new(), late, GRACE).len(), 1);
+        let base = [base];
+        assert_eq!(podless(&base, &judged, late, GRACE).count(), 0);
+        assert_eq!(podless(&base, &none, late, GRACE).count(), 1);
     }
 
     #[test]
     fn a_creation_in_the_future_counts_as_no_age() {
         let jobs = vec![job("a", Lane::Run)];
-        let behind = at("2026-12-07T11:00:00Z");
-        assert!(podless(&jobs, &BTreeSet::new(), behind, GRACE).is_empty());
+        assert!(found(&jobs, &BTreeSet::new(), "2026-12-07T11:00:00Z").is_empty());
     }
 
     fn refusal(uid: &str, message: &str, last_seen: &str) -> Refusal {
@@ -275,13 +291,16 @@ mod tests {
 
     #[test]
     fn a_podless_job_is_refused_by_the_newest_refusal_about_its_uid_or_waits() {
-        let late = at("2026-12-07T13:00:00Z");
+        let mut c = job("c", Lane::Run);
+        c.created_at = Some(at("2026-12-07T11:00:00Z"));
         let jobs = vec![
             job("a", Lane::Run),
             job("b", Lane::Publish),
-            job("c", Lane::Run),
+            c,
+            job("d", Lane::Run),
         ];
-        let podless = podless(&jobs, &BTreeSet::new(), late, GRACE);
+        let none = BTreeSet::new();
+        let podless = found(&jobs, &none, "2026-12-07T13:00:00Z");
         let refusals = vec![
             refusal("uid-a", "Error creating: quota", "2026-12-07T12:00:01Z"),
             refusal(
@@ -297,11 +316,11 @@ mod tests {
             // About another Job that once had the name "c": another uid.
             refusal("uid-old-c", "Error creating: old", "2026-12-07T11:00:00Z"),
         ];
-        let plan = judge_refusals(&podless, &refusals);
+        let plan = judge_refusals(podless.clone(), &refusals);
         let refused: Vec<(&str, &str)> = plan
             .refused
             .iter()
-            .map(|(j, r)| (j.name.as_str(), r.message.as_str()))
+            .map(|(j, r)| (j.name(), r.message.as_str()))
             .collect();
         assert_eq!(
             refused,
@@ -310,26 +329,26 @@ mod tests {
                 ("b", "Error creating: no ServiceAccount")
             ]
         );
-        assert_eq!(names(&plan.waiting), ["c"]);
-        // The same refusals in another order give the same plan.
+        assert_eq!(plan.waiting, 2);
+        assert_eq!(plan.oldest_waiting.map(|p| p.job.name()), Some("c"));
+        // The same inputs in another order give the same plan.
         let mut reversed = refusals.clone();
         reversed.reverse();
-        assert_eq!(judge_refusals(&podless, &reversed), plan);
+        let mut backwards = podless.clone();
+        backwards.reverse();
+        assert_eq!(judge_refusals(backwards, &reversed), plan);
     }
 
     #[test]
     fn a_job_or_refusal_without_a_uid_matches_nothing() {
         let mut nameless = job("a", Lane::Run);
         nameless.uid = "".into();
-        let podless = podless(
-            &[nameless],
-            &BTreeSet::new(),
-            at("2026-12-07T13:00:00Z"),
-            GRACE,
-        );
-        let plan = judge_refusals(&podless, &[refusal("", "Error", "2026-12-07T12:00:00Z")]);
+        let jobs = [nameless];
+        let none = BTreeSet::new();
+        let podless = found(&jobs, &none, "2026-12-07T13:00:00Z");
+        let plan = judge_refusals(podless, &[refusal("", "Error", "2026-12-07T12:00:00Z")]);
         assert!(plan.refused.is_empty());
-        assert_eq!(names(&plan.waiting), ["a"]);
+        assert_eq!(plan.waiting, 1);
     }
 
     #[test]
