@@ -83,11 +83,18 @@ fn changed(t: &TestStack) -> Value {
                 "fsGroup": 2345,
                 "passthroughEnv": {"TCAB_CONTAINER_IMAGE_PYTHON": "registry.example/run-python:abc",
                     "TCAB_K8S_SANDBOX_NODE_SELECTOR": "pool=sandbox"},
+                "podSecurityContext": {"runAsNonRoot": true, "runAsUser": 4321,
+                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "securityContext": {"allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": true},
             },
             "publisher": {
                 "activeDeadlineSeconds": 765,
                 "cpuRequest": "150m", "memoryRequest": "200Mi",
                 "cpuLimit": "900m", "memoryLimit": "800Mi",
+                // Off: the publisher's pod gets no pod-level context.
+                "podSecurityContext": {},
+                "securityContext": {"runAsUser": 1234, "allowPrivilegeEscalation": false},
             },
             "extraEnv": [{"name": "CHART_VALUES_PROBE", "value": t.ns()}],
             // The pod's calls through the stack's fault proxy (see
@@ -239,7 +246,18 @@ fn check_driver_job(job: &Value) {
         c["volumeMounts"][0]["mountPath"], "/var/run/sub",
         "driver.subscription.dir"
     );
-    assert_eq!(pod["securityContext"]["fsGroup"], 2345, "driver.fsGroup");
+    assert_eq!(
+        pod["securityContext"],
+        json!({"fsGroup": 2345, "runAsNonRoot": true, "runAsUser": 4321,
+            "seccompProfile": {"type": "RuntimeDefault"}}),
+        "driver.podSecurityContext, with driver.fsGroup"
+    );
+    assert_eq!(
+        c["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": true}),
+        "driver.securityContext"
+    );
     assert_eq!(
         pod["serviceAccountName"],
         tcab_devstack::real::DRIVER_SA,
@@ -247,10 +265,23 @@ fn check_driver_job(job: &Value) {
     );
 }
 
-/// `publisher.*`: the publisher Job's deadline and resources.
+/// `publisher.*`: the publisher Job's deadline, resources and security
+/// contexts.
 fn check_publisher_job(job: &Value) {
     let spec = &job["spec"];
-    let c = &spec["template"]["spec"]["containers"][0];
+    let pod = &spec["template"]["spec"];
+    let c = &pod["containers"][0];
+    // (The API server defaults an absent pod security context to `{}`.)
+    let context = &pod["securityContext"];
+    assert!(
+        context.is_null() || *context == json!({}),
+        "publisher.podSecurityContext {{}}: none at all: {context}"
+    );
+    assert_eq!(
+        c["securityContext"],
+        json!({"runAsUser": 1234, "allowPrivilegeEscalation": false}),
+        "publisher.securityContext"
+    );
     assert_eq!(c["image"], PUBLISHER_IMAGE, "publisher.image");
     assert_eq!(
         spec["activeDeadlineSeconds"], 765,
