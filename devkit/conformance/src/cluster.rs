@@ -15,12 +15,15 @@ use tcab_real_cluster::{
 };
 
 /// The nodes of both clusters. Every probe that runs pods runs them on
-/// [`WORKER`]; [`LOST`] is the node the lost-node probe loses and [`GONE`]
-/// the one the pod GC probe deletes (each used by one probe only, since the
+/// [`WORKER`]; [`LOST`] is the node the lost-node probe loses, [`GONE`]
+/// the one the pod GC probe deletes and [`SICK`] the one the not-ready
+/// probe makes report `Ready=False` (each used by one probe only, since the
 /// real cluster is shared by every probe of a run); [`SPARE`] keeps the zone
-/// healthy while two nodes are down (a lone unreachable node is never
-/// evicted: its zone is in full disruption).
-pub const NODES: [&str; 4] = [WORKER, SPARE, LOST, GONE];
+/// healthy while nodes are down (a lone unreachable node is never
+/// evicted: its zone is in full disruption). At most two may be down at
+/// once (the pod GC probe deletes its node at once): with three, the zone
+/// is in partial disruption, where a cluster this small taints nothing.
+pub const NODES: [&str; 5] = [WORKER, SPARE, LOST, GONE, SICK];
 /// Where probes run their pods.
 pub const WORKER: &str = "conf-1";
 /// A healthy second node.
@@ -29,6 +32,8 @@ pub const SPARE: &str = "conf-2";
 pub const LOST: &str = "conf-lost";
 /// The node the pod GC probe deletes.
 pub const GONE: &str = "conf-gone";
+/// The node whose kubelet the not-ready probe makes report `Ready=False`.
+pub const SICK: &str = "conf-sick";
 /// A static-token user of the real cluster that the 429 probe throttles.
 pub const THROTTLED_USER: &str = "conf-throttled";
 /// kube-sim's clock runs this many times faster than real time (its
@@ -528,6 +533,31 @@ impl Cluster {
                 .as_ref()
                 .context("no node agent")?
                 .oom_kill(&self.ns, pod)
+                .await
+                .map_err(|e| anyhow!("{e:#}")),
+        }
+    }
+
+    /// The node's kubelet reports `Ready=False` (`ready` false) and goes on
+    /// running its pods, or reports Ready again (kube-sim's admin API; the
+    /// node agent's).
+    pub async fn set_node_ready(&self, node: &str, ready: bool) -> Result<()> {
+        match &self.backend {
+            Backend::Sim(h) => h
+                .admin()
+                .set_node_ready(node, ready)
+                .await
+                .map_err(Into::into),
+            Backend::Real { agent, .. } => agent
+                .as_ref()
+                .context("no node agent")?
+                .set_health(
+                    node,
+                    tcab_node_agent::Health {
+                        not_ready: !ready,
+                        ..Default::default()
+                    },
+                )
                 .await
                 .map_err(|e| anyhow!("{e:#}")),
         }

@@ -8,6 +8,9 @@ use tcab_conformance::Cluster;
 /// How long a plain program runs (`kube-sim.tcab.dev/run-seconds`, read by
 /// kube-sim's kubelet and the node agent alike).
 pub const RUN_SECONDS: &str = "kube-sim.tcab.dev/run-seconds";
+/// How many lines a plain program writes to its log as it starts
+/// (`kube-sim.tcab.dev/log-lines`: `line 1`, `line 2`, ...).
+pub const LOG_LINES: &str = "kube-sim.tcab.dev/log-lines";
 /// A node that does not exist.
 pub const NOWHERE: &str = "conf-nowhere";
 
@@ -119,4 +122,19 @@ pub async fn job_pod_running(c: &Cluster, job: &str) -> Result<String> {
         .await?;
     running(c, &name).await?;
     Ok(name)
+}
+
+/// Waits until the pod's container is terminated; the pod then.
+pub async fn terminated(c: &Cluster, name: &str) -> Result<Value> {
+    let path = pod_path(c, name);
+    c.until(
+        &format!("pod {name} terminated"),
+        Duration::from_secs(60),
+        async || {
+            Ok(c.object(&path)
+                .await?
+                .filter(|p| !p["status"]["containerStatuses"][0]["state"]["terminated"].is_null()))
+        },
+    )
+    .await
 }

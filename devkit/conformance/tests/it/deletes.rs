@@ -2,7 +2,9 @@
 //! `Delete`, `registry/rest/delete.go` `BeforeDelete`,
 //! `registry/generic/registry/dryrun.go`).
 
-use crate::common::{bound_nowhere, job, job_path, job_pod_running, pod, pod_path, running};
+use crate::common::{
+    bound_nowhere, job, job_path, job_pod_running, pod, pod_path, running, terminated,
+};
 use anyhow::Result;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -200,6 +202,88 @@ async fn dry_run_delete_unscheduled_pod() {
                     .unwrap_or(json!(false)),
             );
             o.put("exists", c.object(&path).await?.is_some());
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// Dry-run DELETEs a real one would carry out at once: a running pod forced
+/// (`gracePeriodSeconds=0`) and a finished pod (grace 0 by the pod
+/// strategy). Answered as the delete would be; both pods stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_delete_at_once() {
+    differential(
+        "deletes::dry_run_delete_at_once",
+        async |c: &Cluster, o: &mut Outcome| {
+            c.create(&c.pods(), &pod("live", Some(WORKER), 600)).await?;
+            c.create(&c.pods(), &pod("done", Some(WORKER), 1)).await?;
+            running(c, "live").await?;
+            terminated(c, "done").await?;
+            let a = c
+                .delete(
+                    &format!("{}?dryRun=All&gracePeriodSeconds=0", pod_path(c, "live")),
+                    None,
+                )
+                .await?;
+            o.answer("delete live forced", a.code, &a.body);
+            let a = c
+                .delete(&format!("{}?dryRun=All", pod_path(c, "done")), None)
+                .await?;
+            o.answer("delete done", a.code, &a.body);
+            c.sleep(Duration::from_secs(3)).await;
+            o.put("live after", pod_left(c, "live").await?);
+            o.put("done after", pod_left(c, "done").await?);
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// A dry-run DELETE of the namespace's pods (deletecollection), the options
+/// in the query and then in the body: answered with the pods it would
+/// delete, and every pod stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_delete_collection() {
+    differential(
+        "deletes::dry_run_delete_collection",
+        async |c: &Cluster, o: &mut Outcome| {
+            c.create(&c.pods(), &pod("a", Some(WORKER), 600)).await?;
+            c.create(&c.pods(), &pod("b", None, 600)).await?;
+            running(c, "a").await?;
+            let listed = |body: &Value| -> Vec<String> {
+                let mut items: Vec<String> = body["items"]
+                    .as_array()
+                    .map(|is| {
+                        is.iter()
+                            .map(|i| {
+                                format!(
+                                    "{} deleting={}",
+                                    i["metadata"]["name"].as_str().unwrap_or(""),
+                                    i["metadata"]["deletionTimestamp"].is_string()
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                items.sort();
+                items
+            };
+            let a = c.delete(&format!("{}?dryRun=All", c.pods()), None).await?;
+            o.put("delete (query).code", a.code);
+            o.put("delete (query).kind", a.body["kind"].clone());
+            o.put("delete (query).items", listed(&a.body));
+            let a = c
+                .delete(
+                    &c.pods(),
+                    Some(&json!({"dryRun": ["All"], "gracePeriodSeconds": 0})),
+                )
+                .await?;
+            o.put("delete (body).code", a.code);
+            o.put("delete (body).items", listed(&a.body));
+            c.sleep(Duration::from_secs(3)).await;
+            o.put("a after", pod_left(c, "a").await?);
+            o.put("b after", pod_left(c, "b").await?);
             Ok(())
         },
     )

@@ -3,11 +3,16 @@
 //! see the crate's README for the list and how a difference is judged.
 
 mod common;
+mod conflicts;
 mod deletes;
 mod gone;
 mod jobs;
+mod lists;
+mod logs;
+mod nodes;
 mod podgc;
 mod propagation;
 mod throttle;
+mod ttl;
 mod validation;
 mod watches;
