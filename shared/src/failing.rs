@@ -87,6 +87,7 @@ mod tests {
             active_pods: 0,
             ready_pods: 0,
             terminating_pods: u16::from(failing),
+            succeeded_pods: 0,
             rare: Rare {
                 failure_target: failing.then(|| JobCondition {
                     reason: "BackoffLimitExceeded".into(),

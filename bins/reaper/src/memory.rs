@@ -253,6 +253,7 @@ mod tests {
             active_pods: 0,
             ready_pods: 0,
             terminating_pods: terminating,
+            succeeded_pods: 0,
             rare: Rare {
                 failure_target: if failed || terminating > 0 {
                     condition()

@@ -287,6 +287,7 @@ mod tests {
             active_pods: u16::from(phase == JobPhase::Live),
             ready_pods: 0,
             terminating_pods: 0,
+            succeeded_pods: 0,
             rare: Rare {
                 failure_target: failed.then(|| condition("PodFailurePolicy")),
                 failed: failed.then(|| condition("PodFailurePolicy")),
