@@ -724,11 +724,40 @@ impl Stack {
     }
 }
 
-/// Whether a log line tells of an API request refused by RBAC (a 403
-/// `Forbidden` status, as kube-rs renders it).
+/// Whether a log line tells of an API request of the dispatcher refused by
+/// RBAC: the authorizer's words (`<resource> is forbidden: User "..." cannot
+/// <verb> ...`), or a failed call logged with `reason=forbidden` (a 403).
+/// An admission refusal the dispatcher quotes (a pod the API server would
+/// not create, `pods "x" is forbidden: violates PodSecurity ...`, read from
+/// a `FailedCreate` Event) is not one: no request of its own was refused.
 pub fn is_forbidden(line: &str) -> bool {
     let lower = line.to_ascii_lowercase();
-    lower.contains("forbidden") && (lower.contains("403") || lower.contains("is forbidden"))
+    let authorizer = lower
+        .find("is forbidden: user ")
+        .is_some_and(|at| lower[at..].contains(" cannot "));
+    authorizer || lower.contains("reason=forbidden") || lower.contains("\"reason\":\"forbidden\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_forbidden;
+
+    #[test]
+    fn an_rbac_refusal_is_told_from_a_quoted_admission_refusal() {
+        for refused in [
+            r#"WARN create failed error=jobs.batch is forbidden: User "system:serviceaccount:tcab:tcab-dispatcher" cannot create resource "jobs" in API group "batch" in the namespace "tcab""#,
+            "WARN cannot read the Job controller's FailedCreate Events reason=forbidden error=events is forbidden",
+            r#"{"level":"WARN","fields":{"reason":"forbidden","message":"..."}}"#,
+        ] {
+            assert!(is_forbidden(refused), "{refused}");
+        }
+        for quoted in [
+            r#"WARN judged dead: the cluster refuses to create the Job's pod cause=pod never started: the API server refused to create the Job's pod: FailedCreate: Error creating: pods "tcab-driver-a-b-" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true waited_s=403"#,
+            r#"INFO reported dead cause=... pods "x" is forbidden: error looking up service account tcab/sa: serviceaccount "sa" not found"#,
+        ] {
+            assert!(!is_forbidden(quoted), "{quoted}");
+        }
+    }
 }
 
 impl Drop for Stack {

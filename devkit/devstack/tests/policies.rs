@@ -14,10 +14,10 @@
 //! those two run on both clusters.
 //!
 //! The dispatcher quotes each refusal in its logs ("pods ... is
-//! forbidden: ..."), which the stack's RBAC check would take for a 403 of
-//! its own: the refusal scenarios check instead that every such line quotes
-//! the policy and that the API server's audit log shows no 403 for the
-//! dispatcher ([`only_the_policy_refused`]).
+//! forbidden: ..."); the stack's RBAC check tells those from a 403 of its
+//! own (the authorizer's words, or `reason=forbidden`), and the refusal
+//! scenarios check besides that the API server's audit log shows no 403
+//! for the dispatcher ([`only_the_policy_refused`]).
 
 #[macro_use]
 mod common;
@@ -69,10 +69,9 @@ fn set_env(o: &mut StackOptions, name: &str, value: &str) {
     o.extra_env.push((name.to_owned(), value.to_owned()));
 }
 
-/// The refusal scenarios' stack: a short start grace, the RBAC check left
-/// to [`only_the_policy_refused`].
+/// The refusal scenarios' stack: a short start grace.
 async fn stack(kind: ClusterKind, tune: impl FnOnce(&mut StackOptions)) -> TestStack {
-    let mut t = TestStack::start(kind, |o| {
+    TestStack::start(kind, |o| {
         set_env(
             o,
             "TCAB_DISPATCHER_START_GRACE_SECONDS",
@@ -80,9 +79,7 @@ async fn stack(kind: ClusterKind, tune: impl FnOnce(&mut StackOptions)) -> TestS
         );
         tune(o);
     })
-    .await;
-    t.expect_forbidden();
-    t
+    .await
 }
 
 /// A run that finishes quickly and makes no sandbox (a policy of the
@@ -649,7 +646,95 @@ async fn a_driver_preempted_by_a_higher_priority_pod_is_reported_preempted(kind:
     );
 }
 
+/// The admitter's start-up check with the namespace already enforcing
+/// PodSecurity `restricted`: the dry run of a Job built from settings that
+/// do not meet it comes back with PodSecurity's warning, and the admitter
+/// says so, naming the namespace's label and the settings, before its
+/// first claim. With the defaults, which meet `restricted`, it says
+/// nothing of the kind.
+async fn a_namespace_enforcing_restricted_is_named_at_start_before_the_first_claim() {
+    let mut t = stack(ClusterKind::Real, |o| {
+        for var in SECURITY_CONTEXTS {
+            set_env(o, var, "{}");
+        }
+    })
+    .await;
+    admitter_ready(&t).await;
+    t.stack.stop_container(Container::Admitter).await;
+    let api = t.stack.cluster.clone();
+    let ns = t.ns();
+    policy::label_namespace(&api, &ns, &ENFORCE_RESTRICTED)
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    let e = enqueue(&t, 1, 1, "at-start").await;
+    let from = t.stack.log(Container::Admitter).len();
+    t.stack
+        .start_container(Container::Admitter)
+        .await
+        .unwrap_or_else(|e| t.fail(format!("the admitter restarts: {e}")));
+    // Its first admission comes after the check.
+    let id = &e.runs[0];
+    t.run_until(id, "the run claimed", LIMIT, |j| j["state"] != "queued")
+        .await;
+    wait_for("the first admission logged", LIMIT, || async {
+        let log = t.stack.log(Container::Admitter);
+        Ok(log[from..].contains(" admitted").then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let log = t.stack.log(Container::Admitter)[from..].to_owned();
+    let first_claim = log
+        .find(" admitted")
+        .unwrap_or_else(|| t.fail("no admission in the admitter's log"));
+    for (lane, settings) in [
+        ("driver", SECURITY_CONTEXTS[..2].to_vec()),
+        ("publisher", SECURITY_CONTEXTS[2..].to_vec()),
+    ] {
+        let wanted = format!("the {lane} pods violate PodSecurity \"restricted:latest\"");
+        let Some(at) = log.find(&wanted) else {
+            t.fail(format!("no start-up warning of the {lane} pods:\n{log}"));
+        };
+        if at > first_claim {
+            t.fail(format!("the {lane} warning came after the first claim:\n{log}"));
+        }
+        let start = log[..at].rfind('\n').map_or(0, |n| n + 1);
+        let line = log[start..].lines().next().unwrap_or_default();
+        for part in [
+            "start-up check",
+            &format!("namespace {ns}"),
+            "pod-security.kubernetes.io/enforce",
+            settings[0],
+            settings[1],
+        ] {
+            if !line.contains(part) {
+                t.fail(format!("the {lane} warning lacks {part:?}: {line}"));
+            }
+        }
+    }
+
+    // With the defaults, which meet restricted, no such warning.
+    t.stack.stop_container(Container::Admitter).await;
+    t.stack
+        .options
+        .extra_env
+        .retain(|(k, _)| !SECURITY_CONTEXTS.contains(&k.as_str()));
+    let from = t.stack.log(Container::Admitter).len();
+    t.stack
+        .start_container(Container::Admitter)
+        .await
+        .unwrap_or_else(|e| t.fail(format!("the admitter restarts: {e}")));
+    admitter_ready(&t).await;
+    let log = t.stack.log(Container::Admitter)[from..].to_owned();
+    if log.contains("violate PodSecurity") {
+        t.fail(format!("a warning with the defaults:\n{log}"));
+    }
+    if !log.contains("start-up check: the API server accepts") {
+        t.fail(format!("no start-up check after the restart:\n{log}"));
+    }
+}
+
 on_the_real_cluster!(
+    a_namespace_enforcing_restricted_is_named_at_start_before_the_first_claim,
     pod_security_restricted_refuses_jobs_without_security_contexts_then_the_defaults_drain,
     a_limit_range_below_the_request_refuses_the_pods_until_it_goes,
     an_exhausted_resource_quota_refuses_the_pods_until_it_is_freed,
