@@ -66,7 +66,8 @@ pub struct Access {
     /// The rest of the node agent's ready line (e.g. `admin
     /// http://127.0.0.1:PORT`), when the launcher runs the agent.
     pub node_agent_ready: Option<String>,
-    /// The shared owner's control socket (see [`Access::restart_apiserver`]),
+    /// The shared owner's control socket (see [`Access::restart_apiserver`],
+    /// [`Access::pause_controller_manager`]),
     /// for a control plane shared through [`crate::shared_with`].
     #[serde(default)]
     pub control_socket: Option<PathBuf>,
@@ -263,23 +264,58 @@ impl Access {
     /// restart: only a binary whose tests run one at a time should do this.
     pub async fn restart_apiserver(&self) -> Result<Duration, crate::RestartError> {
         use crate::RestartError;
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
         let path = self.control_socket.as_ref().ok_or(RestartError::NoOwner)?;
-        let owner = |source| RestartError::Owner {
-            path: path.clone(),
-            source,
-        };
-        let mut stream = tokio::net::UnixStream::connect(path).await.map_err(owner)?;
-        stream
-            .write_all(format!("{}\n", crate::shared::RESTART_APISERVER).as_bytes())
+        crate::shared::ask_owner(path, crate::shared::RESTART_APISERVER)
             .await
-            .map_err(owner)?;
-        let mut line = String::new();
-        BufReader::new(stream)
-            .read_line(&mut line)
+            .map_err(|source| RestartError::Owner {
+                path: path.clone(),
+                source,
+            })?
+            .map_err(RestartError::Refused)
+    }
+
+    /// Pauses the controller-manager of a shared control plane (see
+    /// `ControlPlane::pause_controller_manager`) by asking its owner
+    /// process. Every test of the binary meets the pause: only a binary
+    /// whose tests run one at a time should do this, and it must resume it
+    /// ([`Access::resume_controller_manager`]) however the test ends.
+    pub async fn pause_controller_manager(&self) -> Result<Duration, crate::PauseError> {
+        self.ask_owner_about_the_controller_manager(
+            crate::shared::PAUSE_CONTROLLER_MANAGER,
+            "pause kube-controller-manager",
+        )
+        .await
+    }
+
+    /// Resumes the controller-manager of a shared control plane (see
+    /// `ControlPlane::resume_controller_manager`) by asking its owner
+    /// process; a no-op when it runs.
+    pub async fn resume_controller_manager(&self) -> Result<Duration, crate::PauseError> {
+        self.ask_owner_about_the_controller_manager(
+            crate::shared::RESUME_CONTROLLER_MANAGER,
+            "resume kube-controller-manager",
+        )
+        .await
+    }
+
+    async fn ask_owner_about_the_controller_manager(
+        &self,
+        request: &str,
+        what: &'static str,
+    ) -> Result<Duration, crate::PauseError> {
+        use crate::PauseError;
+        let path = self
+            .control_socket
+            .as_ref()
+            .ok_or(PauseError::NoOwner(what))?;
+        crate::shared::ask_owner(path, request)
             .await
-            .map_err(owner)?;
-        crate::shared::parse_restart_answer(&line)
+            .map_err(|source| PauseError::Owner {
+                what,
+                path: path.clone(),
+                source,
+            })?
+            .map_err(|why| PauseError::Refused { what, why })
     }
 
     /// Waits until every named Node is Ready with the not-ready taint

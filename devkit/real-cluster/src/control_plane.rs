@@ -251,6 +251,49 @@ pub enum RestartError {
     Refused(String),
 }
 
+/// A pause or a resume of kube-controller-manager that did not take.
+#[derive(Debug, thiserror::Error)]
+pub enum PauseError {
+    #[error("the control plane runs no kube-controller-manager")]
+    NoControllerManager,
+    #[error("kube-controller-manager has exited ({0})")]
+    Exited(String),
+    #[error("cannot send {signal} to kube-controller-manager")]
+    Signal {
+        signal: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "kube-controller-manager was not stopped within {after:?} of its SIGSTOP; last seen: {last_seen}"
+    )]
+    NotStopped { after: Duration, last_seen: String },
+    #[error(
+        "kube-controller-manager's /healthz did not answer 200 within {after:?} of its SIGCONT; last seen: {last_seen}"
+    )]
+    NotResumed { after: Duration, last_seen: String },
+    /// `Access::pause_controller_manager` (or resume) of a control plane
+    /// with no owner process to ask (one started in this process: call the
+    /// `ControlPlane` method).
+    #[error(
+        "this control plane has no owner process to ask to {0} (a shared one's owner does; call ControlPlane's own method on yours)"
+    )]
+    NoOwner(&'static str),
+    #[error("asking the shared control plane's owner ({}) to {what}", path.display())]
+    Owner {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the shared control plane's owner could not {what}: {why}")]
+    Refused { what: &'static str, why: String },
+}
+
+/// How long a pause may take to stop every thread of the controller-manager
+/// (it takes milliseconds).
+const PAUSE_LIMIT: Duration = Duration::from_secs(10);
+
 impl ControlPlane {
     /// Starts etcd, kube-apiserver, kube-controller-manager and
     /// kube-scheduler and waits until they are ready (see the module's doc),
@@ -435,10 +478,92 @@ impl ControlPlane {
         }
     }
 
+    /// Pauses kube-controller-manager as a controller-manager that is down
+    /// looks to the cluster: SIGSTOP to its process, then waits until every
+    /// thread of it is stopped. Until it resumes no controller of it acts:
+    /// a Job gets no pod and no Event, a node is not tainted, nothing is
+    /// garbage-collected; the API server, etcd, the scheduler and the nodes
+    /// go on. Its process, port and connections stay (the API server may
+    /// close a watch it stopped reading; it is opened again on resume).
+    /// Pausing a paused one is a no-op. A stop or a drop of the control
+    /// plane ends a paused one as a running one. Returns how long it took.
+    pub async fn pause_controller_manager(&mut self) -> Result<Duration, PauseError> {
+        let began = Instant::now();
+        let c = self.controller_manager()?;
+        let pid = c.pid();
+        c.signal(nix::sys::signal::Signal::SIGSTOP)
+            .map_err(|source| PauseError::Signal {
+                signal: "SIGSTOP",
+                source,
+            })?;
+        loop {
+            let seen = match crate::process::all_threads_stopped(pid) {
+                Ok(()) => return Ok(began.elapsed()),
+                Err(seen) => seen,
+            };
+            if began.elapsed() >= PAUSE_LIMIT {
+                return Err(PauseError::NotStopped {
+                    after: PAUSE_LIMIT,
+                    last_seen: seen,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Resumes a paused kube-controller-manager (SIGCONT) and waits until its
+    /// `/healthz` answers 200, within the start's `ready_timeout`: its
+    /// controllers take up where they stopped (a Job made meanwhile gets its
+    /// pod). Resuming a running one is a no-op. Returns how long it took.
+    pub async fn resume_controller_manager(&mut self) -> Result<Duration, PauseError> {
+        let began = Instant::now();
+        let port = self.ports.controller_manager;
+        let limit = self.ready_timeout;
+        self.controller_manager()?
+            .signal(nix::sys::signal::Signal::SIGCONT)
+            .map_err(|source| PauseError::Signal {
+                signal: "SIGCONT",
+                source,
+            })?;
+        let http = health_client().map_err(|e| PauseError::NotResumed {
+            after: Duration::ZERO,
+            last_seen: format!("no client for its /healthz: {e}"),
+        })?;
+        let url = format!("https://127.0.0.1:{port}/healthz");
+        loop {
+            let seen = match get_ok(&http, &url).await {
+                Ok(()) => return Ok(began.elapsed()),
+                Err(seen) => seen,
+            };
+            self.controller_manager()?;
+            if began.elapsed() >= limit {
+                return Err(PauseError::NotResumed {
+                    after: limit,
+                    last_seen: seen,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The running kube-controller-manager.
+    fn controller_manager(&mut self) -> Result<&mut Component, PauseError> {
+        let c = self
+            .components
+            .iter_mut()
+            .find(|c| c.name == "kube-controller-manager")
+            .ok_or(PauseError::NoControllerManager)?;
+        match c.exited() {
+            Some(status) => Err(PauseError::Exited(status.to_string())),
+            None => Ok(c),
+        }
+    }
+
     /// Stops every component in reverse start order (SIGTERM, then SIGKILL
     /// after the grace), etcd last, and removes a temporary work dir. The
     /// scheduler exiting 1 and the controller-manager dying of SIGTERM are
-    /// their normal ways out.
+    /// their normal ways out. A paused controller-manager is continued after
+    /// its SIGTERM, so it stops the same way.
     pub async fn stop(mut self) -> StopReport {
         let mut report = Vec::new();
         while let Some(mut c) = self.components.pop() {

@@ -40,8 +40,8 @@ pub use bins::{
     workspace_root,
 };
 pub use control_plane::{
-    CONTROLLERS, ControlPlane, Failure, LogTail, LogTails, Logs, Ports, PrepareError, RestartError,
-    SERVICE_ACCOUNT_ISSUER, StartError, StartTimes, StopReport, TAIL_LINES,
+    CONTROLLERS, ControlPlane, Failure, LogTail, LogTails, Logs, PauseError, Ports, PrepareError,
+    RestartError, SERVICE_ACCOUNT_ISSUER, StartError, StartTimes, StopReport, TAIL_LINES,
 };
 pub use process::children_die_with_us;
 pub use settings::{ExtraArgs, Identity, NodeAgent, Settings, Timings};

@@ -87,11 +87,19 @@ impl Component {
     }
 
     fn signal_group(&self, signal: Signal) {
-        // The group is the child's PID (process_group(0)). ESRCH: gone already.
-        let _ = killpg(Pid::from_raw(self.pid() as i32), signal);
+        // ESRCH: gone already.
+        let _ = self.signal(signal);
     }
 
-    /// SIGTERM to its process group; SIGKILL after `grace`. Waits for the exit.
+    /// Sends `signal` to its process group (the group is the child's PID:
+    /// `process_group(0)`).
+    pub fn signal(&self, signal: Signal) -> io::Result<()> {
+        killpg(Pid::from_raw(self.pid() as i32), signal).map_err(io::Error::from)
+    }
+
+    /// SIGTERM to its process group, then SIGCONT (a stopped process acts on
+    /// its SIGTERM only once continued, as systemd knows); SIGKILL after
+    /// `grace`. Waits for the exit.
     pub async fn stop(&mut self, grace: Duration) -> Stopped {
         if let Some(status) = self.exited() {
             // Whatever it forked still goes.
@@ -99,6 +107,7 @@ impl Component {
             return Stopped::Already(status);
         }
         self.signal_group(Signal::SIGTERM);
+        self.signal_group(Signal::SIGCONT);
         let deadline = tokio::time::Instant::now() + grace;
         while tokio::time::Instant::now() < deadline {
             if let Some(status) = self.exited() {
@@ -126,6 +135,35 @@ impl Drop for Component {
         if self.status.is_none() {
             self.kill_now();
         }
+    }
+}
+
+/// `Ok` when every thread of process `pid` is stopped by a signal (state
+/// `T` in `/proc/<pid>/task/*/stat`), else the states seen.
+pub(crate) fn all_threads_stopped(pid: u32) -> Result<(), String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|e| format!("/proc/{pid}/task: {e}"))?;
+    let mut running = Vec::new();
+    let mut count = 0;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // a thread that just ended
+        };
+        count += 1;
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        let state = state.chars().next().unwrap_or('?');
+        if state != 'T' {
+            running.push(format!("{}: {state}", task.file_name().to_string_lossy()));
+        }
+    }
+    if count > 0 && running.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {count} threads not stopped ({})",
+            running.len(),
+            running.join(", ")
+        ))
     }
 }
 

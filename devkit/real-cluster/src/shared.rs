@@ -391,7 +391,8 @@ async fn serve(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
         cp.api_url,
         std::process::id()
     );
-    // Restarts of the API server are asked for here (Access::restart_apiserver).
+    // Restarts of the API server and pauses of the controller-manager are
+    // asked for here (Access::restart_apiserver, Access::pause_controller_manager).
     let control_path = dir.join("control.sock");
     let _ = std::fs::remove_file(&control_path);
     let control = tokio::net::UnixListener::bind(&control_path)?;
@@ -448,40 +449,73 @@ async fn serve(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The one request of the owner's control socket: a line with this word.
+/// The owner's control socket's requests, each one line with its word:
+/// restart the API server ([`crate::Access::restart_apiserver`]), pause and
+/// resume the controller-manager ([`crate::Access::pause_controller_manager`]).
 pub(crate) const RESTART_APISERVER: &str = "restart-apiserver";
+pub(crate) const PAUSE_CONTROLLER_MANAGER: &str = "pause-controller-manager";
+pub(crate) const RESUME_CONTROLLER_MANAGER: &str = "resume-controller-manager";
 
 /// Answers one connection to the control socket: reads a request line,
-/// carries it out, answers `ok <milliseconds>` or `error <why>`.
+/// carries it out, answers `ok <milliseconds it took>` or `error <why>`.
 async fn serve_control(cp: &mut ControlPlane, stream: tokio::net::UnixStream) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     let read = tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line)).await;
-    let answer = match (read, line.trim()) {
+    let outcome: Result<Duration, String> = match (read, line.trim()) {
         (Ok(Ok(_)), RESTART_APISERVER) => {
             eprintln!("restarting the API server, as asked");
-            match cp.restart_apiserver().await {
-                Ok(took) => {
-                    eprintln!("the API server is back after {took:?}");
-                    format!("ok {}\n", took.as_millis())
-                }
-                Err(e) => {
-                    let why = crate::error_chain(&e).replace('\n', " | ");
-                    eprintln!("the API server restart failed: {why}");
-                    format!("error {why}\n")
-                }
-            }
+            cp.restart_apiserver()
+                .await
+                .map_err(|e| crate::error_chain(&e))
         }
-        (Ok(Ok(_)), other) => format!("error unknown request {other:?}\n"),
-        (Ok(Err(e)), _) => format!("error reading the request: {e}\n"),
-        (Err(_), _) => "error no request within 5 s\n".to_owned(),
+        (Ok(Ok(_)), PAUSE_CONTROLLER_MANAGER) => {
+            eprintln!("pausing kube-controller-manager, as asked");
+            cp.pause_controller_manager()
+                .await
+                .map_err(|e| crate::error_chain(&e))
+        }
+        (Ok(Ok(_)), RESUME_CONTROLLER_MANAGER) => {
+            eprintln!("resuming kube-controller-manager, as asked");
+            cp.resume_controller_manager()
+                .await
+                .map_err(|e| crate::error_chain(&e))
+        }
+        (Ok(Ok(_)), other) => Err(format!("unknown request {other:?}")),
+        (Ok(Err(e)), _) => Err(format!("reading the request: {e}")),
+        (Err(_), _) => Err("no request within 5 s".to_owned()),
+    };
+    let answer = match outcome {
+        Ok(took) => {
+            eprintln!("done in {took:?}");
+            format!("ok {}\n", took.as_millis())
+        }
+        Err(why) => {
+            let why = why.replace('\n', " | ");
+            eprintln!("failed: {why}");
+            format!("error {why}\n")
+        }
     };
     let _ = reader.get_mut().write_all(answer.as_bytes()).await;
 }
 
-/// Reads the owner's answer to a restart request.
-pub(crate) fn parse_restart_answer(line: &str) -> Result<Duration, crate::RestartError> {
+/// Sends one request line to the owner's control socket at `path` and
+/// reads its answer: how long the request took, or why it failed.
+pub(crate) async fn ask_owner(
+    path: &Path,
+    request: &str,
+) -> std::io::Result<Result<Duration, String>> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut stream = tokio::net::UnixStream::connect(path).await?;
+    stream.write_all(format!("{request}\n").as_bytes()).await?;
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).await?;
+    Ok(parse_answer(&line))
+}
+
+/// Reads the owner's answer line.
+pub(crate) fn parse_answer(line: &str) -> Result<Duration, String> {
     let line = line.trim();
     if let Some(ms) = line.strip_prefix("ok ")
         && let Ok(ms) = ms.parse::<u64>()
@@ -489,11 +523,11 @@ pub(crate) fn parse_restart_answer(line: &str) -> Result<Duration, crate::Restar
         return Ok(Duration::from_millis(ms));
     }
     let why = line.strip_prefix("error ").unwrap_or(line);
-    Err(crate::RestartError::Refused(if why.is_empty() {
+    Err(if why.is_empty() {
         "the owner closed the connection without an answer (it may have died)".to_owned()
     } else {
         why.to_owned()
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -501,14 +535,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_owners_restart_answers_are_read() {
+    fn the_owners_answers_are_read() {
+        assert_eq!(parse_answer("ok 3250\n"), Ok(Duration::from_millis(3250)));
         assert_eq!(
-            parse_restart_answer("ok 3250\n").unwrap(),
-            Duration::from_millis(3250)
+            parse_answer("error kube-apiserver exited (1)\n"),
+            Err("kube-apiserver exited (1)".to_owned())
         );
-        let e = parse_restart_answer("error kube-apiserver exited (1)\n").unwrap_err();
-        assert!(e.to_string().contains("kube-apiserver exited (1)"), "{e}");
-        let e = parse_restart_answer("").unwrap_err();
-        assert!(e.to_string().contains("without an answer"), "{e}");
+        let e = parse_answer("").unwrap_err();
+        assert!(e.contains("without an answer"), "{e}");
     }
 }

@@ -4,5 +4,6 @@
 
 mod api;
 mod lifecycle;
+mod pause;
 mod shared;
 mod support;
