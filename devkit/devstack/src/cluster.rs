@@ -17,6 +17,7 @@
 //! | `delete_node`, `out_of_service` | its Node | a DELETE of the Node, the `node.kubernetes.io/out-of-service` taint |
 //! | `set_unpullable` | its kubelets | the node agent |
 //! | `audit` | its timeline | the audit log read into the same entries ([`crate::timeline`]) |
+//! | `dispatcher_writes` | its timeline's changes by the dispatcher | the dispatcher's requests in the audit log ([`timeline::writes_of`]) |
 //! | `never_pod_next`, `never_pod_named` | its switch: the Job's pods are never made, and nothing says why | a ValidatingAdmissionPolicy refusing the Job's pods ([`crate::policy`]): a refusal, with the Job controller's `FailedCreate` Events, that the dispatcher fails after its start grace |
 //! | `preempt` | its call: the scheduler's condition, the delete, the Event | a real preemption by a pod of a higher priority that fits only without the victim ([`crate::preempt`]) |
 //! | `compact` | its admin call | unsupported ([`UNSUPPORTED`] says why) |
@@ -426,6 +427,52 @@ impl ClusterAdmin {
                 }
             }
             Inner::Real(r) => Ok(r.timeline()?),
+        }
+    }
+
+    /// The creates and deletes of Jobs and Pods the dispatcher made (of the
+    /// stack's namespaces), in the order the API server received them, each
+    /// with when it was received and when answered. On the real cluster from
+    /// the audit log's requests ([`timeline::writes_of`]); on kube-sim from
+    /// its timeline, where a write's one time is its commit, which falls
+    /// between the request's receipt and its answer (a delete is the
+    /// dispatcher's first change of the object that marks it deleted or
+    /// removes it).
+    pub async fn dispatcher_writes(&self) -> Result<Vec<timeline::Write>, AdminError> {
+        match &self.inner {
+            Inner::Sim(_) => {
+                let entries = self.audit().await?;
+                let mut deleted = std::collections::BTreeSet::new();
+                let mut writes = Vec::new();
+                for e in entries {
+                    if e.actor != tcab_kube_sim::audit::Actor::Rbac {
+                        continue;
+                    }
+                    let verb = if e.event == "ADDED" {
+                        "create"
+                    } else if (e.deleting || e.event == "DELETED") && deleted.insert(e.uid.clone())
+                    {
+                        "delete"
+                    } else {
+                        continue;
+                    };
+                    writes.push(timeline::Write {
+                        verb: verb.to_owned(),
+                        kind: e.kind,
+                        namespace: e.namespace,
+                        name: e.name,
+                        received: e.at,
+                        completed: e.at,
+                    });
+                }
+                Ok(writes)
+            }
+            Inner::Real(r) => {
+                let namespaces: Vec<&str> = r.namespaces.iter().map(String::as_str).collect();
+                let text = timeline::read_audit_log(&r.audit_log, &namespaces)
+                    .context("reading the audit log")?;
+                Ok(timeline::writes_of(&text, &namespaces, &r.dispatcher_user))
+            }
         }
     }
 

@@ -22,6 +22,7 @@ pub mod real;
 pub mod scrape;
 pub mod stack;
 pub mod timeline;
+pub mod vault_recorder;
 
 pub use cluster::{AdminError, ClusterAdmin, ClusterKind};
 pub use stack::{Container, Stack, StackOptions, wait_for};

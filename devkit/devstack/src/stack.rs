@@ -8,6 +8,7 @@ use crate::console::{Backend, Cluster};
 use crate::process::{Proc, Spec, tail};
 use crate::real::RealCluster;
 use crate::scrape::{DispatcherView, Scrape};
+use crate::vault_recorder::VaultRecorder;
 use anyhow::{Context, bail};
 use kube::config::Kubeconfig;
 use secrecy::ExposeSecret;
@@ -151,6 +152,9 @@ pub struct Stack {
     pub real: Option<RealCluster>,
     bins: PathBuf,
     vault_addr: String,
+    /// Where the admitter calls the vault instead, when a
+    /// [`VaultRecorder`] stands in front of the lease-keeper's.
+    admitter_vault_addr: Option<String>,
     /// Each container's metrics address (127.0.0.1, a port of its own).
     metrics_addrs: BTreeMap<Container, String>,
     http: reqwest::Client,
@@ -350,6 +354,7 @@ impl Stack {
             real,
             bins,
             vault_addr: format!("127.0.0.1:{}", free_port()?),
+            admitter_vault_addr: None,
             metrics_addrs: Container::ALL
                 .into_iter()
                 .map(|c| Ok((c, format!("127.0.0.1:{}", free_port()?))))
@@ -468,8 +473,26 @@ impl Stack {
                 ));
             }
         }
+        if let (Container::Admitter, Some(addr)) = (c, &self.admitter_vault_addr) {
+            env.push(("TCAB_DISPATCHER_VAULT_ADDR".into(), addr.clone()));
+        }
         env.extend(o.extra_env.iter().cloned());
         env
+    }
+
+    /// Puts a [`VaultRecorder`] between the admitter and the lease-keeper's
+    /// vault: the admitter (restarted now if it runs, and on every later
+    /// start) calls the recorder, which forwards each call to the
+    /// lease-keeper and notes the vault's. The recording lasts while the
+    /// returned recorder lives.
+    pub async fn record_vault_calls(&mut self) -> anyhow::Result<VaultRecorder> {
+        let recorder = VaultRecorder::start(&self.vault_addr).await?;
+        self.admitter_vault_addr = Some(recorder.addr());
+        if self.is_running(Container::Admitter) {
+            self.stop_container(Container::Admitter).await;
+            self.start_container(Container::Admitter).await?;
+        }
+        Ok(recorder)
     }
 
     /// The base URL of a container's endpoints (`/metrics`, `/healthz`, `/readyz`).

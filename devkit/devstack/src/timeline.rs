@@ -460,6 +460,73 @@ pub fn requests_of(text: &str, user: &str) -> Vec<AuditedRequest> {
     out
 }
 
+/// One create or delete of a Job or a Pod that the API server carried out,
+/// with when it received the request and when it answered: the order of
+/// two writes one client made one after the other, read from the server's
+/// side. A write answered before another was received came first, whatever
+/// order etcd's revisions put the objects in (a deleted object's revision
+/// is the one it had before its delete).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// `create` or `delete`.
+    pub verb: String,
+    /// `Job` or `Pod`.
+    pub kind: String,
+    /// The object's namespace.
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+    /// When the API server received the request (`requestReceivedTimestamp`).
+    pub received: Timestamp,
+    /// When it had answered (the `ResponseComplete` stage's timestamp).
+    pub completed: Timestamp,
+}
+
+/// The creates and deletes of Jobs and Pods in `namespaces` that `user`
+/// made and the API server carried out (2xx, not a dry run), from the audit
+/// log, in the order they were received.
+pub fn writes_of(text: &str, namespaces: &[&str], user: &str) -> Vec<Write> {
+    let mut out: Vec<Write> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| {
+            let r = &e["objectRef"];
+            let kind = match r["resource"].as_str()? {
+                "jobs" => "Job",
+                "pods" => "Pod",
+                _ => return None,
+            };
+            let verb = e["verb"].as_str()?;
+            let namespace = r["namespace"].as_str()?;
+            let carried_out = e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == user
+                && matches!(verb, "create" | "delete")
+                && r["subresource"].is_null()
+                && namespaces.contains(&namespace)
+                && e["responseStatus"]["code"]
+                    .as_u64()
+                    .is_some_and(|c| (200..300).contains(&c))
+                && !e["requestURI"]
+                    .as_str()
+                    .is_some_and(|u| u.contains("dryRun="));
+            if !carried_out {
+                return None;
+            }
+            let at = |field: &str| e[field].as_str()?.parse::<Timestamp>().ok();
+            Some(Write {
+                verb: verb.to_owned(),
+                kind: kind.to_owned(),
+                namespace: namespace.to_owned(),
+                name: r["name"].as_str()?.to_owned(),
+                received: at("requestReceivedTimestamp")?,
+                completed: at("stageTimestamp")?,
+            })
+        })
+        .collect();
+    out.sort_by_key(|w| (w.received, w.completed));
+    out
+}
+
 /// How many of `requests` were received in `[from, to)`, by call.
 pub fn count_calls<'a>(
     requests: impl IntoIterator<Item = &'a AuditedRequest>,
@@ -776,6 +843,78 @@ mod tests {
             "{t:?}"
         );
         assert!(live_jobs(&t).is_empty(), "{t:?}");
+    }
+
+    #[test]
+    fn the_dispatchers_writes_carry_when_they_were_received_and_answered() {
+        let write = |verb: &str, name: &str, received: &str, completed: &str| {
+            json!({"stage": "ResponseComplete", "verb": verb,
+                "user": {"username": DISPATCHER},
+                "objectRef": {"resource": "jobs", "namespace": "t", "name": name},
+                "requestURI": "/apis/batch/v1/namespaces/t/jobs",
+                "responseStatus": {"code": 201},
+                "requestReceivedTimestamp": received, "stageTimestamp": completed})
+        };
+        let mut dry = write(
+            "create",
+            "preflight",
+            "2026-12-01T10:00:00.000001Z",
+            "2026-12-01T10:00:00.000002Z",
+        );
+        dry["requestURI"] = json!("/apis/batch/v1/namespaces/t/jobs?dryRun=All");
+        let mut refused = write(
+            "create",
+            "refused",
+            "2026-12-01T10:00:00.5Z",
+            "2026-12-01T10:00:00.6Z",
+        );
+        refused["responseStatus"]["code"] = json!(422);
+        let mut started = write(
+            "create",
+            "new",
+            "2026-12-01T10:00:02.000100Z",
+            "2026-12-01T10:00:02.000300Z",
+        );
+        started["stage"] = json!("RequestReceived");
+        let mut others = write(
+            "delete",
+            "someone",
+            "2026-12-01T10:00:01Z",
+            "2026-12-01T10:00:01Z",
+        );
+        others["user"]["username"] = json!("admin");
+        let log = [
+            write(
+                "create",
+                "new",
+                "2026-12-01T10:00:02.000100Z",
+                "2026-12-01T10:00:02.000300Z",
+            ),
+            started,
+            write(
+                "delete",
+                "stale",
+                "2026-12-01T10:00:01.9Z",
+                "2026-12-01T10:00:02.000050Z",
+            ),
+            dry,
+            refused,
+            others,
+        ]
+        .map(|v| v.to_string())
+        .join("\n");
+        let writes = writes_of(&log, &["t"], DISPATCHER);
+        let seen: Vec<(&str, &str)> = writes
+            .iter()
+            .map(|w| (w.verb.as_str(), w.name.as_str()))
+            .collect();
+        assert_eq!(seen, [("delete", "stale"), ("create", "new")]);
+        assert!(writes[0].completed < writes[1].received);
+        assert_eq!(
+            writes[1].completed,
+            "2026-12-01T10:00:02.0003Z".parse::<Timestamp>().unwrap()
+        );
+        assert!(writes_of(&log, &["u"], DISPATCHER).is_empty());
     }
 
     #[test]

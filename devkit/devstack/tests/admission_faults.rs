@@ -1,5 +1,7 @@
-//! End to end, issue 18 (the admitter's half): one live Job per backend job
-//! when the backend's clock steps past a lease, a poisoned claim ends once,
+//! End to end, issue 18 (the admitter's half): each claim's token in the
+//! vault before its Job exists, one live Job per backend job (the stale one
+//! deleted before the new one is created) when the backend's clock steps
+//! past a lease, a poisoned claim ends once,
 //! settings the API server refuses stop the admitter with exit code 2, and a
 //! cap of 0 pauses a lane while renewals go on. The three real binaries as
 //! processes against kube-sim (`::sim`) or the real control plane (`::real`),
@@ -8,7 +10,7 @@
 #[macro_use]
 mod common;
 
-use common::{ClusterKind, TestStack, run};
+use common::{ClusterKind, RunBy, TestStack, run};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tcab_devstack::{Container, wait_for};
@@ -62,13 +64,23 @@ async fn admitter_metric(t: &TestStack, name: &str, with: &[(&str, &str)]) -> f6
 /// would fail such a Job, outlasts the test) and renewals are held by a stalled
 /// backend call: the admitter's next claim makes the backend requeue the run
 /// and hand it out again. Before the new claim's Job, the admitter deletes
-/// the stale one: one live Job for the run, which then finishes once.
+/// the stale one: one live Job for the run, which then finishes once. The
+/// order is read from the cluster's, the vault's and the backend's records:
+/// the new claim's token was put in the vault and the stale Job's delete
+/// answered before the new Job's create reached the API server.
+// `faults::a_claim_applied_late_requeues_...` checks the same order on both
+// clusters, with a pod that cannot pull its image.
 async fn a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job(kind: ClusterKind) {
-    let t = TestStack::start(kind, |o| {
+    let mut t = TestStack::start(kind, |o| {
         o.extra_env
             .push(("TCAB_DISPATCHER_START_GRACE_SECONDS".into(), "600".into()));
     })
     .await;
+    let recorder = t
+        .stack
+        .record_vault_calls()
+        .await
+        .expect("the vault recorder");
     t.admin().never_pod_next(1).await.expect("never-pod");
     let id = t
         .stack
@@ -123,6 +135,50 @@ async fn a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job(kind:
         j["state"] == "succeeded"
     })
     .await;
+    t.assert_deleted_before_created(&first, &live[0]).await;
+    assert_eq!(
+        t.assert_tokens_put_before_creates(&recorder).await,
+        2,
+        "both claims' Jobs checked"
+    );
+}
+
+/// Each claim's per-job token is in the lease-keeper's vault before its Job
+/// exists, so a death seen right after the create finds it. For every Job
+/// the dispatcher created, of both lanes: the backend's history shows the
+/// claim, then the vault's `Put` of that claim (recorded between the
+/// admitter and the lease-keeper) was answered, and only then did the API
+/// server receive the Job's create.
+async fn each_claims_token_is_in_the_vault_before_its_job_is_created(kind: ClusterKind) {
+    let mut t = TestStack::start(kind, |_| {}).await;
+    let recorder = t
+        .stack
+        .record_vault_calls()
+        .await
+        .expect("the vault recorder");
+    let runs = (0..4)
+        .map(|i| run(&format!("ordered-{i}"), json!({"duration_ms": 300})))
+        .collect();
+    t.stack.backend.enqueue_batch(runs).await.expect("enqueue");
+    for i in 0..2 {
+        t.stack
+            .backend
+            .enqueue_publish(json!({"release": format!("o{i}"), "sim": {"duration_ms": 200}}))
+            .await
+            .expect("enqueue publish");
+    }
+    let (runs, pubs) = t.drained(Duration::from_secs(60), RunBy::Processes).await;
+    assert!(
+        runs.iter()
+            .chain(pubs.iter())
+            .all(|j| j["state"] == "succeeded"),
+        "{runs:?} {pubs:?}"
+    );
+    assert_eq!(
+        t.assert_tokens_put_before_creates(&recorder).await,
+        6,
+        "every run's and publish's Job checked"
+    );
 }
 
 /// A publish claim the backend committed but answered without its request
@@ -298,6 +354,7 @@ async fn a_cap_of_zero_admits_nothing_while_renewals_go_on(kind: ClusterKind) {
 
 on_both_clusters!(
     a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job,
+    each_claims_token_is_in_the_vault_before_its_job_is_created,
     a_poisoned_claim_is_reported_failed_once,
     a_memory_limit_below_its_request_exits_2_naming_the_variable,
     a_setting_the_api_server_refuses_at_the_dry_run_exits_2_before_any_claim,

@@ -57,12 +57,18 @@ fn finished(job: &Value) -> bool {
 async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_stopped(
     kind: ClusterKind,
 ) {
-    let t = TestStack::start(kind, |o| {
+    let mut t = TestStack::start(kind, |o| {
         o.lease_seconds = 10;
         // Image pull back-offs (10 s doubling, in sim time) pass quickly.
         o.cluster_speed = 20.0;
     })
     .await;
+    // The order of each admission is read from the vault's calls too.
+    let recorder = t
+        .stack
+        .record_vault_calls()
+        .await
+        .expect("the vault recorder");
     let admin = t.admin();
     admin
         .set_unpullable(DRIVER_IMAGE, true)
@@ -158,7 +164,7 @@ async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_
         .cloned()
         .expect("the second run's first Job");
     let needle = format!("job_id={x2}");
-    wait_for(
+    let new_job_2 = wait_for(
         "the second run's stale Job deleted before its new claim's Job",
         Duration::from_secs(40),
         || async {
@@ -172,7 +178,7 @@ async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_
                 .into_iter()
                 .filter(|(_, claim)| *claim != stale_claim_2)
                 .collect();
-            Ok((deleted && live.len() == 1).then_some(()))
+            Ok((deleted && live.len() == 1).then(|| live[0].0.clone()))
         },
     )
     .await
@@ -201,6 +207,13 @@ async fn a_claim_applied_late_requeues_an_unstarted_run_and_its_stale_driver_is_
         record.refused,
         t.logs()
     );
+    // By the API server's own record, the stale Job's delete was answered
+    // before the new claim's create arrived; and every claim's token was in
+    // the vault before its Job was created.
+    t.assert_deleted_before_created(&stale_job_2, &new_job_2)
+        .await;
+    let checked = t.assert_tokens_put_before_creates(&recorder).await;
+    assert!(checked >= 4, "both runs' Jobs of both claims: {checked}");
     assert!(verdict.violations.is_empty(), "{context}");
     assert!(
         verdict.reports.is_empty(),

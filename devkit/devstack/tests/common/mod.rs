@@ -457,3 +457,111 @@ impl TestStack {
         .is_empty()
     }
 }
+
+/// The order of each admission, read from the records of the three parties
+/// it touches rather than from the dispatcher's logs: the backend's history
+/// (the claim), the vault recorder between the admitter and the lease-keeper
+/// (the token's `Put`), and the API server (the Job's create and the stale
+/// Jobs' deletes: its audit log on the real cluster, kube-sim's timeline on
+/// the simulated one).
+impl TestStack {
+    /// The dispatcher's creates and deletes of Jobs and Pods, as the API
+    /// server received and answered them.
+    pub async fn dispatcher_writes(&self) -> Vec<tcab_devstack::timeline::Write> {
+        self.admin()
+            .dispatcher_writes()
+            .await
+            .unwrap_or_else(|e| self.fail(format!("reading the dispatcher's writes: {e}")))
+    }
+
+    /// For every Job the dispatcher created: the backend's history shows its
+    /// claim (the job `dispatched` under the Job's claim tag), the vault's
+    /// `Put` of that claim reached the recorder after the claim, and the
+    /// lease-keeper's answer to it went back before the API server received
+    /// the Job's create. Returns how many Jobs were checked.
+    pub async fn assert_tokens_put_before_creates(
+        &self,
+        recorder: &tcab_devstack::vault_recorder::VaultRecorder,
+    ) -> usize {
+        let writes = self.dispatcher_writes().await;
+        let audit = self.audit().await;
+        let history = self
+            .stack
+            .backend
+            .history()
+            .await
+            .unwrap_or_else(|e| self.fail(format!("reading the backend's history: {e}")));
+        let mut seen = std::collections::BTreeSet::new();
+        for create in writes
+            .iter()
+            .filter(|w| w.verb == "create" && w.kind == "Job")
+        {
+            if !seen.insert(create.name.clone()) {
+                continue;
+            }
+            let labels = audit
+                .iter()
+                .find(|e| e.kind == "Job" && e.name == create.name && e.event == "ADDED")
+                .map(|e| e.labels.clone())
+                .unwrap_or_else(|| self.fail(format!("no ADDED entry of {create:?}")));
+            let (Some(id), Some(claim)) =
+                (labels.get("tcab.dev/job-id"), labels.get("tcab.dev/claim"))
+            else {
+                self.fail(format!("Job {} without its job id or claim", create.name));
+            };
+            let claimed = history
+                .entries
+                .iter()
+                .find(|e| {
+                    e.job_id == *id && e.state == "dispatched" && e.claim.as_deref() == Some(claim)
+                })
+                .and_then(|e| e.wall_at);
+            let puts = recorder.puts_of(id, claim);
+            let context = || {
+                format!(
+                    "Job {} (job {id}, claim {claim}): claimed at {claimed:?}, created {create:?}, puts {puts:#?}, every vault call {:#?}",
+                    create.name,
+                    recorder.calls()
+                )
+            };
+            let Some(claimed) = claimed else {
+                self.fail(format!("no claim in the backend's history: {}", context()));
+            };
+            let Some(first) = puts.iter().min_by_key(|p| p.answered) else {
+                self.fail(format!("no Put the lease-keeper accepted: {}", context()));
+            };
+            if first.received < claimed {
+                self.fail(format!("a Put before its claim: {}", context()));
+            }
+            if first.answered > create.received {
+                self.fail(format!(
+                    "the Job's create reached the API server before the vault's Put was answered: {}",
+                    context()
+                ));
+            }
+        }
+        seen.len()
+    }
+
+    /// The dispatcher's delete of Job `stale` was answered before the API
+    /// server received its create of Job `new`.
+    pub async fn assert_deleted_before_created(&self, stale: &str, new: &str) {
+        let writes = self.dispatcher_writes().await;
+        let find = |verb: &str, name: &str| {
+            writes
+                .iter()
+                .find(|w| w.verb == verb && w.kind == "Job" && w.name == name)
+                .cloned()
+        };
+        let (Some(delete), Some(create)) = (find("delete", stale), find("create", new)) else {
+            self.fail(format!(
+                "the delete of {stale} or the create of {new} is not among the dispatcher's writes: {writes:#?}"
+            ));
+        };
+        if delete.completed > create.received {
+            self.fail(format!(
+                "the stale Job's delete was not answered before the new Job's create was received: {delete:?}, {create:?}"
+            ));
+        }
+    }
+}
