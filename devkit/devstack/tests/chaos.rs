@@ -3,10 +3,12 @@
 //! list and watch of Jobs) and silent watches, hung API calls (a Job create
 //! whose answer never comes, pod lists and log reads), 429 storms, an
 //! API-server restart that compacts the watch history, backend stalls and
-//! 500s on claims, renewals, active lists and reports, reports refused
-//! with 400, a backend clock that steps past every lease, drivers
-//! OOM-killed mid-run, and driver Jobs deleted by hand (with the usual
-//! propagation, and with `--cascade=orphan`). The cluster-side faults are
+//! 500s on claims, renewals, active lists and reports, one job's status
+//! reports refused with 400 (while another job's death must still be
+//! reported on time: one job never holds up the others), a backend clock
+//! that steps past every lease, drivers OOM-killed mid-run, and driver Jobs
+//! deleted by hand (with the usual propagation, and with
+//! `--cascade=orphan`). The cluster-side faults are
 //! scoped to the dispatcher's token, so the test's own reads stay clean.
 //!
 //! Nothing is lost: every job ends terminal, each run succeeded (or, if its
@@ -76,6 +78,17 @@ const DISPATCHER_PATHS: [&str; 8] = [
 /// publisher's result is never faulted: it gives up after a few tries, and
 /// a publish whose result did not land is lost by design.
 const REPORT_PATH: &str = "/jobs/*/status";
+/// How long the backend refuses the one job's status reports: longer than
+/// [`limit_of_other_report`] on either cluster, so a report loop that let
+/// the refused job hold up the others could not pass.
+const REFUSAL_S: std::ops::Range<f64> = 50.0..70.0;
+
+/// How long the death report of another job may take while one job's
+/// reports are refused: its driver OOM-killed, its Job failed, its evidence
+/// read and the report landed, on a cluster busy with the rest of the chaos.
+fn limit_of_other_report(kind: ClusterKind) -> Duration {
+    common::pick(kind, Duration::from_secs(30), Duration::from_secs(40))
+}
 
 /// One thing the chaos does.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,8 +121,15 @@ enum Chaos {
     /// Delete the Job of a running original driver by hand (`kubectl delete
     /// job`, with `--cascade=orphan` when `orphan`).
     DeleteJob { pick: usize, orphan: bool },
-    /// The backend answers 400 to these paths (a report it keeps refusing).
-    BackendRefuse { paths: Vec<&'static str>, secs: f64 },
+    /// The backend answers 400 to the status reports of one job for `secs`
+    /// (a report it keeps refusing): a running original driver is picked
+    /// and OOM-killed, so the lease-keeper's death report of it is refused,
+    /// then another driver (one sorted after it, as the report loop orders
+    /// them) is OOM-killed, and its death must be reported within
+    /// [`limit_of_other_report`], while the first job's reports are still
+    /// refused. Carried out when every container runs (just after a start);
+    /// the schedule's clock stops while it waits on the cluster.
+    RefuseOneReport { secs: f64 },
     /// The backend's clock steps forward by this much (past every lease).
     ClockStep { secs: u64 },
 }
@@ -137,9 +157,10 @@ impl fmt::Display for Chaos {
                 "delete the Job of running driver #{pick}{}",
                 if *orphan { " --cascade=orphan" } else { "" }
             ),
-            Chaos::BackendRefuse { paths, secs } => {
-                write!(f, "backend 400s {paths:?} for {secs:.1}s")
-            }
+            Chaos::RefuseOneReport { secs } => write!(
+                f,
+                "backend 400s to one job's status reports for {secs:.1}s, another job's death reported meanwhile"
+            ),
             Chaos::ClockStep { secs } => write!(f, "backend clock steps {secs}s ahead"),
         }
     }
@@ -222,10 +243,6 @@ fn schedule(seed: u64) -> Vec<Step> {
             orphan,
         });
     }
-    faults.push(Chaos::BackendRefuse {
-        paths: vec![REPORT_PATH],
-        secs: rng.random_range(0.5..2.0),
-    });
     faults.push(Chaos::ClockStep {
         secs: rng.random_range(125..200),
     });
@@ -257,6 +274,19 @@ fn schedule(seed: u64) -> Vec<Step> {
             chaos,
         });
     }
+    // At the time of a container's start in the first half of the kills
+    // (sorted after it), so every container runs when it begins.
+    let starts: Vec<u64> = steps
+        .iter()
+        .filter(|s| matches!(s.chaos, Chaos::Start(_)))
+        .map(|s| s.at_ms)
+        .collect();
+    steps.push(Step {
+        at_ms: starts[rng.random_range(0..starts.len() / 2)],
+        chaos: Chaos::RefuseOneReport {
+            secs: rng.random_range(REFUSAL_S),
+        },
+    });
     // Stable: a kill and its start keep their order.
     steps.sort_by_key(|s| s.at_ms);
     steps
@@ -297,12 +327,13 @@ fn a_seed_draws_one_schedule_with_every_fault() {
             Chaos::OomKill { .. } => "oom",
             Chaos::DeleteJob { orphan: false, .. } => "delete job",
             Chaos::DeleteJob { orphan: true, .. } => "orphan job",
-            Chaos::BackendRefuse { .. } => "400",
+            Chaos::RefuseOneReport { .. } => "one job's reports refused",
             Chaos::ClockStep { .. } => "clock step",
         })
         .collect();
     assert_eq!(kinds.len(), 15, "{kinds:?}");
-    // Each container is started again after each kill, before the next kill.
+    // Each container is started again after each kill, before the next kill;
+    // one job's reports are refused while every container runs.
     let mut down: Option<Container> = None;
     for s in &a {
         match s.chaos {
@@ -311,6 +342,10 @@ fn a_seed_draws_one_schedule_with_every_fault() {
                 down = Some(c);
             }
             Chaos::Start(c) => assert_eq!(down.take(), Some(c)),
+            Chaos::RefuseOneReport { secs } => {
+                assert_eq!(down, None, "{s:?}");
+                assert!(Duration::from_secs_f64(secs) > limit_of_other_report(ClusterKind::Real));
+            }
             _ => {}
         }
     }
@@ -508,11 +543,193 @@ async fn pick_running(
     (!running.is_empty()).then(|| running[pick % running.len()].clone())
 }
 
+/// The running original drivers not struck yet whose tokens the running
+/// lease-keeper holds (their claim made since it started: a restart forgets
+/// every token), as (job id, pod, Job name), sorted by Job name as the
+/// lease-keeper's report loop orders deaths.
+async fn drivers_with_tokens(
+    t: &TestStack,
+    originals: &BTreeSet<String>,
+    victims: &Victims,
+    keeper_since: jiff::Timestamp,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    let pods = t
+        .stack
+        .cluster
+        .pods(
+            &t.ns(),
+            Some("app.kubernetes.io/managed-by=tcab-dispatcher,tcab.dev/job-kind=run"),
+        )
+        .await?;
+    let history = t.stack.backend.history().await?;
+    let claimed_since = |id: &str, claim: &str| {
+        history.entries.iter().any(|e| {
+            e.job_id == id
+                && e.state == "dispatched"
+                && e.claim.as_deref() == Some(claim)
+                && e.wall_at.is_some_and(|at| at > keeper_since)
+        })
+    };
+    let mut drivers: Vec<(String, String, String)> = pods
+        .iter()
+        .filter(|p| {
+            p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+                && p["metadata"]["deletionTimestamp"].is_null()
+                && !p["metadata"]["ownerReferences"].is_null()
+        })
+        .filter_map(|p| {
+            let labels = &p["metadata"]["labels"];
+            let id = labels["tcab.dev/job-id"].as_str()?;
+            let claim = labels["tcab.dev/claim"].as_str()?;
+            let job = labels["job-name"].as_str()?;
+            (originals.contains(id) && !victims.contains(id) && claimed_since(id, claim)).then(
+                || {
+                    (
+                        id.to_owned(),
+                        p["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+                        job.to_owned(),
+                    )
+                },
+            )
+        })
+        .collect();
+    drivers.sort_by(|a, b| a.2.cmp(&b.2));
+    Ok(drivers)
+}
+
+/// The lease-keeper's count of death reports the backend refused with a 4xx
+/// of no other meaning (the 400 of [`Chaos::RefuseOneReport`]).
+async fn refused_death_reports(t: &TestStack) -> f64 {
+    t.stack
+        .scrape(Container::LeaseKeeper)
+        .await
+        .map(|s| {
+            s.sum(
+                "tcab_dispatcher_report_failures_total",
+                &[("report", "death"), ("reason", "http_4xx")],
+            )
+        })
+        .unwrap_or(0.0)
+}
+
+/// [`Chaos::RefuseOneReport`]: one job's status reports refused, its driver
+/// killed so its death report is refused; then the death of a driver the
+/// report loop orders after it must be reported within
+/// [`limit_of_other_report`] while the first job's reports are still
+/// refused. A report loop in which the refused job held up the others fails
+/// the test here.
+async fn refuse_one_report(
+    t: &TestStack,
+    secs: f64,
+    originals: &BTreeSet<String>,
+    victims: &mut Victims,
+    keeper_since: jiff::Timestamp,
+) -> String {
+    let chaos = Chaos::RefuseOneReport { secs };
+    let admin = t.admin();
+    let ns = t.ns();
+    let limit = limit_of_other_report(t.kind());
+    let found = wait_for(
+        "two running drivers whose tokens the lease-keeper holds",
+        Duration::from_secs(30),
+        || async {
+            let drivers = drivers_with_tokens(t, originals, victims, keeper_since).await?;
+            Ok((drivers.len() >= 2).then_some(drivers))
+        },
+    )
+    .await;
+    let drivers = match found {
+        Ok(d) => d,
+        Err(e) => return format!("{chaos}: skipped, {e}"),
+    };
+    let (refused_id, refused_pod, refused_job) = drivers[0].clone();
+    let before = refused_death_reports(t).await;
+    t.stack
+        .backend
+        .add_fault_rule(json!({"paths": [format!("/jobs/{refused_id}/status")],
+            "mode": "status", "status": 400, "seconds": secs}))
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    let refusal_ends = tokio::time::Instant::now() + Duration::from_secs_f64(secs);
+    if let Err(e) = admin.oom_kill(&ns, &refused_pod).await {
+        return format!("{chaos}: skipped, pod {refused_pod} could not be killed ({e})");
+    }
+    victims.oom.insert(refused_id.clone());
+    wait_for(
+        "the lease-keeper's death report of the refused job refused",
+        limit,
+        || async { Ok((refused_death_reports(t).await > before).then_some(())) },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(format!("{chaos}: job {refused_id}: {e}")));
+
+    // Another driver, one the report loop meets after the refused one,
+    // killed while there is time to see its report before the refusal ends.
+    loop {
+        let left = refusal_ends
+            .saturating_duration_since(tokio::time::Instant::now())
+            .saturating_sub(limit);
+        let next = wait_for("another driver to kill", left, || async {
+            let drivers = drivers_with_tokens(t, originals, victims, keeper_since).await?;
+            Ok(drivers.into_iter().find(|d| d.2 > refused_job))
+        })
+        .await;
+        let Ok((id, pod, _)) = next else {
+            break;
+        };
+        let struck = tokio::time::Instant::now();
+        if admin.oom_kill(&ns, &pod).await.is_err() {
+            continue;
+        }
+        victims.oom.insert(id.clone());
+        let ended = wait_for("the other job's end", limit, || async {
+            let history = t.stack.backend.history().await?;
+            Ok(history
+                .entries
+                .into_iter()
+                .find(|e| e.job_id == id && terminal(&json!(e.state))))
+        })
+        .await
+        .unwrap_or_else(|e| {
+            t.fail(format!(
+                "{chaos}: the death of job {id} was not reported within {limit:?} while job {refused_id}'s reports were refused: one job's refused report held up another's ({e})"
+            ))
+        });
+        let by_keeper = ended
+            .caller
+            .as_deref()
+            .is_some_and(|c| c.starts_with("tcab-lease-keeper/"));
+        if !by_keeper {
+            // Its driver's own report landed before the kill: try another.
+            continue;
+        }
+        let refused = t
+            .stack
+            .backend
+            .job(&refused_id)
+            .await
+            .unwrap_or_else(|e| t.fail(e));
+        if terminal(&refused["state"]) {
+            t.fail(format!(
+                "{chaos}: job {refused_id} ended while its reports were refused: {refused}"
+            ));
+        }
+        return format!(
+            "{chaos}: job {refused_id}'s death report refused; job {id}'s reported {:.1}s after its kill",
+            struck.elapsed().as_secs_f64()
+        );
+    }
+    format!(
+        "{chaos}: skipped the other death: job {refused_id} refused, but no other driver could be killed in the window"
+    )
+}
+
 async fn carry_out(
     t: &mut TestStack,
     chaos: &Chaos,
     originals: &BTreeSet<String>,
     victims: &mut Victims,
+    keeper_since: &mut jiff::Timestamp,
 ) -> String {
     let admin = t.admin();
     let backend = t.stack.backend.clone();
@@ -530,7 +747,15 @@ async fn carry_out(
     }
     match chaos {
         Chaos::Kill(c) => t.stack.kill_container(*c).await,
-        Chaos::Start(c) => t.stack.start_container(*c).await.expect("restart"),
+        Chaos::Start(c) => {
+            if *c == Container::LeaseKeeper {
+                *keeper_since = jiff::Timestamp::now();
+            }
+            t.stack.start_container(*c).await.expect("restart")
+        }
+        Chaos::RefuseOneReport { secs } => {
+            return refuse_one_report(t, *secs, originals, victims, *keeper_since).await;
+        }
         Chaos::ApiRestart { down_ms } => {
             let report = retrying("restarting the API server", || async {
                 Ok(admin.restart(*down_ms as f64 / 1000.0).await?)
@@ -548,12 +773,6 @@ async fn carry_out(
             .unwrap_or_else(|e| t.fail(e)),
         Chaos::BackendError { paths, secs } => backend
             .add_fault(paths, "error", *secs)
-            .await
-            .unwrap_or_else(|e| t.fail(e)),
-        Chaos::BackendRefuse { paths, secs } => backend
-            .add_fault_rule(
-                json!({"paths": paths, "mode": "status", "status": 400, "seconds": secs}),
-            )
             .await
             .unwrap_or_else(|e| t.fail(e)),
         Chaos::ClockStep { secs } => backend
@@ -611,6 +830,8 @@ async fn random_container_kills_during_a_drain_lose_nothing(kind: ClusterKind) {
     eprintln!("{}", describe(seed, &steps, &[]));
 
     let (runs_n, publishes_n) = common::pick(kind, (RUNS, PUBLISHES), (REAL_RUNS, REAL_PUBLISHES));
+    // Claims made since the lease-keeper started are in its vault.
+    let mut keeper_since = jiff::Timestamp::now();
     let mut t = TestStack::start(kind, |o| {
         o.max_inflight = RUN_CAP;
         o.max_publish_inflight = PUBLISH_CAP;
@@ -657,13 +878,27 @@ async fn random_container_kills_during_a_drain_lose_nothing(kind: ClusterKind) {
 
     // The schedule, paced in real time (pacing the chaos, not waiting for a
     // result).
-    let started = tokio::time::Instant::now();
+    let mut started = tokio::time::Instant::now();
     let mut done = Vec::new();
     let mut victims = Victims::default();
     for step in &steps {
         tokio::time::sleep_until(started + Duration::from_millis(step.at_ms)).await;
-        let what = carry_out(&mut t, &step.chaos, &originals, &mut victims).await;
+        let begun = tokio::time::Instant::now();
+        let what = carry_out(
+            &mut t,
+            &step.chaos,
+            &originals,
+            &mut victims,
+            &mut keeper_since,
+        )
+        .await;
         done.push(format!("t+{:>5} ms  {what}", started.elapsed().as_millis()));
+        // The refusal step waits on the cluster for seconds: the schedule's
+        // clock stops meanwhile, so the steps after it keep their spacing
+        // (a fault window meant to outlast a container's restart still does).
+        if matches!(step.chaos, Chaos::RefuseOneReport { .. }) {
+            started += begun.elapsed();
+        }
     }
     // One last SIGKILL of the admitter: every claim it had not made a Job
     // for is abandoned for good (a killed admitter creates nothing later).
@@ -677,7 +912,20 @@ async fn random_container_kills_during_a_drain_lose_nothing(kind: ClusterKind) {
         "t+{:>5} ms  SIGKILL and start tcab-admitter (end of the schedule)",
         started.elapsed().as_millis()
     ));
+    for d in done
+        .iter()
+        .filter(|d| d.contains("one job's status reports"))
+    {
+        eprintln!("{d}");
+    }
     let context = describe(seed, &steps, &done);
+    // The refusal step met another death to report (a report held up by the
+    // refused one fails the test in the step itself).
+    assert!(
+        done.iter()
+            .any(|d| d.contains("death report refused; job") && d.contains("reported")),
+        "no other job's death was reported while one job's reports were refused\n{context}"
+    );
     // Count-bound rules that met no request would stay armed: end them.
     let admin = t.admin();
     retrying("clearing the API faults", || async {
