@@ -1071,6 +1071,91 @@ async fn a_job_deleted_with_cascade_orphan_is_still_a_live_run(kind: ClusterKind
     );
 }
 
+/// A Job deleted with `--cascade=orphan` whose driver pod, running on
+/// without it, then fails (OOM-killed, so the driver cannot report): the
+/// lease-keeper reports the death with what the pod showed and its log
+/// tail, naming the Job that was deleted, through the death path (not the
+/// lost one, so before any lease lapses). Its sandbox is reaped.
+async fn a_pod_orphaned_by_cascade_orphan_that_fails_is_reported_with_its_evidence(
+    kind: ClusterKind,
+) {
+    let t = TestStack::start(kind, |o| {
+        small_graces(o);
+        // The sandbox of a run whose Job is gone is the orphan sweep's.
+        o.orphan_grace_seconds = 1;
+        set_env(o, "TCAB_DISPATCHER_ORPHAN_SWEEP_INTERVAL_SECONDS", "1");
+    })
+    .await;
+    let id = t
+        .stack
+        .backend
+        .enqueue_run(run("orphaned", json!({"hang": true, "log_lines": 3})))
+        .await
+        .expect("enqueue");
+    let pod = name_of(&t.running_driver(&id, limit(&t)).await);
+    let job = job_name_of(&t, &id).await;
+    t.stack
+        .cluster
+        .delete_job(&job, "Orphan")
+        .await
+        .expect("kubectl delete job --cascade=orphan");
+    wait_for("the Job gone, its pod running", limit(&t), || async {
+        let gone = t.jobs_of(&id).await.is_empty();
+        let running = t
+            .own_pods(&id)
+            .await
+            .iter()
+            .any(|p| name_of(p) == pod && p["status"]["phase"] == "Running");
+        Ok((gone && running).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+
+    let struck = Instant::now();
+    t.admin().oom_kill(&t.ns(), &pod).await.expect("oom");
+    let reported = t
+        .run_until(&id, "the orphan's death report", limit(&t), |j| {
+            j["state"] != "running"
+        })
+        .await;
+    eprintln!(
+        "{kind}: the orphaned pod's OOM kill reported {:?} after it",
+        struck.elapsed()
+    );
+    assert_reported_dead(&t, &reported);
+    assert_detail(
+        &t,
+        "orphaned, then OOM-killed",
+        &reported,
+        &[
+            &format!("Job {job} was deleted by someone other than the dispatcher"),
+            "container driver OOMKilled (exit code 137)",
+            "--- last log lines ---",
+            "running: step 3/3",
+        ],
+    );
+    let history = t.stack.backend.history().await.expect("history");
+    let by_keeper = history.entries.iter().any(|e| {
+        e.job_id == id
+            && e.state == "failed"
+            && e.caller
+                .as_deref()
+                .is_some_and(|c| c.starts_with("tcab-lease-keeper/"))
+            && e.call.as_deref() == Some(format!("POST /jobs/{id}/status").as_str())
+    });
+    if !by_keeper {
+        t.fail(format!(
+            "not the lease-keeper's death report: {:#?}",
+            history
+                .entries
+                .iter()
+                .filter(|e| e.job_id == id)
+                .collect::<Vec<_>>()
+        ));
+    }
+    t.sandboxes_reaped(&id, limit(&t)).await;
+}
+
 /// A Job deleted by hand (normal propagation) while its driver runs: the
 /// pod's log tail is read at once, while it terminates, and once it is
 /// gone the run is reported dead as deleted by someone other than the
@@ -1131,5 +1216,6 @@ on_both_clusters!(
     a_lost_publish_names_the_publisher_pods_reason,
     no_publish_is_judged_on_a_tick_whose_publish_renewal_failed,
     a_job_deleted_with_cascade_orphan_is_still_a_live_run,
+    a_pod_orphaned_by_cascade_orphan_that_fails_is_reported_with_its_evidence,
     a_job_deleted_by_hand_is_reported_with_its_evidence,
 );
