@@ -297,10 +297,8 @@ impl BackendCall {
     pub fn made_by(self) -> &'static [Binary] {
         use Binary::{Admitter, LeaseKeeper, Reaper};
         match self {
-            BackendCall::ClaimRun
-            | BackendCall::ClaimPublish
-            | BackendCall::ReportPublishFailed => &[Admitter],
-            BackendCall::ReportDeath => &[Admitter, LeaseKeeper],
+            BackendCall::ClaimRun | BackendCall::ClaimPublish => &[Admitter],
+            BackendCall::ReportDeath | BackendCall::ReportPublishFailed => &[Admitter, LeaseKeeper],
             BackendCall::ActiveRuns => &[LeaseKeeper, Reaper],
             BackendCall::RenewRunLeases
             | BackendCall::RenewPublishLeases
