@@ -107,17 +107,16 @@ fn job_settings(
         subscription_secret: vars::DRIVER_SUBSCRIPTION_SECRET.read(env)?,
         subscription_dir,
         fs_group: vars::DRIVER_FS_GROUP.get(env)?,
-        driver_service_account: vars::DRIVER_SERVICE_ACCOUNT.read(env)?,
         driver_security: driver_security(env)?,
         publisher_security: SecurityContexts {
             pod: vars::PUBLISHER_POD_SECURITY_CONTEXT.get(env)?,
             container: vars::PUBLISHER_SECURITY_CONTEXT.get(env)?,
         },
+        driver_service_account: vars::DRIVER_SERVICE_ACCOUNT.read(env)?,
         passthrough_env: env.passthrough().to_vec(),
     })
 }
 
-/// The publisher container's requests and limits, each limit at least its
 /// The driver pod's and container's securityContext. The pod's may not set
 /// `fsGroup`: that is `TCAB_DRIVER_FS_GROUP`'s, and two variables for one
 /// field would leave the operator to guess which wins.
@@ -139,6 +138,7 @@ fn driver_security(env: &Env) -> Result<SecurityContexts, ConfigError> {
     })
 }
 
+/// The publisher container's requests and limits, each limit at least its
 /// request (the API server refuses a Job otherwise).
 fn publisher_resources(env: &Env) -> Result<Sizing, ConfigError> {
     let sizing = Sizing {

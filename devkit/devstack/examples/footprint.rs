@@ -208,10 +208,9 @@ async fn measure(jobs: usize, driven: bool) -> anyhow::Result<Measured> {
     // read why (the FailedCreate Events) and count them as waiting. That is
     // not the steady state measured here, and a large size's setup can
     // outlast the default 300 s, so the grace is set past any run.
-    options.extra_env.push((
-        "TCAB_DISPATCHER_START_GRACE_SECONDS".into(),
-        "86400".into(),
-    ));
+    options
+        .extra_env
+        .push(("TCAB_DISPATCHER_START_GRACE_SECONDS".into(), "86400".into()));
     let mut stack = Stack::start(options).await?;
     let admin = AdminClient::new(stack.cluster.url());
     admin.never_pod_next(jobs as u32).await?;

@@ -325,7 +325,8 @@ pub(crate) enum StartVerdict {
 }
 
 /// Decides from a Job's newest pod (if any) and how long the Job has been
-/// without a ready pod. A Job with no pod at all is left to its deadline.
+/// without a ready pod. A Job with no pod at all is not judged here but by
+/// the refusal check ([`super::refusals`]).
 pub(crate) fn start_verdict(
     lane: Lane,
     pod: Option<&Pod>,

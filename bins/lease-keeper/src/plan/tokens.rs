@@ -43,8 +43,9 @@ pub struct HeldClaim {
 pub enum DropReason {
     /// Its Job completed: the driver or publisher reported for itself.
     JobSucceeded,
-    /// Its publisher Job failed; publisher deaths take the lost path, which
-    /// needs no token.
+    /// Its publisher Job failed by itself: that takes the lost path, which
+    /// needs no token (a publisher that never started or was judged dead
+    /// is reported with its token while its Job is still live).
     PublisherFailed,
     /// Its Job was seen and is gone now.
     JobGone,

@@ -33,7 +33,8 @@ pub(super) struct Vanished {
 /// deleted) and one with no pod yet (live, no pod counted at all, no sign
 /// of failure, not deleted). Its memory's first sighting serves only the
 /// start check of a Job whose pod is not ready, which reads that pod (a Job
-/// with none is left to its deadline), so the start grace runs from the
+/// with none is the refusal check's, which needs no memory: its grace runs
+/// from the Job's creation, `super::refusals`), so the start grace runs from the
 /// first tick its Job counts a pod (`status.active`, `failed` or
 /// `terminating` above 0); its evidence serves only a Job that shows failure
 /// or vanished. So at scale, where most Jobs run, most keep none; a Job
