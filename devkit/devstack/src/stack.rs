@@ -761,28 +761,6 @@ pub fn is_forbidden(line: &str) -> bool {
     authorizer || lower.contains("reason=forbidden") || lower.contains("\"reason\":\"forbidden\"")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::is_forbidden;
-
-    #[test]
-    fn an_rbac_refusal_is_told_from_a_quoted_admission_refusal() {
-        for refused in [
-            r#"WARN create failed error=jobs.batch is forbidden: User "system:serviceaccount:tcab:tcab-dispatcher" cannot create resource "jobs" in API group "batch" in the namespace "tcab""#,
-            "WARN cannot read the Job controller's FailedCreate Events reason=forbidden error=events is forbidden",
-            r#"{"level":"WARN","fields":{"reason":"forbidden","message":"..."}}"#,
-        ] {
-            assert!(is_forbidden(refused), "{refused}");
-        }
-        for quoted in [
-            r#"WARN judged dead: the cluster refuses to create the Job's pod cause=pod never started: the API server refused to create the Job's pod: FailedCreate: Error creating: pods "tcab-driver-a-b-" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true waited_s=403"#,
-            r#"INFO reported dead cause=... pods "x" is forbidden: error looking up service account tcab/sa: serviceaccount "sa" not found"#,
-        ] {
-            assert!(!is_forbidden(quoted), "{quoted}");
-        }
-    }
-}
-
 impl Drop for Stack {
     fn drop(&mut self) {
         if let Some(real) = self.real.take() {
@@ -903,6 +881,28 @@ pub async fn run_demo(
                 .all(|j| demo::terminal(&j["state"]))
         {
             return Ok(demo::ended_as_scripted(&runs, &pubs));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_forbidden;
+
+    #[test]
+    fn an_rbac_refusal_is_told_from_a_quoted_admission_refusal() {
+        for refused in [
+            r#"WARN create failed error=jobs.batch is forbidden: User "system:serviceaccount:tcab:tcab-dispatcher" cannot create resource "jobs" in API group "batch" in the namespace "tcab""#,
+            "WARN cannot read the Job controller's FailedCreate Events reason=forbidden error=events is forbidden",
+            r#"{"level":"WARN","fields":{"reason":"forbidden","message":"..."}}"#,
+        ] {
+            assert!(is_forbidden(refused), "{refused}");
+        }
+        for quoted in [
+            r#"WARN judged dead: the cluster refuses to create the Job's pod cause=pod never started: the API server refused to create the Job's pod: FailedCreate: Error creating: pods "tcab-driver-a-b-" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true waited_s=403"#,
+            r#"INFO reported dead cause=... pods "x" is forbidden: error looking up service account tcab/sa: serviceaccount "sa" not found"#,
+        ] {
+            assert!(!is_forbidden(quoted), "{quoted}");
         }
     }
 }
