@@ -21,6 +21,7 @@
 //! | `never_pod_next`, `never_pod_named` | its switch: the Job's pods are never made, and nothing says why | a ValidatingAdmissionPolicy refusing the Job's pods ([`crate::policy`]): a refusal, with the Job controller's `FailedCreate` Events, that the dispatcher fails after its start grace |
 //! | `preempt` | its call: the scheduler's condition, the delete, the Event | a real preemption by a pod of a higher priority that fits only without the victim ([`crate::preempt`]) |
 //! | `compact` | its admin call | unsupported ([`UNSUPPORTED`] says why) |
+//! | `pause_controller_manager` | unsupported ([`SIM_UNSUPPORTED`] says why) | the launcher stops kube-controller-manager (SIGSTOP) until the guard it returns resumes it (SIGCONT), by [`ControllerManagerPause::resume`] or its `Drop` |
 
 use crate::console::Cluster;
 use crate::timeline;
@@ -71,8 +72,19 @@ pub const UNSUPPORTED: [(&str, &str); 1] = [(
     "etcd compacts on the API server's own interval (--etcd-compaction-interval), and a watch resumes from the watch cache's history whatever was compacted; a restart (`restart`) is what makes every resume answer 410",
 )];
 
-fn why_unsupported(call: &'static str) -> &'static str {
-    UNSUPPORTED
+/// The admin calls of the real control plane that kube-sim cannot play,
+/// and why.
+pub const SIM_UNSUPPORTED: [(&str, &str); 1] = [(
+    "pause_controller_manager",
+    "kube-sim's Job controller cannot be paused and resumed: never_pod_next leaves a Job without a pod or an Event, as a paused controller-manager does, but for good (the Job takes the switch at its first sync), so nothing plays the resume; the lease-keeper's own kube-sim test of the wait (a_driver_job_without_a_pod_and_without_a_refusal_waits_past_the_grace) uses it",
+)];
+
+fn why_unsupported(cluster: ClusterKind, call: &'static str) -> &'static str {
+    let table: &[(&str, &str)] = match cluster {
+        ClusterKind::Sim => &SIM_UNSUPPORTED,
+        ClusterKind::Real => &UNSUPPORTED,
+    };
+    table
         .iter()
         .find(|(c, _)| *c == call)
         .map_or("no equivalent", |(_, why)| why)
@@ -139,6 +151,8 @@ pub struct RealAdmin {
     pub namespaces: Vec<String>,
     /// The user the dispatcher authenticates as.
     pub dispatcher_user: String,
+    /// Pauses and resumes the control plane's kube-controller-manager.
+    pub controller_manager: crate::real::ControllerManagerSwitch,
 }
 
 impl ClusterAdmin {
@@ -177,7 +191,7 @@ impl ClusterAdmin {
         Err(AdminError::Unsupported {
             call,
             cluster: self.kind(),
-            reason: why_unsupported(call),
+            reason: why_unsupported(self.kind(), call),
         })
     }
 
@@ -520,6 +534,74 @@ impl ClusterAdmin {
             Inner::Real(r) => Ok(crate::preempt::preempt(&r.api, ns, pod).await?),
         }
     }
+
+    /// Pauses kube-controller-manager (real cluster only): until it resumes,
+    /// its Job controller makes no pod and records no Event, as when it is
+    /// down, and its other controllers stand still too (no node tainted, no
+    /// garbage collected). Returns once every thread of it is stopped, with
+    /// the guard that resumes it: [`ControllerManagerPause::resume`], or,
+    /// should the test fail first, its `Drop`. The shared control plane
+    /// serves every test of the binary, so only a test that runs alone on it
+    /// (the real variants' test groups) may pause it; a stack started later
+    /// resumes one a killed test left paused.
+    pub async fn pause_controller_manager(&self) -> Result<ControllerManagerPause, AdminError> {
+        match &self.inner {
+            Inner::Sim(_) => self.unsupported("pause_controller_manager"),
+            Inner::Real(r) => {
+                let switch = r.controller_manager.clone();
+                switch
+                    .pause()
+                    .await
+                    .context("pausing kube-controller-manager")?;
+                Ok(ControllerManagerPause {
+                    switch: Some(switch),
+                })
+            }
+        }
+    }
+}
+
+/// A paused kube-controller-manager ([`ClusterAdmin::pause_controller_manager`]):
+/// [`ControllerManagerPause::resume`] resumes it; dropped without that (a
+/// failing test), it is resumed on a thread of its own, waited for up to
+/// 30 s, so the other tests of the binary find it running.
+#[must_use = "dropping the guard resumes the controller-manager at once"]
+pub struct ControllerManagerPause {
+    switch: Option<crate::real::ControllerManagerSwitch>,
+}
+
+impl ControllerManagerPause {
+    /// Resumes the controller-manager and waits until it is healthy;
+    /// returns how long that took.
+    pub async fn resume(mut self) -> Result<std::time::Duration, AdminError> {
+        let switch = self.switch.take().expect("resumed once");
+        Ok(switch
+            .resume()
+            .await
+            .context("resuming kube-controller-manager")?)
+    }
+}
+
+impl Drop for ControllerManagerPause {
+    fn drop(&mut self) {
+        let Some(switch) = self.switch.take() else {
+            return;
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let resumed = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(switch.resume()));
+            let _ = tx.send(resumed);
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => eprintln!("could not resume kube-controller-manager: {e:#}"),
+            Err(_) => eprintln!("kube-controller-manager not resumed within 30 s"),
+        }
+    }
 }
 
 impl RealAdmin {
@@ -569,5 +651,25 @@ impl RealAdmin {
             )
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn kube_sim_cannot_pause_the_controller_manager_and_says_why() {
+        // No call reaches the address: the answer is kube-sim's table.
+        let admin = ClusterAdmin::sim("http://127.0.0.1:9");
+        let Err(e) = admin.pause_controller_manager().await else {
+            panic!("paused on kube-sim");
+        };
+        let why = e.unsupported().expect("unsupported");
+        assert!(
+            why.contains("pause_controller_manager is unsupported on the sim cluster")
+                && why.contains("never_pod_next"),
+            "{why}"
+        );
     }
 }

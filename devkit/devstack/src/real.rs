@@ -8,8 +8,9 @@
 //! `tcab_real_cluster::shared_with`; each stack in namespaces of its own
 //! with random names); `tcab-devstack --cluster real` starts one of its own
 //! ([`Hold::Own`]). Node faults touch the two shared nodes: each stack
-//! starts by making them healthy again ([`heal_nodes`]), and the real tests
-//! run one at a time (the nextest profile gives each the whole machine).
+//! starts by making them healthy again ([`heal_nodes`]) and by resuming a
+//! controller-manager a killed test left paused, and the real tests run one
+//! at a time (the nextest profile gives each the whole machine).
 
 use crate::cluster::RealAdmin;
 use crate::console::Cluster;
@@ -162,6 +163,52 @@ pub enum Hold {
     Own(Arc<tokio::sync::Mutex<ControlPlane>>),
 }
 
+/// Pauses and resumes the control plane's kube-controller-manager
+/// (`tcab_real_cluster`'s SIGSTOP and SIGCONT, see its README): the shared
+/// one through its owner's control socket, one of the stack's own directly
+/// (held weakly: the stack stops it, not an admin handle left behind).
+#[derive(Clone)]
+pub enum ControllerManagerSwitch {
+    Shared(&'static Access),
+    Own(std::sync::Weak<tokio::sync::Mutex<ControlPlane>>),
+}
+
+impl ControllerManagerSwitch {
+    fn of(hold: &Hold) -> Self {
+        match hold {
+            Hold::Shared(access) => ControllerManagerSwitch::Shared(access),
+            Hold::Own(cp) => ControllerManagerSwitch::Own(Arc::downgrade(cp)),
+        }
+    }
+
+    /// Pauses it (a no-op when paused); returns how long that took.
+    pub async fn pause(&self) -> anyhow::Result<Duration> {
+        let paused = match self {
+            ControllerManagerSwitch::Shared(access) => access.pause_controller_manager().await,
+            ControllerManagerSwitch::Own(cp) => {
+                let cp = cp.upgrade().context("the control plane has stopped")?;
+                let mut cp = cp.lock().await;
+                cp.pause_controller_manager().await
+            }
+        };
+        paused.map_err(|e| anyhow::anyhow!("{}", tcab_real_cluster::error_chain(&e)))
+    }
+
+    /// Resumes it and waits until it is healthy (a no-op when it runs);
+    /// returns how long that took.
+    pub async fn resume(&self) -> anyhow::Result<Duration> {
+        let resumed = match self {
+            ControllerManagerSwitch::Shared(access) => access.resume_controller_manager().await,
+            ControllerManagerSwitch::Own(cp) => {
+                let cp = cp.upgrade().context("the control plane has stopped")?;
+                let mut cp = cp.lock().await;
+                cp.resume_controller_manager().await
+            }
+        };
+        resumed.map_err(|e| anyhow::anyhow!("{}", tcab_real_cluster::error_chain(&e)))
+    }
+}
+
 /// A stack's part of the real control plane.
 pub struct RealCluster {
     hold: Hold,
@@ -226,6 +273,16 @@ impl RealCluster {
             .admin_client()
             .await
             .context("the admin client of the control plane")?;
+        // A test that paused the controller-manager and was killed before
+        // its guard resumed it must not leave it paused for the next one.
+        if let Hold::Shared(access) = &hold
+            && access.control_socket.is_some()
+        {
+            ControllerManagerSwitch::of(&hold)
+                .resume()
+                .await
+                .context("resuming kube-controller-manager")?;
+        }
         heal_nodes(&client, &agent_url).await?;
 
         let mut namespaces = vec![namespace.to_owned()];
@@ -300,6 +357,7 @@ impl RealCluster {
             audit_log: self.access.audit_log.clone().unwrap_or_default(),
             namespaces: self.namespaces.clone(),
             dispatcher_user: self.dispatcher_user.clone(),
+            controller_manager: ControllerManagerSwitch::of(&self.hold),
         }
     }
 
