@@ -13,6 +13,11 @@
 //! ServiceAccount as upstream does, and preempts on its admin call, so
 //! those two run on both clusters.
 //!
+//! A Job can also have no pod with nothing refused: a Job controller that
+//! is down (its controller-manager paused, real only) makes no pod and
+//! records no Event. Such a Job waits past the start grace, counted and
+//! logged, and is not failed; it runs once the controller is back.
+//!
 //! The dispatcher quotes each refusal in its logs ("pods ... is
 //! forbidden: ..."); the stack's RBAC check tells those from a 403 of its
 //! own (the authorizer's words, or `reason=forbidden`), and the refusal
@@ -695,7 +700,9 @@ async fn a_namespace_enforcing_restricted_is_named_at_start_before_the_first_cla
             t.fail(format!("no start-up warning of the {lane} pods:\n{log}"));
         };
         if at > first_claim {
-            t.fail(format!("the {lane} warning came after the first claim:\n{log}"));
+            t.fail(format!(
+                "the {lane} warning came after the first claim:\n{log}"
+            ));
         }
         let start = log[..at].rfind('\n').map_or(0, |n| n + 1);
         let line = log[start..].lines().next().unwrap_or_default();
@@ -733,7 +740,126 @@ async fn a_namespace_enforcing_restricted_is_named_at_start_before_the_first_cla
     }
 }
 
+/// The start grace of the Job-controller-down scenario: reads every 3 s.
+const SHORT_GRACE: Duration = Duration::from_secs(3);
+
+/// The words of the lease-keeper's warning about Jobs that wait without a
+/// pod and without a refusal (bins/lease-keeper/src/run/refusals.rs).
+const NO_REFUSAL: &str = "no refusal to create one is recorded";
+
+/// The Job controller is down (the controller-manager paused): the run's
+/// Job gets no pod and no `FailedCreate` Event. Past the start grace the
+/// lease-keeper reads the Events, finds no refusal of the Job, and does not
+/// fail it: `tcab_dispatcher_jobs_without_pod{lane="run"}` counts it, and
+/// each read logs the warning naming it as the oldest; the run stays
+/// `dispatched` and its Job stays. The controller-manager resumed, the Job
+/// gets its pod, the gauge goes back to 0 and the run succeeds. kube-sim
+/// cannot resume a Job it left podless (`SIM_UNSUPPORTED`), and its own
+/// wait is the lease-keeper's kube-sim test
+/// (`a_driver_job_without_a_pod_and_without_a_refusal_waits_past_the_grace`).
+async fn a_job_without_a_pod_while_the_job_controller_is_down_waits_and_runs_once_it_is_back() {
+    let t = TestStack::start(ClusterKind::Real, |o| {
+        set_env(
+            o,
+            "TCAB_DISPATCHER_START_GRACE_SECONDS",
+            &SHORT_GRACE.as_secs().to_string(),
+        );
+    })
+    .await;
+    admitter_ready(&t).await;
+    let started = Instant::now();
+    let pause = t
+        .admin()
+        .pause_controller_manager()
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    let e = enqueue(&t, 1, 0, "controller-down").await;
+    let id = &e.runs[0];
+    // The admitter makes the Job: the API server alone does that.
+    let job = wait_for("the run's Job", LIMIT, || async {
+        let jobs = t.jobs_of(id).await;
+        Ok(jobs
+            .first()
+            .and_then(|j| j["metadata"]["name"].as_str())
+            .map(str::to_owned))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+
+    // Two reads past the grace, each finding no refusal: counted, and
+    // logged naming the Job; a run failed meanwhile fails the test at once.
+    let lines = wait_for(
+        "the Job counted and logged as waiting, twice",
+        LIMIT,
+        || async {
+            let run = t.stack.backend.job(id).await?;
+            if run["state"] != "dispatched" {
+                t.fail(format!(
+                    "the run left dispatched while its Job waited: {run}"
+                ));
+            }
+            let scrape = t.stack.scrape(Container::LeaseKeeper).await?;
+            let waiting = scrape.value("tcab_dispatcher_jobs_without_pod", &[("lane", "run")]);
+            let log = t.stack.log(Container::LeaseKeeper);
+            let lines: Vec<String> = common::lines_with(&log, &[NO_REFUSAL, &job])
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
+            Ok((waiting == Some(1.0) && lines.len() >= 2).then_some(lines))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let waited_s = |line: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("waited_s="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| t.fail(format!("no waited_s in {line}")))
+    };
+    if waited_s(&lines[0]) < SHORT_GRACE.as_secs() || !lines[0].contains("WARN") {
+        t.fail(format!("not a warning past the grace: {}", lines[0]));
+    }
+    let run = t.stack.backend.job(id).await.expect("the run");
+    if run["state"] != "dispatched" {
+        t.fail(format!("the run is not dispatched: {run}"));
+    }
+    let jobs = t.jobs_of(id).await;
+    if jobs.len() != 1 || !jobs[0]["metadata"]["deletionTimestamp"].is_null() {
+        t.fail(format!("the Job is not left alone: {jobs:?}"));
+    }
+    if !t.own_pods(id).await.is_empty() {
+        t.fail("a pod while the Job controller is down");
+    }
+    eprintln!(
+        "job controller down: {:?} from the pause to the second warning: {}",
+        started.elapsed(),
+        lines[1]
+    );
+
+    let took = pause.resume().await.unwrap_or_else(|e| t.fail(e));
+    let resumed = Instant::now();
+    wait_for("the Job counts its pod", LIMIT, || async {
+        let scrape = t.stack.scrape(Container::LeaseKeeper).await?;
+        let waiting = scrape.value("tcab_dispatcher_jobs_without_pod", &[("lane", "run")]);
+        Ok((waiting == Some(0.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let pods = t.own_pods(id).await;
+    if pods.len() != 1
+        || pods[0]["metadata"]["labels"]["batch.kubernetes.io/job-name"] != job.as_str()
+    {
+        t.fail(format!("not one pod of Job {job}: {pods:?}"));
+    }
+    drains(&t, &e).await;
+    eprintln!(
+        "job controller down: resumed in {took:?}, the run succeeded {:?} after",
+        resumed.elapsed()
+    );
+}
+
 on_the_real_cluster!(
+    a_job_without_a_pod_while_the_job_controller_is_down_waits_and_runs_once_it_is_back,
     a_namespace_enforcing_restricted_is_named_at_start_before_the_first_claim,
     pod_security_restricted_refuses_jobs_without_security_contexts_then_the_defaults_drain,
     a_limit_range_below_the_request_refuses_the_pods_until_it_goes,
