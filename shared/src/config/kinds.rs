@@ -49,7 +49,7 @@ pub trait Kind: Sync {
     /// (or, for a kind that overrides [`Kind::refusal`], why it was refused).
     fn parse(&self, text: &str) -> Result<Self::Value, String>;
     /// The error of variable `var` whose text [`Kind::parse`] refused with
-    /// `error`: by default "expected ..., got <the text>".
+    /// `error`: by default `expected ..., got <the text>`.
     fn refusal(&self, var: &'static str, error: String) -> ConfigError {
         ConfigError::Invalid {
             var,
