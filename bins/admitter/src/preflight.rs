@@ -153,8 +153,7 @@ async fn dry_run_create(
         .headers()
         .get_all(http::header::WARNING)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .filter_map(warning_text)
+        .flat_map(|v| warning_texts(&String::from_utf8_lossy(v.as_bytes())))
         .collect();
     let status = response.status();
     let bytes = response.into_body().collect().await?.to_bytes();
@@ -168,21 +167,46 @@ async fn dry_run_create(
     Err(kube::Error::Api(refusal.boxed()))
 }
 
-/// The text of one `Warning` header (`299 - "text"`, RFC 7234's form the API
-/// server uses), unquoted; `None` when it is not of that form.
-fn warning_text(header: &str) -> Option<String> {
-    let quoted = header.splitn(3, ' ').nth(2)?.trim();
-    let inner = quoted.strip_prefix('"')?;
-    let mut text = String::new();
-    let mut chars = inner.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => text.push(chars.next()?),
-            '"' => return Some(text),
-            c => text.push(c),
+/// The texts of one `Warning` header, unquoted: RFC 7234's form the API
+/// server uses, `299 - "text"`, one per header or several joined by commas
+/// (as a proxy may join them). A part not of that form is left out.
+fn warning_texts(header: &str) -> Vec<String> {
+    let mut texts = Vec::new();
+    let mut rest = header;
+    loop {
+        // `<code> <agent> "<text>"`: up to the opening quote.
+        let Some(open) = rest.find('"') else {
+            return texts;
+        };
+        let head: Vec<&str> = rest[..open].split_whitespace().collect();
+        let mut text = String::new();
+        let mut chars = rest[open + 1..].char_indices();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, escaped)) => text.push(escaped),
+                    None => break,
+                },
+                '"' => {
+                    end = Some(open + 1 + i + 1);
+                    break;
+                }
+                c => text.push(c),
+            }
         }
+        let Some(end) = end else {
+            return texts;
+        };
+        if head.len() == 2 && head[0].len() == 3 && head[0].bytes().all(|b| b.is_ascii_digit()) {
+            texts.push(text);
+        }
+        // A date may follow the text; the next warning follows a comma.
+        rest = match rest[end..].find(',') {
+            Some(comma) => &rest[end + comma + 1..],
+            None => return texts,
+        };
     }
-    None
 }
 
 /// Whether a 403's message is the API server's RBAC refusal of creating Jobs.
@@ -518,17 +542,31 @@ mod tests {
     }
 
     #[test]
-    fn a_warning_header_reads_as_its_unquoted_text() {
+    fn a_warning_header_reads_as_its_unquoted_texts() {
         assert_eq!(
-            warning_text(
+            warning_texts(
                 r#"299 - "would violate PodSecurity \"restricted:latest\": runAsNonRoot != true""#
-            )
-            .as_deref(),
-            Some(r#"would violate PodSecurity "restricted:latest": runAsNonRoot != true"#)
+            ),
+            [r#"would violate PodSecurity "restricted:latest": runAsNonRoot != true"#]
         );
-        assert_eq!(warning_text(r#"299 - "a \\ b""#).as_deref(), Some(r"a \ b"));
-        for malformed in ["299", "299 -", "299 - unquoted", r#"299 - "unterminated"#] {
-            assert_eq!(warning_text(malformed), None, "{malformed}");
+        assert_eq!(warning_texts(r#"299 - "a \\ b""#), [r"a \ b"]);
+        // Joined by a proxy, one with a date; commas inside a text stay.
+        assert_eq!(
+            warning_texts(
+                r#"299 - "first, with a comma", 299 - "second" "Mon, 07 Dec 2026 04:00:00 GMT""#
+            ),
+            ["first, with a comma", "second"]
+        );
+        // Text the API server sent as UTF-8 (an admission policy's words).
+        assert_eq!(warning_texts(r#"299 - "déjà vu""#), ["déjà vu"]);
+        for malformed in [
+            "299",
+            "299 -",
+            "299 - unquoted",
+            r#"299 - "unterminated"#,
+            r#"- "no code""#,
+        ] {
+            assert!(warning_texts(malformed).is_empty(), "{malformed}");
         }
     }
 
