@@ -78,6 +78,10 @@ const DISPATCHER_PATHS: [&str; 8] = [
 /// publisher's result is never faulted: it gives up after a few tries, and
 /// a publish whose result did not land is lost by design.
 const REPORT_PATH: &str = "/jobs/*/status";
+/// How long the long runs last (every eighth): long enough to be OOM-killed
+/// mid-run.
+const LONG_RUN_MS: u64 = 2500;
+
 /// How long the backend refuses the one job's status reports: longer than
 /// [`limit_of_other_report`] on either cluster, so a report loop that let
 /// the refused job hold up the others could not pass.
@@ -629,20 +633,31 @@ async fn refuse_one_report(
     let admin = t.admin();
     let ns = t.ns();
     let limit = limit_of_other_report(t.kind());
+    // The refused job is a long run (a short one could end by itself before
+    // its kill lands), with another running driver beside it.
     let found = wait_for(
-        "two running drivers whose tokens the lease-keeper holds",
+        "two running drivers whose tokens the lease-keeper holds, one a long run",
         Duration::from_secs(30),
         || async {
             let drivers = drivers_with_tokens(t, originals, victims, keeper_since).await?;
-            Ok((drivers.len() >= 2).then_some(drivers))
+            if drivers.len() < 2 {
+                return Ok(None);
+            }
+            for d in &drivers {
+                let job = t.stack.backend.job(&d.0).await?;
+                let ms = job["launch_request"]["sim"]["duration_ms"].as_u64();
+                if ms.is_some_and(|ms| ms >= LONG_RUN_MS) {
+                    return Ok(Some(d.clone()));
+                }
+            }
+            Ok(None)
         },
     )
     .await;
-    let drivers = match found {
+    let (refused_id, refused_pod, refused_job) = match found {
         Ok(d) => d,
         Err(e) => return format!("{chaos}: skipped, {e}"),
     };
-    let (refused_id, refused_pod, refused_job) = drivers[0].clone();
     let before = refused_death_reports(t).await;
     t.stack
         .backend
@@ -853,7 +868,7 @@ async fn random_container_kills_during_a_drain_lose_nothing(kind: ClusterKind) {
     // Some runs last long enough to be OOM-killed mid-run.
     let runs: Vec<_> = (0..runs_n)
         .map(|i| {
-            let ms = if i % 8 == 0 { 2500 } else { 300 };
+            let ms = if i % 8 == 0 { LONG_RUN_MS } else { 300 };
             run(
                 &format!("case-{i}"),
                 json!({"duration_ms": ms, "log_lines": 1}),

@@ -3,7 +3,7 @@
 //! stack's namespace as an operator would, through the real interfaces
 //! (`tcab_devstack::policy`), enqueues work, and checks that each refused
 //! Job ends within the start grace with the API server's own words in its
-//! report (a run's death report, a publish's failed result), that its Job
+//! report (a run's death report, a publish's lost report), that its Job
 //! is gone, and, where the policy can be lifted or met, that the work
 //! queued after it drains.
 //!
@@ -38,7 +38,7 @@ const START_GRACE: Duration = Duration::from_secs(6);
 /// How long past the start grace a refused Job may take to end: the
 /// lease-keeper's next tick, its read of the Job's Events, the report and
 /// the delete.
-const MARGIN: Duration = Duration::from_secs(20);
+const MARGIN: Duration = Duration::from_secs(40);
 /// Bound on the waits for work that runs (catches hangs only).
 const LIMIT: Duration = Duration::from_secs(90);
 
