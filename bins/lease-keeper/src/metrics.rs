@@ -50,33 +50,21 @@ pub(crate) fn renewal_results(report: &RenewalReport, publishing: bool) -> Vec<(
     out
 }
 
-/// The reports a lane can fail: a death report (a publish's failed result),
-/// a lost report.
+/// The reports a lane can fail: a death report (runs only), a lost report.
 fn reports() -> impl Iterator<Item = (ReportKind, Lane)> {
     [
         (ReportKind::Death, Lane::Run),
-        (ReportKind::Death, Lane::Publish),
         (ReportKind::Lost, Lane::Run),
         (ReportKind::Lost, Lane::Publish),
     ]
     .into_iter()
 }
 
-/// The causes a lane's death report can carry: any for a run; for a
-/// publish, only those of a publisher that never started or was judged
-/// dead (the others take the lost path).
-fn causes(lane: Lane) -> &'static [Cause] {
-    match lane {
-        Lane::Run => Cause::ALL,
-        Lane::Publish => Cause::PUBLISH,
-    }
-}
-
 /// The lease-keeper's metric families.
 #[derive(Debug)]
 pub(crate) struct KeeperMetrics {
     renewals: Family<Labels<2>, Counter>,
-    deaths: Family<Labels<2>, Counter>,
+    deaths: Family<Labels<1>, Counter>,
     without_pod: Family<Labels<1>, Gauge>,
     lost: Family<Labels<1>, Counter>,
     report_failures: Family<Labels<3>, Counter>,
@@ -116,11 +104,7 @@ impl KeeperMetrics {
         );
         zero(
             &metrics.deaths,
-            Lane::ALL.iter().flat_map(|l| {
-                causes(*l)
-                    .iter()
-                    .map(move |c| [("lane", l.label_value()), ("cause", c.as_str())])
-            }),
+            Cause::ALL.iter().map(|c| [("cause", c.as_str())]),
         );
         zero(&metrics.lost, Lane::ALL.iter().map(|l| lane(*l)));
         for l in Lane::ALL {
@@ -155,7 +139,7 @@ impl KeeperMetrics {
         );
         registry.register(
             "tcab_dispatcher_death_reports",
-            "Death reports the backend accepted (a run's death, a publish's failed result), by lane and cause",
+            "Death reports the backend accepted, by cause",
             self.deaths.clone(),
         );
         registry.register(
@@ -200,15 +184,10 @@ impl KeeperMetrics {
                 ])
                 .inc();
         }
-        for (l, reported) in [
-            (Lane::Run, &tick.reported_dead),
-            (Lane::Publish, &tick.failed_publishes),
-        ] {
-            for (_, cause) in reported {
-                self.deaths
-                    .get_or_create(&[("lane", l.label_value()), ("cause", cause.as_str())])
-                    .inc();
-            }
+        for (_, cause) in &tick.reported_dead {
+            self.deaths
+                .get_or_create(&[("cause", cause.as_str())])
+                .inc();
         }
         if tick.view_current {
             for (l, waiting) in tick.podless.iter() {
@@ -309,7 +288,6 @@ mod tests {
                 ("a".into(), Cause::OomKilled),
                 ("b".into(), Cause::OomKilled),
             ],
-            failed_publishes: vec![("p".into(), Cause::Refused)],
             view_current: true,
             podless: PerLane::from_fn(|l| if l == Lane::Run { 3 } else { 0 }),
             death_delays: vec![Duration::from_millis(1700)],
@@ -330,8 +308,7 @@ mod tests {
             "# TYPE tcab_dispatcher_lease_renewals_total counter",
             r#"tcab_dispatcher_lease_renewals_total{lane="run",result="ok"} 1"#,
             r#"tcab_dispatcher_lease_renewals_total{lane="publish",result="failed"} 1"#,
-            r#"tcab_dispatcher_death_reports_total{lane="run",cause="oom_killed"} 2"#,
-            r#"tcab_dispatcher_death_reports_total{lane="publish",cause="refused"} 1"#,
+            r#"tcab_dispatcher_death_reports_total{cause="oom_killed"} 2"#,
             "# TYPE tcab_dispatcher_jobs_without_pod gauge",
             r#"tcab_dispatcher_jobs_without_pod{lane="run"} 3"#,
             r#"tcab_dispatcher_jobs_without_pod{lane="publish"} 0"#,
@@ -343,10 +320,8 @@ mod tests {
             "tcab_dispatcher_death_to_report_seconds_count 1",
             r#"tcab_dispatcher_death_to_report_seconds_bucket{le="2.5"} 1"#,
             // Created at 0 from the start.
-            r#"tcab_dispatcher_death_reports_total{lane="run",cause="evicted"} 0"#,
-            r#"tcab_dispatcher_death_reports_total{lane="run",cause="unknown"} 0"#,
-            r#"tcab_dispatcher_death_reports_total{lane="publish",cause="image_pull"} 0"#,
-            r#"tcab_dispatcher_report_failures_total{report="death",lane="publish",reason="timeout"} 0"#,
+            r#"tcab_dispatcher_death_reports_total{cause="evicted"} 0"#,
+            r#"tcab_dispatcher_death_reports_total{cause="unknown"} 0"#,
             r#"tcab_dispatcher_lease_renewals_total{lane="run",result="failed"} 0"#,
             r#"tcab_dispatcher_report_failures_total{report="death",lane="run",reason="timeout"} 0"#,
         ] {

@@ -23,10 +23,8 @@ pub struct RenewalReport {
 /// Which report a failure was of (its `report` label is [`Report::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Report {
-    /// A death report of a lane: a run's (`POST /jobs/{id}/status`, or the
-    /// read before it), a publish's failed result (`POST
-    /// /publish-jobs/{id}/result`).
-    Death(Lane),
+    /// A death report (`POST /jobs/{id}/status`) or the read before it.
+    Death,
     /// A lost report of a lane (`POST /jobs/{id}/lost`, `POST /publish-jobs/{id}/lost`).
     Lost(Lane),
 }
@@ -35,7 +33,7 @@ impl Report {
     /// The `report` label: `death` or `lost`.
     pub fn kind(self) -> ReportKind {
         match self {
-            Report::Death(_) => ReportKind::Death,
+            Report::Death => ReportKind::Death,
             Report::Lost(_) => ReportKind::Lost,
         }
     }
@@ -48,7 +46,8 @@ impl Report {
     /// The lane the report is about.
     pub fn lane(self) -> Lane {
         match self {
-            Report::Death(lane) | Report::Lost(lane) => lane,
+            Report::Death => Lane::Run,
+            Report::Lost(lane) => lane,
         }
     }
 }
@@ -66,10 +65,6 @@ pub struct ReportTick {
     pub deleted: Vec<String>,
     /// Runs whose deaths were reported (job id, death kind for metrics).
     pub reported_dead: Vec<(JobId, Cause)>,
-    /// Publishes reported failed with their own token (a publisher Job
-    /// whose pod never started, was refused, or was judged dead), with the
-    /// cause.
-    pub failed_publishes: Vec<(JobId, Cause)>,
     /// Per lane, the live Jobs that have counted no pod for longer than the
     /// start grace and are not (yet) judged refused: they wait for a pod.
     pub podless: PerLane<usize>,

@@ -417,7 +417,7 @@ declare! {
         kind: Seconds,
         fallback: Default(Duration::from_secs(300)),
         read_by: &[L],
-        doc: "A driver or publisher pod waiting this long on an image pull or a container config error, or a Job that has had no pod this long after its creation and whose pods the API server refuses (a FailedCreate Event: PodSecurity, a quota, a LimitRange, an admission policy, a missing ServiceAccount), is judged never to start: its death (run) or failed result (publish) is reported with the cause and its Job deleted.",
+        doc: "A driver or publisher pod waiting this long on an image pull or a container config error, or a Job that has had no pod this long after its creation and whose pods the API server refuses (a FailedCreate Event: PodSecurity, a quota, a LimitRange, an admission policy, a missing ServiceAccount), is judged never to start: a run's death is reported with the cause, then its Job deleted; a publisher's Job is deleted, then its publish reported lost with the cause.",
     };
 
     pub const UNSCHEDULABLE_GRACE_SECONDS: Setting<Seconds> = Setting {

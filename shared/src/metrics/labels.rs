@@ -189,7 +189,7 @@ label_values! {
 label_values! {
     /// Which report failed (`report_failures_total`).
     pub enum ReportKind: "report" {
-        Death => "death", "a death report (a run's, or a dead publisher's failed result), or the read of the job before it";
+        Death => "death", "a death report, or the read of the job before it";
         Lost => "lost", "a lost report";
     }
 }
@@ -288,7 +288,7 @@ label_values! {
         ReportDeath => "report_death", "`POST /jobs/{id}/status`: a death report (lease-keeper), a poisoned run's failed report (admitter)";
         ReportLost => "report_lost", "`POST /jobs/{id}/lost` (lease-keeper)";
         ReportPublishLost => "report_publish_lost", "`POST /publish-jobs/{id}/lost` (lease-keeper)";
-        ReportPublishFailed => "report_publish_failed", "`POST /publish-jobs/{id}/result`: a poisoned publish's failed result (admitter), a dead publisher's (lease-keeper)";
+        ReportPublishFailed => "report_publish_failed", "`POST /publish-jobs/{id}/result`: a poisoned publish's failed result (admitter)";
     }
 }
 
@@ -297,8 +297,10 @@ impl BackendCall {
     pub fn made_by(self) -> &'static [Binary] {
         use Binary::{Admitter, LeaseKeeper, Reaper};
         match self {
-            BackendCall::ClaimRun | BackendCall::ClaimPublish => &[Admitter],
-            BackendCall::ReportDeath | BackendCall::ReportPublishFailed => &[Admitter, LeaseKeeper],
+            BackendCall::ClaimRun
+            | BackendCall::ClaimPublish
+            | BackendCall::ReportPublishFailed => &[Admitter],
+            BackendCall::ReportDeath => &[Admitter, LeaseKeeper],
             BackendCall::ActiveRuns => &[LeaseKeeper, Reaper],
             BackendCall::RenewRunLeases
             | BackendCall::RenewPublishLeases
@@ -378,19 +380,6 @@ label_values! {
         DeadlineExceeded => "deadline_exceeded", "the Job's `activeDeadlineSeconds` ran out";
         Unknown => "unknown", "anything else, or nothing says why";
     }
-}
-
-impl Cause {
-    /// The causes a publisher Job's death can have: a publisher is reported
-    /// failed only when its pod never started (or was refused) or its Job
-    /// was judged dead (see the lease-keeper's failure plan).
-    pub const PUBLISH: &'static [Cause] = &[
-        Cause::ImagePull,
-        Cause::ConfigError,
-        Cause::Unschedulable,
-        Cause::Refused,
-        Cause::NodeLost,
-    ];
 }
 
 /// One row of the label table: a label, the metrics it is on, its values.

@@ -1,8 +1,6 @@
-//! Which Jobs to report as deaths: pure, over the cached Jobs, the deaths
-//! due (see [`super::failures`]), the claims the vault holds and the claims
-//! already handled. A run's death report and a publish's failed result
-//! (for a publisher that never started or was judged dead) follow the same
-//! rules.
+//! Which driver Jobs to report as deaths: pure, over the cached Jobs, the
+//! deaths due (see [`super::failures`]), the claims the vault holds and the
+//! claims already handled. (A publisher's death takes the lost path.)
 //!
 //! Only the Job of a job's current claim is reported: the claim whose token
 //! the vault holds (the most recent Put when it holds several). A failed Job
@@ -14,6 +12,7 @@ use super::failures::DeathKind;
 use super::tokens::{HeldClaim, TokenKey};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
+use tcab_shared::Lane;
 use tcab_shared::job_cache::{JobSummary, summaries};
 
 /// A failed driver Job whose death is to be reported.
@@ -94,8 +93,8 @@ pub(crate) fn plan_deaths(
 ) -> DeathPlan {
     let current = current_claims(held);
     let mut failed: Vec<(&JobSummary, DeathKind)> = summaries(jobs)
+        .filter(|j| j.lane == Lane::Run)
         .filter_map(|j| due.get(j.name()).map(|kind| (j, *kind)))
-        .filter(|(j, kind)| kind.reported_for(j.lane))
         .collect();
     failed.sort_by(|a, b| a.0.name().cmp(b.0.name()));
 
@@ -187,10 +186,10 @@ pub(crate) fn settle_death_report(answer: Answer) -> DeathSettle {
     }
 }
 
-/// Whether a Job the lease-keeper ends (its pod never starts, or a
-/// publisher judged dead) must wait before it is deleted: its claim's death
-/// is still to be reported (not settled, token held). With no token held it
-/// is deleted at once, and the lost path reports it.
+/// Whether a Job the lease-keeper ends must wait before it is deleted: a
+/// run's claim whose death is still to be reported (not settled, token
+/// held). A publisher never waits: its loss is reported through the lost
+/// path, once its Job is gone.
 pub(crate) fn death_report_pending(
     job: &JobSummary,
     held: &[HeldClaim],
@@ -203,7 +202,7 @@ pub(crate) fn death_report_pending(
     else {
         return false;
     };
-    !handled.contains(&key) && held.iter().any(|h| h.key == key)
+    job.lane == Lane::Run && !handled.contains(&key) && held.iter().any(|h| h.key == key)
 }
 
 #[cfg(test)]
@@ -294,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn failed_publishers_and_unlabelled_jobs_are_not_reported() {
+    fn publishers_and_unlabelled_jobs_are_not_reported() {
         let mut publisher = job("p", "c1", JobPhase::Failed);
         publisher.lane = Lane::Publish;
         let mut no_claim = job("n", "c1", JobPhase::Failed);
@@ -311,40 +310,6 @@ mod tests {
         assert_eq!(
             plan.skipped,
             vec![(no_claim.name().to_string(), DeathSkip::NoClaim)]
-        );
-    }
-
-    #[test]
-    fn a_publisher_that_never_started_or_was_judged_dead_is_reported_with_its_token() {
-        let publisher = |id: &str| {
-            let mut p = job(id, "c1", JobPhase::Live);
-            p.lane = Lane::Publish;
-            p
-        };
-        let jobs = [publisher("never"), publisher("stuck"), publisher("failed")];
-        let due = BTreeMap::from([
-            (jobs[0].name().to_string(), DeathKind::NeverStarted),
-            (jobs[1].name().to_string(), DeathKind::Stuck),
-            (jobs[2].name().to_string(), DeathKind::Failed),
-        ]);
-        let held = [
-            held("never", "c1", 1),
-            held("stuck", "c1", 2),
-            held("failed", "c1", 3),
-        ];
-        let plan = plan_deaths(&jobs, &due, &held, &BTreeSet::new());
-        let reported: Vec<(&str, DeathKind)> = plan
-            .report
-            .iter()
-            .map(|c| (c.key.job_id.as_str(), c.kind))
-            .collect();
-        assert_eq!(
-            reported,
-            [
-                ("never", DeathKind::NeverStarted),
-                ("stuck", DeathKind::Stuck)
-            ],
-            "a publisher that failed by itself takes the lost path"
         );
     }
 
@@ -436,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn a_job_ended_by_the_lease_keeper_waits_for_its_death_report_while_its_token_is_held() {
+    fn a_never_started_run_waits_for_its_death_report_and_a_publisher_does_not() {
         let mut run = job("a", "c1", JobPhase::Failed);
         let key = TokenKey::new("a", "c1");
         let claims = vec![held("a", "c1", 1)];
@@ -450,7 +415,6 @@ mod tests {
         assert!(!death_report_pending(&run, &claims, &BTreeSet::new()));
         let mut publish = job("a", "c1", JobPhase::Failed);
         publish.lane = Lane::Publish;
-        assert!(death_report_pending(&publish, &claims, &BTreeSet::new()));
-        assert!(!death_report_pending(&publish, &[], &BTreeSet::new()));
+        assert!(!death_report_pending(&publish, &claims, &BTreeSet::new()));
     }
 }

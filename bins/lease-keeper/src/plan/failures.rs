@@ -17,10 +17,10 @@
 //!   Job counts a pod), has its pod read (at most once per check interval);
 //!   [`start_verdict`] decides from that pod. A Job that counts no pod at
 //!   all is read for why by [`super::refusals`].
-//! - **Publishers too, where their own token can tell.** A publisher Job
-//!   whose pod never starts, or that is judged dead, is due a failed result
-//!   (its "death report"); a publisher that simply failed takes the lost
-//!   path, as the spec has it.
+//! - **Publishers take the lost path**, as the spec has it: their deaths are
+//!   read and judged here like a driver's, but reported lost (a publisher
+//!   whose pod never starts, or that is judged dead, is deleted first, see
+//!   the report loop).
 //! - **Retry unreadable logs** a bounded number of times.
 
 use crate::cause::{LogTail, StartFailure, StartFailureKind, start_failure};
@@ -175,22 +175,6 @@ pub(crate) enum DeathKind {
     NeverStarted,
 }
 
-impl DeathKind {
-    /// Whether a publisher Job dead this way is reported failed with its
-    /// own token: one that never started, or that was judged dead (and is
-    /// deleted once that is settled, so the lost path never reports a
-    /// publish while its Job is unfinished). A publisher that failed by
-    /// itself, or whose Job was deleted, takes the lost path.
-    pub(crate) fn reported_for_publishes(self) -> bool {
-        matches!(self, DeathKind::NeverStarted | DeathKind::Stuck)
-    }
-
-    /// Whether a Job of `lane` that died this way is due a death report.
-    pub(crate) fn reported_for(self, lane: Lane) -> bool {
-        lane == Lane::Run || self.reported_for_publishes()
-    }
-}
-
 /// What one report tick does about failing Jobs (Job names, sorted).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct FailurePlan {
@@ -202,8 +186,7 @@ pub(crate) struct FailurePlan {
     pub check_start: Vec<String>,
     /// Judged dead now: they cannot finish failing.
     pub newly_stuck: Vec<String>,
-    /// Jobs whose death is due (runs; publishers that never started or
-    /// were judged dead), once their evidence is complete.
+    /// Run Jobs whose death is due, once their evidence is complete.
     pub deaths: Vec<(String, DeathKind)>,
     /// Failed Jobs whose report waits, and why (for the debug log).
     pub waiting: Vec<(String, &'static str)>,
@@ -225,8 +208,10 @@ pub(crate) fn plan_failures<J: Borrow<JobSummary>>(
     let mut plan = FailurePlan::default();
     for job in summaries(jobs) {
         if never_started.contains(job.name()) {
-            plan.deaths
-                .push((job.name().to_string(), DeathKind::NeverStarted));
+            if job.lane == Lane::Run {
+                plan.deaths
+                    .push((job.name().to_string(), DeathKind::NeverStarted));
+            }
             continue;
         }
         let mem = memory.get(job.name());
@@ -249,10 +234,10 @@ pub(crate) fn plan_failures<J: Borrow<JobSummary>>(
                 _ => {}
             }
         }
-        if stuck {
-            plan.deaths.push((job.name().to_string(), DeathKind::Stuck));
-        } else if job.lane == Lane::Run {
-            if failed && job.terminating_pods > 0 {
+        if job.lane == Lane::Run {
+            if stuck {
+                plan.deaths.push((job.name().to_string(), DeathKind::Stuck));
+            } else if failed && job.terminating_pods > 0 {
                 plan.waiting
                     .push((job.name().to_string(), "its pods are still terminating"));
             } else if failed {
@@ -521,7 +506,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_never_started_job_is_due_and_nothing_else_is_planned_for_it() {
+    async fn a_never_started_run_is_due_and_nothing_else_is_planned_for_it() {
         let t0 = Instant::now();
         let mut waiting = job("w", Lane::Run);
         waiting.ready_pods = 0;
@@ -546,11 +531,7 @@ mod tests {
         );
         assert_eq!(
             plan.deaths,
-            vec![
-                ("w".to_string(), DeathKind::NeverStarted),
-                ("p".to_string(), DeathKind::NeverStarted)
-            ],
-            "a publisher that never started is due its failed result"
+            vec![("w".to_string(), DeathKind::NeverStarted)]
         );
         assert!(plan.check_start.is_empty() && plan.capture.is_empty());
     }

@@ -8,8 +8,11 @@
 //! never lost while its publisher Job is unfinished at all, judged dead or
 //! not (the spec's "never"): the lease-keeper ends a judged-dead publisher
 //! Job first (it deletes it), and the publish is lost once the Job is gone.
-//! A job whose Job the view does not show at all is confirmed against the
-//! API before it is reported (see the lease-keeper's report loop).
+//! A job whose Job this process ended (deleted after judging that its pod
+//! never starts or that it is dead) is lost at once, without waiting for
+//! its lease: nothing of it runs, and nobody renews it. A job whose Job
+//! the view does not show at all is confirmed against the API before it is
+//! reported (see the lease-keeper's report loop).
 
 use super::Answer;
 use super::deaths::current_claims;
@@ -209,6 +212,9 @@ pub(crate) struct Known<'a, J = JobSummary> {
     pub reported: &'a BTreeSet<JobId>,
     /// Jobs judged dead (their Jobs no longer count as live).
     pub judged_dead: &'a BTreeSet<String>,
+    /// The lane's jobs whose Job this process ended (deleted): lost
+    /// without waiting for their lease once no Job of them is left.
+    pub ended: &'a BTreeSet<JobId>,
 }
 
 /// Plans one lane's lost reports from its active list and what is known.
@@ -221,6 +227,7 @@ pub(crate) fn plan_lost<J: Borrow<JobSummary>>(
         held,
         reported,
         judged_dead,
+        ended,
     } = known;
     let lane = active.lane;
     let now = active.now;
@@ -261,17 +268,18 @@ pub(crate) fn plan_lost<J: Borrow<JobSummary>>(
                 return Err(LostSkip::AlreadyReported);
             }
             match e.lease {
+                _ if ended.contains(id) => {}
                 None => return Err(LostSkip::NoLease),
                 Some(lease) if lease > now => return Ok(None),
                 Some(_) => {}
             }
-            let first_live = |judged: bool| {
+            let first = |keep: &dyn Fn(&JobSummary) -> bool| {
                 own_jobs
                     .iter()
-                    .filter(|j| j.is_live() && judged_dead.contains(j.name()) == judged)
+                    .filter(|j| j.is_live() && keep(j))
                     .min_by(|a, b| a.name().cmp(b.name()))
             };
-            if let Some(live) = first_live(false) {
+            if let Some(live) = first(&|j| !judged_dead.contains(j.name())) {
                 return Err(LostSkip::JobLive {
                     job_name: live.name().to_string(),
                 });
@@ -279,7 +287,7 @@ pub(crate) fn plan_lost<J: Borrow<JobSummary>>(
             // A judged-dead publisher Job that still exists is unfinished;
             // one that is gone (its pod outlives it on a lost node) is not.
             if lane == Lane::Publish
-                && let Some(dead) = first_live(true).filter(|j| !j.gone)
+                && let Some(dead) = first(&|j| judged_dead.contains(j.name()) && !j.gone)
             {
                 return Err(LostSkip::JudgedDeadUnfinished {
                     job_name: dead.name().to_string(),
@@ -372,11 +380,13 @@ mod tests {
     where
         ActiveList: From<A>,
     {
+        let ended = BTreeSet::new();
         let known = Known {
             jobs,
             held,
             reported,
             judged_dead,
+            ended: &ended,
         };
         plan_lost(&ActiveList::from(active.clone()), &known)
     }
@@ -539,6 +549,49 @@ mod tests {
                 job_name: name("old", "c1")
             }
         );
+    }
+
+    #[test]
+    fn a_publish_whose_job_this_process_ended_is_lost_without_waiting_for_its_lease() {
+        let lease_runs = ts("2026-11-29T17:05:00Z");
+        let active = ActivePublishes {
+            skipped: vec![],
+            now: ts("2026-11-29T17:00:00Z"),
+            publish_jobs: ["ended", "ended-unfinished", "other"]
+                .into_iter()
+                .map(|id| ActivePublish {
+                    id: id.into(),
+                    state: PublishState::Dispatched,
+                    lease_expires_at: Some(lease_runs),
+                })
+                .collect(),
+        };
+        // The one whose Job is still in the view (being deleted, judged
+        // dead) waits for it to go.
+        let unfinished = job(
+            Lane::Publish,
+            "ended-unfinished",
+            "c",
+            JobPhase::Live,
+            "2026-11-29T16:00:00Z",
+        );
+        let judged = BTreeSet::from([unfinished.name().to_owned()]);
+        let ended: BTreeSet<JobId> = ["ended".into(), "ended-unfinished".into()].into();
+        let jobs = [unfinished.clone()];
+        let known = Known {
+            jobs: &jobs[..],
+            held: &[],
+            reported: &BTreeSet::new(),
+            judged_dead: &judged,
+            ended: &ended,
+        };
+        let plan = plan_lost(&ActiveList::from(active), &known);
+        let lost: Vec<&str> = plan.lost.iter().map(|l| l.job_id.as_str()).collect();
+        assert_eq!(lost, ["ended"], "the others' leases run on");
+        assert_eq!(plan.lost[0].cause, LostCause::JobGone);
+        assert_eq!(plan.lease_current, 1);
+        assert!(plan.skipped.iter().any(|(id, why)| id == "ended-unfinished"
+            && matches!(why, LostSkip::JudgedDeadUnfinished { .. })));
     }
 
     #[test]

@@ -11,15 +11,20 @@
 //!
 //! - [`podless`]: the live Jobs that have counted no pod of any kind for
 //!   longer than the start grace, counted from their creation.
-//! - [`judge_refusals`]: which of them the cluster refuses (a `FailedCreate`
-//!   Event about that very Job, matched by uid) and which wait with no
-//!   refusal to be seen (a Job controller that is down, a Job suspended by
-//!   a queueing system): those are never failed by this rule.
+//! - [`judge_refusals`]: which of them the cluster refuses (a recent
+//!   `FailedCreate` Event about that very Job, matched by uid) and which
+//!   wait with no refusal to be seen (a Job controller that is down, a Job
+//!   suspended by a queueing system): those are never failed by this rule.
+//!   A refusal is recent while its last sighting is within
+//!   [`REFUSAL_FRESH`]: the Job controller retries a refused create at most
+//!   a minute apart, and its Event recorder lets a repeat through at least
+//!   every five minutes, so an older one is no longer being repeated (the
+//!   Job controller stopped trying: it may be down).
 //!
 //! A pod that appears within the grace (a quota freed in time) makes its
 //! Job count a pod, and the rule no longer applies to it.
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Event;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,14 +49,17 @@ impl Podless<'_> {
     }
 }
 
+/// How recent a refusal must be to fail a Job: twice the longest the Job
+/// controller's Event recorder may go without recording a repeat (its spam
+/// filter refills one Event per object every five minutes).
+pub(crate) const REFUSAL_FRESH: SignedDuration = SignedDuration::from_mins(10);
+
 /// One `FailedCreate` Event of the Job controller: it could not create a
 /// pod for the Job, and the API server's words say why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refusal {
     /// The uid of the Job it is about.
     pub job_uid: String,
-    /// The name of the Job it is about.
-    pub job_name: String,
     /// The Event's message: `Error creating: <the API server's refusal>`.
     pub message: String,
     /// When it was last seen (the newest of its timestamps), if it says.
@@ -86,7 +94,6 @@ impl Refusal {
         .max();
         Some(Refusal {
             job_uid: about.uid.clone().unwrap_or_default(),
-            job_name: about.name.clone().unwrap_or_default(),
             message: event.message.clone().unwrap_or_default().trim().to_owned(),
             last_seen,
         })
@@ -130,13 +137,23 @@ pub(crate) struct RefusalPlan<'a> {
 
 /// Matches each podless Job to the newest refusal about it, by uid (a Job
 /// deleted and made again under the same name is another Job, with other
-/// Events). A Job with no uid is matched by nothing.
+/// Events), if that refusal is recent at `now` ([`REFUSAL_FRESH`]; one that
+/// gives no time counts as recent). A Job with no uid is matched by
+/// nothing.
 pub(crate) fn judge_refusals<'a>(
     podless: impl IntoIterator<Item = Podless<'a>>,
     refusals: &[Refusal],
+    now: Timestamp,
 ) -> RefusalPlan<'a> {
+    let fresh = |r: &Refusal| {
+        r.last_seen
+            .is_none_or(|seen| now.duration_since(seen) <= REFUSAL_FRESH)
+    };
     let mut newest: BTreeMap<&str, &Refusal> = BTreeMap::new();
-    for r in refusals.iter().filter(|r| !r.job_uid.is_empty()) {
+    for r in refusals
+        .iter()
+        .filter(|r| !r.job_uid.is_empty() && fresh(r))
+    {
         let slot = newest.entry(r.job_uid.as_str()).or_insert(r);
         if (r.last_seen, &r.message) > (slot.last_seen, &slot.message) {
             *slot = r;
@@ -283,7 +300,6 @@ mod tests {
     fn refusal(uid: &str, message: &str, last_seen: &str) -> Refusal {
         Refusal {
             job_uid: uid.into(),
-            job_name: "whatever".into(),
             message: message.into(),
             last_seen: Some(at(last_seen)),
         }
@@ -316,7 +332,8 @@ mod tests {
             // About another Job that once had the name "c": another uid.
             refusal("uid-old-c", "Error creating: old", "2026-12-07T11:00:00Z"),
         ];
-        let plan = judge_refusals(podless.clone(), &refusals);
+        let now = at("2026-12-07T12:10:00Z");
+        let plan = judge_refusals(podless.clone(), &refusals, now);
         let refused: Vec<(&str, &str)> = plan
             .refused
             .iter()
@@ -336,7 +353,33 @@ mod tests {
         reversed.reverse();
         let mut backwards = podless.clone();
         backwards.reverse();
-        assert_eq!(judge_refusals(backwards, &reversed), plan);
+        assert_eq!(judge_refusals(backwards, &reversed, now), plan);
+    }
+
+    #[test]
+    fn a_refusal_no_longer_repeated_does_not_fail_a_job() {
+        let jobs = vec![job("a", Lane::Run)];
+        let none = BTreeSet::new();
+        let podless = found(&jobs, &none, "2026-12-07T13:00:00Z");
+        let once = [refusal(
+            "uid-a",
+            "Error creating: a webhook timed out",
+            "2026-12-07T12:00:01Z",
+        )];
+        // Ten minutes on, it still counts; a second later, it no longer does:
+        // the Job controller stopped retrying (it may be down).
+        let recent = judge_refusals(podless.clone(), &once, at("2026-12-07T12:10:01Z"));
+        assert_eq!(recent.refused.len(), 1);
+        let stale = judge_refusals(podless.clone(), &once, at("2026-12-07T12:10:02Z"));
+        assert!(stale.refused.is_empty());
+        assert_eq!(stale.waiting, 1);
+        // One that gives no time counts as recent.
+        let timeless = [Refusal {
+            last_seen: None,
+            ..once[0].clone()
+        }];
+        let plan = judge_refusals(podless, &timeless, at("2026-12-07T14:00:00Z"));
+        assert_eq!(plan.refused.len(), 1);
     }
 
     #[test]
@@ -346,7 +389,12 @@ mod tests {
         let jobs = [nameless];
         let none = BTreeSet::new();
         let podless = found(&jobs, &none, "2026-12-07T13:00:00Z");
-        let plan = judge_refusals(podless, &[refusal("", "Error", "2026-12-07T12:00:00Z")]);
+        let now = at("2026-12-07T12:01:00Z");
+        let plan = judge_refusals(
+            podless,
+            &[refusal("", "Error", "2026-12-07T12:00:00Z")],
+            now,
+        );
         assert!(plan.refused.is_empty());
         assert_eq!(plan.waiting, 1);
     }
@@ -368,7 +416,6 @@ mod tests {
         };
         let refusal = Refusal::of_event(&event("Job", "FailedCreate")).unwrap();
         assert_eq!(refusal.job_uid, "u1");
-        assert_eq!(refusal.job_name, "tcab-driver-x-c");
         assert_eq!(
             refusal.message,
             "Error creating: pods \"tcab-driver-x-c-\" is forbidden: violates PodSecurity \"restricted:latest\""

@@ -1,14 +1,14 @@
-//! Death reports with the per-job token, once per claim: a run's (`POST
-//! /jobs/{id}/status`), and a publish's failed result (`POST
-//! /publish-jobs/{id}/result`) for a publisher Job that never started or was
-//! judged dead. The Jobs whose pod never starts, and publishers judged dead,
-//! are ended: judged, reported, then deleted. Which claim is reported, and
-//! what each backend answer settles, is decided in [`crate::plan::deaths`];
-//! here the calls are made.
+//! Death reports (`POST /jobs/{id}/status` with the per-job token), once per
+//! claim, and the Jobs the lease-keeper ends: those whose pod never starts
+//! or is refused (failed fast: judged, reported, then deleted), and
+//! publisher Jobs judged dead (deleted, so their publish is reported lost
+//! only once its Job is gone). Which claim is reported, and what each
+//! backend answer settles, is decided in [`crate::plan::deaths`]; here the
+//! calls are made.
 
 use super::evidence::{FinalRead, read_at_once, read_final};
 use super::reports::{Reporter, out_of_budget};
-use crate::cause::{DeathCause, LogTail};
+use crate::cause::{DeathCause, LogTail, StartFailure};
 use crate::plan::Answer;
 use crate::plan::deaths::{
     DeathSettle, death_report_pending, plan_deaths, settle_death_check, settle_death_report,
@@ -18,9 +18,8 @@ use crate::report::{Report, ReportTick};
 use crate::tokens::TokenKey;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tcab_shared::backend::BackendError;
 use tcab_shared::job_cache::JobSummary;
-use tcab_shared::{Lane, Secret, error_chain};
+use tcab_shared::{Lane, error_chain};
 use tokio::time::Instant;
 
 /// A death report explained once, kept until it lands.
@@ -48,18 +47,12 @@ impl Reporter {
             tracing::debug!(job = %name, reason = %skip.describe(), "dead driver Job not reported");
         }
         // A job whose reports keep failing waits out its back-off alone.
-        let lane_of = |name: &str| {
-            entries
-                .iter()
-                .find(|j| j.name() == name)
-                .map_or(Lane::Run, |j| j.lane)
-        };
         let candidates: Vec<_> = plan
             .report
             .into_iter()
             .filter(|c| {
-                let what = Report::Death(lane_of(&c.job_name));
-                self.backoffs.due(&(what, c.key.job_id.clone()), now)
+                self.backoffs
+                    .due(&(Report::Death, c.key.job_id.clone()), now)
             })
             .collect();
         // The final reads of the deaths to explain run side by side first
@@ -89,28 +82,21 @@ impl Reporter {
             let Some(job) = entries.iter().find(|j| j.name() == candidate.job_name) else {
                 continue;
             };
-            let lane = job.lane;
-            let what = Report::Death(lane);
-            // A run is read first: only a live run is reported. The backend
-            // has no such read of a publish; its answer to the report says
-            // the same (409 when it is terminal already).
-            if lane == Lane::Run {
-                let read = self.backend.get_job(&key.job_id).await;
-                let live = read.as_ref().ok().map(|view| view.state.is_live());
-                match (settle_death_check(Answer::of(&read), live), &read) {
-                    (DeathSettle::Report, _) => {}
-                    (DeathSettle::Retry, Err(error)) => {
-                        if self.report_failed(what, &key.job_id, error, report) {
-                            break;
-                        }
-                        continue;
+            let read = self.backend.get_job(&key.job_id).await;
+            let live = read.as_ref().ok().map(|view| view.state.is_live());
+            match (settle_death_check(Answer::of(&read), live), &read) {
+                (DeathSettle::Report, _) => {}
+                (DeathSettle::Retry, Err(error)) => {
+                    if self.report_failed(Report::Death, &key.job_id, error, report) {
+                        break;
                     }
-                    (settled, read) => {
-                        let state = read.as_ref().map(|v| v.state.as_str()).unwrap_or("unknown");
-                        tracing::debug!(job_id = %key.job_id, state, verdict = ?settled, "dead driver's job needs no report");
-                        self.settle(&key, lane);
-                        continue;
-                    }
+                    continue;
+                }
+                (settled, read) => {
+                    let state = read.as_ref().map(|v| v.state.as_str()).unwrap_or("unknown");
+                    tracing::debug!(job_id = %key.job_id, state, verdict = ?settled, "dead driver's job needs no report");
+                    self.settle(&key);
+                    continue;
                 }
             }
             let read = finals.remove(&candidate.job_name);
@@ -123,29 +109,20 @@ impl Reporter {
                     );
                     self.note(id, &detail, now);
                 }
-                self.settle(&key, lane);
+                self.settle(&key);
                 continue;
             };
             let answer = self
-                .send_death(lane, &key.job_id, &token, &prepared.detail)
+                .backend
+                .report_death(&key.job_id, &token, &prepared.detail)
                 .await;
             match (settle_death_report(Answer::of(&answer)), &answer) {
-                (DeathSettle::Reported, Ok(state)) => {
+                (DeathSettle::Reported, Ok(ack)) => {
                     let cause = &prepared.cause;
-                    match lane {
-                        Lane::Run => {
-                            tracing::info!(job_id = %key.job_id, claim = %key.claim, job = %candidate.job_name, cause = %cause.summary(), state, "reported dead");
-                            report
-                                .reported_dead
-                                .push((key.job_id.clone(), cause.kind()));
-                        }
-                        Lane::Publish => {
-                            tracing::info!(job_id = %key.job_id, claim = %key.claim, job = %candidate.job_name, cause = %cause.summary(), "publish reported failed: its publisher Job is dead");
-                            report
-                                .failed_publishes
-                                .push((key.job_id.clone(), cause.kind()));
-                        }
-                    }
+                    tracing::info!(job_id = %key.job_id, claim = %key.claim, job = %candidate.job_name, cause = %cause.summary(), state = ack.state.as_str(), "reported dead");
+                    report
+                        .reported_dead
+                        .push((key.job_id.clone(), cause.kind()));
                     if let Some(evidence) = self.evidence.get(&candidate.job_name) {
                         report
                             .death_delays
@@ -161,37 +138,14 @@ impl Reporter {
                 }
                 (_, answer) => {
                     if let Err(error) = answer
-                        && self.report_failed(what, &key.job_id, error, report)
+                        && self.report_failed(Report::Death, &key.job_id, error, report)
                     {
                         break;
                     }
                     continue;
                 }
             }
-            self.settle(&key, lane);
-        }
-    }
-
-    /// Sends one death report with the claim's token: a run's failed status
-    /// (the state the backend acknowledged), a publish's failed result.
-    async fn send_death(
-        &self,
-        lane: Lane,
-        job_id: &str,
-        token: &Secret,
-        detail: &str,
-    ) -> Result<&'static str, BackendError> {
-        match lane {
-            Lane::Run => self
-                .backend
-                .report_death(job_id, token, detail)
-                .await
-                .map(|ack| ack.state.as_str()),
-            Lane::Publish => self
-                .backend
-                .report_publish_failed(job_id, token, detail)
-                .await
-                .map(|()| "failed"),
+            self.settle(&key);
         }
     }
 
@@ -221,11 +175,10 @@ impl Reporter {
 
     /// Marks a claim's death settled and drops its token, its prepared
     /// report and its back-off.
-    fn settle(&mut self, key: &TokenKey, lane: Lane) {
+    fn settle(&mut self, key: &TokenKey) {
         self.store.forget(key);
         self.prepared.remove(key);
-        self.backoffs
-            .forget(&(Report::Death(lane), key.job_id.clone()));
+        self.backoffs.forget(&(Report::Death, key.job_id.clone()));
         self.handled_deaths.insert(key.clone());
     }
 
@@ -267,11 +220,12 @@ impl Reporter {
     }
 
     /// Deletes the Jobs the lease-keeper ends, once nothing is left to
-    /// report first (their death settled, or no token to report with):
-    /// those whose pod never starts (or is refused), and publisher Jobs
-    /// judged dead, so no publish is reported lost while its Job is
-    /// unfinished. A publish whose failed result could not be sent is
-    /// reported lost once its Job is gone.
+    /// report first: those whose pod never starts or is refused (a run once
+    /// its death is settled or cannot be reported; a publisher at once), and
+    /// publisher Jobs judged dead. A publish so ended is reported lost at
+    /// the next lost check, with what its Job showed, without waiting for
+    /// its lease: it is retried as any lost publish is, and it is never
+    /// reported while its Job exists.
     pub(super) async fn delete_ended(
         &mut self,
         snapshot: &[Arc<JobSummary>],
@@ -279,47 +233,66 @@ impl Reporter {
         report: &mut ReportTick,
     ) -> Vec<String> {
         let held = self.store.held();
-        let judged_dead = self.judged_dead();
-        let mut deleted = Vec::new();
+        let at = |name: &str| snapshot.binary_search_by(|j| j.name().cmp(name)).ok();
         // Never started, then judged-dead publishers not being deleted yet
         // (a stand-in for a pod that outlives its Job is no Job to delete).
-        let ended: Vec<(String, Option<String>)> = self
+        let mut ended: Vec<(String, Ended)> = self
             .never_started
-            .iter()
-            .map(|(name, failure)| {
-                let detail = format!("its pod never started: {}", failure.summary());
-                (name.clone(), Some(detail))
-            })
-            .chain(
-                snapshot
-                    .iter()
-                    .filter(|j| j.lane == Lane::Publish && j.is_live() && !j.gone && !j.deleting)
-                    .filter(|j| judged_dead.contains(j.name()))
-                    .filter(|j| !self.never_started.contains_key(j.name()))
-                    .map(|j| (j.name().to_owned(), None)),
-            )
+            .keys()
+            .map(|name| (name.clone(), Ended::NeverStarted))
             .collect();
-        for (name, never_started) in ended {
-            let Ok(at) = snapshot.binary_search_by(|j| j.name().cmp(&name)) else {
-                continue;
-            };
-            let job = &snapshot[at];
-            if death_report_pending(job, &held, &self.handled_deaths) {
+        for name in self.judged_dead() {
+            let Some(i) = at(&name) else { continue };
+            let job = &snapshot[i];
+            let publisher = job.lane == Lane::Publish && job.is_live() && !job.gone;
+            if publisher && !job.deleting && !self.never_started.contains_key(&name) {
+                ended.push((name, Ended::JudgedDead));
+            }
+        }
+        let mut deleted = Vec::new();
+        for (name, why) in ended {
+            let Some(i) = at(&name) else { continue };
+            let job = Arc::clone(&snapshot[i]);
+            if death_report_pending(&job, &held, &self.handled_deaths) {
                 continue;
             }
             if out_of_budget(deadline, report) {
                 break;
             }
-            let kind = job.lane.worker();
-            let why = never_started.clone().unwrap_or_else(|| {
-                "it was judged dead (it could not finish failing: a lost node?)".to_owned()
-            });
+            let detail = match why {
+                Ended::NeverStarted => {
+                    let summary = self
+                        .never_started
+                        .get(&name)
+                        .map(StartFailure::summary)
+                        .unwrap_or_default();
+                    format!("its pod never started: {summary}")
+                }
+                Ended::JudgedDead => {
+                    let evidence = self
+                        .explain_with(&job, DeathKind::Stuck, None, Instant::now())
+                        .map(|(_, detail)| detail)
+                        .unwrap_or_default();
+                    format!("it was judged dead: {evidence}")
+                }
+            };
             match self.inspector.delete_job(&name).await {
                 Ok(()) => {
-                    tracing::info!(job = %name, job_id = job.job_id().unwrap_or(""), lane = %job.lane, "deleted a Job the lease-keeper ended: {why}");
-                    if let Some(id) = &job.job_id() {
-                        let detail = format!("{kind} Job {name} was deleted because {why}");
-                        self.note(id, &detail, Instant::now());
+                    match why {
+                        Ended::NeverStarted => {
+                            tracing::info!(job = %name, job_id = job.job_id().unwrap_or(""), lane = %job.lane, "deleted a Job whose pod can never start")
+                        }
+                        Ended::JudgedDead => {
+                            tracing::info!(job = %name, job_id = job.job_id().unwrap_or(""), "deleted a publisher Job judged dead; its publish is reported lost")
+                        }
+                    }
+                    if let Some(id) = job.job_id() {
+                        let kind = job.lane.worker();
+                        let note = format!("{kind} Job {name} was deleted because {detail}");
+                        self.note(id, &note, Instant::now());
+                        if job.lane == Lane::Publish {
+                            self.ended_publishes.insert(id.to_owned(), Instant::now());
+                        }
                     }
                     self.never_started.remove(&name);
                     deleted.push(name);
@@ -331,4 +304,13 @@ impl Reporter {
         }
         deleted
     }
+}
+
+/// Why the lease-keeper ends a Job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Its pod never starts, or the API server refuses it.
+    NeverStarted,
+    /// A publisher Job judged dead (it could not finish failing).
+    JudgedDead,
 }

@@ -63,6 +63,10 @@ impl Reporter {
         let snapshot = self.jobs.snapshot();
         let held = self.store.held();
         let empty = BTreeSet::new();
+        let ended: BTreeSet<JobId> = match lane {
+            Lane::Publish => self.ended_publishes.keys().cloned().collect(),
+            Lane::Run => BTreeSet::new(),
+        };
         let plan = plan_lost(
             &active,
             &Known {
@@ -70,6 +74,7 @@ impl Reporter {
                 held: &held,
                 reported: self.reported_lost.get(&lane).unwrap_or(&empty),
                 judged_dead: &judged_dead,
+                ended: &ended,
             },
         );
         // The renewal and the view may both have moved on while the active

@@ -138,7 +138,7 @@ impl Reporter {
             let ids: BTreeSet<&str> = self
                 .backoffs
                 .keys()
-                .filter(|(report, _)| matches!(report, Report::Death(_)))
+                .filter(|(report, _)| *report == Report::Death)
                 .map(|(_, id)| id.as_str())
                 .chain(self.lost_notes.keys().map(String::as_str))
                 .collect();
@@ -163,11 +163,14 @@ impl Reporter {
         let claimed = |key: &TokenKey| claimed.contains(&(key.job_id.as_str(), key.claim.as_str()));
         self.handled_deaths.retain(|key| claimed(key));
         self.prepared.retain(|key, _| claimed(key));
-        self.backoffs.retain(|(report, id)| {
-            !matches!(report, Report::Death(_)) || listed.contains(id.as_str())
-        });
-        // A note lasts while its job has an entry, and two leases after.
+        self.backoffs
+            .retain(|(report, id)| *report != Report::Death || listed.contains(id.as_str()));
+        // A job ended here is lost at once; after two leases its lease has
+        // lapsed in any case.
         let keep = self.lease_length * 2;
+        self.ended_publishes
+            .retain(|_, at| now.saturating_duration_since(*at) < keep);
+        // A note lasts while its job has an entry, and two leases after.
         self.lost_notes.retain(|id, note| {
             listed.contains(id.as_str()) || now.saturating_duration_since(note.at) < keep
         });

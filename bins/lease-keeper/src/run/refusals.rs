@@ -4,31 +4,35 @@
 //! controller's `FailedCreate` Events says which of them the API server
 //! refuses. Each refused Job (its pods confirmed absent first: the view may
 //! be behind) is judged never to start, with the refusal as its cause, and
-//! goes the way of a pod that can never start: its death (run) or failed
-//! result (publish) reported, then its Job deleted. The others wait, and
-//! the log and the `tcab_dispatcher_jobs_without_pod` gauge say so.
+//! goes the way of a pod that can never start from the next tick on: a
+//! run's death reported, then its Job deleted; a publisher's Job deleted,
+//! then its publish reported lost with that cause. The others wait, and the
+//! log and the `tcab_dispatcher_jobs_without_pod` gauge say so.
+//!
+//! It runs after the tick's death reports, so a slow Events list delays
+//! none of them.
 
+use super::evidence::read_at_once;
 use super::reports::{Reporter, out_of_budget};
 use crate::cause::{LogTail, StartFailure, StartFailureKind};
-use crate::plan::failures::DeathKind;
-use crate::plan::refusals::{Podless, Refusal, judge_refusals, podless};
+use crate::plan::refusals::{Podless, judge_refusals, podless};
 use crate::report::ReportTick;
 use std::collections::BTreeSet;
 use tcab_shared::error_chain;
-use tcab_shared::job_cache::Snapshot;
+use tcab_shared::job_cache::{JobSummary, Snapshot};
 use tcab_shared::lane::PerLane;
 use tokio::time::Instant;
 
 impl Reporter {
-    /// Reads why the Jobs past the start grace have no pod, when a check
-    /// is due; returns the deaths now due (the refused Jobs, by name).
+    /// Counts the Jobs past the start grace without a pod and, when a check
+    /// is due, reads why; the refused ones are judged never to start.
     pub(super) async fn check_refusals(
         &mut self,
         snapshot: &Snapshot,
         now: Instant,
         deadline: Instant,
         report: &mut ReportTick,
-    ) -> Vec<(String, DeathKind)> {
+    ) {
         let judged: BTreeSet<String> = self
             .never_started
             .keys()
@@ -47,23 +51,33 @@ impl Reporter {
             .last_refusal_check
             .is_none_or(|at| now.saturating_duration_since(at) >= self.settings.start_check_every);
         if counts.iter().all(|(_, n)| *n == 0) || !due || out_of_budget(deadline, report) {
-            return Vec::new();
+            return;
         }
         self.last_refusal_check = Some(now);
         let refusals = match self.inspector.refusals().await {
             Ok(refusals) => refusals,
             Err(error) => {
-                let plan = judge_refusals(podless(snapshot, &judged, wall_now, grace), &[]);
+                let plan =
+                    judge_refusals(podless(snapshot, &judged, wall_now, grace), &[], wall_now);
                 let (oldest, waited_s) = named(plan.oldest_waiting);
+                let hint = if error.code() == Some(403) {
+                    " (the Role needs list on events)"
+                } else {
+                    ""
+                };
                 tracing::warn!(
                     jobs = plan.waiting, oldest, waited_s,
                     reason = error.reason().as_str(), error = %error_chain(&error),
-                    "Jobs have had no pod for longer than the start grace, and the Job controller's FailedCreate Events cannot be read (the Role needs list on events): they wait, and are not failed by the start rule"
+                    "Jobs have had no pod for longer than the start grace, and the Job controller's FailedCreate Events cannot be read{hint}: they wait, and are not failed by the start rule"
                 );
-                return Vec::new();
+                return;
             }
         };
-        let plan = judge_refusals(podless(snapshot, &judged, wall_now, grace), &refusals);
+        let plan = judge_refusals(
+            podless(snapshot, &judged, wall_now, grace),
+            &refusals,
+            wall_now,
+        );
         if plan.waiting > 0 {
             let (oldest, waited_s) = named(plan.oldest_waiting);
             tracing::warn!(
@@ -73,19 +87,18 @@ impl Reporter {
                 "Jobs have had no pod for longer than the start grace, and no refusal to create one is recorded (is the Job controller running? is a Job suspended?): they wait for a pod or their deadline, and are not failed by the start rule"
             );
         }
-        let refused: Vec<(String, u64, Refusal)> = plan
-            .refused
-            .into_iter()
-            .map(|(job, refusal)| (job.name().to_owned(), job.age.as_secs(), refusal))
-            .collect();
-        let mut deaths = Vec::new();
-        for (name, waited_s, refusal) in refused {
-            if out_of_budget(deadline, report) {
-                break;
-            }
-            // The view may be behind the cluster: a pod made since means
-            // the refusal has passed.
-            match self.inspector.newest_pod(&name).await {
+        // The view may be behind the cluster: a refused Job's pods are read
+        // (side by side) before it is judged; one made since means the
+        // refusal has passed.
+        let refused: Vec<&JobSummary> = plan.refused.iter().map(|(job, _)| job.job).collect();
+        let inspector = &self.inspector;
+        let reads = read_at_once(&refused, deadline, |job| inspector.newest_pod(job.name())).await;
+        if reads.len() < refused.len() {
+            out_of_budget(deadline, report);
+        }
+        for ((job, refusal), (_, read)) in plan.refused.iter().zip(reads) {
+            let name = job.name();
+            match read {
                 Ok(None) => {}
                 Ok(Some(_)) => {
                     tracing::debug!(job = %name, "a refused Job has a pod after all; not judged");
@@ -96,30 +109,24 @@ impl Reporter {
                     continue;
                 }
             }
-            let Ok(at) = snapshot.binary_search_by(|j| j.name().cmp(&name)) else {
-                continue;
-            };
-            let summary = &snapshot[at];
             let failure = StartFailure {
                 kind: StartFailureKind::Refused,
                 image: None,
                 reason: "FailedCreate".into(),
-                message: refusal.message,
+                message: refusal.message.clone(),
             };
             tracing::warn!(
-                job = %name, job_id = summary.job_id().unwrap_or(""), lane = %summary.lane,
-                cause = %failure.summary(), waited_s,
-                "judged dead: the cluster refuses to create the Job's pod; its death is reported and its Job deleted"
+                job = %name, job_id = job.job.job_id().unwrap_or(""), lane = %job.job.lane,
+                cause = %failure.summary(), waited_s = job.age.as_secs(),
+                "judged dead: the cluster refuses to create the Job's pod; it is failed with that cause and its Job deleted"
             );
             let log =
                 LogTail::Gone("the cluster refused to create the pod: there is no log".into());
-            self.keep(summary, None, log);
-            self.judge_dead(&name);
-            self.never_started.insert(name.clone(), failure);
-            report.judged_dead.push(name.clone());
-            deaths.push((name, DeathKind::NeverStarted));
+            self.keep(job.job, None, log);
+            self.judge_dead(name);
+            self.never_started.insert(name.to_owned(), failure);
+            report.judged_dead.push(name.to_owned());
         }
-        deaths
     }
 }
 

@@ -91,6 +91,10 @@ pub struct Reporter {
     pub(super) last_lost_check: Option<Instant>,
     /// When the Job controller's refusals were last read.
     pub(super) last_refusal_check: Option<Instant>,
+    /// Publishes whose publisher Job this process ended (deleted after
+    /// judging it never starts or dead), with when: reported lost at the
+    /// next lost check, without waiting for their lease.
+    pub(super) ended_publishes: BTreeMap<JobId, Instant>,
     /// The wall clock Jobs' ages are read on.
     pub(super) clock: WallClock,
 }
@@ -153,6 +157,7 @@ impl Reporter {
             warned_entries: BTreeSet::new(),
             last_lost_check: None,
             last_refusal_check: None,
+            ended_publishes: BTreeMap::new(),
             clock: parts.clock,
         }
     }
@@ -261,10 +266,6 @@ impl Reporter {
             }
         }
         let mut deaths = plan.deaths.clone();
-        deaths.extend(
-            self.check_refusals(&snapshot, now, deadline, &mut report)
-                .await,
-        );
         for name in &plan.check_start {
             if out_of_budget(deadline, &mut report) {
                 break;
@@ -295,6 +296,11 @@ impl Reporter {
             .cloned()
             .collect();
         self.report_deaths(&entries, &due, now, deadline, &mut report)
+            .await;
+
+        // Jobs the cluster gives no pod: read why, after the deaths, so a
+        // slow read delays none; a refused one is reported from the next tick.
+        self.check_refusals(&snapshot, now, deadline, &mut report)
             .await;
 
         // Jobs whose pod never starts, and publishers judged dead, are

@@ -1153,40 +1153,93 @@ fn event_list(items: Vec<Value>) -> Value {
     json!({"kind": "EventList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items})
 }
 
-/// A publisher Job whose pod the API server refuses (the namespace enforces
-/// PodSecurity): past the start grace, counted from its creation, it is
-/// failed with the refusal in its own token's failed result, then deleted.
+/// How many times the keeper has listed Events.
+fn event_lists(rig: &Rig) -> usize {
+    rig.kube
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with(&format!("GET /api/v1/namespaces/{NS}/events")))
+        .count()
+}
+
+/// Applies the deletion of a Job to the view, as its watch would.
+fn view_deletes(rig: &Rig, job: Value) {
+    rig.cache
+        .apply(Event::Delete(serde_json::from_value::<Job>(job).unwrap()));
+}
+
+/// A run Job whose pod the API server refuses: past the start grace,
+/// counted from its creation, it is judged never to start with the
+/// refusal, its death reported with it the tick after, then its Job deleted.
 #[tokio::test]
-async fn a_publisher_whose_pod_is_refused_is_reported_failed_with_the_refusal_and_deleted() {
+async fn a_run_whose_pod_is_refused_is_reported_dead_with_the_refusal_and_deleted() {
     // The Jobs were made a minute before the rig's clock: past a 30 s grace.
-    let mut rig = Rig::with(true, |c| c.start_grace = Duration::from_secs(30)).await;
-    let name = rig.claimed_publish("pub1", json!({}));
-    let refusal = "pods \"tcab-publisher-pub1-x-\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true";
+    let mut rig = Rig::with(false, |c| c.start_grace = Duration::from_secs(30)).await;
+    let name = rig.claimed_run("refused", JobState::Dispatched, json!({}));
+    let mut job = rig.kube.lock().jobs[&name].clone();
+    job["metadata"]["uid"] = json!(format!("uid-{name}"));
+    rig.job(job);
+    let refusal = "pods \"tcab-driver-refused-x-\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1";
     rig.events_answer(200, event_list(vec![refusal_event(&name, refusal)]));
-    let report = rig.keeper.tick().await;
-    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
-    assert_eq!(
-        report.reports.failed_publishes,
-        [(
-            "pub1".to_string(),
-            tcab_shared::metrics::labels::Cause::Refused
-        )]
-    );
+    let first = rig.keeper.tick().await;
+    assert_eq!(first.reports.judged_dead, std::slice::from_ref(&name));
+    assert_eq!(event_lists(&rig), 1);
+    let report = rig
+        .tick_until("the death reported", |r| !r.reported_dead().is_empty())
+        .await;
+    assert_eq!(report.reported_dead(), ["refused"]);
+    assert_eq!(report.reports.reported_dead[0].1.as_str(), "refused");
     assert_eq!(report.reports.deleted, std::slice::from_ref(&name));
-    let (id, token, body) = rig.backend.lock().publish_results[0].clone();
-    assert_eq!((id.as_str(), token.as_str()), ("pub1", "token-of-pub1"));
-    assert_eq!(body["outcome"], "failed");
-    let detail = body["detail"].as_str().unwrap();
+    let detail = rig.backend.lock().status_reports[0].2["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
         detail.starts_with("pod never started: the API server refused to create the Job's pod")
             && detail.contains(refusal),
         "{detail}"
     );
     assert_eq!(rig.kube.lock().deleted_jobs, std::slice::from_ref(&name));
+}
+
+/// A publisher Job whose pod the API server refuses (the namespace enforces
+/// PodSecurity): past the start grace it is deleted, and its publish is
+/// reported lost with the refusal once the Job is gone, without waiting
+/// for its lease (the backend retries a lost publish).
+#[tokio::test]
+async fn a_publisher_whose_pod_is_refused_is_deleted_and_reported_lost_with_the_refusal_at_once() {
+    let mut rig = Rig::with(true, |c| c.start_grace = Duration::from_secs(30)).await;
+    let name = rig.claimed_publish("pub1", json!({}));
+    let job = rig.kube.lock().jobs[&name].clone();
+    let refusal = "pods \"tcab-publisher-pub1-x-\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true";
+    rig.events_answer(200, event_list(vec![refusal_event(&name, refusal)]));
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
+    assert_eq!(report.reports.deleted, std::slice::from_ref(&name));
+    assert_eq!(rig.kube.lock().deleted_jobs, std::slice::from_ref(&name));
+    assert!(
+        rig.backend.lock().publish_results.is_empty(),
+        "no result of its own"
+    );
+    assert!(
+        report.reports.lost_publishes.is_empty(),
+        "not while the view still shows its Job"
+    );
+    // The watch shows the Job gone; its lease still runs.
+    view_deletes(&rig, job);
+    let report = rig.keeper.tick().await;
+    assert_eq!(report.reports.lost_publishes, ["pub1"]);
+    let (id, detail) = rig.backend.lock().publish_lost_reports[0].clone();
+    assert_eq!(id, "pub1");
+    assert!(
+        detail.contains(&format!("publisher Job {name} was deleted because its pod never started: the API server refused to create the Job's pod"))
+            && detail.contains(refusal),
+        "{detail}"
+    );
     // Reported once.
     let again = rig.keeper.tick().await;
-    assert!(again.reports.failed_publishes.is_empty());
-    assert_eq!(rig.backend.lock().publish_results.len(), 1);
+    assert!(again.reports.lost_publishes.is_empty());
+    assert_eq!(rig.backend.lock().publish_lost_reports.len(), 1);
 }
 
 /// A Job with no pod and no refusal to be seen (a Job controller that is
@@ -1194,36 +1247,38 @@ async fn a_publisher_whose_pod_is_refused_is_reported_failed_with_the_refusal_an
 /// the report counts it.
 #[tokio::test]
 async fn a_job_without_a_pod_and_without_a_refusal_waits_and_is_counted() {
-    let mut rig = Rig::with(false, |c| c.start_grace = Duration::from_secs(30)).await;
-    let name = rig.claimed_run("nopod", JobState::Dispatched, json!({}));
-    // A refusal about another Job (another uid) does not count.
-    rig.events_answer(
+    // A refusal about another Job (another uid) does not count; nor does an
+    // Events list the Role does not allow.
+    let refusal_elsewhere = (
         200,
         event_list(vec![refusal_event("someone-else", "quota")]),
     );
-    let report = rig.keeper.tick().await;
-    assert_eq!(report.reports.podless[Lane::Run], 1);
-    assert!(report.reports.judged_dead.is_empty() && report.reported_dead().is_empty());
-    // The Role without list on events: the same, and the lease renewed.
-    rig.events_answer(
+    let forbidden = (
         403,
         json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
             "reason": "Forbidden", "message": "events is forbidden"}),
     );
-    let report = rig.keeper.tick().await;
-    assert_eq!(report.reports.podless[Lane::Run], 1);
-    assert!(report.reports.judged_dead.is_empty());
-    assert_eq!(
-        report.renewed_runs.as_deref(),
-        Some(&["nopod".to_string()][..])
-    );
-    assert!(rig.kube.lock().deleted_jobs.is_empty());
-    // Its pod comes: no longer counted.
-    let mut job = rig.kube.lock().jobs[&name].clone();
-    job["status"] = json!({"active": 1});
-    rig.job(job);
-    let report = rig.keeper.tick().await;
-    assert_eq!(report.reports.podless[Lane::Run], 0);
+    for (status, answer) in [refusal_elsewhere, forbidden] {
+        let mut rig = Rig::with(false, |c| c.start_grace = Duration::from_secs(30)).await;
+        let name = rig.claimed_run("nopod", JobState::Dispatched, json!({}));
+        rig.events_answer(status, answer);
+        let report = rig.keeper.tick().await;
+        assert_eq!(event_lists(&rig), 1, "the check ran ({status})");
+        assert_eq!(report.reports.podless[Lane::Run], 1, "{status}");
+        assert!(report.reports.judged_dead.is_empty() && report.reported_dead().is_empty());
+        assert_eq!(
+            report.renewed_runs.as_deref(),
+            Some(&["nopod".to_string()][..]),
+            "its lease renewed"
+        );
+        assert!(rig.kube.lock().deleted_jobs.is_empty());
+        // Its pod comes: no longer counted.
+        let mut job = rig.kube.lock().jobs[&name].clone();
+        job["status"] = json!({"active": 1});
+        rig.job(job);
+        let report = rig.keeper.tick().await;
+        assert_eq!(report.reports.podless[Lane::Run], 0);
+    }
 }
 
 /// A Job the view shows without a pod, while the API already has one (the
@@ -1242,16 +1297,18 @@ async fn a_refused_job_whose_pod_exists_after_all_is_not_judged() {
         event_list(vec![refusal_event(&name, "exceeded quota")]),
     );
     let report = rig.keeper.tick().await;
+    assert_eq!(event_lists(&rig), 1);
     assert!(report.reports.judged_dead.is_empty(), "{report:?}");
     assert!(report.reported_dead().is_empty());
     assert!(rig.kube.lock().deleted_jobs.is_empty());
 }
 
 /// A publisher Job judged dead (it cannot finish failing: a lost node) is
-/// reported failed with its token, then deleted; its publish is never
-/// reported lost while the Job is unfinished.
+/// deleted; its publish is never reported lost while the Job exists (a
+/// delete that fails keeps it), and is reported lost, with what its pod
+/// showed, once the Job is gone, without waiting for its lease.
 #[tokio::test]
-async fn a_publisher_judged_dead_is_reported_failed_then_deleted_never_lost_while_unfinished() {
+async fn a_publisher_judged_dead_is_deleted_and_lost_only_once_its_job_is_gone() {
     let margin = Duration::from_millis(300);
     let mut rig = Rig::with(true, |c| c.terminating_margin = margin).await;
     let name = rig.claimed_publish("pubstuck", live_status());
@@ -1267,44 +1324,6 @@ async fn a_publisher_judged_dead_is_reported_failed_then_deleted_never_lost_whil
     pod["spec"]["nodeName"] = json!("node-b");
     pod["metadata"]["deletionTimestamp"] = json!("2026-11-29T17:05:00Z");
     rig.kube.put_pod(pod, "publishing");
-    rig.job(job);
-    let report = rig
-        .tick_until("the stuck publisher judged dead", |r| {
-            !r.reports.judged_dead.is_empty()
-        })
-        .await;
-    assert_eq!(report.reports.judged_dead, std::slice::from_ref(&name));
-    assert_eq!(
-        report.reports.failed_publishes,
-        [(
-            "pubstuck".to_string(),
-            tcab_shared::metrics::labels::Cause::NodeLost
-        )]
-    );
-    assert_eq!(report.reports.deleted, std::slice::from_ref(&name));
-    let detail = rig.backend.lock().publish_results[0].2["detail"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(detail.starts_with("node node-b lost"), "{detail}");
-    assert!(rig.backend.lock().lost_reports.is_empty());
-}
-
-/// Without its token (a restarted lease-keeper), a publisher judged dead is
-/// deleted at once, and its publish is reported lost only once its Job is
-/// gone, never while the Job is unfinished.
-#[tokio::test]
-async fn a_publisher_judged_dead_without_its_token_is_lost_only_once_its_job_is_gone() {
-    let margin = Duration::from_millis(300);
-    let mut rig = Rig::with(true, |c| c.terminating_margin = margin).await;
-    let name = rig.claimed_publish("pubnotoken", live_status());
-    rig.store.forget(&TokenKey::new(
-        "pubnotoken",
-        claim_tag("token-of-pubnotoken"),
-    ));
-    let mut job = rig.kube.lock().jobs[&name].clone();
-    job["status"] = failure_target_status();
-    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(0);
     // The delete does not go through at first: the Job stays, unfinished.
     let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let gate = refuse.clone();
@@ -1327,7 +1346,8 @@ async fn a_publisher_judged_dead_without_its_token_is_lost_only_once_its_job_is_
     let report = rig.keeper.tick().await;
     assert!(report.reports.judged_publishes);
     assert!(report.reports.lost_publishes.is_empty(), "{report:?}");
-    assert!(rig.backend.lock().lost_reports.is_empty());
+    assert!(rig.backend.lock().publish_lost_reports.is_empty());
+    assert!(rig.backend.lock().publish_results.is_empty());
     // The delete goes through: the Job is gone, and the publish is lost.
     refuse.store(false, std::sync::atomic::Ordering::SeqCst);
     let report = rig
@@ -1335,12 +1355,18 @@ async fn a_publisher_judged_dead_without_its_token_is_lost_only_once_its_job_is_
         .await;
     assert_eq!(report.reports.deleted, std::slice::from_ref(&name));
     assert!(!rig.kube.lock().jobs.contains_key(&name), "deleted");
-    rig.cache
-        .apply(Event::Delete(serde_json::from_value::<Job>(job).unwrap()));
+    view_deletes(&rig, job);
     let report = rig
         .tick_until("the publish reported lost", |r| {
             !r.reports.lost_publishes.is_empty()
         })
         .await;
-    assert_eq!(report.reports.lost_publishes, ["pubnotoken"]);
+    assert_eq!(report.reports.lost_publishes, ["pubstuck"]);
+    let detail = rig.backend.lock().publish_lost_reports[0].1.clone();
+    assert!(
+        detail.contains(&format!(
+            "publisher Job {name} was deleted because it was judged dead: node node-b lost"
+        )),
+        "{detail}"
+    );
 }
