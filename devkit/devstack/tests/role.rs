@@ -624,10 +624,12 @@ async fn each_permission_of_the_role_is_needed() {
         .expect("enqueue");
     rbac.refused(&t, &p, whole, whole, &["tcab-lease-keeper"])
         .await;
+    // (At least: a claim of an earlier phase that lapsed may be claimed
+    // again by the restarted admitter, and be refused too.)
     wait_for("the run counted without a pod", LIMIT, || async {
         let scrape = t.stack.scrape(Container::LeaseKeeper).await?;
         let waiting = scrape.value("tcab_dispatcher_jobs_without_pod", &[("lane", "run")]);
-        Ok((waiting == Some(1.0)).then_some(()))
+        Ok(waiting.is_some_and(|w| w >= 1.0).then_some(()))
     })
     .await
     .unwrap_or_else(|e| t.fail(e));
