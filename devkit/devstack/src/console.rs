@@ -313,6 +313,63 @@ impl Cluster {
         answer(resp, &format!("GET {path}")).await
     }
 
+    /// The names of the first `n` objects added to the collection at `path`
+    /// after `resource_version` (a list's), in the order the API server
+    /// stored them, read from a watch within `limit`. A list cannot tell
+    /// that order: creation timestamps have a resolution of one second.
+    pub async fn first_added(
+        &self,
+        path: &str,
+        resource_version: &str,
+        n: usize,
+        limit: std::time::Duration,
+    ) -> anyhow::Result<Vec<String>> {
+        let url = format!(
+            "{}{path}?watch=1&resourceVersion={}&timeoutSeconds={}",
+            self.url,
+            encode(resource_version),
+            limit.as_secs().max(1)
+        );
+        let mut resp = self
+            .http
+            .get(url)
+            .bearer_auth(&self.token)
+            .timeout(limit)
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            bail!(
+                "WATCH {path}: {status}: {}",
+                resp.text().await.unwrap_or_default()
+            );
+        }
+        let mut names = Vec::new();
+        let mut pending: Vec<u8> = Vec::new();
+        while names.len() < n {
+            let Some(chunk) = resp.chunk().await? else {
+                bail!("WATCH {path}: ended after {} of {n} additions", names.len());
+            };
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let event: Value = serde_json::from_slice(&line)
+                    .with_context(|| format!("WATCH {path}: an event that is not JSON"))?;
+                match event["type"].as_str() {
+                    Some("ADDED") => {
+                        if let Some(name) = event["object"]["metadata"]["name"].as_str() {
+                            names.push(name.to_owned());
+                        }
+                    }
+                    Some("ERROR") => bail!("WATCH {path}: {}", event["object"]),
+                    _ => {}
+                }
+            }
+        }
+        names.truncate(n);
+        Ok(names)
+    }
+
     /// GET a path of the sim as text (e.g. a pod's log).
     pub async fn get_text(&self, path: &str) -> anyhow::Result<String> {
         let resp = self

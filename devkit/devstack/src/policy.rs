@@ -25,7 +25,6 @@ use crate::console::Cluster;
 use crate::stack::wait_for;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The label on the cluster-scoped objects made for one stack: its
@@ -371,13 +370,23 @@ pub async fn never_pod_named(api: &Cluster, ns: &str, job: &str) -> anyhow::Resu
 
 /// The next `n` Jobs created in `ns` never get a pod. A policy refuses
 /// the pods of every Job made from now on (in force when this returns);
-/// a task watches for the next `n` Jobs, then narrows the policy to their
-/// pods alone. A Job created in that moment beside them has its first pod
-/// creates refused too, and gets its pod on the Job controller's retry
-/// (1 s back-off, doubling).
+/// a task watches for the next `n` Jobs, in the order the API server stored
+/// them, then narrows the policy to their pods alone. A Job created in that
+/// moment beside them has its first pod creates refused too, and gets its
+/// pod on the Job controller's retry (1 s back-off, doubling).
 pub async fn never_pod_next(api: &Cluster, ns: &str, n: u32) -> anyhow::Result<()> {
-    let before: BTreeSet<String> = job_names(api).await?.into_iter().map(|j| j.1).collect();
-    let existing: Vec<String> = before.iter().cloned().collect();
+    let path = format!("/apis/batch/v1/namespaces/{ns}/jobs");
+    let list = api.get(&path).await?;
+    let since = list["metadata"]["resourceVersion"]
+        .as_str()
+        .context("a Job list without a resourceVersion")?
+        .to_owned();
+    let existing: Vec<String> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| j["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
     let name = format!("tcab-never-pod-{}", suffix());
     let allow = if existing.is_empty() {
         format!("!({JOB_POD})")
@@ -391,53 +400,29 @@ pub async fn never_pod_next(api: &Cluster, ns: &str, n: u32) -> anyhow::Result<(
     let api = api.clone();
     let ns = ns.to_owned();
     tokio::spawn(async move {
-        if let Err(e) = narrow_to_next(&api, &ns, &vap, &before, n as usize).await {
+        if let Err(e) = narrow_to_next(&api, &ns, &vap, &path, &since, n as usize).await {
             eprintln!("never_pod_next in {ns}: {e:#}");
         }
     });
     Ok(())
 }
 
-/// Every Job of the API client's namespace: (creation time, name).
-async fn job_names(api: &Cluster) -> anyhow::Result<Vec<(String, String)>> {
-    let mut jobs: Vec<(String, String)> = api
-        .jobs(None)
-        .await?
-        .iter()
-        .map(|j| {
-            let md = &j["metadata"];
-            (
-                md["creationTimestamp"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                md["name"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
-    jobs.sort();
-    Ok(jobs)
-}
-
-/// Waits for the first `n` Jobs not in `before`, then makes the policy
-/// refuse their pods only, and waits until that is in force.
+/// Waits for the first `n` Jobs created after the list at `since` (the
+/// order comes from a watch: two Jobs created within one second share a
+/// creation timestamp, and a list sorted by it took the later one), then
+/// makes the policy refuse their pods only, and waits until that is in
+/// force.
 async fn narrow_to_next(
     api: &Cluster,
     ns: &str,
     vap: &Vap,
-    before: &BTreeSet<String>,
+    jobs: &str,
+    since: &str,
     n: usize,
 ) -> anyhow::Result<()> {
-    let taken: Vec<String> = wait_for("the next Jobs", Duration::from_secs(600), || async {
-        let new: Vec<String> = job_names(api)
-            .await?
-            .into_iter()
-            .map(|j| j.1)
-            .filter(|name| !before.contains(name))
-            .collect();
-        Ok((new.len() >= n).then(|| new[..n].to_vec()))
-    })
-    .await?;
+    let taken = api
+        .first_added(jobs, since, n, Duration::from_secs(600))
+        .await?;
     if taken.is_empty() {
         return remove_vap(api, vap).await;
     }
