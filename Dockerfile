@@ -12,7 +12,8 @@
 # No container engine runs in CI, so charts/check_image.py checks this file with
 # buildkit's own parser: the binaries it copies are the workspace's and the
 # chart's, its USER is the chart's runAsUser, its build image is the toolchain CI
-# builds with, and its cargo build command is one scripts/test runs, byte for byte.
+# builds with, and its cargo build command is one scripts/test runs, byte for byte, with the
+# same cargo-auditable version.
 
 # OCI labels. VERSION is the workspace version (Cargo.toml); REVISION also reaches
 # the binaries (--version, first log line), since the build context has no .git.
@@ -26,11 +27,17 @@ COPY . .
 ARG REVISION
 # Read by the binaries' build scripts (bins/revision.rs).
 ENV TCAB_GIT_REVISION=${REVISION}
+# cargo-auditable embeds the binaries' dependency list (crate names, versions and
+# sources from Cargo.lock) in a section of each binary, for scanners such as
+# `cargo audit bin` and trivy; the version is the one scripts/test installs.
+ARG CARGO_AUDITABLE_VERSION=0.7.7
+RUN --mount=type=cache,id=tcab-cargo-registry,target=/usr/local/cargo/registry,sharing=locked \
+    cargo install --locked --version ${CARGO_AUDITABLE_VERSION} cargo-auditable
 # The cache mounts keep downloaded crates and compiled dependencies between builds;
 # the binaries are copied out of the cached target folder in the same step.
 RUN --mount=type=cache,id=tcab-cargo-registry,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,id=tcab-target-release,target=/src/target,sharing=locked \
-    cargo build --release --locked --bins -p tcab-admitter -p tcab-lease-keeper -p tcab-reaper \
+    cargo auditable build --release --locked --bins -p tcab-admitter -p tcab-lease-keeper -p tcab-reaper \
     && mkdir -p /out \
     && cp target/release/tcab-admitter target/release/tcab-lease-keeper target/release/tcab-reaper /out/
 

@@ -45,6 +45,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import check_image  # noqa: E402  (the sibling module of the Dockerfile checks)
+import check_release  # noqa: E402  (the sibling module of the version checks)
 
 CHART = HERE / "tcab-dispatcher"
 GOLDEN = CHART / "tests" / "role.golden.yaml"
@@ -1734,6 +1735,9 @@ def main() -> int:
 
     # --- the image (Dockerfile, .dockerignore)
     check_image.checks(run, lambda: need("defaults"), Skip)
+
+    # --- the release's versions (Chart.yaml, Cargo.toml, CHANGELOG.md)
+    check_release.checks(run)
 
     # --- the golden Role
     def golden() -> str | None:

@@ -25,6 +25,11 @@ DOCKERIGNORE = REPO / ".dockerignore"
 TEST_SCRIPT = REPO / "scripts" / "test"
 REVISION_SOURCE = REPO / "bins" / "revision.rs"
 BIN_DIR = "/usr/local/bin/"
+# The release build: cargo-auditable wraps `cargo build` and embeds each binary's
+# dependency list in its `.dep-v0` section (zlib-compressed JSON).
+BUILD = "cargo auditable build"
+AUDITABLE_ARG = "CARGO_AUDITABLE_VERSION"
+AUDIT_SECTION = ".dep-v0"
 OCI_LABELS = {  # label -> the build ARG that must feed it
     "org.opencontainers.image.source": "SOURCE",
     "org.opencontainers.image.version": "VERSION",
@@ -109,12 +114,44 @@ def top_level_lines(script: Path) -> list[str]:
 
 
 def build_segments(stage: Stage) -> tuple[Any, list[str]]:
-    """The build stage's RUN that calls cargo build, and its `&&`-separated commands."""
-    runs = [c for c in stage.of("RUN") if "cargo build" in " ".join(c.value)]
-    assert len(runs) == 1, f"expected one RUN with cargo build in stage {stage.alias}, found {len(runs)}"
+    """The build stage's RUN that calls `cargo auditable build`, and its `&&`-separated commands."""
+    runs = [c for c in stage.of("RUN") if BUILD in " ".join(c.value)]
+    assert len(runs) == 1, f"expected one RUN with {BUILD} in stage {stage.alias}, found {len(runs)}"
     run = runs[0]
     assert not run.json, "the build RUN must be shell form (its cargo line is compared with scripts/test)"
     return run, [part.strip() for part in " ".join(run.value).split("&&")]
+
+
+def elf_section(path: Path, wanted: str) -> bytes | None:
+    """The bytes of one section of a 64-bit little-endian ELF file, or None without it."""
+    import struct
+
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, f"{path} is not a 64-bit little-endian ELF file"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i: int) -> tuple[int, int, int]:
+        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+        return name, offset, size
+
+    _, names_at, _ = header(shstrndx)
+    for i in range(shnum):
+        name, offset, size = header(i)
+        end = data.index(b"\0", names_at + name)
+        if data[names_at + name : end].decode() == wanted:
+            return data[offset : offset + size]
+    return None
+
+
+def audit_list(path: Path) -> dict[str, Any]:
+    """The dependency list cargo-auditable embedded in a binary (its .dep-v0 section)."""
+    import json
+    import zlib
+
+    section = elf_section(path, AUDIT_SECTION)
+    assert section is not None, f"{path} has no {AUDIT_SECTION} section: not built with {BUILD}"
+    return json.loads(zlib.decompress(section))
 
 
 def ignore_matcher(patterns: list[str]) -> Callable[[str], bool]:
@@ -264,8 +301,8 @@ def checks(run: Any, defaults: Callable[[], Any], skip: type[Exception]) -> None
     def build_command() -> str:
         build, _ = stages()
         _, segments = build_segments(build)
-        cargo = [s for s in segments if s.startswith("cargo build")]
-        assert len(cargo) == 1, f"expected one cargo build command, found {cargo}"
+        cargo = [s for s in segments if s.startswith(BUILD)]
+        assert len(cargo) == 1, f"expected one {BUILD} command, found {cargo}"
         command = cargo[0]
         words = command.split()
         for flag in ("--release", "--locked"):
@@ -280,6 +317,53 @@ def checks(run: Any, defaults: Callable[[], Any], skip: type[Exception]) -> None
         return command
 
     run.check("image: its cargo build command (--release --locked) is a line scripts/test runs, byte for byte", build_command)
+
+    def auditable_install() -> str:
+        build, _ = stages()
+        run_line = build_segments(build)[0].start_line
+        declared: dict[str, str | None] = {}
+        for arg in build.of("ARG"):
+            if arg.start_line < run_line:
+                declared.update(arg_defaults(arg))
+        version = declared.get(AUDITABLE_ARG)
+        assert version and re.fullmatch(r"\d+\.\d+\.\d+", version), (
+            f"the build stage declares no ARG {AUDITABLE_ARG}=x.y.z before the build (scripts/test reads it)"
+        )
+        installs = [
+            " ".join(c.value) for c in build.of("RUN") if c.start_line < run_line and "cargo install" in " ".join(c.value)
+        ]
+        wanted = f"--version ${{{AUDITABLE_ARG}}} cargo-auditable"
+        assert any("--locked" in i.split() and wanted in i for i in installs), (
+            f"no RUN before the build installs cargo-auditable with --locked {wanted}: {installs}"
+        )
+        return f"cargo-auditable {version}, --locked"
+
+    run.check("image: cargo-auditable is installed at the pinned version before the build", auditable_install)
+
+    def embedded_dependencies() -> str:
+        lock = {(p["name"], p["version"]) for p in tomllib.loads((REPO / "Cargo.lock").read_text())["package"]}
+        target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target") / "release"
+        found = []
+        for name, package in sorted(workspace_binaries().items()):
+            path = target / name
+            if not path.is_file():
+                raise skip(f"{path} is not built (scripts/test builds it with {BUILD} before this check)")
+            listed = audit_list(path)
+            packages = listed["packages"]
+            roots = [p["name"] for p in packages if p.get("root")]
+            assert roots == [package], f"{name}: the embedded list's root is {roots}, expected [{package!r}]"
+            unknown = [f"{p['name']} {p['version']}" for p in packages if (p["name"], p["version"]) not in lock]
+            assert not unknown, f"{name}: embedded packages not in Cargo.lock: {unknown[:5]}"
+            names = {p["name"] for p in packages}
+            for needed in ("tokio", "kube-client", "tonic", "reqwest"):
+                assert needed in names, f"{name}: {needed} is not in its embedded dependency list"
+            found.append(f"{name} {len(packages)}")
+        return "packages listed: " + ", ".join(found)
+
+    run.check(
+        "image: each release binary embeds its dependency list (cargo-auditable), every entry as Cargo.lock has it",
+        embedded_dependencies,
+    )
 
     def labels() -> str:
         p = parsed()

@@ -26,7 +26,8 @@ fn claim_of(name: &str) -> Option<String> {
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The back-off after consecutive Job creation failures: one second,
-/// doubled per further failure, at most [`MAX_BACKOFF`].
+/// doubled per further failure, at most [`MAX_BACKOFF`]. Not jittered: it is
+/// one lane's own pause, with nobody beside it to come back in step with.
 pub(crate) const CREATE_BACKOFF: Backoff = Backoff::doubling(Duration::from_secs(1), MAX_BACKOFF);
 
 /// The memory of one lane.

@@ -35,13 +35,13 @@ use std::time::Duration;
 use tcab_shared::backend::{ClaimedPublish, ClaimedRun};
 use tcab_shared::config::vars;
 use tcab_shared::kube_api::{CallError, KubeCall, call};
-use tcab_shared::retry::Backoff;
+use tcab_shared::retry::{Backoff, JITTER_PERCENT, random_sample};
 use tcab_shared::runtime::CancellationToken;
 use tcab_shared::{Lane, Secret, error_chain};
 
 /// The back-off between dry runs that got no telling answer.
 pub(crate) const RETRY: Backoff =
-    Backoff::doubling(Duration::from_secs(1), Duration::from_secs(30));
+    Backoff::doubling(Duration::from_secs(1), Duration::from_secs(30)).with_jitter(JITTER_PERCENT);
 
 /// The job id of the sample claims the checked Jobs are built from.
 pub(crate) const SAMPLE_ID: &str = "tcab-dry-run";
@@ -448,7 +448,7 @@ pub(crate) async fn check(
                 }
                 Verdict::Unclear(why) => {
                     failures = failures.saturating_add(1);
-                    let wait = RETRY.after(failures);
+                    let wait = RETRY.wait(failures, random_sample());
                     tracing::warn!(
                         %lane, error = %why, attempt = failures, retry_in_ms = wait.as_millis() as u64,
                         "cannot check the Job settings with the API server yet (a dry-run create got no telling answer); no claim until it does"

@@ -21,14 +21,15 @@ use std::time::Duration;
 use tcab_shared::Lane;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::{JobSummary, summaries};
-use tcab_shared::retry::{Backoff, KeyWait, PerKey};
+use tcab_shared::retry::{Backoff, JITTER_PERCENT, KeyWait, PerKey};
 use tokio::time::Instant;
 
 /// The back-off of a job id whose reap keeps failing (a delete refused, a
 /// confirming read failing): 5 s doubling to 5 minutes; the other ids of the
-/// tick are not held by it.
+/// tick are not held by it. Jittered, so the ids of one failed LIST do not
+/// all come due in the same tick again.
 pub(crate) const REAP_BACKOFF: Backoff =
-    Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300));
+    Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300)).with_jitter(JITTER_PERCENT);
 
 /// What a tick has to do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -116,7 +116,7 @@ pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<Un
         .filter(|n| !is_passthrough(n) && declared_name(n).is_none())
         .filter(|n| !known.contains(n))
         .filter_map(|n| {
-            let closest = known.iter().copied().min_by_key(|k| edit_distance(n, k))?;
+            let closest = known.iter().copied().min_by_key(|k| strsim::levenshtein(n, k))?;
             Some(Unknown {
                 name: n.to_owned(),
                 closest,
@@ -126,24 +126,6 @@ pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<Un
     unknown.sort_by(|a, b| a.name.cmp(&b.name));
     unknown.dedup();
     unknown
-}
-
-/// The Levenshtein distance of two names (the fewest single-character
-/// inserts, deletes and substitutions that make one the other).
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    let a = a.as_bytes();
-    let b = b.as_bytes();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    let mut current = vec![0; b.len() + 1];
-    for (i, ca) in a.iter().enumerate() {
-        current[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = previous[j] + usize::from(ca != cb);
-            current[j + 1] = substitute.min(previous[j + 1] + 1).min(current[j] + 1);
-        }
-        std::mem::swap(&mut previous, &mut current);
-    }
-    previous[b.len()]
 }
 
 /// Logs a warning for each `TCAB_*` variable of the process environment
@@ -167,15 +149,6 @@ pub fn warn_unknown_variables() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn edit_distance_counts_the_fewest_edits() {
-        assert_eq!(edit_distance("", ""), 0);
-        assert_eq!(edit_distance("abc", "abc"), 0);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("INFLIHGT", "INFLIGHT"), 2);
-        assert_eq!(edit_distance("", "abc"), 3);
-    }
 
     #[test]
     fn an_unknown_tcab_variable_is_named_with_its_closest_known_one() {

@@ -279,8 +279,8 @@ impl Kind for SecretText {
     fn value_of(&self, default: &'static str) -> Secret {
         Secret::new(default)
     }
-    fn show(&self, value: &Secret) -> String {
-        value.to_string()
+    fn show(&self, _value: &Secret) -> String {
+        crate::secret::REDACTED.to_owned()
     }
 }
 

@@ -36,7 +36,7 @@ pub use common::{
     limit_at_least_request, renewals_fit_in_lease,
 };
 pub use docs::{help_text, markdown_table, settings_json};
-pub use env::{Env, Unknown, edit_distance, unknown_variables, warn_unknown_variables};
+pub use env::{Env, Unknown, unknown_variables, warn_unknown_variables};
 pub use setting::{Declared, DefaultsCheck, Fallback, Setting};
 pub use startup::{BinaryConfig, Startup, load, startup};
 pub use vars::{PASSTHROUGH_PREFIXES, SETTINGS};

@@ -7,7 +7,7 @@ use super::{JobSummary, OwnedJobs, Summarize, WatchedJob};
 use crate::kube_api::Verb;
 use crate::metrics::labels::ErrorReason;
 use crate::names;
-use crate::retry::Backoff;
+use crate::retry::{Backoff, JITTER_PERCENT, random_sample};
 use futures::StreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
@@ -140,7 +140,8 @@ async fn watch_jobs(
         .labels(&selector)
         .page_size(250)
         .timeout(timeout);
-    let backoff = Backoff::doubling(settings.min_backoff, settings.max_backoff);
+    let backoff =
+        Backoff::doubling(settings.min_backoff, settings.max_backoff).with_jitter(JITTER_PERCENT);
     let mut failures: u32 = 0;
     loop {
         let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
@@ -172,7 +173,7 @@ async fn watch_jobs(
         let was_current = cache.is_current();
         cache.mark_failed(&error);
         failures = failures.saturating_add(1);
-        let wait = backoff.after(failures);
+        let wait = backoff.wait(failures, random_sample());
         // The first failure of a current view is told by `mark_failed`; each
         // attempt after it (and each at start, before any list completed)
         // gets one line of its own, so an API server that cannot be reached

@@ -7,7 +7,7 @@ use super::pods::{self, Gone, OwnedPod, gone_after_list, standing};
 use super::{OwnedJobs, ViewState};
 use crate::kube_api::KubeCall;
 use crate::names;
-use crate::retry::Backoff;
+use crate::retry::{Backoff, JITTER_PERCENT, random_sample};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
@@ -141,7 +141,8 @@ pub(super) async fn track_pods(
     cache: OwnedJobs,
     mut checks: mpsc::UnboundedReceiver<Check>,
 ) {
-    let backoff = Backoff::doubling(settings.min_backoff, settings.max_backoff);
+    let backoff =
+        Backoff::doubling(settings.min_backoff, settings.max_backoff).with_jitter(JITTER_PERCENT);
     let mut failures: u32 = 0;
     let mut retry_at: Option<tokio::time::Instant> = None;
     let mut poll = tokio::time::interval(settings.pod_poll);
@@ -181,7 +182,7 @@ pub(super) async fn track_pods(
             Err(error) => {
                 cache.pods_failed(&error);
                 failures = failures.saturating_add(1);
-                retry_at = Some(tokio::time::Instant::now() + backoff.after(failures));
+                retry_at = Some(tokio::time::Instant::now() + backoff.wait(failures, random_sample()));
             }
         }
     }

@@ -40,15 +40,16 @@ use std::time::Duration;
 use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobId};
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, Snapshot};
-use tcab_shared::retry::{Backoff, PerKey};
+use tcab_shared::retry::{Backoff, JITTER_PERCENT, PerKey};
 use tcab_shared::tick::{Tick, TickOutcome};
 use tcab_shared::{Lane, WallClock, error_chain};
 use tokio::time::Instant;
 
 /// The back-off of one job whose report keeps failing: 5 s, doubling, at
-/// most 5 minutes.
+/// most 5 minutes, each wait up to a fifth shorter, so the reports that
+/// failed together while the backend was down do not all retry at once.
 pub const REPORT_BACKOFF: Backoff =
-    Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300));
+    Backoff::doubling(Duration::from_secs(5), Duration::from_secs(300)).with_jitter(JITTER_PERCENT);
 
 /// The report loop's state. Everything else is read afresh.
 pub struct Reporter {

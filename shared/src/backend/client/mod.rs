@@ -31,7 +31,7 @@ use exchange::{bearer, bound_message};
 use super::error::{BackendError, Call};
 use crate::clock::WallClock;
 use crate::names::is_label_value;
-use crate::retry::{Backoff, Retries, Sleeper, TokioSleeper};
+use crate::retry::{Backoff, JITTER_PERCENT, Retries, Sleeper, TokioSleeper};
 use crate::secret::Secret;
 use reqwest::header::HeaderValue;
 use reqwest::{Method, StatusCode};
@@ -66,7 +66,7 @@ impl RetryPolicy {
     /// The retries of one call under this policy.
     fn retries(&self) -> Retries {
         Retries::new(
-            Backoff::constant(self.default_wait, self.max_wait),
+            Backoff::constant(self.default_wait, self.max_wait).with_jitter(JITTER_PERCENT),
             self.max_retries,
         )
     }
