@@ -318,6 +318,10 @@ class Board:
         self.first = STEP
         self.last = STEP * math.floor(end / STEP)
 
+    def steps(self) -> list[float]:
+        """The times of a range query's points, in seconds into the run."""
+        return [self.first + STEP * i for i in range(round((self.last - self.first) / STEP) + 1)]
+
     def lines(self, panel: dict) -> dict[str, Points]:
         """legend -> [(t, value)] for each target of the panel, at the panel's step."""
         out: dict[str, Points] = defaultdict(list)
@@ -383,10 +387,15 @@ def plot(board: Board, by_title: dict, run: dict, out: Path) -> None:
                 for x, y in points:
                     bottoms[x] += y
         else:
+            if len(lines) > 10:  # the default cycle has 10 colours; a repeated one reads as one line
+                ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
             for name, points in sorted(lines.items()):
                 if not points:
                     continue
-                xs, ys = zip(*points)
+                # A step without an answer is a gap, as Grafana leaves it (not a line across it).
+                at = {round(t, 3): v for t, v in points}
+                xs = board.steps()
+                ys = [at.get(round(t, 3), math.nan) for t in xs]
                 dashed = re.search(r"cap|limit|deadline|p50", name) is not None
                 ax.step(xs, ys, where="post", label=name, linestyle="--" if dashed else "-")
         for n, (t, _) in enumerate(events, start=1):
