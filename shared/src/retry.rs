@@ -108,7 +108,7 @@ impl Backoff {
 }
 
 /// The failed attempts of one operation, against a bound of retries.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 pub struct Retries {
     backoff: Backoff,
     max_retries: u32,
@@ -141,8 +141,7 @@ impl Retries {
         if self.failures > self.max_retries {
             return None;
         }
-        let wait = advertised
-            .unwrap_or_else(|| self.backoff.wait(self.failures, (self.sample)()));
+        let wait = advertised.unwrap_or_else(|| self.backoff.wait(self.failures, (self.sample)()));
         Some(wait.min(self.backoff.max))
     }
 
@@ -308,7 +307,11 @@ mod tests {
         assert_eq!(b.wait(9, 1.0), secs(48), "the cap, less its fifth");
         assert_eq!(b.wait(0, 0.5), Duration::ZERO);
         assert_eq!(b.wait(1, 7.0), secs(8), "a draw outside [0, 1) is clamped");
-        assert_eq!(Backoff::constant(secs(4), secs(4)).wait(3, 0.9), secs(4), "no jitter set");
+        assert_eq!(
+            Backoff::constant(secs(4), secs(4)).wait(3, 0.9),
+            secs(4),
+            "no jitter set"
+        );
         assert_eq!(b.with_jitter(250).jitter_percent, 100);
         // Production draws spread: a thousand draws are not all one wait.
         let waits: std::collections::BTreeSet<Duration> =
@@ -336,7 +339,8 @@ mod tests {
             (n % 4) as f64 / 4.0
         }
         let t0 = tokio::time::Instant::now();
-        let mut keys = PerKey::with_sample(Backoff::doubling(secs(8), secs(300)).with_jitter(20), next);
+        let mut keys =
+            PerKey::with_sample(Backoff::doubling(secs(8), secs(300)).with_jitter(20), next);
         let untils: Vec<_> = ["a", "b", "c", "d"]
             .iter()
             .map(|k| keys.failed(k, t0).until - t0)

@@ -345,26 +345,24 @@ mod tests {
         assert!(due.needs_list() && !due.sweep);
 
         // One delete failed: not complete, still awaiting, after its own
-        // back-off (5 s), not at once.
+        // back-off (5 s, jittered down to at least 4 s), not at once.
         let partial = [
             ("a".to_owned(), Attempt::Done),
             ("a".to_owned(), Attempt::Failed),
         ];
         let recorded = memory.record(&verdicts, &partial, t0);
         assert!(recorded.completed.is_empty());
-        assert_eq!(
-            recorded.backed_off,
-            BTreeMap::from([(
-                "a".to_owned(),
-                KeyWait {
-                    failures: 1,
-                    until: t0 + Duration::from_secs(5)
-                }
-            )])
+        let wait: Vec<(&String, &KeyWait)> = recorded.backed_off.iter().collect();
+        assert_eq!(wait.len(), 1);
+        assert_eq!((wait[0].0.as_str(), wait[0].1.failures), ("a", 1));
+        let until = wait[0].1.until - t0;
+        assert!(
+            (Duration::from_secs(4)..=Duration::from_secs(5)).contains(&until),
+            "{until:?}"
         );
         assert!(
             !memory
-                .due(&verdicts, t0 + Duration::from_secs(4), &settings())
+                .due(&verdicts, t0 + Duration::from_secs(3), &settings())
                 .needs_list()
         );
         assert!(

@@ -116,7 +116,10 @@ pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<Un
         .filter(|n| !is_passthrough(n) && declared_name(n).is_none())
         .filter(|n| !known.contains(n))
         .filter_map(|n| {
-            let closest = known.iter().copied().min_by_key(|k| strsim::levenshtein(n, k))?;
+            let closest = known
+                .iter()
+                .copied()
+                .min_by_key(|k| strsim::levenshtein(n, k))?;
             Some(Unknown {
                 name: n.to_owned(),
                 closest,

@@ -182,7 +182,8 @@ pub(super) async fn track_pods(
             Err(error) => {
                 cache.pods_failed(&error);
                 failures = failures.saturating_add(1);
-                retry_at = Some(tokio::time::Instant::now() + backoff.wait(failures, random_sample()));
+                retry_at =
+                    Some(tokio::time::Instant::now() + backoff.wait(failures, random_sample()));
             }
         }
     }
