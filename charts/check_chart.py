@@ -1258,6 +1258,41 @@ def main() -> int:
 
     run.check("PrometheusRule (monitoring.coreos.com/v1, structural): the alerts, their runbooks, labels; off by default", prometheus_rule)
 
+    def alerts_select_the_release() -> str:
+        """kube-state-metrics' series carry no pod labels: the rules match this Deployment's pod
+        names by shape. It must match every pod name Kubernetes generates for this release (a
+        generated name is cut to 58 characters before its 5 random ones) and none of a release
+        whose name extends this one's; the dispatcher's own series are selected by the
+        app.kubernetes.io/instance label the PodMonitor copies onto them."""
+        checked = 0
+        for release in (RELEASE, "tcab", "r" * 44, "s" * 53):
+            values = merged({"metrics": {"prometheusRule": {"enabled": True}, "podMonitor": {"enabled": True}}})
+            r = render(chart, values, name=release)
+            fullname = r.deployment()["metadata"]["name"]
+            (pm,) = r.of_kind("PodMonitor")
+            assert pm["spec"].get("podTargetLabels") == ["app.kubernetes.io/instance"], pm["spec"].get("podTargetLabels")
+            rules = {rule["alert"]: rule for rule in r.of_kind("PrometheusRule")[0]["spec"]["groups"][0]["rules"]}
+            expr = rules["TcabDispatcherContainerRestarting"]["expr"]
+            shape = re.search(r'kube_pod_container_status_restarts_total\{[^}]*pod=~"((?:[^"\\]|\\.)*)"', expr)
+            assert shape, expr
+            pattern = json.loads(f'"{shape.group(1)}"')  # PromQL strings unescape as JSON's do here
+            for rule in rules.values():
+                selectors = re.findall(r'\b([a-z_:][a-z0-9_:]*)\{((?:[^}"]|"(?:[^"\\]|\\.)*")*)\}', rule["expr"])
+                for metric, matchers in selectors:
+                    if metric.startswith("kube_"):
+                        continue
+                    assert f'app_kubernetes_io_instance="{release}"' in matchers, f"{rule['alert']}: {matchers}"
+            for hash_len in (8, 9, 10):
+                pod = (f"{fullname}-{'7d9c8b6f5b'[:hash_len]}-")[:58] + "x2x4q"
+                assert re.fullmatch(pattern, pod), f"{pattern!r} does not match this release's pod {pod!r}"
+                other = (f"{fullname}-x-{'7d9c8b6f5b'[:hash_len]}-")[:58] + "q7w2z"
+                if len(f"{fullname}-x-") + hash_len < 58:
+                    assert not re.fullmatch(pattern, other), f"{pattern!r} matches another release's pod {other!r}"
+                checked += 1
+        return f"{checked} pod names"
+
+    run.check("alerts: select this release only (instance label; kube-state-metrics by the pod name's exact shape)", alerts_select_the_release)
+
     def promtool_tests() -> str:
         promtool = shutil.which("promtool")
         if not promtool:
