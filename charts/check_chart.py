@@ -239,6 +239,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "metrics-off": merged({"metrics": {"enabled": False}}),
     "existing-service-account": merged({"serviceAccount": {"create": False, "name": "tcab-ops"}}),
     "alerts": merged({"metrics": {"prometheusRule": {"enabled": True}}}),
+    # A severity for every alert, as values.yaml suggests: it replaces the default, once.
+    "alerts-severity": merged({"metrics": {"prometheusRule": {"enabled": True, "alertLabels": {"severity": "page", "team": "bench"}}}}),
     # {} turns a default off: it must render (as {}), unlike null.
     "job-security-off": merged(
         {
@@ -677,14 +679,34 @@ class Rendered:
         return {e["name"]: e for e in entries}
 
 
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key: PyYAML keeps the last,
+    but strict parsers (Flux, kustomize, the API server's for some fields) refuse the
+    manifest."""
+
+
+def _no_duplicate_keys(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+
+
 def render(chart: Any, values: dict[str, Any], name: str = RELEASE, namespace: str = NAMESPACE) -> Rendered:
-    """Render with Helm's engine and parse every manifest (NOTES.txt left out)."""
+    """Render with Helm's engine and parse every manifest (NOTES.txt left out), refusing a
+    repeated key."""
     out = chart.render(values, name=name, namespace=namespace, is_install=True)
     docs: list[dict[str, Any]] = []
     for path in sorted(out):
         if not path.endswith((".yaml", ".yml")):
             continue
-        for doc in yaml.safe_load_all(out[path]):
+        for doc in yaml.load_all(out[path], Loader=StrictLoader):
             if doc:
                 docs.append(doc)
     return Rendered(docs, namespace)
@@ -1292,6 +1314,15 @@ def main() -> int:
         return f"{checked} pod names"
 
     run.check("alerts: select this release only (instance label; kube-state-metrics by the pod name's exact shape)", alerts_select_the_release)
+
+    def alert_labels_merge() -> str:
+        (pr,) = need("alerts-severity").of_kind("PrometheusRule")
+        rules = pr["spec"]["groups"][0]["rules"]
+        for rule in rules:
+            assert rule["labels"] == {"severity": "page", "team": "bench"}, f"{rule['alert']}: {rule['labels']}"
+        return f"{len(rules)} alerts, each one severity key"
+
+    run.check("alerts: alertLabels.severity replaces the default severity (no duplicate key; parsed strictly)", alert_labels_merge)
 
     def promtool_tests() -> str:
         promtool = shutil.which("promtool")

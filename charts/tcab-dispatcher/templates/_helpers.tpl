@@ -340,3 +340,15 @@ hardened one. What would weaken it is refused here as well as by the schema.
 {{- end -}}
 {{- mergeOverwrite $hardened (deepCopy $given) | toYaml -}}
 {{- end -}}
+
+{{/*
+The labels of one alert, as YAML: its default severity, then alertLabels over it (a
+severity there replaces the default: one key, not two). Called with (list PROMETHEUSRULE
+DEFAULT_SEVERITY).
+*/}}
+{{- define "tcab-dispatcher.alertLabels" -}}
+{{- $r := index . 0 -}}
+{{- $labels := dict "severity" (index . 1) -}}
+{{- $labels = mergeOverwrite $labels (deepCopy ($r.alertLabels | default dict)) -}}
+{{- toYaml $labels -}}
+{{- end -}}
