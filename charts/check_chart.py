@@ -240,6 +240,22 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "existing-service-account": merged({"serviceAccount": {"create": False, "name": "tcab-ops"}}),
     "alerts": merged({"metrics": {"prometheusRule": {"enabled": True}}}),
     # A severity for every alert, as values.yaml suggests: it replaces the default, once.
+    # Each alert on its own: one left out, one with its own severity, labels and pending period.
+    "alerts-per-alert": merged(
+        {
+            "metrics": {
+                "prometheusRule": {
+                    "enabled": True,
+                    "alertLabels": {"severity": "page", "team": "bench"},
+                    "alerts": {
+                        "TcabDispatcherJobStuck": {"enabled": False},
+                        "TcabDispatcherLaneSaturated": {"severity": "info", "labels": {"team": "capacity", "tier": "2"}, "for": "10m"},
+                        "TcabDispatcherGateClosed": {"for": "2m", "enabled": True},
+                    },
+                }
+            }
+        }
+    ),
     "alerts-severity": merged({"metrics": {"prometheusRule": {"enabled": True, "alertLabels": {"severity": "page", "team": "bench"}}}}),
     # {} turns a default off: it must render (as {}), unlike null.
     "job-security-off": merged(
@@ -487,6 +503,26 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("a fractional watch timeout", merged({"dispatcher": {"watchTimeoutSeconds": 2.5}}), ["/dispatcher/watchTimeoutSeconds"]),
     ("a PodMonitor namespace that is no name", merged({"metrics": {"podMonitor": {"namespace": "Monitoring!"}}}), ["/metrics/podMonitor/namespace"]),
     ("an alert 'for' that is no duration", merged({"metrics": {"prometheusRule": {"gateClosedFor": "five minutes"}}}), ["/metrics/prometheusRule/gateClosedFor"]),
+    (
+        "settings of an alert the chart does not have",
+        merged({"metrics": {"prometheusRule": {"alerts": {"TcabDispatcherGateClosd": {"enabled": False}}}}}),
+        ["TcabDispatcherGateClosd"],
+    ),
+    (
+        "an unknown setting of an alert",
+        merged({"metrics": {"prometheusRule": {"alerts": {"TcabDispatcherJobStuck": {"disabled": True}}}}}),
+        ["disabled"],
+    ),
+    (
+        "an alert's 'for' that is no duration",
+        merged({"metrics": {"prometheusRule": {"alerts": {"TcabDispatcherJobStuck": {"for": "10 minutes"}}}}}),
+        ["/metrics/prometheusRule/alerts/TcabDispatcherJobStuck/for"],
+    ),
+    (
+        "an alert's label that is no string",
+        merged({"metrics": {"prometheusRule": {"alerts": {"TcabDispatcherJobStuck": {"labels": {"tier": 2}}}}}}),
+        ["/metrics/prometheusRule/alerts/TcabDispatcherJobStuck/labels/tier"],
+    ),
 ]
 # The second group is refused by the templates themselves (checked with the
 # schema removed, so the template layer is proven on its own), and the last
@@ -1323,6 +1359,28 @@ def main() -> int:
         return f"{len(rules)} alerts, each one severity key"
 
     run.check("alerts: alertLabels.severity replaces the default severity (no duplicate key; parsed strictly)", alert_labels_merge)
+
+    def alerts_per_alert() -> str:
+        (pr,) = need("alerts-per-alert").of_kind("PrometheusRule")
+        by = {rule["alert"]: rule for rule in pr["spec"]["groups"][0]["rules"]}
+        assert "TcabDispatcherJobStuck" not in by, "a disabled alert is rendered"
+        assert set(by) == set(ALERTS) - {"TcabDispatcherJobStuck"}, sorted(by)
+        saturated = by["TcabDispatcherLaneSaturated"]
+        assert saturated["labels"] == {"severity": "info", "team": "capacity", "tier": "2"}, saturated["labels"]
+        assert saturated.get("for") == "10m", saturated
+        assert by["TcabDispatcherGateClosed"]["for"] == "2m", by["TcabDispatcherGateClosed"]
+        assert by["TcabDispatcherViewNotCurrent"]["for"] == "5m", by["TcabDispatcherViewNotCurrent"]
+        for name, rule in by.items():
+            if name != "TcabDispatcherLaneSaturated":
+                assert rule["labels"] == {"severity": "page", "team": "bench"}, f"{name}: {rule['labels']}"
+        # Left at their defaults, every alert is there with its own severity.
+        (default,) = need("alerts").of_kind("PrometheusRule")
+        severities = {rule["alert"]: rule["labels"]["severity"] for rule in default["spec"]["groups"][0]["rules"]}
+        assert list(severities) == ALERTS, list(severities)
+        assert severities["TcabDispatcherGateClosed"] == "critical" and severities["TcabDispatcherJobStuck"] == "warning", severities
+        return f"{len(by)} of {len(ALERTS)} alerts"
+
+    run.check("alerts: each can be left out, and given its own severity, labels and 'for' (metrics.prometheusRule.alerts)", alerts_per_alert)
 
     def promtool_tests() -> str:
         promtool = shutil.which("promtool")

@@ -342,13 +342,17 @@ hardened one. What would weaken it is refused here as well as by the schema.
 {{- end -}}
 
 {{/*
-The labels of one alert, as YAML: its default severity, then alertLabels over it (a
-severity there replaces the default: one key, not two). Called with (list PROMETHEUSRULE
-DEFAULT_SEVERITY).
+The labels of one alert, as YAML: its default severity, alertLabels over it, then the
+alert's own labels and its own severity (alerts.<name>): one severity key, never two.
+Called with (list PROMETHEUSRULE ALERT_SETTINGS DEFAULT_SEVERITY).
 */}}
 {{- define "tcab-dispatcher.alertLabels" -}}
 {{- $r := index . 0 -}}
-{{- $labels := dict "severity" (index . 1) -}}
-{{- $labels = mergeOverwrite $labels (deepCopy ($r.alertLabels | default dict)) -}}
+{{- $a := index . 1 -}}
+{{- $labels := dict "severity" (index . 2) -}}
+{{- $labels = mergeOverwrite $labels (deepCopy ($r.alertLabels | default dict)) (deepCopy ($a.labels | default dict)) -}}
+{{- with $a.severity -}}
+{{- $_ := set $labels "severity" . -}}
+{{- end -}}
 {{- toYaml $labels -}}
 {{- end -}}
