@@ -360,6 +360,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                     "reportFailures": 5,
                     "restarts": 3,
                     "stuckMarginSeconds": 600,
+                    "admissionErrors": 5,
+                    "configurationDeaths": 2,
+                    "sandboxMismatches": 3,
                 },
             },
         }
@@ -790,6 +793,11 @@ ALERTS = [
     "TcabDispatcherReportsFailing",
     "TcabDispatcherContainerRestarting",
     "TcabDispatcherJobStuck",
+    "TcabDispatcherDown",
+    "TcabDispatcherAbsent",
+    "TcabDispatcherAdmissionsFailing",
+    "TcabDispatcherConfigurationDeaths",
+    "TcabDispatcherSandboxMismatches",
 ]
 PODMONITOR_SPEC_KEYS = {
     "selector",
