@@ -785,6 +785,10 @@ POD_MONITOR = ("monitoring.coreos.com/v1", "PodMonitor")
 PROMETHEUS_RULE = ("monitoring.coreos.com/v1", "PrometheusRule")
 OPERATIONS_DOC = REPO / "docs" / "operations.md"
 ALERTS_TEST = CHART / "tests" / "alerts.test.yaml"
+# The alerts' runbooks, shipped inside the chart package: the Alerts section of
+# docs/operations.md, its links to the rest of the repository's docs turned to plain text
+# (they are not in the package). Rewritten by --update-runbook.
+RUNBOOK = CHART / "RUNBOOK.md"
 # The alerts the chart ships, each with a runbook in docs/operations.md.
 ALERTS = [
     "TcabDispatcherGateClosed",
@@ -977,6 +981,7 @@ def uncommented_keys(text: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update-golden", action="store_true", help=f"rewrite {GOLDEN.relative_to(REPO)}")
+    parser.add_argument("--update-runbook", action="store_true", help=f"rewrite {RUNBOOK.relative_to(REPO)} from docs/operations.md")
     parser.add_argument("-k", dest="only", help="run only the checks whose name contains this")
     args = parser.parse_args()
 
@@ -1318,8 +1323,8 @@ def main() -> int:
         assert by["TcabDispatcherGateClosed"]["for"] == "10m" and by["TcabDispatcherViewNotCurrent"]["for"] == "15m"
         assert "> 3600" in by["TcabDispatcherLaneSaturated"]["expr"], by["TcabDispatcherLaneSaturated"]["expr"]
         assert not need("defaults").of_kind("PrometheusRule"), "alert rules by default"
-        default_urls = {rule["annotations"]["runbook_url"] for rule in need("alerts").of_kind("PrometheusRule")[0]["spec"]["groups"][0]["rules"]}
-        assert all(u.startswith("docs/operations.md#") for u in default_urls), default_urls
+        default_urls = [rule["annotations"].get("runbook_url") for rule in need("alerts").of_kind("PrometheusRule")[0]["spec"]["groups"][0]["rules"]]
+        assert default_urls == [None] * len(ALERTS), f"runbook_url without runbookUrl: {default_urls}"
         return f"{len(names)} alerts, each with a runbook"
 
     run.check("PrometheusRule (monitoring.coreos.com/v1, structural): the alerts, their runbooks, labels; off by default", prometheus_rule)
@@ -1389,6 +1394,38 @@ def main() -> int:
         return f"{len(by)} of {len(ALERTS)} alerts"
 
     run.check("alerts: each can be left out, and given its own severity, labels and 'for' (metrics.prometheusRule.alerts)", alerts_per_alert)
+
+    def runbook_travels() -> str:
+        want = runbook_text()
+        if args.update_runbook:
+            RUNBOOK.write_text(want, encoding="utf-8")
+        assert RUNBOOK.exists(), f"{RUNBOOK.relative_to(REPO)} is missing: the packaged chart carries no runbook; run with --update-runbook"
+        assert RUNBOOK.read_text(encoding="utf-8") == want, (
+            f"{RUNBOOK.relative_to(REPO)} differs from docs/operations.md#alerts; run with --update-runbook"
+        )
+        anchors = markdown_anchors(want)
+        for alert in ALERTS:
+            assert alert.lower() in anchors, f"{RUNBOOK.name} has no section for {alert}"
+        linked = re.findall(r"\]\(([^)]+)\)", want)
+        outside = [t for t in linked if not t.startswith(("http://", "https://", "#"))]
+        assert not outside, f"{RUNBOOK.name} links outside the chart package: {outside}"
+        for target in (t for t in linked if t.startswith("#")):
+            assert target[1:] in anchors, f"{RUNBOOK.name}: no heading for link {target}"
+        # runbook_url is a link or nothing: unset, the rules carry none (a repository path
+        # is no link an alert receiver can open); set, <runbookUrl>#<alert>.
+        (pr,) = need("alerts").of_kind("PrometheusRule")
+        for rule in pr["spec"]["groups"][0]["rules"]:
+            url = rule["annotations"].get("runbook_url")
+            assert url is None or re.match(r"https?://", url), f"{rule['alert']}: runbook_url {url!r} is not a link"
+        chart_readme = README.read_text(encoding="utf-8")
+        outside_links = re.findall(r"\]\((\.\./[^)]*)\)", chart_readme)
+        assert not outside_links, f"the chart README links outside the package: {outside_links}"
+        assert "(RUNBOOK.md)" in chart_readme, "the chart README does not link RUNBOOK.md"
+        notes = next(v for k, v in chart.render(SCENARIOS["alerts"], name=RELEASE, namespace=NAMESPACE, is_install=True).items() if k.endswith("NOTES.txt"))
+        assert "RUNBOOK.md" in notes, f"NOTES.txt does not say where the runbooks are:\n{notes}"
+        return f"{len(ALERTS)} alerts in {RUNBOOK.relative_to(REPO)}"
+
+    run.check("runbook: travels in the chart (RUNBOOK.md = docs/operations.md#alerts); runbook_url a link or absent", runbook_travels)
 
     def promtool_tests() -> str:
         promtool = shutil.which("promtool")
@@ -1900,6 +1937,34 @@ def markdown_anchors(text: str) -> set[str]:
         slug = re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-")
         anchors.add(slug)
     return anchors
+
+
+def runbook_text() -> str:
+    """RUNBOOK.md as it must read: the Alerts section of docs/operations.md, its links
+    to anything but its own headings (or the web) kept as their text."""
+    doc = OPERATIONS_DOC.read_text(encoding="utf-8")
+    section = re.search(r"^## Alerts\n.*?(?=^## )", doc, flags=re.M | re.S)
+    assert section, f"{OPERATIONS_DOC.relative_to(REPO)} has no '## Alerts' section"
+    body = section.group(0).rstrip() + "\n"
+    own = markdown_anchors(body)
+
+    def unlink(m: re.Match[str]) -> str:
+        text, target = m.group(1), m.group(2)
+        if target.startswith(("http://", "https://")) or (target.startswith("#") and target[1:] in own):
+            return m.group(0)
+        return text
+
+    body = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", unlink, body)
+    body = body.replace("## Alerts\n", "", 1).lstrip("\n")
+    header = (
+        "# tcab-dispatcher alert runbooks\n\n"
+        "What each alert of this chart's PrometheusRule means and what to do, one section per alert\n"
+        "(its anchor is the alert's name in lower case: set `metrics.prometheusRule.runbookUrl` to\n"
+        "where your team reads this file, and each alert's `runbook_url` is that plus `#<anchor>`).\n"
+        "Copied from the repository's `docs/operations.md` (section Alerts), which has the rest of\n"
+        "the operations guide; do not edit here: `charts/check_chart.py --update-runbook` rewrites it.\n\n"
+    )
+    return header + re.sub(r"^### ", "## ", body, flags=re.M)
 
 
 def first_line(message: str) -> str:
