@@ -138,8 +138,10 @@ except ImportError as missing:  # pragma: no cover - environment problem
 
 
 def base_values() -> dict[str, Any]:
-    """The required values, nothing else: what the "defaults" install sets."""
+    """The required values, nothing else: what the "defaults" install sets (image.repository
+    included: there is no default image)."""
     return {
+        "image": {"repository": "registry.example/tcab-dispatcher"},
         "backend": {
             "url": "http://tcab-backend.tcab.svc:8080",
             "serviceToken": {"existingSecret": "tcab-backend-token"},
@@ -531,6 +533,12 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
 # schema removed, so the template layer is proven on its own), and the last
 # three also through the full chart.
 TEMPLATE_REFUSALS: list[tuple[str, dict[str, Any], list[str], bool]] = [
+    (
+        "image.repository left at its default (no image is published under a bare name)",
+        without(base_values(), "image"),
+        ["image.repository is required", "registry.example/tcab-dispatcher"],
+        True,
+    ),
     ("missing backend.url", without(base_values(), "backend.url"), ["backend.url is required"], False),
     ("missing driver.image", without(base_values(), "driver.image"), ["driver.image is required"], False),
     (
@@ -1078,7 +1086,7 @@ def main() -> int:
             assert c.get("command") == [binary], f"{cname}: command = {c.get('command')}"
             assert not c.get("args"), f"{cname}: args {c.get('args')} (the binaries take no flags)"
         images = {c["image"] for c in containers.values()}
-        assert images == {"tcab-dispatcher:0.1.0"}, f"images = {images}"
+        assert images == {"registry.example/tcab-dispatcher:0.1.0"}, f"images = {images}"
         pod = r.deployment()["spec"]["template"]["spec"]
         assert not pod.get("initContainers"), "unexpected init containers"
 

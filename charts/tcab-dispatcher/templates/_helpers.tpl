@@ -49,13 +49,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 
 {{/* The image of the three containers: repository@digest when a digest is set, else repository:tag. */}}
 {{- define "tcab-dispatcher.image" -}}
+{{- $repository := required "image.repository is required: the registry/name you pushed the image built from this repository's Dockerfile to, e.g. registry.example/tcab-dispatcher (no image is published under a bare name, so there is no default)" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
 {{- if not (regexMatch "^sha256:[a-f0-9]{64}$" .Values.image.digest) -}}
 {{- fail (printf "image.digest: expected sha256:<64 lowercase hex digits>, got %q" .Values.image.digest) -}}
 {{- end -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 {{- end -}}
 
