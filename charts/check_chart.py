@@ -470,6 +470,18 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("an added capability", merged({"containerSecurityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}), ["/containerSecurityContext/capabilities"]),
     ("capabilities no longer all dropped", merged({"containerSecurityContext": {"capabilities": {"drop": ["NET_RAW"]}}}), ["/containerSecurityContext/capabilities/drop"]),
     ("a pod as root", merged({"podSecurityContext": {"runAsUser": 0}}), ["/podSecurityContext/runAsUser"]),
+    (
+        "the dispatcher pod with seccomp Unconfined",
+        merged({"podSecurityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+        ["/podSecurityContext/seccompProfile/type", "RuntimeDefault"],
+    ),
+    ("the dispatcher pod's seccomp profile removed", merged({"podSecurityContext": {"seccompProfile": None}}), ["/podSecurityContext", "seccompProfile"]),
+    ("the dispatcher pod's securityContext removed", merged({"podSecurityContext": None}), ["podSecurityContext"]),
+    (
+        "a dispatcher container with seccomp Unconfined",
+        merged({"containerSecurityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+        ["/containerSecurityContext/seccompProfile/type"],
+    ),
     ("a pod allowed to run as root", merged({"podSecurityContext": {"runAsNonRoot": False}}), ["/podSecurityContext/runAsNonRoot"]),
     (
         "a driver pod with seccomp Unconfined",
@@ -635,6 +647,12 @@ TEMPLATE_REFUSALS: list[tuple[str, dict[str, Any], list[str], bool]] = [
         "an added capability",
         merged({"containerSecurityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}),
         ["capabilities.add is refused"],
+        False,
+    ),
+    (
+        "a dispatcher container with seccomp Unconfined",
+        merged({"containerSecurityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+        ["containerSecurityContext.seccompProfile.type Unconfined is refused"],
         False,
     ),
     (

@@ -330,6 +330,9 @@ hardened one. What would weaken it is refused here as well as by the schema.
 {{- if and (hasKey $given "runAsUser") (eq (int (get $given "runAsUser")) 0) -}}
 {{- fail "containerSecurityContext.runAsUser must not be 0: the dispatcher runs as a non-root user" -}}
 {{- end -}}
+{{- if eq (toString (dig "seccompProfile" "type" "" $given)) "Unconfined" -}}
+{{- fail "containerSecurityContext.seccompProfile.type Unconfined is refused: the dispatcher runs under RuntimeDefault (or a Localhost profile)" -}}
+{{- end -}}
 {{- if hasKey $given "capabilities" -}}
 {{- $caps := get $given "capabilities" | default dict -}}
 {{- if get $caps "add" -}}
