@@ -1502,10 +1502,53 @@ def main() -> int:
         assert cm["metadata"]["labels"].get("team") == "benchmarks", cm["metadata"]["labels"]
         assert cm["metadata"]["annotations"] == {"k8s-sidecar-target-directory": "/tmp/dashboards/tcab"}
         (key,) = cm["data"]
-        assert json.loads(cm["data"][key]) == json.loads(DASHBOARD.read_text(encoding="utf-8")), "content differs"
+        assert key == f"tcab-dispatcher-{NAMESPACE}-{RELEASE}.json", f"key {key!r} (the sidecar writes each key as a file in one folder)"
+        shipped = json.loads(cm["data"][key])
+        # The release's own uid, title and first selection; the rest as shipped.
+        for variable in shipped["templating"]["list"]:
+            variable["current"] = {}
+        want = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+        assert {k: v for k, v in shipped.items() if k not in ("uid", "title")} == {k: v for k, v in want.items() if k not in ("uid", "title")}, (
+            "content differs"
+        )
         assert not need("defaults").of_kind("ConfigMap"), "a dashboard ConfigMap by default"
 
     run.check("dashboard ConfigMap (metrics.dashboard.enabled): the shipped JSON, labelled for the sidecar", dashboard_configmap)
+
+    def dashboard_per_release() -> str:
+        board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+        variables = {v["name"]: v for v in board.get("templating", {}).get("list", [])}
+        for name in ("cluster", "namespace", "release"):
+            assert variables.get(name, {}).get("type") == "query", f"no query variable {name!r}: {sorted(variables)}"
+        unfiltered = []
+        for expr in dashboard_exprs(board):
+            for metric, matchers in re.findall(r'\b([a-z_:][a-z0-9_:]*)\{((?:[^}"]|"(?:[^"\\]|\\.)*")*)\}', expr):
+                want = ['cluster=~"$cluster"', 'namespace=~"$namespace"']
+                if not metric.startswith("kube_"):  # kube-state-metrics' series carry no pod labels
+                    want.append('app_kubernetes_io_instance=~"$release"')
+                missing = [w for w in want if w not in matchers]
+                if missing and not expr.startswith("label_values("):
+                    unfiltered.append(f"{metric}: {missing}")
+        assert not unfiltered, f"queries not filtered by cluster, namespace and release: {unfiltered[:5]}"
+        # One dashboard per release: its own uid (Grafana's limit is 40 characters) and title.
+        uids: dict[str, tuple[str, str]] = {}
+        titles: set[str] = set()
+        values = merged({"metrics": {"dashboard": {"enabled": True}}})
+        for release, namespace in [(RELEASE, NAMESPACE), (RELEASE, "tcab-staging"), ("tcab", NAMESPACE), ("r" * 53, NAMESPACE)]:
+            (cm,) = render(chart, values, name=release, namespace=namespace).of_kind("ConfigMap")
+            (text,) = cm["data"].values()
+            shipped = json.loads(text)
+            uid = shipped["uid"]
+            assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", uid), f"uid {uid!r} is not a Grafana uid of at most 40 characters"
+            assert uid not in uids, f"{release}/{namespace} has the uid of {uids[uid]}: {uid}"
+            uids[uid] = (release, namespace)
+            assert shipped["title"] not in titles, f"title {shipped['title']!r} twice"
+            titles.add(shipped["title"])
+            current = {v["name"]: v.get("current", {}).get("value") for v in shipped["templating"]["list"]}
+            assert current.get("release") == release and current.get("namespace") == namespace, f"opens on {current}"
+        return f"{len(uids)} releases, uids like {next(iter(uids))}"
+
+    run.check("dashboard: cluster, namespace and release variables filter every query; a uid and title per release", dashboard_per_release)
 
     def notes() -> None:
         out = chart.render(SCENARIOS["every-value"], name=RELEASE, namespace=NAMESPACE, is_install=True)

@@ -317,7 +317,7 @@ def panel_lines(panel, data, times, rate_interval):
     """legend -> [(t, value)] for each target of the panel."""
     lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for target in panel["targets"]:
-        expr = target["expr"].replace("$namespace", ".*")
+        expr = re.sub(r"\$(namespace|cluster|release)\b", ".*", target["expr"])
         node = Parser(expr).parse()
         for t in times:
             for labels, value in evaluate(node, data, t, rate_interval).items():
