@@ -63,6 +63,11 @@ VALUE_GROUPS = {
 REPO = HERE.parent
 DASHBOARD = CHART / "dashboards" / "tcab-dispatcher.json"
 METRICS_DOC = REPO / "docs" / "metrics.md"
+# The recorded footprint figures (docs/performance.md): each container's default memory
+# limit must hold its last recorded peak at the documented scale with this headroom.
+FIGURES = REPO / "docs" / "performance" / "figures.tsv"
+MEMORY_SCALE_JOBS = 100000
+MEMORY_HEADROOM = 1.5
 # Every environment variable the binaries read, as their declarations describe it
 # (written by shared/tests/it/settings_docs.rs, which fails when it is stale).
 SETTINGS_JSON = HERE / "settings.json"
@@ -1139,6 +1144,31 @@ def main() -> int:
 
     run.check("containers: hardened securityContext, own resources, FallbackToLogsOnError", hardened)
 
+    def memory_limits() -> str:
+        peaks: dict[str, float] = {}
+        for line in FIGURES.read_text(encoding="utf-8").splitlines():
+            cells = line.split("\t")
+            if len(cells) >= 5 and cells[1] == "footprint-driven":
+                m = re.fullmatch(rf"(tcab-[a-z-]+) peak at {MEMORY_SCALE_JOBS} jobs", cells[2])
+                if m and cells[4] == "MiB":
+                    peaks[m.group(1)] = float(cells[3])  # the last recorded wins
+        assert set(peaks) == set(CONTAINERS.values()), f"no recorded peak at {MEMORY_SCALE_JOBS} Jobs for {sorted(set(CONTAINERS.values()) - set(peaks))}"
+        units = {"Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0}
+        got = []
+        for cname, c in need("defaults").containers().items():
+            limit = str(c["resources"]["limits"]["memory"])
+            m = re.fullmatch(r"([0-9.]+)(Ki|Mi|Gi)", limit)
+            assert m, f"{cname}: memory limit {limit!r}"
+            mib = float(m.group(1)) * units[m.group(2)]
+            peak = peaks[CONTAINERS[cname]]
+            assert mib >= peak * MEMORY_HEADROOM, (
+                f"{cname}: limit {limit} is {mib / peak:.2f}x its measured peak {peak:.1f} MiB at {MEMORY_SCALE_JOBS} Jobs; want at least {MEMORY_HEADROOM}x"
+            )
+            got.append(f"{cname} {limit} = {mib / peak:.1f}x {peak:.1f} MiB")
+        return "; ".join(got)
+
+    run.check("resources: each container's memory limit holds its measured peak at 100,000 Jobs with headroom (docs/performance)", memory_limits)
+
     def metrics_endpoints() -> str:
         r = need("defaults")
         for cname, (port, port_name) in DEFAULT_METRICS.items():
@@ -1549,6 +1579,16 @@ def main() -> int:
         return f"{len(uids)} releases, uids like {next(iter(uids))}"
 
     run.check("dashboard: cluster, namespace and release variables filter every query; a uid and title per release", dashboard_per_release)
+
+    def dashboard_memory_limit() -> None:
+        board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+        panel = next(p for p in board["panels"] if p.get("title") == "Resident memory by container")
+        exprs = [t["expr"] for t in panel["targets"]]
+        limit = [e for e in exprs if "kube_pod_container_resource_limits" in e and 'resource="memory"' in e]
+        assert limit, f"the memory panel draws no limit: {exprs}"
+        assert 'app_kubernetes_io_instance=~"$release"' in limit[0], f"the limit line is not the release's: {limit[0]}"
+
+    run.check("dashboard: the memory panel draws each container's memory limit (kube-state-metrics)", dashboard_memory_limit)
 
     def notes() -> None:
         out = chart.render(SCENARIOS["every-value"], name=RELEASE, namespace=NAMESPACE, is_install=True)
