@@ -264,6 +264,23 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         }
     ),
     "alerts-severity": merged({"metrics": {"prometheusRule": {"enabled": True, "alertLabels": {"severity": "page", "team": "bench"}}}}),
+    # The opt-in NetworkPolicy with what it needs: the API server's and the backend's peers.
+    "network-policy": merged(
+        {
+            "networkPolicy": {
+                "enabled": True,
+                "apiServer": {"to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}, {"ipBlock": {"cidr": "172.18.0.2/32"}}]},
+                "backend": {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tcab"}},
+                            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "tcab-backend"}},
+                        }
+                    ]
+                },
+            }
+        }
+    ),
     # {} turns a default off: it must render (as {}), unlike null.
     "job-security-off": merged(
         {
@@ -332,6 +349,21 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 **JOB_SECURITY["publisher"],
             },
             "sandbox": {"namespace": SANDBOX_NS},
+            "networkPolicy": {
+                "enabled": True,
+                "apiServer": {"to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}], "ports": [6443]},
+                "backend": {"to": [{"podSelector": {"matchLabels": {"app": "tcab-backend"}}}], "ports": [8081]},
+                "dns": {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ]
+                },
+                "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NS}}}],
+                "extraEgress": [{"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"port": 3128, "protocol": "TCP"}]}],
+            },
             "metrics": {
                 "enabled": True,
                 "listenHost": "[::]",
@@ -524,6 +556,8 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("a negative kube timeout", merged({"dispatcher": {"kubeTimeoutSeconds": -1}}), ["/dispatcher/kubeTimeoutSeconds"]),
     ("a fractional watch timeout", merged({"dispatcher": {"watchTimeoutSeconds": 2.5}}), ["/dispatcher/watchTimeoutSeconds"]),
     ("a PodMonitor namespace that is no name", merged({"metrics": {"podMonitor": {"namespace": "Monitoring!"}}}), ["/metrics/podMonitor/namespace"]),
+    ("a NetworkPolicy port out of range", merged({"networkPolicy": {"backend": {"ports": [70000]}}}), ["/networkPolicy/backend/ports/0"]),
+    ("a NetworkPolicy peer that is no peer", merged({"networkPolicy": {"apiServer": {"to": [{"cidr": "10.0.0.1/32"}]}}}), ["/networkPolicy/apiServer/to/0", "cidr"]),
     ("an alert 'for' that is no duration", merged({"metrics": {"prometheusRule": {"gateClosedFor": "five minutes"}}}), ["/metrics/prometheusRule/gateClosedFor"]),
     (
         "settings of an alert the chart does not have",
@@ -664,6 +698,18 @@ TEMPLATE_REFUSALS: list[tuple[str, dict[str, Any], list[str], bool]] = [
         "no ServiceAccount created and none named",
         merged({"serviceAccount": {"create": False}}),
         ["serviceAccount.name is required when serviceAccount.create is false"],
+        True,
+    ),
+    (
+        "a NetworkPolicy without the API server's peers",
+        merged({"networkPolicy": {"enabled": True, "backend": {"to": [{"podSelector": {"matchLabels": {"app": "b"}}}]}}}),
+        ["networkPolicy.apiServer.to is required", "kubernetes"],
+        True,
+    ),
+    (
+        "a NetworkPolicy without the backend's peers",
+        merged({"networkPolicy": {"enabled": True, "apiServer": {"to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}]}}}),
+        ["networkPolicy.backend.to is required"],
         True,
     ),
     (
@@ -1589,6 +1635,46 @@ def main() -> int:
         assert 'app_kubernetes_io_instance=~"$release"' in limit[0], f"the limit line is not the release's: {limit[0]}"
 
     run.check("dashboard: the memory panel draws each container's memory limit (kube-state-metrics)", dashboard_memory_limit)
+
+    def network_policy() -> str:
+        for name in SCENARIOS:
+            if not SCENARIOS[name].get("networkPolicy", {}).get("enabled"):
+                assert not need(name).of_kind("NetworkPolicy"), f"[{name}] a NetworkPolicy although networkPolicy.enabled is off"
+        tcp = lambda *ports: [{"port": p, "protocol": "TCP"} for p in ports]  # noqa: E731
+        dns_ports = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+        r = need("network-policy")
+        np = r.one("NetworkPolicy")
+        spec = np["spec"]
+        pod_labels = r.deployment()["spec"]["template"]["metadata"]["labels"]
+        assert spec["podSelector"]["matchLabels"].items() <= pod_labels.items(), "selects no dispatcher pod"
+        assert spec["policyTypes"] == ["Ingress", "Egress"], spec["policyTypes"]
+        # Ingress: the three metrics ports only, from anywhere by default (the kubelet's probes
+        # come from the node, which a NetworkPolicy never blocks).
+        assert spec["ingress"] == [{"ports": tcp(9090, 9091, 9092)}], spec["ingress"]
+        values = SCENARIOS["network-policy"]["networkPolicy"]
+        assert spec["egress"] == [
+            {"ports": dns_ports},
+            {"to": values["apiServer"]["to"], "ports": tcp(443, 6443)},
+            {"to": values["backend"]["to"], "ports": tcp(8080)},  # the port of backend.url
+        ], spec["egress"]
+        every = need("every-value").one("NetworkPolicy")["spec"]
+        ev = SCENARIOS["every-value"]["networkPolicy"]
+        assert every["ingress"] == [{"from": ev["metricsFrom"], "ports": tcp(9190, 9191, 9192)}], every["ingress"]
+        assert every["egress"] == [
+            {"to": ev["dns"]["to"], "ports": dns_ports},
+            {"to": ev["apiServer"]["to"], "ports": tcp(6443)},
+            {"to": ev["backend"]["to"], "ports": tcp(8081)},
+            *ev["extraEgress"],
+        ], every["egress"]
+        # Metrics off: nothing may come in at all.
+        off = render(chart, merged(SCENARIOS["network-policy"], {"metrics": {"enabled": False}})).one("NetworkPolicy")["spec"]
+        assert off["ingress"] == [] and off["policyTypes"] == ["Ingress", "Egress"], off
+        # A backend URL without a port: its scheme's.
+        https = render(chart, merged(SCENARIOS["network-policy"], {"backend": {"url": "https://tcab-backend.tcab.svc"}})).one("NetworkPolicy")
+        assert https["spec"]["egress"][2]["ports"] == tcp(443), https["spec"]["egress"][2]
+        return f"{len(spec['egress'])} egress rules, ingress to the metrics ports only"
+
+    run.check("NetworkPolicy (networkPolicy.enabled): ingress to the metrics ports only; egress to DNS, the API server, the backend", network_policy)
 
     def notes() -> None:
         out = chart.render(SCENARIOS["every-value"], name=RELEASE, namespace=NAMESPACE, is_install=True)
