@@ -1541,6 +1541,13 @@ def main() -> int:
             for args in (["check", "rules", str(rules)], ["test", "rules", str(Path(tmp) / ALERTS_TEST.name)]):
                 done = subprocess.run([promtool, *args], capture_output=True, text=True, cwd=tmp, check=False)
                 assert done.returncode == 0, f"promtool {' '.join(args[:2])}: {done.stdout}{done.stderr}"
+            # Every other rendering of the rules is valid too (thresholds, per-alert settings).
+            for name in ("every-value", "alerts-per-alert", "alerts-severity"):
+                (other,) = need(name).of_kind("PrometheusRule")
+                path = Path(tmp) / f"{name}.rules.yaml"
+                path.write_text(yaml.safe_dump(other["spec"], sort_keys=False), encoding="utf-8")
+                done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
+                assert done.returncode == 0, f"promtool check rules [{name}]: {done.stdout}{done.stderr}"
         version = subprocess.run([promtool, "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
         return f"{ALERTS_TEST.relative_to(REPO)} ({version})"
 
