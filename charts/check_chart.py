@@ -1525,6 +1525,7 @@ def main() -> int:
         assert "(RUNBOOK.md)" in chart_readme, "the chart README does not link RUNBOOK.md"
         notes = next(v for k, v in chart.render(SCENARIOS["alerts"], name=RELEASE, namespace=NAMESPACE, is_install=True).items() if k.endswith("NOTES.txt"))
         assert "RUNBOOK.md" in notes, f"NOTES.txt does not say where the runbooks are:\n{notes}"
+        assert "app_kubernetes_io_instance=tcab-dispatcher" in notes, f"NOTES.txt does not warn that the rules need the instance label without the PodMonitor:\n{notes}"
         return f"{len(ALERTS)} alerts in {RUNBOOK.relative_to(REPO)}"
 
     run.check("runbook: travels in the chart (RUNBOOK.md = docs/operations.md#alerts); runbook_url a link or absent", runbook_travels)
