@@ -64,6 +64,11 @@ VALUE_GROUPS = {
 REPO = HERE.parent
 DASHBOARD = CHART / "dashboards" / "tcab-dispatcher.json"
 METRICS_DOC = REPO / "docs" / "metrics.md"
+# The recorded footprint figures (docs/performance.md): each container's default memory
+# limit must hold its last recorded peak at the documented scale with this headroom.
+FIGURES = REPO / "docs" / "performance" / "figures.tsv"
+MEMORY_SCALE_JOBS = 100000
+MEMORY_HEADROOM = 1.5
 # Every environment variable the binaries read, as their declarations describe it
 # (written by shared/tests/it/settings_docs.rs, which fails when it is stale).
 SETTINGS_JSON = HERE / "settings.json"
@@ -139,8 +144,10 @@ except ImportError as missing:  # pragma: no cover - environment problem
 
 
 def base_values() -> dict[str, Any]:
-    """The required values, nothing else: what the "defaults" install sets."""
+    """The required values, nothing else: what the "defaults" install sets (image.repository
+    included: there is no default image)."""
     return {
+        "image": {"repository": "registry.example/tcab-dispatcher"},
         "backend": {
             "url": "http://tcab-backend.tcab.svc:8080",
             "serviceToken": {"existingSecret": "tcab-backend-token"},
@@ -240,6 +247,41 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "metrics-off": merged({"metrics": {"enabled": False}}),
     "existing-service-account": merged({"serviceAccount": {"create": False, "name": "tcab-ops"}}),
     "alerts": merged({"metrics": {"prometheusRule": {"enabled": True}}}),
+    # A severity for every alert, as values.yaml suggests: it replaces the default, once.
+    # Each alert on its own: one left out, one with its own severity, labels and pending period.
+    "alerts-per-alert": merged(
+        {
+            "metrics": {
+                "prometheusRule": {
+                    "enabled": True,
+                    "alertLabels": {"severity": "page", "team": "bench"},
+                    "alerts": {
+                        "TcabDispatcherJobStuck": {"enabled": False},
+                        "TcabDispatcherLaneSaturated": {"severity": "info", "labels": {"team": "capacity", "tier": "2"}, "for": "10m"},
+                        "TcabDispatcherGateClosed": {"for": "2m", "enabled": True},
+                    },
+                }
+            }
+        }
+    ),
+    "alerts-severity": merged({"metrics": {"prometheusRule": {"enabled": True, "alertLabels": {"severity": "page", "team": "bench"}}}}),
+    # The opt-in NetworkPolicy with what it needs: the API server's and the backend's peers.
+    "network-policy": merged(
+        {
+            "networkPolicy": {
+                "enabled": True,
+                "apiServer": {"to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}, {"ipBlock": {"cidr": "172.18.0.2/32"}}]},
+                "backend": {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tcab"}},
+                            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "tcab-backend"}},
+                        }
+                    ]
+                },
+            }
+        }
+    ),
     # {} turns a default off: it must render (as {}), unlike null.
     "job-security-off": merged(
         {
@@ -308,6 +350,21 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 **JOB_SECURITY["publisher"],
             },
             "sandbox": {"namespace": SANDBOX_NS},
+            "networkPolicy": {
+                "enabled": True,
+                "apiServer": {"to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}], "ports": [6443]},
+                "backend": {"to": [{"podSelector": {"matchLabels": {"app": "tcab-backend"}}}], "ports": [8081]},
+                "dns": {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ]
+                },
+                "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NS}}}],
+                "extraEgress": [{"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"port": 3128, "protocol": "TCP"}]}],
+            },
             "metrics": {
                 "enabled": True,
                 "listenHost": "[::]",
@@ -343,6 +400,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                     "reportFailures": 5,
                     "restarts": 3,
                     "stuckMarginSeconds": 600,
+                    "admissionErrors": 5,
+                    "configurationDeaths": 2,
+                    "sandboxMismatches": 3,
                 },
             },
         }
@@ -448,6 +508,18 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("an added capability", merged({"containerSecurityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}), ["/containerSecurityContext/capabilities"]),
     ("capabilities no longer all dropped", merged({"containerSecurityContext": {"capabilities": {"drop": ["NET_RAW"]}}}), ["/containerSecurityContext/capabilities/drop"]),
     ("a pod as root", merged({"podSecurityContext": {"runAsUser": 0}}), ["/podSecurityContext/runAsUser"]),
+    (
+        "the dispatcher pod with seccomp Unconfined",
+        merged({"podSecurityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+        ["/podSecurityContext/seccompProfile/type", "RuntimeDefault"],
+    ),
+    ("the dispatcher pod's seccomp profile removed", merged({"podSecurityContext": {"seccompProfile": None}}), ["/podSecurityContext", "seccompProfile"]),
+    ("the dispatcher pod's securityContext removed", merged({"podSecurityContext": None}), ["podSecurityContext"]),
+    (
+        "a dispatcher container with seccomp Unconfined",
+        merged({"containerSecurityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+        ["/containerSecurityContext/seccompProfile/type"],
+    ),
     ("a pod allowed to run as root", merged({"podSecurityContext": {"runAsNonRoot": False}}), ["/podSecurityContext/runAsNonRoot"]),
     (
         "a driver pod with seccomp Unconfined",
@@ -485,12 +557,40 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("a negative kube timeout", merged({"dispatcher": {"kubeTimeoutSeconds": -1}}), ["/dispatcher/kubeTimeoutSeconds"]),
     ("a fractional watch timeout", merged({"dispatcher": {"watchTimeoutSeconds": 2.5}}), ["/dispatcher/watchTimeoutSeconds"]),
     ("a PodMonitor namespace that is no name", merged({"metrics": {"podMonitor": {"namespace": "Monitoring!"}}}), ["/metrics/podMonitor/namespace"]),
+    ("a NetworkPolicy port out of range", merged({"networkPolicy": {"backend": {"ports": [70000]}}}), ["/networkPolicy/backend/ports/0"]),
+    ("a NetworkPolicy peer that is no peer", merged({"networkPolicy": {"apiServer": {"to": [{"cidr": "10.0.0.1/32"}]}}}), ["/networkPolicy/apiServer/to/0", "cidr"]),
     ("an alert 'for' that is no duration", merged({"metrics": {"prometheusRule": {"gateClosedFor": "five minutes"}}}), ["/metrics/prometheusRule/gateClosedFor"]),
+    (
+        "settings of an alert the chart does not have",
+        merged({"metrics": {"prometheusRule": {"alerts": {"TcabDispatcherGateClosd": {"enabled": False}}}}}),
+        ["TcabDispatcherGateClosd"],
+    ),
+    (
+        "an unknown setting of an alert",
+        merged({"metrics": {"prometheusRule": {"alerts": {"TcabDispatcherJobStuck": {"disabled": True}}}}}),
+        ["disabled"],
+    ),
+    (
+        "an alert's 'for' that is no duration",
+        merged({"metrics": {"prometheusRule": {"alerts": {"TcabDispatcherJobStuck": {"for": "10 minutes"}}}}}),
+        ["/metrics/prometheusRule/alerts/TcabDispatcherJobStuck/for"],
+    ),
+    (
+        "an alert's label that is no string",
+        merged({"metrics": {"prometheusRule": {"alerts": {"TcabDispatcherJobStuck": {"labels": {"tier": 2}}}}}}),
+        ["/metrics/prometheusRule/alerts/TcabDispatcherJobStuck/labels/tier"],
+    ),
 ]
 # The second group is refused by the templates themselves (checked with the
 # schema removed, so the template layer is proven on its own), and the last
 # three also through the full chart.
 TEMPLATE_REFUSALS: list[tuple[str, dict[str, Any], list[str], bool]] = [
+    (
+        "image.repository left at its default (no image is published under a bare name)",
+        without(base_values(), "image"),
+        ["image.repository is required", "registry.example/tcab-dispatcher"],
+        True,
+    ),
     ("missing backend.url", without(base_values(), "backend.url"), ["backend.url is required"], False),
     ("missing driver.image", without(base_values(), "driver.image"), ["driver.image is required"], False),
     (
@@ -590,9 +690,27 @@ TEMPLATE_REFUSALS: list[tuple[str, dict[str, Any], list[str], bool]] = [
         False,
     ),
     (
+        "a dispatcher container with seccomp Unconfined",
+        merged({"containerSecurityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+        ["containerSecurityContext.seccompProfile.type Unconfined is refused"],
+        False,
+    ),
+    (
         "no ServiceAccount created and none named",
         merged({"serviceAccount": {"create": False}}),
         ["serviceAccount.name is required when serviceAccount.create is false"],
+        True,
+    ),
+    (
+        "a NetworkPolicy without the API server's peers",
+        merged({"networkPolicy": {"enabled": True, "backend": {"to": [{"podSelector": {"matchLabels": {"app": "b"}}}]}}}),
+        ["networkPolicy.apiServer.to is required", "kubernetes"],
+        True,
+    ),
+    (
+        "a NetworkPolicy without the backend's peers",
+        merged({"networkPolicy": {"enabled": True, "apiServer": {"to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}]}}}),
+        ["networkPolicy.backend.to is required"],
         True,
     ),
     (
@@ -678,14 +796,34 @@ class Rendered:
         return {e["name"]: e for e in entries}
 
 
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key: PyYAML keeps the last,
+    but strict parsers (Flux, kustomize, the API server's for some fields) refuse the
+    manifest."""
+
+
+def _no_duplicate_keys(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+
+
 def render(chart: Any, values: dict[str, Any], name: str = RELEASE, namespace: str = NAMESPACE) -> Rendered:
-    """Render with Helm's engine and parse every manifest (NOTES.txt left out)."""
+    """Render with Helm's engine and parse every manifest (NOTES.txt left out), refusing a
+    repeated key."""
     out = chart.render(values, name=name, namespace=namespace, is_install=True)
     docs: list[dict[str, Any]] = []
     for path in sorted(out):
         if not path.endswith((".yaml", ".yml")):
             continue
-        for doc in yaml.safe_load_all(out[path]):
+        for doc in yaml.load_all(out[path], Loader=StrictLoader):
             if doc:
                 docs.append(doc)
     return Rendered(docs, namespace)
@@ -725,6 +863,10 @@ POD_MONITOR = ("monitoring.coreos.com/v1", "PodMonitor")
 PROMETHEUS_RULE = ("monitoring.coreos.com/v1", "PrometheusRule")
 OPERATIONS_DOC = REPO / "docs" / "operations.md"
 ALERTS_TEST = CHART / "tests" / "alerts.test.yaml"
+# The alerts' runbooks, shipped inside the chart package: the Alerts section of
+# docs/operations.md, its links to the rest of the repository's docs turned to plain text
+# (they are not in the package). Rewritten by --update-runbook.
+RUNBOOK = CHART / "RUNBOOK.md"
 # The alerts the chart ships, each with a runbook in docs/operations.md.
 ALERTS = [
     "TcabDispatcherGateClosed",
@@ -733,6 +875,11 @@ ALERTS = [
     "TcabDispatcherReportsFailing",
     "TcabDispatcherContainerRestarting",
     "TcabDispatcherJobStuck",
+    "TcabDispatcherDown",
+    "TcabDispatcherAbsent",
+    "TcabDispatcherAdmissionsFailing",
+    "TcabDispatcherConfigurationDeaths",
+    "TcabDispatcherSandboxMismatches",
 ]
 PODMONITOR_SPEC_KEYS = {
     "selector",
@@ -912,6 +1059,7 @@ def uncommented_keys(text: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update-golden", action="store_true", help=f"rewrite {GOLDEN.relative_to(REPO)}")
+    parser.add_argument("--update-runbook", action="store_true", help=f"rewrite {RUNBOOK.relative_to(REPO)} from docs/operations.md")
     parser.add_argument("-k", dest="only", help="run only the checks whose name contains this")
     args = parser.parse_args()
 
@@ -1008,7 +1156,7 @@ def main() -> int:
             assert c.get("command") == [binary], f"{cname}: command = {c.get('command')}"
             assert not c.get("args"), f"{cname}: args {c.get('args')} (the binaries take no flags)"
         images = {c["image"] for c in containers.values()}
-        assert images == {"tcab-dispatcher:0.1.0"}, f"images = {images}"
+        assert images == {"registry.example/tcab-dispatcher:0.1.0"}, f"images = {images}"
         pod = r.deployment()["spec"]["template"]["spec"]
         assert not pod.get("initContainers"), "unexpected init containers"
 
@@ -1042,6 +1190,31 @@ def main() -> int:
             )
 
     run.check("containers: hardened securityContext, own resources, FallbackToLogsOnError", hardened)
+
+    def memory_limits() -> str:
+        peaks: dict[str, float] = {}
+        for line in FIGURES.read_text(encoding="utf-8").splitlines():
+            cells = line.split("\t")
+            if len(cells) >= 5 and cells[1] == "footprint-driven":
+                m = re.fullmatch(rf"(tcab-[a-z-]+) peak at {MEMORY_SCALE_JOBS} jobs", cells[2])
+                if m and cells[4] == "MiB":
+                    peaks[m.group(1)] = float(cells[3])  # the last recorded wins
+        assert set(peaks) == set(CONTAINERS.values()), f"no recorded peak at {MEMORY_SCALE_JOBS} Jobs for {sorted(set(CONTAINERS.values()) - set(peaks))}"
+        units = {"Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0}
+        got = []
+        for cname, c in need("defaults").containers().items():
+            limit = str(c["resources"]["limits"]["memory"])
+            m = re.fullmatch(r"([0-9.]+)(Ki|Mi|Gi)", limit)
+            assert m, f"{cname}: memory limit {limit!r}"
+            mib = float(m.group(1)) * units[m.group(2)]
+            peak = peaks[CONTAINERS[cname]]
+            assert mib >= peak * MEMORY_HEADROOM, (
+                f"{cname}: limit {limit} is {mib / peak:.2f}x its measured peak {peak:.1f} MiB at {MEMORY_SCALE_JOBS} Jobs; want at least {MEMORY_HEADROOM}x"
+            )
+            got.append(f"{cname} {limit} = {mib / peak:.1f}x {peak:.1f} MiB")
+        return "; ".join(got)
+
+    run.check("resources: each container's memory limit holds its measured peak at 100,000 Jobs with headroom (docs/performance)", memory_limits)
 
     def metrics_endpoints() -> str:
         r = need("defaults")
@@ -1253,11 +1426,110 @@ def main() -> int:
         assert by["TcabDispatcherGateClosed"]["for"] == "10m" and by["TcabDispatcherViewNotCurrent"]["for"] == "15m"
         assert "> 3600" in by["TcabDispatcherLaneSaturated"]["expr"], by["TcabDispatcherLaneSaturated"]["expr"]
         assert not need("defaults").of_kind("PrometheusRule"), "alert rules by default"
-        default_urls = {rule["annotations"]["runbook_url"] for rule in need("alerts").of_kind("PrometheusRule")[0]["spec"]["groups"][0]["rules"]}
-        assert all(u.startswith("docs/operations.md#") for u in default_urls), default_urls
+        default_urls = [rule["annotations"].get("runbook_url") for rule in need("alerts").of_kind("PrometheusRule")[0]["spec"]["groups"][0]["rules"]]
+        assert default_urls == [None] * len(ALERTS), f"runbook_url without runbookUrl: {default_urls}"
         return f"{len(names)} alerts, each with a runbook"
 
     run.check("PrometheusRule (monitoring.coreos.com/v1, structural): the alerts, their runbooks, labels; off by default", prometheus_rule)
+
+    def alerts_select_the_release() -> str:
+        """kube-state-metrics' series carry no pod labels: the rules match this Deployment's pod
+        names by shape. It must match every pod name Kubernetes generates for this release (a
+        generated name is cut to 58 characters before its 5 random ones) and none of a release
+        whose name extends this one's; the dispatcher's own series are selected by the
+        app.kubernetes.io/instance label the PodMonitor copies onto them."""
+        checked = 0
+        for release in (RELEASE, "tcab", "r" * 44, "s" * 53):
+            values = merged({"metrics": {"prometheusRule": {"enabled": True}, "podMonitor": {"enabled": True}}})
+            r = render(chart, values, name=release)
+            fullname = r.deployment()["metadata"]["name"]
+            (pm,) = r.of_kind("PodMonitor")
+            assert pm["spec"].get("podTargetLabels") == ["app.kubernetes.io/instance"], pm["spec"].get("podTargetLabels")
+            rules = {rule["alert"]: rule for rule in r.of_kind("PrometheusRule")[0]["spec"]["groups"][0]["rules"]}
+            expr = rules["TcabDispatcherContainerRestarting"]["expr"]
+            shape = re.search(r'kube_pod_container_status_restarts_total\{[^}]*pod=~"((?:[^"\\]|\\.)*)"', expr)
+            assert shape, expr
+            pattern = json.loads(f'"{shape.group(1)}"')  # PromQL strings unescape as JSON's do here
+            for rule in rules.values():
+                selectors = re.findall(r'\b([a-z_:][a-z0-9_:]*)\{((?:[^}"]|"(?:[^"\\]|\\.)*")*)\}', rule["expr"])
+                for metric, matchers in selectors:
+                    if metric.startswith("kube_"):
+                        continue
+                    assert f'app_kubernetes_io_instance="{release}"' in matchers, f"{rule['alert']}: {matchers}"
+            for hash_len in (8, 9, 10):
+                pod = (f"{fullname}-{'7d9c8b6f5b'[:hash_len]}-")[:58] + "x2x4q"
+                assert re.fullmatch(pattern, pod), f"{pattern!r} does not match this release's pod {pod!r}"
+                other = (f"{fullname}-x-{'7d9c8b6f5b'[:hash_len]}-")[:58] + "q7w2z"
+                if len(f"{fullname}-x-") + hash_len < 58:
+                    assert not re.fullmatch(pattern, other), f"{pattern!r} matches another release's pod {other!r}"
+                checked += 1
+        return f"{checked} pod names"
+
+    run.check("alerts: select this release only (instance label; kube-state-metrics by the pod name's exact shape)", alerts_select_the_release)
+
+    def alert_labels_merge() -> str:
+        (pr,) = need("alerts-severity").of_kind("PrometheusRule")
+        rules = pr["spec"]["groups"][0]["rules"]
+        for rule in rules:
+            assert rule["labels"] == {"severity": "page", "team": "bench"}, f"{rule['alert']}: {rule['labels']}"
+        return f"{len(rules)} alerts, each one severity key"
+
+    run.check("alerts: alertLabels.severity replaces the default severity (no duplicate key; parsed strictly)", alert_labels_merge)
+
+    def alerts_per_alert() -> str:
+        (pr,) = need("alerts-per-alert").of_kind("PrometheusRule")
+        by = {rule["alert"]: rule for rule in pr["spec"]["groups"][0]["rules"]}
+        assert "TcabDispatcherJobStuck" not in by, "a disabled alert is rendered"
+        assert set(by) == set(ALERTS) - {"TcabDispatcherJobStuck"}, sorted(by)
+        saturated = by["TcabDispatcherLaneSaturated"]
+        assert saturated["labels"] == {"severity": "info", "team": "capacity", "tier": "2"}, saturated["labels"]
+        assert saturated.get("for") == "10m", saturated
+        assert by["TcabDispatcherGateClosed"]["for"] == "2m", by["TcabDispatcherGateClosed"]
+        assert by["TcabDispatcherViewNotCurrent"]["for"] == "5m", by["TcabDispatcherViewNotCurrent"]
+        for name, rule in by.items():
+            if name != "TcabDispatcherLaneSaturated":
+                assert rule["labels"] == {"severity": "page", "team": "bench"}, f"{name}: {rule['labels']}"
+        # Left at their defaults, every alert is there with its own severity.
+        (default,) = need("alerts").of_kind("PrometheusRule")
+        severities = {rule["alert"]: rule["labels"]["severity"] for rule in default["spec"]["groups"][0]["rules"]}
+        assert list(severities) == ALERTS, list(severities)
+        assert severities["TcabDispatcherGateClosed"] == "critical" and severities["TcabDispatcherJobStuck"] == "warning", severities
+        return f"{len(by)} of {len(ALERTS)} alerts"
+
+    run.check("alerts: each can be left out, and given its own severity, labels and 'for' (metrics.prometheusRule.alerts)", alerts_per_alert)
+
+    def runbook_travels() -> str:
+        want = runbook_text()
+        if args.update_runbook:
+            RUNBOOK.write_text(want, encoding="utf-8")
+        assert RUNBOOK.exists(), f"{RUNBOOK.relative_to(REPO)} is missing: the packaged chart carries no runbook; run with --update-runbook"
+        assert RUNBOOK.read_text(encoding="utf-8") == want, (
+            f"{RUNBOOK.relative_to(REPO)} differs from docs/operations.md#alerts; run with --update-runbook"
+        )
+        anchors = markdown_anchors(want)
+        for alert in ALERTS:
+            assert alert.lower() in anchors, f"{RUNBOOK.name} has no section for {alert}"
+        linked = re.findall(r"\]\(([^)]+)\)", want)
+        outside = [t for t in linked if not t.startswith(("http://", "https://", "#"))]
+        assert not outside, f"{RUNBOOK.name} links outside the chart package: {outside}"
+        for target in (t for t in linked if t.startswith("#")):
+            assert target[1:] in anchors, f"{RUNBOOK.name}: no heading for link {target}"
+        # runbook_url is a link or nothing: unset, the rules carry none (a repository path
+        # is no link an alert receiver can open); set, <runbookUrl>#<alert>.
+        (pr,) = need("alerts").of_kind("PrometheusRule")
+        for rule in pr["spec"]["groups"][0]["rules"]:
+            url = rule["annotations"].get("runbook_url")
+            assert url is None or re.match(r"https?://", url), f"{rule['alert']}: runbook_url {url!r} is not a link"
+        chart_readme = README.read_text(encoding="utf-8")
+        outside_links = re.findall(r"\]\((\.\./[^)]*)\)", chart_readme)
+        assert not outside_links, f"the chart README links outside the package: {outside_links}"
+        assert "(RUNBOOK.md)" in chart_readme, "the chart README does not link RUNBOOK.md"
+        notes = next(v for k, v in chart.render(SCENARIOS["alerts"], name=RELEASE, namespace=NAMESPACE, is_install=True).items() if k.endswith("NOTES.txt"))
+        assert "RUNBOOK.md" in notes, f"NOTES.txt does not say where the runbooks are:\n{notes}"
+        assert "app_kubernetes_io_instance=tcab-dispatcher" in notes, f"NOTES.txt does not warn that the rules need the instance label without the PodMonitor:\n{notes}"
+        return f"{len(ALERTS)} alerts in {RUNBOOK.relative_to(REPO)}"
+
+    run.check("runbook: travels in the chart (RUNBOOK.md = docs/operations.md#alerts); runbook_url a link or absent", runbook_travels)
 
     def promtool_tests() -> str:
         promtool = shutil.which("promtool")
@@ -1271,6 +1543,13 @@ def main() -> int:
             for args in (["check", "rules", str(rules)], ["test", "rules", str(Path(tmp) / ALERTS_TEST.name)]):
                 done = subprocess.run([promtool, *args], capture_output=True, text=True, cwd=tmp, check=False)
                 assert done.returncode == 0, f"promtool {' '.join(args[:2])}: {done.stdout}{done.stderr}"
+            # Every other rendering of the rules is valid too (thresholds, per-alert settings).
+            for name in ("every-value", "alerts-per-alert", "alerts-severity"):
+                (other,) = need(name).of_kind("PrometheusRule")
+                path = Path(tmp) / f"{name}.rules.yaml"
+                path.write_text(yaml.safe_dump(other["spec"], sort_keys=False), encoding="utf-8")
+                done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
+                assert done.returncode == 0, f"promtool check rules [{name}]: {done.stdout}{done.stderr}"
         version = subprocess.run([promtool, "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
         return f"{ALERTS_TEST.relative_to(REPO)} ({version})"
 
@@ -1308,10 +1587,103 @@ def main() -> int:
         assert cm["metadata"]["labels"].get("team") == "benchmarks", cm["metadata"]["labels"]
         assert cm["metadata"]["annotations"] == {"k8s-sidecar-target-directory": "/tmp/dashboards/tcab"}
         (key,) = cm["data"]
-        assert json.loads(cm["data"][key]) == json.loads(DASHBOARD.read_text(encoding="utf-8")), "content differs"
+        assert key == f"tcab-dispatcher-{NAMESPACE}-{RELEASE}.json", f"key {key!r} (the sidecar writes each key as a file in one folder)"
+        shipped = json.loads(cm["data"][key])
+        # The release's own uid, title and first selection; the rest as shipped.
+        for variable in shipped["templating"]["list"]:
+            variable["current"] = {}
+        want = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+        assert {k: v for k, v in shipped.items() if k not in ("uid", "title")} == {k: v for k, v in want.items() if k not in ("uid", "title")}, (
+            "content differs"
+        )
         assert not need("defaults").of_kind("ConfigMap"), "a dashboard ConfigMap by default"
 
     run.check("dashboard ConfigMap (metrics.dashboard.enabled): the shipped JSON, labelled for the sidecar", dashboard_configmap)
+
+    def dashboard_per_release() -> str:
+        board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+        variables = {v["name"]: v for v in board.get("templating", {}).get("list", [])}
+        for name in ("cluster", "namespace", "release"):
+            assert variables.get(name, {}).get("type") == "query", f"no query variable {name!r}: {sorted(variables)}"
+        unfiltered = []
+        for expr in dashboard_exprs(board):
+            for metric, matchers in re.findall(r'\b([a-z_:][a-z0-9_:]*)\{((?:[^}"]|"(?:[^"\\]|\\.)*")*)\}', expr):
+                want = ['cluster=~"$cluster"', 'namespace=~"$namespace"']
+                if not metric.startswith("kube_"):  # kube-state-metrics' series carry no pod labels
+                    want.append('app_kubernetes_io_instance=~"$release"')
+                missing = [w for w in want if w not in matchers]
+                if missing and not expr.startswith("label_values("):
+                    unfiltered.append(f"{metric}: {missing}")
+        assert not unfiltered, f"queries not filtered by cluster, namespace and release: {unfiltered[:5]}"
+        # One dashboard per release: its own uid (Grafana's limit is 40 characters) and title.
+        uids: dict[str, tuple[str, str]] = {}
+        titles: set[str] = set()
+        values = merged({"metrics": {"dashboard": {"enabled": True}}})
+        for release, namespace in [(RELEASE, NAMESPACE), (RELEASE, "tcab-staging"), ("tcab", NAMESPACE), ("r" * 53, NAMESPACE)]:
+            (cm,) = render(chart, values, name=release, namespace=namespace).of_kind("ConfigMap")
+            (text,) = cm["data"].values()
+            shipped = json.loads(text)
+            uid = shipped["uid"]
+            assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", uid), f"uid {uid!r} is not a Grafana uid of at most 40 characters"
+            assert uid not in uids, f"{release}/{namespace} has the uid of {uids[uid]}: {uid}"
+            uids[uid] = (release, namespace)
+            assert shipped["title"] not in titles, f"title {shipped['title']!r} twice"
+            titles.add(shipped["title"])
+            current = {v["name"]: v.get("current", {}).get("value") for v in shipped["templating"]["list"]}
+            assert current.get("release") == release and current.get("namespace") == namespace, f"opens on {current}"
+        return f"{len(uids)} releases, uids like {next(iter(uids))}"
+
+    run.check("dashboard: cluster, namespace and release variables filter every query; a uid and title per release", dashboard_per_release)
+
+    def dashboard_memory_limit() -> None:
+        board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+        panel = next(p for p in board["panels"] if p.get("title") == "Resident memory by container")
+        exprs = [t["expr"] for t in panel["targets"]]
+        limit = [e for e in exprs if "kube_pod_container_resource_limits" in e and 'resource="memory"' in e]
+        assert limit, f"the memory panel draws no limit: {exprs}"
+        assert 'app_kubernetes_io_instance=~"$release"' in limit[0], f"the limit line is not the release's: {limit[0]}"
+
+    run.check("dashboard: the memory panel draws each container's memory limit (kube-state-metrics)", dashboard_memory_limit)
+
+    def network_policy() -> str:
+        for name in SCENARIOS:
+            if not SCENARIOS[name].get("networkPolicy", {}).get("enabled"):
+                assert not need(name).of_kind("NetworkPolicy"), f"[{name}] a NetworkPolicy although networkPolicy.enabled is off"
+        tcp = lambda *ports: [{"port": p, "protocol": "TCP"} for p in ports]  # noqa: E731
+        dns_ports = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+        r = need("network-policy")
+        np = r.one("NetworkPolicy")
+        spec = np["spec"]
+        pod_labels = r.deployment()["spec"]["template"]["metadata"]["labels"]
+        assert spec["podSelector"]["matchLabels"].items() <= pod_labels.items(), "selects no dispatcher pod"
+        assert spec["policyTypes"] == ["Ingress", "Egress"], spec["policyTypes"]
+        # Ingress: the three metrics ports only, from anywhere by default (the kubelet's probes
+        # come from the node, which a NetworkPolicy never blocks).
+        assert spec["ingress"] == [{"ports": tcp(9090, 9091, 9092)}], spec["ingress"]
+        values = SCENARIOS["network-policy"]["networkPolicy"]
+        assert spec["egress"] == [
+            {"ports": dns_ports},
+            {"to": values["apiServer"]["to"], "ports": tcp(443, 6443)},
+            {"to": values["backend"]["to"], "ports": tcp(8080)},  # the port of backend.url
+        ], spec["egress"]
+        every = need("every-value").one("NetworkPolicy")["spec"]
+        ev = SCENARIOS["every-value"]["networkPolicy"]
+        assert every["ingress"] == [{"from": ev["metricsFrom"], "ports": tcp(9190, 9191, 9192)}], every["ingress"]
+        assert every["egress"] == [
+            {"to": ev["dns"]["to"], "ports": dns_ports},
+            {"to": ev["apiServer"]["to"], "ports": tcp(6443)},
+            {"to": ev["backend"]["to"], "ports": tcp(8081)},
+            *ev["extraEgress"],
+        ], every["egress"]
+        # Metrics off: nothing may come in at all.
+        off = render(chart, merged(SCENARIOS["network-policy"], {"metrics": {"enabled": False}})).one("NetworkPolicy")["spec"]
+        assert off["ingress"] == [] and off["policyTypes"] == ["Ingress", "Egress"], off
+        # A backend URL without a port: its scheme's.
+        https = render(chart, merged(SCENARIOS["network-policy"], {"backend": {"url": "https://tcab-backend.tcab.svc"}})).one("NetworkPolicy")
+        assert https["spec"]["egress"][2]["ports"] == tcp(443), https["spec"]["egress"][2]
+        return f"{len(spec['egress'])} egress rules, ingress to the metrics ports only"
+
+    run.check("NetworkPolicy (networkPolicy.enabled): ingress to the metrics ports only; egress to DNS, the API server, the backend", network_policy)
 
     def notes() -> None:
         out = chart.render(SCENARIOS["every-value"], name=RELEASE, namespace=NAMESPACE, is_install=True)
@@ -1772,6 +2144,34 @@ def markdown_anchors(text: str) -> set[str]:
         slug = re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-")
         anchors.add(slug)
     return anchors
+
+
+def runbook_text() -> str:
+    """RUNBOOK.md as it must read: the Alerts section of docs/operations.md, its links
+    to anything but its own headings (or the web) kept as their text."""
+    doc = OPERATIONS_DOC.read_text(encoding="utf-8")
+    section = re.search(r"^## Alerts\n.*?(?=^## )", doc, flags=re.M | re.S)
+    assert section, f"{OPERATIONS_DOC.relative_to(REPO)} has no '## Alerts' section"
+    body = section.group(0).rstrip() + "\n"
+    own = markdown_anchors(body)
+
+    def unlink(m: re.Match[str]) -> str:
+        text, target = m.group(1), m.group(2)
+        if target.startswith(("http://", "https://")) or (target.startswith("#") and target[1:] in own):
+            return m.group(0)
+        return text
+
+    body = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", unlink, body)
+    body = body.replace("## Alerts\n", "", 1).lstrip("\n")
+    header = (
+        "# tcab-dispatcher alert runbooks\n\n"
+        "What each alert of this chart's PrometheusRule means and what to do, one section per alert\n"
+        "(its anchor is the alert's name in lower case: set `metrics.prometheusRule.runbookUrl` to\n"
+        "where your team reads this file, and each alert's `runbook_url` is that plus `#<anchor>`).\n"
+        "Copied from the repository's `docs/operations.md` (section Alerts), which has the rest of\n"
+        "the operations guide; do not edit here: `charts/check_chart.py --update-runbook` rewrites it.\n\n"
+    )
+    return header + re.sub(r"^### ", "## ", body, flags=re.M)
 
 
 def first_line(message: str) -> str:

@@ -49,13 +49,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 
 {{/* The image of the three containers: repository@digest when a digest is set, else repository:tag. */}}
 {{- define "tcab-dispatcher.image" -}}
+{{- $repository := required "image.repository is required: the registry/name you pushed the image built from this repository's Dockerfile to, e.g. registry.example/tcab-dispatcher (no image is published under a bare name, so there is no default)" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
 {{- if not (regexMatch "^sha256:[a-f0-9]{64}$" .Values.image.digest) -}}
 {{- fail (printf "image.digest: expected sha256:<64 lowercase hex digits>, got %q" .Values.image.digest) -}}
 {{- end -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 {{- end -}}
 
@@ -329,6 +330,9 @@ hardened one. What would weaken it is refused here as well as by the schema.
 {{- if and (hasKey $given "runAsUser") (eq (int (get $given "runAsUser")) 0) -}}
 {{- fail "containerSecurityContext.runAsUser must not be 0: the dispatcher runs as a non-root user" -}}
 {{- end -}}
+{{- if eq (toString (dig "seccompProfile" "type" "" $given)) "Unconfined" -}}
+{{- fail "containerSecurityContext.seccompProfile.type Unconfined is refused: the dispatcher runs under RuntimeDefault (or a Localhost profile)" -}}
+{{- end -}}
 {{- if hasKey $given "capabilities" -}}
 {{- $caps := get $given "capabilities" | default dict -}}
 {{- if get $caps "add" -}}
@@ -339,4 +343,20 @@ hardened one. What would weaken it is refused here as well as by the schema.
 {{- end -}}
 {{- end -}}
 {{- mergeOverwrite $hardened (deepCopy $given) | toYaml -}}
+{{- end -}}
+
+{{/*
+The labels of one alert, as YAML: its default severity, alertLabels over it, then the
+alert's own labels and its own severity (alerts.<name>): one severity key, never two.
+Called with (list PROMETHEUSRULE ALERT_SETTINGS DEFAULT_SEVERITY).
+*/}}
+{{- define "tcab-dispatcher.alertLabels" -}}
+{{- $r := index . 0 -}}
+{{- $a := index . 1 -}}
+{{- $labels := dict "severity" (index . 2) -}}
+{{- $labels = mergeOverwrite $labels (deepCopy ($r.alertLabels | default dict)) (deepCopy ($a.labels | default dict)) -}}
+{{- with $a.severity -}}
+{{- $_ := set $labels "severity" . -}}
+{{- end -}}
+{{- toYaml $labels -}}
 {{- end -}}

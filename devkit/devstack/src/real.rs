@@ -36,7 +36,7 @@ pub const DRIVER_SA: &str = "tcab-driver";
 pub const DISPATCHER_IDENTITY: &str = "dispatcher";
 /// The images the stack's pods use (made pullable again by a new stack).
 pub const IMAGES: [&str; 3] = ["tcab/driver:dev", "tcab/publisher:dev", "tcab-sandbox:sim"];
-/// The chart's default `image.repository`: the node agent runs pods of
+/// The `image.repository` the rig installs the chart with: the node agent runs pods of
 /// this image as the binaries in the stack's bin dir.
 pub const CHART_IMAGE: &str = "tcab-dispatcher";
 /// The node agent's image pull back-off on the rig: 1 s doubling to 4 s

@@ -627,6 +627,9 @@ impl Stack {
                 .unwrap_or(0)
         };
         let mut values = serde_json::json!({
+            // The chart requires a repository; the node agent maps this name
+            // to the local binaries.
+            "image": {"repository": crate::real::CHART_IMAGE},
             "backend": {"url": self.backend.url(), "serviceToken": {"value": SERVICE_TOKEN},
                 "timeoutSeconds": backend_timeout_seconds(o)},
             "driver": {"image": "tcab/driver:dev",
