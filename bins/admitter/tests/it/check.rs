@@ -51,7 +51,7 @@ impl Sims {
         ];
         for (name, value) in extra {
             env.retain(|(n, _)| n != name);
-            env.push((name, value.clone()));
+            env.push((*name, value.clone()));
         }
         env
     }
@@ -73,10 +73,11 @@ async fn check(args: &[&str], env: Vec<(&'static str, String)>) -> Ran {
 
 /// The stdout line of `check`, which must be there once.
 fn line<'a>(ran: &'a Ran, check: &str) -> &'a str {
+    let name = format!("{check}:");
     let found: Vec<&str> = ran
         .stdout
         .lines()
-        .filter(|l| l.split_whitespace().nth(1) == Some(&format!("{check}:")))
+        .filter(|l| l.split_whitespace().nth(1) == Some(name.as_str()))
         .collect();
     assert_eq!(found.len(), 1, "one {check} line: {}", ran.stdout);
     found[0]
