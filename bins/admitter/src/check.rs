@@ -309,11 +309,12 @@ impl fmt::Debug for Cluster {
 }
 
 /// Makes every check with `config`'s settings, against `backend` and
-/// `cluster`, each call once; the findings in order.
+/// `cluster` (or, without a Kubernetes client, one failed line saying why
+/// instead of the cluster's checks), each call once; the findings in order.
 pub(crate) async fn run_checks(
     config: &AdmitterConfig,
     backend: &BackendClient,
-    cluster: &Cluster,
+    cluster: Result<&Cluster, String>,
 ) -> Vec<Finding> {
     let settings = AdmitterSettings::from_config(config);
     let publishing = settings.jobs.publisher_image.is_some();
@@ -331,6 +332,13 @@ pub(crate) async fn run_checks(
         ));
     }
 
+    let cluster = match cluster {
+        Ok(cluster) => cluster,
+        Err(why) => {
+            findings.push(Finding::new(Status::Failed, "kubernetes", why));
+            return findings;
+        }
+    };
     let namespace = cluster.namespace.as_str();
     let timeout = settings.kube_timeout;
     for (lane, job) in preflight::sample_jobs(&settings.jobs) {
@@ -456,29 +464,28 @@ async fn check(config: AdmitterConfig, build: &BuildInfo) -> i32 {
         }
     };
     let agent = Binary::Admitter.user_agent();
-    let (kube, api_server) = match kube_api::client_with_url(Some(&agent)).await {
-        Ok(client) => client,
-        Err(error) => {
-            let finding = Finding::new(
-                Status::Failed,
-                "kubernetes",
-                format!("no Kubernetes client: {}", error_chain(&error)),
-            );
-            println!("{finding}");
-            return 1;
+    let (cluster, api_server) = match kube_api::client_with_url(Some(&agent)).await {
+        Ok((kube, api_server)) => {
+            let namespace = config
+                .common
+                .namespace
+                .clone()
+                .unwrap_or_else(|| kube.default_namespace().to_owned());
+            (Ok(Cluster { kube, namespace }), api_server)
         }
+        Err(error) => (
+            Err(format!("no Kubernetes client: {}", error_chain(&error))),
+            "(none)".to_owned(),
+        ),
     };
-    let namespace = config
-        .common
-        .namespace
-        .clone()
-        .unwrap_or_else(|| kube.default_namespace().to_owned());
+    let namespace = cluster
+        .as_ref()
+        .map_or("(none)", |c| c.namespace.as_str());
     println!(
         "{}",
-        header(build, &api_server, &namespace, backend.base_url())
+        header(build, &api_server, namespace, backend.base_url())
     );
-    let cluster = Cluster { kube, namespace };
-    let mut findings = run_checks(&config, &backend, &cluster).await;
+    let mut findings = run_checks(&config, &backend, cluster.as_ref().map_err(Clone::clone)).await;
     findings.extend(environment);
     for finding in &findings {
         println!("{finding}");

@@ -259,6 +259,26 @@ rules:
     );
 }
 
+/// No Kubernetes config at all: the backend is still checked, and one line
+/// says why the cluster's checks could not be made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_kubernetes_config_the_backend_is_still_checked() {
+    let sims = Sims::start(None).await;
+    let ran = check(
+        &[],
+        sims.env(&[("KUBECONFIG", "/nonexistent/tcab-check-kubeconfig".to_owned())]),
+    )
+    .await;
+    exited(&ran, 1);
+    assert!(line(&ran, "backend").starts_with("ok "), "{}", ran.stdout);
+    let kubernetes = line(&ran, "kubernetes");
+    assert!(
+        kubernetes.starts_with("failed  kubernetes: no Kubernetes client: cannot find a Kubernetes config"),
+        "{kubernetes}"
+    );
+    assert_eq!(ran.stdout.lines().last(), Some("1 of 2 checks failed"), "{}", ran.stdout);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_variable_exits_2_naming_it_before_any_call() {
     let sims = Sims::start(None).await;
