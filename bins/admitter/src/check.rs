@@ -18,6 +18,8 @@
 //! - `pods`: pods can be listed there (the lease-keeper reads a dead
 //!   driver's), and `sandbox-pods` in the sandbox namespace when it is
 //!   another (the reaper's);
+//! - `kubernetes`: instead of the cluster's checks, one failed line when
+//!   no Kubernetes client can be made;
 //! - `environment`: a `warning` line for each `TCAB_*` variable nothing
 //!   reads (a misspelt name, whose default then applies unseen).
 //!
