@@ -41,9 +41,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use std::fmt;
 use tcab_shared::backend::{self, BackendClient, BackendError, BackendErrorKind};
-use tcab_shared::config::{
-    Binary, BuildInfo, Env, Startup, startup, unknown_variables, vars,
-};
+use tcab_shared::config::{Binary, BuildInfo, Env, Startup, startup, unknown_variables, vars};
 use tcab_shared::kube_api::{self, CallError, KubeCall, call};
 use tcab_shared::{Lane, error_chain, names, runtime};
 
@@ -99,7 +97,13 @@ impl Finding {
 impl fmt::Display for Finding {
     /// `failed  backend: ...`: the status padded, so the names line up.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:<7} {}: {}", self.status.as_str(), self.check, self.text)
+        write!(
+            f,
+            "{:<7} {}: {}",
+            self.status.as_str(),
+            self.check,
+            self.text
+        )
     }
 }
 
@@ -142,9 +146,7 @@ pub(crate) fn backend_finding(
             return Finding::new(
                 Status::Ok,
                 check,
-                format!(
-                    "{url} answers {call} with the service token ({driven} {jobs} in flight)"
-                ),
+                format!("{url} answers {call} with the service token ({driven} {jobs} in flight)"),
             );
         }
         Err(error) => error,
@@ -326,7 +328,10 @@ pub(crate) async fn run_checks(
     let runs = backend.active_runs().await.map(|a| a.jobs.len());
     findings.push(backend_finding(Lane::Run, url, runs.as_ref().copied()));
     if publishing {
-        let publishes = backend.active_publishes().await.map(|a| a.publish_jobs.len());
+        let publishes = backend
+            .active_publishes()
+            .await
+            .map(|a| a.publish_jobs.len());
         findings.push(backend_finding(
             Lane::Publish,
             url,
@@ -344,8 +349,7 @@ pub(crate) async fn run_checks(
     let namespace = cluster.namespace.as_str();
     let timeout = settings.kube_timeout;
     for (lane, job) in preflight::sample_jobs(&settings.jobs) {
-        let (verdict, warnings) =
-            preflight::dry_run(&cluster.kube, namespace, &job, timeout).await;
+        let (verdict, warnings) = preflight::dry_run(&cluster.kube, namespace, &job, timeout).await;
         findings.extend(dry_run_finding(lane, namespace, verdict, &warnings));
     }
     if !publishing {
@@ -361,7 +365,10 @@ pub(crate) async fn run_checks(
 
     let jobs: Api<Job> = Api::namespaced(cluster.kube.clone(), namespace);
     let owned = ListParams::default()
-        .labels(&names::selector(names::MANAGED_BY, &settings.jobs.managed_by))
+        .labels(&names::selector(
+            names::MANAGED_BY,
+            &settings.jobs.managed_by,
+        ))
         .limit(1);
     let listed = call(KubeCall::ListJobs, timeout, jobs.list(&owned)).await;
     findings.push(list_finding(
@@ -410,7 +417,12 @@ pub(crate) async fn run_checks(
 
 /// The first line: what is checked, by which build, speaking which
 /// contract, where.
-pub(crate) fn header(build: &BuildInfo, api_server: &str, namespace: &str, backend_url: &str) -> String {
+pub(crate) fn header(
+    build: &BuildInfo,
+    api_server: &str,
+    namespace: &str,
+    backend_url: &str,
+) -> String {
     format!(
         "{} check {build}, backend contract {}: backend {backend_url}, Kubernetes API {api_server}, namespace {namespace}",
         Binary::Admitter.name(),
@@ -440,7 +452,10 @@ pub fn main(args: &[String], about: &str, build: &BuildInfo) -> i32 {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("{} check: cannot start the async runtime: {error}", Binary::Admitter.name());
+            eprintln!(
+                "{} check: cannot start the async runtime: {error}",
+                Binary::Admitter.name()
+            );
             return 1;
         }
     };
@@ -480,9 +495,7 @@ async fn check(config: AdmitterConfig, build: &BuildInfo) -> i32 {
             "(none)".to_owned(),
         ),
     };
-    let namespace = cluster
-        .as_ref()
-        .map_or("(none)", |c| c.namespace.as_str());
+    let namespace = cluster.as_ref().map_or("(none)", |c| c.namespace.as_str());
     println!(
         "{}",
         header(build, &api_server, namespace, backend.base_url())
@@ -518,7 +531,9 @@ mod tests {
         );
         let publish = backend_finding(Lane::Publish, URL, Ok(0));
         assert!(
-            one_line(&publish).starts_with("ok      backend-publish: http://backend.tcab:8080 answers GET /publish-jobs/active"),
+            one_line(&publish).starts_with(
+                "ok      backend-publish: http://backend.tcab:8080 answers GET /publish-jobs/active"
+            ),
             "{publish}"
         );
     }
@@ -574,9 +589,15 @@ mod tests {
             found.iter().map(|f| f.status).collect::<Vec<_>>(),
             [Status::Ok, Status::Warning]
         );
-        assert!(found[0].text.contains("nothing was created"), "{}", found[0]);
         assert!(
-            found[1].text.contains("TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT"),
+            found[0].text.contains("nothing was created"),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[1]
+                .text
+                .contains("TCAB_DISPATCHER_PUBLISHER_POD_SECURITY_CONTEXT"),
             "{}",
             found[1]
         );
@@ -601,7 +622,10 @@ mod tests {
         );
         let line = one_line(&found);
         assert!(line.starts_with("failed  sandbox-pods: the API server refuses to list sandbox pods in namespace sandbox (403 Forbidden"), "{line}");
-        assert!(line.ends_with("must grant list and delete on pods there"), "{line}");
+        assert!(
+            line.ends_with("must grant list and delete on pods there"),
+            "{line}"
+        );
         let ok = list_finding("jobs", "the dispatcher's Jobs", "tcab", "x", Ok(()));
         assert_eq!(
             one_line(&ok),
@@ -611,11 +635,14 @@ mod tests {
 
     #[test]
     fn a_misspelt_variable_is_a_warning_naming_the_closest() {
-        let found = environment_findings(["TCAB_DISPATCHER_MAX_INFLIHGT", "TCAB_DRIVER_IMAGE", "HOME"]);
+        let found =
+            environment_findings(["TCAB_DISPATCHER_MAX_INFLIHGT", "TCAB_DRIVER_IMAGE", "HOME"]);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].status, Status::Warning);
         assert!(
-            found[0].text.contains("did you mean TCAB_DISPATCHER_MAX_INFLIGHT?"),
+            found[0]
+                .text
+                .contains("did you mean TCAB_DISPATCHER_MAX_INFLIGHT?"),
             "{}",
             found[0]
         );

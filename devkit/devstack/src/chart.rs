@@ -487,7 +487,8 @@ pub async fn test(
         if policies.contains(&"before-hook-creation") {
             delete_and_wait(&pods, name, limit).await?;
         }
-        let pod: Pod = serde_json::from_value(hook.object.clone()).context("a rendered test pod")?;
+        let pod: Pod =
+            serde_json::from_value(hook.object.clone()).context("a rendered test pod")?;
         pods.create(&PostParams::default(), &pod)
             .await
             .with_context(|| format!("creating test pod {name}"))?;

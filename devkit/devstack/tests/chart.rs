@@ -13,9 +13,9 @@ use common::chart::{
     Audit, RELEASE, admin_client, condition, container, dispatcher_pods, enqueue_runs, fullname,
     install_ready, name_of, ready_pod, values,
 };
+use common::{ClusterKind, RunBy, TestStack, run, states};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams};
-use common::{ClusterKind, RunBy, TestStack, run, states};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tcab_devstack::chart;
@@ -199,7 +199,10 @@ async fn helm_test_passes_on_a_good_install_and_names_a_refused_token() {
     assert_eq!(hooks, [("Pod", check_pod.as_str())], "the test hook");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let hook_pod = async || pods.get_opt(&check_pod).await.expect("GET the hook's pod");
-    assert!(hook_pod().await.is_none(), "the install does not run the hook");
+    assert!(
+        hook_pod().await.is_none(),
+        "the install does not run the hook"
+    );
 
     let helm_test = async || {
         let runs = chart::test(&client, &release, Duration::from_secs(120))
@@ -226,7 +229,11 @@ async fn helm_test_passes_on_a_good_install_and_names_a_refused_token() {
         tcab_shared::backend::CONTRACT_VERSION
     );
     assert!(run.log.contains(&contract), "{}", run.log);
-    assert!(!run.log.contains(SERVICE_TOKEN), "the token leaked:\n{}", run.log);
+    assert!(
+        !run.log.contains(SERVICE_TOKEN),
+        "the token leaked:\n{}",
+        run.log
+    );
     assert!(hook_pod().await.is_none(), "a passed hook's pod is deleted");
 
     // The chart's Secret now holds a token the backend does not.
@@ -245,9 +252,17 @@ async fn helm_test_passes_on_a_good_install_and_names_a_refused_token() {
     let refused = format!(
         "failed  backend: {url} refuses the service token (HTTP 401): TCAB_BACKEND_SERVICE_TOKEN is not a token the backend accepts; give the container the backend's service token"
     );
-    assert!(run.log.lines().any(|l| l == refused), "{refused}:\n{}", run.log);
+    assert!(
+        run.log.lines().any(|l| l == refused),
+        "{refused}:\n{}",
+        run.log
+    );
     assert!(has(&run.log, "ok      driver-job: "), "{}", run.log);
-    assert!(!run.log.contains(WRONG_TOKEN), "the token leaked:\n{}", run.log);
+    assert!(
+        !run.log.contains(WRONG_TOKEN),
+        "the token leaked:\n{}",
+        run.log
+    );
     let kept = hook_pod().await.expect("a failed hook's pod stays");
     let phase = kept.status.and_then(|s| s.phase);
     assert_eq!(phase.as_deref(), Some("Failed"));

@@ -64,7 +64,9 @@ impl Ran {
         assert_eq!(first["contract"], contract, "{first}");
         assert_eq!(
             first["message"],
-            format!("{binary} {version} (revision {revision}) starting, backend contract {contract}"),
+            format!(
+                "{binary} {version} (revision {revision}) starting, backend contract {contract}"
+            ),
             "{first}"
         );
         first
@@ -109,7 +111,10 @@ mod tests {
     fn the_starting_line_names_binary_version_revision_and_contract() {
         let line = r#"{"level":"INFO","version":"1.2.3","revision":"abc","contract":"7","message":"tool 1.2.3 (revision abc) starting, backend contract 7"}"#;
         let ran = sh(&format!("echo '{line}' >&2; exit 1"));
-        assert_eq!(ran.starting_line("tool", "1.2.3", "abc", "7")["level"], "INFO");
+        assert_eq!(
+            ran.starting_line("tool", "1.2.3", "abc", "7")["level"],
+            "INFO"
+        );
     }
 
     #[test]

@@ -85,7 +85,13 @@ fn line<'a>(ran: &'a Ran, check: &str) -> &'a str {
 
 /// Asserts exit code `code` and no token anywhere in the output.
 fn exited(ran: &Ran, code: i32) {
-    assert_eq!(ran.code, Some(code), "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert_eq!(
+        ran.code,
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        ran.stdout,
+        ran.stderr
+    );
     ran.assert_hides(SERVICE_TOKEN);
     ran.assert_hides(WRONG_TOKEN);
 }
@@ -108,16 +114,42 @@ async fn a_good_install_passes_every_check_and_exits_0() {
     let url = sims.backend.url();
     assert_eq!(
         line(&ran, "backend"),
-        format!("ok      backend: {url} answers GET /jobs/active with the service token (0 runs in flight)")
+        format!(
+            "ok      backend: {url} answers GET /jobs/active with the service token (0 runs in flight)"
+        )
     );
-    assert!(line(&ran, "driver-job").starts_with("ok      driver-job: the API server accepts a driver Job"), "{}", ran.stdout);
-    assert!(line(&ran, "publisher-job").starts_with("skipped publisher-job: publishing is off"), "{}", ran.stdout);
-    assert_eq!(line(&ran, "jobs"), "ok      jobs: the dispatcher's Jobs in namespace tcab can be listed");
-    assert_eq!(line(&ran, "pods"), "ok      pods: pods in namespace tcab can be listed");
-    assert_eq!(ran.stdout.lines().last(), Some("all 4 checks passed"), "{}", ran.stdout);
+    assert!(
+        line(&ran, "driver-job")
+            .starts_with("ok      driver-job: the API server accepts a driver Job"),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        line(&ran, "publisher-job").starts_with("skipped publisher-job: publishing is off"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(
+        line(&ran, "jobs"),
+        "ok      jobs: the dispatcher's Jobs in namespace tcab can be listed"
+    );
+    assert_eq!(
+        line(&ran, "pods"),
+        "ok      pods: pods in namespace tcab can be listed"
+    );
+    assert_eq!(
+        ran.stdout.lines().last(),
+        Some("all 4 checks passed"),
+        "{}",
+        ran.stdout
+    );
     // Nothing was claimed or created: a check changes nothing.
     let counters = sims.cluster.admin().counters().await.expect("counters");
-    assert_eq!(counters.max_live_jobs.values().sum::<i64>(), 0, "no Job created");
+    assert_eq!(
+        counters.max_live_jobs.values().sum::<i64>(),
+        0,
+        "no Job created"
+    );
 }
 
 /// With publishing on, the publish lane's backend list and publisher Job
@@ -134,10 +166,28 @@ async fn publishing_and_a_sandbox_namespace_add_their_checks() {
     )
     .await;
     exited(&ran, 0);
-    assert!(line(&ran, "backend-publish").contains("answers GET /publish-jobs/active with the service token"), "{}", ran.stdout);
-    assert!(line(&ran, "publisher-job").starts_with("ok      publisher-job: the API server accepts a publisher Job"), "{}", ran.stdout);
-    assert_eq!(line(&ran, "sandbox-pods"), "ok      sandbox-pods: sandbox pods in namespace sandboxes can be listed");
-    assert_eq!(ran.stdout.lines().last(), Some("all 7 checks passed"), "{}", ran.stdout);
+    assert!(
+        line(&ran, "backend-publish")
+            .contains("answers GET /publish-jobs/active with the service token"),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        line(&ran, "publisher-job")
+            .starts_with("ok      publisher-job: the API server accepts a publisher Job"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(
+        line(&ran, "sandbox-pods"),
+        "ok      sandbox-pods: sandbox pods in namespace sandboxes can be listed"
+    );
+    assert_eq!(
+        ran.stdout.lines().last(),
+        Some("all 7 checks passed"),
+        "{}",
+        ran.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,11 +202,22 @@ async fn a_refused_token_fails_the_backend_check_naming_the_variable() {
     let url = sims.backend.url();
     assert_eq!(
         line(&ran, "backend"),
-        format!("failed  backend: {url} refuses the service token (HTTP 401): TCAB_BACKEND_SERVICE_TOKEN is not a token the backend accepts; give the container the backend's service token")
+        format!(
+            "failed  backend: {url} refuses the service token (HTTP 401): TCAB_BACKEND_SERVICE_TOKEN is not a token the backend accepts; give the container the backend's service token"
+        )
     );
     // The cluster side is checked all the same.
-    assert!(line(&ran, "driver-job").starts_with("ok "), "{}", ran.stdout);
-    assert_eq!(ran.stdout.lines().last(), Some("1 of 4 checks failed"), "{}", ran.stdout);
+    assert!(
+        line(&ran, "driver-job").starts_with("ok "),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(
+        ran.stdout.lines().last(),
+        Some("1 of 4 checks failed"),
+        "{}",
+        ran.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +228,9 @@ async fn an_address_nothing_listens_on_fails_the_backend_check() {
     exited(&ran, 1);
     let backend = line(&ran, "backend");
     assert!(
-        backend.starts_with(&format!("failed  backend: cannot reach the backend at {url} (")),
+        backend.starts_with(&format!(
+            "failed  backend: cannot reach the backend at {url} ("
+        )),
         "{backend}"
     );
     assert!(
@@ -197,7 +260,9 @@ async fn a_backend_that_never_answers_fails_after_the_backend_timeout() {
     exited(&ran, 1);
     assert_eq!(
         line(&ran, "backend"),
-        format!("failed  backend: the backend at {url} gave no answer to GET /jobs/active within 0.5 s (TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS): check TCAB_BACKEND_URL, that the backend is up, and that nothing drops the traffic to it")
+        format!(
+            "failed  backend: the backend at {url} gave no answer to GET /jobs/active within 0.5 s (TCAB_DISPATCHER_BACKEND_TIMEOUT_SECONDS): check TCAB_BACKEND_URL, that the backend is up, and that nothing drops the traffic to it"
+        )
     );
 }
 
@@ -215,7 +280,10 @@ async fn another_service_at_the_url_fails_the_backend_check() {
         backend.starts_with(&format!("failed  backend: {url} answers GET /jobs/active, but not as the backend contract says (")),
         "{backend}"
     );
-    assert!(backend.contains("TCAB_BACKEND_URL may name another service"), "{backend}");
+    assert!(
+        backend.contains("TCAB_BACKEND_URL may name another service"),
+        "{backend}"
+    );
 }
 
 /// A Role that grants the Job rights but none on pods: the dry runs and the
@@ -246,11 +314,17 @@ rules:
     )
     .await;
     exited(&ran, 1);
-    assert!(line(&ran, "driver-job").starts_with("ok "), "{}", ran.stdout);
+    assert!(
+        line(&ran, "driver-job").starts_with("ok "),
+        "{}",
+        ran.stdout
+    );
     assert!(line(&ran, "jobs").starts_with("ok "), "{}", ran.stdout);
     let pods = line(&ran, "pods");
     assert!(
-        pods.starts_with("failed  pods: the API server refuses to list pods in namespace tcab (403 Forbidden"),
+        pods.starts_with(
+            "failed  pods: the API server refuses to list pods in namespace tcab (403 Forbidden"
+        ),
         "{pods}"
     );
     assert!(
@@ -266,17 +340,27 @@ async fn without_a_kubernetes_config_the_backend_is_still_checked() {
     let sims = Sims::start(None).await;
     let ran = check(
         &[],
-        sims.env(&[("KUBECONFIG", "/nonexistent/tcab-check-kubeconfig".to_owned())]),
+        sims.env(&[(
+            "KUBECONFIG",
+            "/nonexistent/tcab-check-kubeconfig".to_owned(),
+        )]),
     )
     .await;
     exited(&ran, 1);
     assert!(line(&ran, "backend").starts_with("ok "), "{}", ran.stdout);
     let kubernetes = line(&ran, "kubernetes");
     assert!(
-        kubernetes.starts_with("failed  kubernetes: no Kubernetes client: cannot find a Kubernetes config"),
+        kubernetes.starts_with(
+            "failed  kubernetes: no Kubernetes client: cannot find a Kubernetes config"
+        ),
         "{kubernetes}"
     );
-    assert_eq!(ran.stdout.lines().last(), Some("1 of 2 checks failed"), "{}", ran.stdout);
+    assert_eq!(
+        ran.stdout.lines().last(),
+        Some("1 of 2 checks failed"),
+        "{}",
+        ran.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +372,10 @@ async fn a_malformed_variable_exits_2_naming_it_before_any_call() {
     )
     .await;
     let stderr = ran.config_error(SERVICE_TOKEN);
-    assert!(stderr.contains("TCAB_DISPATCHER_MAX_INFLIGHT") && stderr.contains("eight"), "{stderr}");
+    assert!(
+        stderr.contains("TCAB_DISPATCHER_MAX_INFLIGHT") && stderr.contains("eight"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,6 +386,15 @@ async fn an_argument_after_check_exits_2_and_help_names_the_command() {
     assert!(stderr.contains("unexpected argument \"--now\""), "{stderr}");
     let help = check(&["--help"], vec![]).await;
     assert_eq!(help.code, Some(0), "{}", help.stderr);
-    assert!(help.stdout.contains("Usage: tcab-admitter [--help | --version | check]"), "{}", help.stdout);
-    assert!(help.stdout.contains("`tcab-admitter check`"), "{}", help.stdout);
+    assert!(
+        help.stdout
+            .contains("Usage: tcab-admitter [--help | --version | check]"),
+        "{}",
+        help.stdout
+    );
+    assert!(
+        help.stdout.contains("`tcab-admitter check`"),
+        "{}",
+        help.stdout
+    );
 }
