@@ -17,7 +17,7 @@
 //! `helm.sh/hook`, such as the `helm test` pod of `templates/tests/`) with
 //! the rest; Helm keeps them out of the release's manifests and runs them
 //! only at their event. So do [`install`] and [`upgrade`]: a hook is kept in
-//! [`Release::hooks`] and never applied, and [`test`] runs the `test` hooks
+//! [`Release::hooks`] and never applied, and [`test()`] runs the `test` hooks
 //! as `helm test` does (each Pod created, waited for until it succeeds or
 //! fails, its log read, then deleted as its `helm.sh/hook-delete-policy`
 //! says).
