@@ -10,8 +10,9 @@ docs/metrics.md, runs promtool's check and unit tests on the alert rules as rend
 (tests/alerts.test.yaml; a SKIP line without promtool), checks each container's environment and the chart's documented
 defaults against the binaries' declared variables (charts/settings.json, rendered
 from shared/src/config/vars.rs), compares the dispatcher Role with a golden file
-the e2e tests load into the simulated cluster's RBAC mode, and checks the root
-Dockerfile (charts/check_image.py).
+the e2e tests load into the simulated cluster's RBAC mode, holds the `helm test`
+hook (templates/tests/check.yaml) to the admitter container it stands in for, and
+checks the root Dockerfile (charts/check_image.py).
 
 Usage (from anywhere; paths are relative to this file):
 
@@ -282,6 +283,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             }
         }
     ),
+    "tests-off": merged({"tests": {"enabled": False}}),
     # {} turns a default off: it must render (as {}), unlike null.
     "job-security-off": merged(
         {
@@ -365,6 +367,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NS}}}],
                 "extraEgress": [{"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"port": 3128, "protocol": "TCP"}]}],
             },
+            "tests": {"enabled": True},
             "metrics": {
                 "enabled": True,
                 "listenHost": "[::]",
@@ -1696,6 +1699,74 @@ def main() -> int:
         assert "managed-by=tcab-dispatcher -L" in off_text and "/metrics" not in off_text, off_text
 
     run.check("NOTES.txt: a kubectl get jobs -L tcab.dev/job-kind,tcab.dev/job-id recipe; where the metrics are", notes)
+
+    # --- the `helm test` hook (templates/tests/check.yaml)
+    def test_hook() -> str:
+        """The hook pod runs `tcab-admitter check` as the admitter container runs."""
+        checked = []
+        for name in ("defaults", "every-value", "publishing", "sandbox-elsewhere", "existing-service-account"):
+            r = need(name)
+            pods = r.of_kind("Pod")
+            assert len(pods) == 1, f"[{name}] {len(pods)} Pods; expected the test hook alone"
+            hook = pods[0]
+            meta = hook["metadata"]
+            annotations = meta.get("annotations") or {}
+            assert annotations.get("helm.sh/hook") == "test", f"[{name}] helm.sh/hook = {annotations.get('helm.sh/hook')}"
+            assert annotations.get("helm.sh/hook-delete-policy") == "before-hook-creation,hook-succeeded", (
+                f"[{name}] hook-delete-policy = {annotations.get('helm.sh/hook-delete-policy')}"
+            )
+            assert meta["namespace"] == NAMESPACE, meta
+            pod = hook["spec"]
+            deployment = r.deployment()["spec"]
+            selector = deployment["selector"]["matchLabels"]
+            labels = meta.get("labels") or {}
+            assert not selector.items() <= labels.items(), (
+                f"[{name}] the hook pod carries the dispatcher pod's selector {selector}: a ReplicaSet or the PodMonitor would take it"
+            )
+            assert labels.get("app.kubernetes.io/instance") == RELEASE, labels
+            template = deployment["template"]["spec"]
+            assert pod.get("restartPolicy") == "Never", f"[{name}] restartPolicy {pod.get('restartPolicy')}"
+            for key in (
+                "serviceAccountName",
+                "automountServiceAccountToken",
+                "securityContext",
+                "imagePullSecrets",
+                "nodeSelector",
+                "affinity",
+                "tolerations",
+                "priorityClassName",
+                "volumes",
+                "enableServiceLinks",
+            ):
+                assert pod.get(key) == template.get(key), f"[{name}] {key}: hook {pod.get(key)!r}, dispatcher {template.get(key)!r}"
+            (container,) = pod["containers"]
+            admitter = r.containers()["admitter"]
+            assert container.get("command") == ["tcab-admitter"] and container.get("args") == ["check"], (
+                f"[{name}] runs {container.get('command')} {container.get('args')}"
+            )
+            for key in ("image", "imagePullPolicy", "env", "securityContext", "volumeMounts", "resources", "terminationMessagePolicy"):
+                assert container.get(key) == admitter.get(key), (
+                    f"[{name}] {key}: hook {container.get(key)!r}, admitter {admitter.get(key)!r}"
+                )
+            assert "ports" not in container and "livenessProbe" not in container, f"[{name}] the check serves nothing"
+            checked.append(name)
+        assert not need("tests-off").of_kind("Pod"), "tests.enabled false still renders the hook"
+        return f"{len(checked)} scenarios"
+
+    run.check("helm test hook: a Pod running tcab-admitter check with the admitter's image, env, Secret, ServiceAccount and securityContext", test_hook)
+
+    def test_hook_notes() -> None:
+        out = chart.render(SCENARIOS["defaults"], name=RELEASE, namespace=NAMESPACE, is_install=True)
+        text = next(v for k, v in out.items() if k.endswith("NOTES.txt"))
+        want = f"helm test {RELEASE} -n {NAMESPACE} --logs"
+        assert want in text, f"NOTES.txt lacks {want!r}:\n{text}"
+        off = chart.render(SCENARIOS["tests-off"], name=RELEASE, namespace=NAMESPACE, is_install=True)
+        off_text = next(v for k, v in off.items() if k.endswith("NOTES.txt"))
+        assert "helm test" not in off_text, off_text
+        readme = README.read_text(encoding="utf-8")
+        assert "helm test tcab-dispatcher -n tcab --logs" in readme, "the README does not show helm test"
+
+    run.check("helm test hook: NOTES.txt and the README say how to run it", test_hook_notes)
 
     def no_service() -> None:
         for name in SCENARIOS:

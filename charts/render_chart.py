@@ -5,7 +5,9 @@
 Reads one JSON object on stdin: {"chart": DIR, "release": NAME, "namespace": NS,
 "values": {...}}; prints a JSON list of {"source": TEMPLATE, "object": MANIFEST}, the
 templates in path order (NOTES.txt and empty documents left out), as Helm splits them
-before sorting by kind. A refusal (a failed schema or template `fail`) exits 1 with
+before sorting by kind. Hooks (manifests annotated `helm.sh/hook`, such as the `helm test` pod of
+templates/tests/) are in the list as Helm renders them: the installer keeps them out of the
+release and runs the test hooks only when asked, as `helm test` does. A refusal (a failed schema or template `fail`) exits 1 with
 Helm's message on stderr.
 """
 

@@ -46,7 +46,8 @@ pub fn filter(spec: Option<&str>) -> (EnvFilter, Option<String>) {
 }
 
 /// Installs the global subscriber and logs the first line: the binary, its
-/// version and git revision. Call once, first thing in `main`. A malformed
+/// version and git revision, and the backend contract it speaks
+/// ([`crate::backend::CONTRACT_VERSION`]). Call once, first thing in `main`. A malformed
 /// `RUST_LOG` falls back to `info` and says so, after that first line.
 pub fn init(format: LogFormat, binary: Binary, build: &BuildInfo) {
     let spec = std::env::var(vars::RUST_LOG.name).ok();
@@ -67,8 +68,10 @@ pub fn init(format: LogFormat, binary: Binary, build: &BuildInfo) {
     tracing::info!(
         version = build.version,
         revision = build.revision,
-        "{} {build} starting",
-        binary.name()
+        contract = crate::backend::CONTRACT_VERSION,
+        "{} {build} starting, backend contract {}",
+        binary.name(),
+        crate::backend::CONTRACT_VERSION
     );
     if let Some(error) = bad {
         tracing::warn!(%error, "RUST_LOG is malformed; logging at info");

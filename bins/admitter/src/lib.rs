@@ -36,7 +36,10 @@
 //!   (`tcab_shared::runtime`);
 //! - [`config`]: the admitter's configuration, read from the environment;
 //! - `preflight`: the start-up check that the API server accepts a Job
-//!   built from the settings (a dry-run create), before the first claim.
+//!   built from the settings (a dry-run create), before the first claim;
+//! - [`check`]: `tcab-admitter check`, an install checking itself with the
+//!   admitter's environment (the backend with the service token, dry-run
+//!   Jobs, the lists the Role must allow), one line per check, then exit.
 //!
 //! Back-offs, rests and claim ages are measured on tokio's monotonic
 //! [`tokio::time::Instant`]; tests hold it still or move it with paused time.
@@ -57,6 +60,7 @@
 #![warn(unreachable_pub)]
 
 mod admit;
+pub mod check;
 pub mod config;
 pub mod job_builder;
 pub mod keeper_client;

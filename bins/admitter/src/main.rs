@@ -1,15 +1,26 @@
 //! tcab-admitter: claims queued runs and publishes and creates their Jobs.
 
-use tcab_admitter::{AdmitterConfig, Deps, Refused, run};
+use tcab_admitter::{AdmitterConfig, Deps, Refused, check, run};
 use tcab_shared::config::BuildInfo;
 use tcab_shared::runtime;
 
-const ABOUT: &str = "Claims queued runs and publishes from the backend and creates their Jobs.";
+const ABOUT: &str = "Claims queued runs and publishes from the backend and creates their Jobs.
+
+`tcab-admitter check`, with the same environment, checks an install instead: the backend
+answers with the service token (a read, no claim), the API server accepts a dry run of each
+Job the settings make, and the Role lets the dispatcher list its Jobs and pods. One line per
+check; exit 0 when none failed, 1 when one did, 2 on a configuration error.";
 
 /// The version, and the git revision baked in by build.rs.
 const BUILD: BuildInfo = tcab_shared::build_info!();
 
 fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some((first, rest)) = args.split_first()
+        && first == check::COMMAND
+    {
+        std::process::exit(check::main(rest, ABOUT, &BUILD));
+    }
     runtime::main(
         ABOUT,
         &BUILD,

@@ -17,11 +17,13 @@
 //! a pod that is then refused is failed with the refusal by the
 //! lease-keeper ([`policy_warnings`] reads them, pure).
 //!
-//! [`judge`] reads one dry run's answer (pure); [`check`] runs them, retrying
-//! what may pass by itself (a timeout, a 5xx, a 429, no connection, or a
-//! refusal that is not about the settings) with the shared back-off, logged
-//! once per step. Server-side dry run needs only the `create` permission the
-//! Role already grants.
+//! [`judge`] reads one dry run's answer (pure), [`dry_run`] makes one;
+//! [`check`] runs them at start, retrying what may pass by itself (a
+//! timeout, a 5xx, a 429, no connection, or a refusal that is not about the
+//! settings) with the shared back-off, logged once per step. Server-side dry
+//! run needs only the `create` permission the Role already grants.
+//! `tcab-admitter check` (the `check` module) makes the same dry runs, once
+//! each, and reports what they say.
 
 use crate::job_builder::{self, JobSettings};
 use http_body_util::BodyExt;
@@ -338,6 +340,20 @@ pub struct Refused {
     pub settings: Vec<&'static str>,
 }
 
+impl Refused {
+    /// The refusal of a `lane` Job, naming the settings its message points at.
+    pub(crate) fn of(lane: Lane, code: u16, reason: String, message: String) -> Self {
+        let settings = settings_named(lane, &message);
+        Refused {
+            lane,
+            code,
+            reason,
+            message,
+            settings,
+        }
+    }
+}
+
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = self.lane.worker();
@@ -399,6 +415,28 @@ pub(crate) fn sample_jobs(settings: &JobSettings) -> Vec<(Lane, Job)> {
     jobs
 }
 
+/// One dry-run create of `job` in `namespace`, bounded by `kube_timeout`:
+/// what its answer says, and the warnings the API server gave with it
+/// (none unless it passed).
+pub(crate) async fn dry_run(
+    client: &Client,
+    namespace: &str,
+    job: &Job,
+    kube_timeout: Duration,
+) -> (Verdict, Vec<PolicyWarning>) {
+    let result = call(
+        KubeCall::CreateJob,
+        kube_timeout,
+        dry_run_create(client, namespace, job),
+    )
+    .await;
+    let warnings = result
+        .as_ref()
+        .map(|w| policy_warnings(w))
+        .unwrap_or_default();
+    (judge(result), warnings)
+}
+
 /// Dry-runs the create of each Job the settings make until each has a
 /// telling answer: `Ok` when all passed, the refusal otherwise; the
 /// warnings of a dry run that passed are said at warn, once each. Unclear
@@ -414,20 +452,11 @@ pub(crate) async fn check(
     for (lane, job) in sample_jobs(settings) {
         let mut failures: u32 = 0;
         loop {
-            let result = call(
-                KubeCall::CreateJob,
-                kube_timeout,
-                dry_run_create(client, namespace, &job),
-            )
-            .await;
-            let warnings = result
-                .as_ref()
-                .map(|w| policy_warnings(w))
-                .unwrap_or_default();
+            let (verdict, warnings) = dry_run(client, namespace, &job, kube_timeout).await;
             for warning in &warnings {
                 tracing::warn!(%lane, namespace, "start-up check: {}", describe_warning(lane, namespace, warning));
             }
-            match judge(result) {
+            match verdict {
                 Verdict::Passed => {
                     tracing::info!(%lane, "start-up check: the API server accepts a Job built from the settings (dry run)");
                     break;
@@ -436,16 +465,7 @@ pub(crate) async fn check(
                     code,
                     reason,
                     message,
-                } => {
-                    let settings = settings_named(lane, &message);
-                    return Err(Refused {
-                        lane,
-                        code,
-                        reason,
-                        message,
-                        settings,
-                    });
-                }
+                } => return Err(Refused::of(lane, code, reason, message)),
                 Verdict::Unclear(why) => {
                     failures = failures.saturating_add(1);
                     let wait = RETRY.wait(failures, random_sample());

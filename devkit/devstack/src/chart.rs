@@ -12,15 +12,26 @@
 //! `helm uninstall` does; what the chart did not render (the dispatcher's
 //! Jobs) stays. [`upgrade`] applies a new rendering server-side and deletes
 //! what it no longer has.
+//!
+//! Helm's engine renders a chart's hooks (manifests annotated
+//! `helm.sh/hook`, such as the `helm test` pod of `templates/tests/`) with
+//! the rest; Helm keeps them out of the release's manifests and runs them
+//! only at their event. So do [`install`] and [`upgrade`]: a hook is kept in
+//! [`Release::hooks`] and never applied, and [`test()`] runs the `test` hooks
+//! as `helm test` does (each Pod created, waited for until it succeeds or
+//! fails, its log read, then deleted as its `helm.sh/hook-delete-policy`
+//! says).
 
 use anyhow::{Context, bail};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, DynamicObject, LogParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 /// Helm's install order by kind (pkg/release/v1/util/kind_sorter.go);
@@ -126,6 +137,42 @@ impl Manifest {
     pub fn name(&self) -> &str {
         self.object["metadata"]["name"].as_str().unwrap_or("")
     }
+    /// The events of a hook (`helm.sh/hook: test` gives `["test"]`); empty
+    /// for a manifest of the release itself.
+    pub fn hook_events(&self) -> Vec<&str> {
+        annotation_list(&self.object, "helm.sh/hook")
+    }
+    /// A hook's `helm.sh/hook-delete-policy`, Helm's default
+    /// (`before-hook-creation`) when it gives none.
+    pub fn hook_delete_policies(&self) -> Vec<&str> {
+        let given = annotation_list(&self.object, "helm.sh/hook-delete-policy");
+        if given.is_empty() {
+            vec!["before-hook-creation"]
+        } else {
+            given
+        }
+    }
+}
+
+/// The comma-separated values of an annotation, trimmed.
+fn annotation_list<'a>(object: &'a Value, key: &str) -> Vec<&'a str> {
+    object["metadata"]["annotations"][key]
+        .as_str()
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The rendered manifests split as Helm splits them: the release's, and its
+/// hooks.
+pub fn split_hooks(manifests: Vec<Manifest>) -> (Vec<Manifest>, Vec<Manifest>) {
+    manifests
+        .into_iter()
+        .partition(|m| m.hook_events().is_empty())
 }
 
 /// `manifests` sorted by kind in `order` as Helm sorts them: stable, kinds
@@ -254,6 +301,8 @@ pub struct Release {
     pub namespace: String,
     /// Its manifests, in the order they were created.
     pub manifests: Vec<Manifest>,
+    /// Its hooks, rendered and not applied (the `helm test` pod).
+    pub hooks: Vec<Manifest>,
 }
 
 async fn api_for(
@@ -288,7 +337,8 @@ pub async fn install(
     values: &Value,
 ) -> anyhow::Result<Release> {
     let rendered = render(&chart_dir(), release, namespace, values).await?;
-    let manifests = sort_by_kind(rendered, &INSTALL_ORDER);
+    let (manifests, hooks) = split_hooks(rendered);
+    let manifests = sort_by_kind(manifests, &INSTALL_ORDER);
     let params = PostParams {
         field_manager: Some("helm".into()),
         ..PostParams::default()
@@ -305,6 +355,7 @@ pub async fn install(
         name: release.to_owned(),
         namespace: namespace.to_owned(),
         manifests,
+        hooks,
     })
 }
 
@@ -326,7 +377,8 @@ pub async fn upgrade(
     values: &Value,
 ) -> anyhow::Result<Release> {
     let rendered = render(&chart_dir(), &release.name, &release.namespace, values).await?;
-    let manifests = sort_by_kind(rendered, &INSTALL_ORDER);
+    let (manifests, hooks) = split_hooks(rendered);
+    let manifests = sort_by_kind(manifests, &INSTALL_ORDER);
     let params = PatchParams::apply("helm").force();
     for m in &manifests {
         let api = api_for(client, &m.object, &release.namespace).await?;
@@ -342,6 +394,7 @@ pub async fn upgrade(
         .collect();
     let upgraded = Release {
         manifests,
+        hooks,
         ..release.clone()
     };
     uninstall(
@@ -382,6 +435,117 @@ pub async fn uninstall(client: &kube::Client, release: &Release) -> anyhow::Resu
     Ok(())
 }
 
+/// How one `test` hook ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestRun {
+    /// The hook pod's name.
+    pub name: String,
+    /// Its final phase: `Succeeded` or `Failed`.
+    pub phase: String,
+    /// Its log (every container's, in order), read before any delete.
+    pub log: String,
+}
+
+impl TestRun {
+    /// Whether the test passed.
+    pub fn passed(&self) -> bool {
+        self.phase == "Succeeded"
+    }
+}
+
+/// `helm test` of `release`: each `test` hook (Helm runs only Pods' to an
+/// end, and the chart has no other) deleted first when its policy says
+/// `before-hook-creation`, created, waited for until its phase is
+/// `Succeeded` or `Failed` (at most `limit`), its log read, then deleted
+/// when its policy says `hook-succeeded` or `hook-failed` and it did. One
+/// run per hook, in the order rendered; a hook that does not end within
+/// `limit` is an error.
+pub async fn test(
+    client: &kube::Client,
+    release: &Release,
+    limit: Duration,
+) -> anyhow::Result<Vec<TestRun>> {
+    let mut runs = vec![];
+    for hook in release
+        .hooks
+        .iter()
+        .filter(|m| m.hook_events().contains(&"test"))
+    {
+        if hook.kind() != "Pod" {
+            bail!(
+                "test hook {} {}: only Pods are run here",
+                hook.kind(),
+                hook.name()
+            );
+        }
+        let name = hook.name();
+        let namespace = hook.object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(&release.namespace);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let policies = hook.hook_delete_policies();
+        if policies.contains(&"before-hook-creation") {
+            delete_and_wait(&pods, name, limit).await?;
+        }
+        let pod: Pod =
+            serde_json::from_value(hook.object.clone()).context("a rendered test pod")?;
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating test pod {name}"))?;
+        let phase = crate::wait_for(
+            &format!("test pod {name} to succeed or fail"),
+            limit,
+            || async {
+                let pod = pods.get(name).await?;
+                let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
+                Ok(matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase))
+            },
+        )
+        .await?;
+        let mut log = String::new();
+        for container in pod.spec.iter().flat_map(|s| &s.containers) {
+            let params = LogParams {
+                container: Some(container.name.clone()),
+                ..LogParams::default()
+            };
+            log.push_str(
+                &pods
+                    .logs(name, &params)
+                    .await
+                    .with_context(|| format!("reading the log of test pod {name}"))?,
+            );
+        }
+        let run = TestRun {
+            name: name.to_owned(),
+            phase,
+            log,
+        };
+        let delete = if run.passed() {
+            "hook-succeeded"
+        } else {
+            "hook-failed"
+        };
+        if policies.contains(&delete) {
+            delete_and_wait(&pods, name, limit).await?;
+        }
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
+/// Deletes pod `name` if it is there and waits until it is gone.
+async fn delete_and_wait(pods: &Api<Pod>, name: &str, limit: Duration) -> anyhow::Result<()> {
+    match pods.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("deleting test pod {name}")),
+    }
+    crate::wait_for(&format!("test pod {name} gone"), limit, || async {
+        Ok(pods.get_opt(name).await?.is_none().then_some(()))
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +579,28 @@ mod tests {
             names(sort_by_kind(rendered, &UNINSTALL_ORDER)),
             ["d", "rb", "r", "r2", "dash", "s", "sa", "pm"]
         );
+    }
+
+    #[test]
+    fn hooks_are_kept_apart_with_their_delete_policies() {
+        let hook = |annotations: Value| Manifest {
+            source: "t/tests/check.yaml".into(),
+            object: json!({"kind": "Pod", "metadata": {"name": "check", "annotations": annotations}}),
+        };
+        let test = hook(json!({"helm.sh/hook": "test",
+            "helm.sh/hook-delete-policy": "before-hook-creation, hook-succeeded"}));
+        assert_eq!(test.hook_events(), ["test"]);
+        assert_eq!(
+            test.hook_delete_policies(),
+            ["before-hook-creation", "hook-succeeded"]
+        );
+        let bare = hook(json!({"helm.sh/hook": "pre-install,pre-upgrade"}));
+        assert_eq!(bare.hook_events(), ["pre-install", "pre-upgrade"]);
+        assert_eq!(bare.hook_delete_policies(), ["before-hook-creation"]);
+        let (release, hooks) = split_hooks(vec![m("Deployment", "d"), test, m("Role", "r"), bare]);
+        let names = |ms: &[Manifest]| ms.iter().map(|m| m.name().to_owned()).collect::<Vec<_>>();
+        assert_eq!(names(&release), ["d", "r"]);
+        assert_eq!(names(&hooks), ["check", "check"]);
     }
 
     #[test]

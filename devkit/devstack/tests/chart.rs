@@ -10,10 +10,12 @@
 mod common;
 
 use common::chart::{
-    Audit, RELEASE, admin_client, condition, container, dispatcher_pods, enqueue_runs,
+    Audit, RELEASE, admin_client, condition, container, dispatcher_pods, enqueue_runs, fullname,
     install_ready, name_of, ready_pod, values,
 };
 use common::{ClusterKind, RunBy, TestStack, run, states};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tcab_devstack::chart;
@@ -171,6 +173,106 @@ async fn installed_from_the_chart_it_drains_within_the_caps_and_uninstalls() {
     let mut drivers = drivers;
     drivers.sort();
     assert_eq!(still, drivers, "the running drivers keep running");
+}
+
+/// `helm test` (issue 37 item 4): the install leaves the chart's test hook
+/// out; run as `helm test` runs it (`chart::test`), its pod, which our
+/// kubelet runs as the local `tcab-admitter check` with the admitter's
+/// environment, the token from the chart's Secret and the chart's
+/// ServiceAccount, reads the backend with the token and dry-runs both Jobs
+/// through the real API server: it passes, and the passed pod is deleted.
+/// With a token the backend does not hold put in that Secret (a wrong
+/// rotation), the hook fails with the line naming the refused token,
+/// without showing it, and its pod stays for `kubectl logs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_test_passes_on_a_good_install_and_names_a_refused_token() {
+    if tcab_real_cluster::built_or_skip().is_none() {
+        return;
+    }
+    const WRONG_TOKEN: &str = "rotated-wrong-7Hd2-never-printed";
+    let t = TestStack::start(ClusterKind::Real, |o| o.start_containers = false).await;
+    let ns = t.ns();
+    let client = admin_client(&t).await;
+    let (release, _pod) = install_ready(&t, &client, &values(&t, json!({}))).await;
+    let check_pod = format!("{}-check", fullname(RELEASE));
+    let hooks: Vec<(&str, &str)> = release.hooks.iter().map(|m| (m.kind(), m.name())).collect();
+    assert_eq!(hooks, [("Pod", check_pod.as_str())], "the test hook");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let hook_pod = async || pods.get_opt(&check_pod).await.expect("GET the hook's pod");
+    assert!(
+        hook_pod().await.is_none(),
+        "the install does not run the hook"
+    );
+
+    let helm_test = async || {
+        let runs = chart::test(&client, &release, Duration::from_secs(120))
+            .await
+            .unwrap_or_else(|e| t.fail(format!("helm test: {e:#}")));
+        assert_eq!(runs.len(), 1, "one test hook");
+        runs.into_iter().next().expect("its run")
+    };
+    let has = |log: &str, start: &str| log.lines().any(|l| l.starts_with(start));
+    let run = helm_test().await;
+    assert!(run.passed(), "the check failed:\n{}", run.log);
+    for line in [
+        "ok      backend: ",
+        "ok      backend-publish: ",
+        "ok      driver-job: ",
+        "ok      publisher-job: ",
+        "ok      jobs: ",
+        "ok      pods: ",
+    ] {
+        assert!(has(&run.log, line), "{line}:\n{}", run.log);
+    }
+    let contract = format!(
+        "backend contract {}",
+        tcab_shared::backend::CONTRACT_VERSION
+    );
+    assert!(run.log.contains(&contract), "{}", run.log);
+    assert!(
+        !run.log.contains(SERVICE_TOKEN),
+        "the token leaked:\n{}",
+        run.log
+    );
+    assert!(hook_pod().await.is_none(), "a passed hook's pod is deleted");
+
+    // The chart's Secret now holds a token the backend does not.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .patch(
+            &format!("{}-backend-token", fullname(RELEASE)),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"token": WRONG_TOKEN}})),
+        )
+        .await
+        .expect("the Secret patched");
+    let run = helm_test().await;
+    assert!(!run.passed(), "a refused token passed:\n{}", run.log);
+    let url = t.stack.backend.url().trim_end_matches('/');
+    let refused = format!(
+        "failed  backend: {url} refuses the service token (HTTP 401): TCAB_BACKEND_SERVICE_TOKEN is not a token the backend accepts; give the container the backend's service token"
+    );
+    assert!(
+        run.log.lines().any(|l| l == refused),
+        "{refused}:\n{}",
+        run.log
+    );
+    assert!(has(&run.log, "ok      driver-job: "), "{}", run.log);
+    assert!(
+        !run.log.contains(WRONG_TOKEN),
+        "the token leaked:\n{}",
+        run.log
+    );
+    let kept = hook_pod().await.expect("a failed hook's pod stays");
+    let phase = kept.status.and_then(|s| s.phase);
+    assert_eq!(phase.as_deref(), Some("Failed"));
+    let logs = t
+        .stack
+        .cluster
+        .get_text(&format!("/api/v1/namespaces/{ns}/pods/{check_pod}/log"))
+        .await
+        .expect("the failed hook's log through the API server");
+    assert!(logs.contains(&refused), "{logs}");
 }
 
 /// A wedged container (its process frozen, so its endpoints stop

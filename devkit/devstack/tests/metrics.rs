@@ -257,7 +257,8 @@ async fn the_containers_metrics_and_probes_follow_a_drain(kind: ClusterKind) {
                 "tcab_dispatcher_build_info",
                 &[
                     ("binary", c.binary()),
-                    ("version", env!("CARGO_PKG_VERSION"))
+                    ("version", env!("CARGO_PKG_VERSION")),
+                    ("contract", tcab_shared::backend::CONTRACT_VERSION),
                 ]
             ),
             Some(1.0),

@@ -49,14 +49,24 @@ impl Ran {
     }
 
     /// Asserts the first stderr line is the JSON log line a binary starts
-    /// with, naming `binary`, its `version` and its `revision`; returns it.
-    pub fn starting_line(&self, binary: &str, version: &str, revision: &str) -> serde_json::Value {
+    /// with, naming `binary`, its `version`, its `revision` and the backend
+    /// `contract` it speaks; returns it.
+    pub fn starting_line(
+        &self,
+        binary: &str,
+        version: &str,
+        revision: &str,
+        contract: &str,
+    ) -> serde_json::Value {
         let first = self.first_log_line();
         assert_eq!(first["version"], version, "{first}");
         assert_eq!(first["revision"], revision, "{first}");
+        assert_eq!(first["contract"], contract, "{first}");
         assert_eq!(
             first["message"],
-            format!("{binary} {version} (revision {revision}) starting"),
+            format!(
+                "{binary} {version} (revision {revision}) starting, backend contract {contract}"
+            ),
             "{first}"
         );
         first
@@ -98,10 +108,13 @@ mod tests {
     }
 
     #[test]
-    fn the_starting_line_names_binary_version_and_revision() {
-        let line = r#"{"level":"INFO","version":"1.2.3","revision":"abc","message":"tool 1.2.3 (revision abc) starting"}"#;
+    fn the_starting_line_names_binary_version_revision_and_contract() {
+        let line = r#"{"level":"INFO","version":"1.2.3","revision":"abc","contract":"7","message":"tool 1.2.3 (revision abc) starting, backend contract 7"}"#;
         let ran = sh(&format!("echo '{line}' >&2; exit 1"));
-        assert_eq!(ran.starting_line("tool", "1.2.3", "abc")["level"], "INFO");
+        assert_eq!(
+            ran.starting_line("tool", "1.2.3", "abc", "7")["level"],
+            "INFO"
+        );
     }
 
     #[test]

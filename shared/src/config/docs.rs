@@ -18,9 +18,10 @@ const PASSES_THROUGH: Binary = Binary::Admitter;
 /// The `--help` text of a binary: what it is and the variables it reads.
 pub fn help_text(binary: Binary, about: &str, build: &BuildInfo) -> String {
     let mut out = format!(
-        "{} {build}\n{about}\n\nUsage: {} [--help | --version]\n\nConfiguration is environment variables only:\n\n",
+        "{} {build}\n{about}\n\nUsage: {} {}\n\nConfiguration is environment variables only:\n\n",
         binary.name(),
-        binary.name()
+        binary.name(),
+        binary.usage()
     );
     for v in SETTINGS.iter().filter(|v| v.read_by().contains(&binary)) {
         let default = match (v.required(), v.default_text()) {

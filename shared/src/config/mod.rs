@@ -72,6 +72,16 @@ impl Binary {
         format!("{}/{}", self.name(), env!("CARGO_PKG_VERSION"))
     }
 
+    /// The arguments `--help` shows: `tcab-admitter check` checks an
+    /// install (`bins/admitter/src/check.rs`); the others take none but
+    /// `--help` and `--version`.
+    pub fn usage(self) -> &'static str {
+        match self {
+            Binary::Admitter => "[--help | --version | check]",
+            Binary::LeaseKeeper | Binary::Reaper => "[--help | --version]",
+        }
+    }
+
     /// The name without the `tcab-` prefix (the README's "read by" column).
     pub fn short_name(self) -> &'static str {
         match self {

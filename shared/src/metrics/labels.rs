@@ -456,6 +456,15 @@ pub fn label_rows() -> Vec<LabelRow> {
             text: "see [Death causes](#death-causes)",
         },
         row::<Binary>("`build_info`"),
+        LabelRow {
+            label: "contract",
+            on: "`build_info`",
+            values: vec![(
+                crate::backend::CONTRACT_VERSION,
+                "the version of the backend contract the binary speaks (docs/backend-contract.md)",
+            )],
+            text: "",
+        },
     ]
 }
 

@@ -126,7 +126,7 @@ pub type BackendLabels = [(&'static str, Cow<'static, str>); 3];
 /// The metrics every container exports (docs/metrics.md, "all").
 #[derive(Debug)]
 pub struct Common {
-    build_info: Family<Labels<3>, Gauge>,
+    build_info: Family<Labels<4>, Gauge>,
     view_current: Gauge,
     tick_duration: HistogramFamily<Labels<1>>,
     kube_api_errors: Family<Labels<2>, Counter>,
@@ -159,7 +159,7 @@ impl Common {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "tcab_dispatcher_build_info",
-            "Always 1; the version and git revision of the running binary",
+            "Always 1; the version and git revision of the running binary, and the backend contract it speaks",
             self.build_info.clone(),
         );
         registry.register(
@@ -194,15 +194,17 @@ impl Common {
         );
     }
 
-    /// Records which binary this is, its version and revision, and creates
-    /// at 0 every error series the binary can emit: each verb and reason of
-    /// a Kubernetes call, each backend call it makes and reason.
+    /// Records which binary this is, its version and revision and the backend
+    /// contract it speaks, and creates at 0 every error series the binary can
+    /// emit: each verb and reason of a Kubernetes call, each backend call it
+    /// makes and reason.
     pub fn start(&self, binary: Binary, build: &BuildInfo) {
         self.build_info
             .get_or_create(&[
                 ("version", build.version),
                 ("revision", build.revision),
                 ("binary", binary.name()),
+                ("contract", crate::backend::CONTRACT_VERSION),
             ])
             .set(1);
         zero(
@@ -370,7 +372,7 @@ mod tests {
         let text = exporter.encode();
         for line in [
             "# TYPE tcab_dispatcher_build_info gauge",
-            r#"tcab_dispatcher_build_info{version="0.1.0",revision="abc123",binary="tcab-reaper"} 1"#,
+            r#"tcab_dispatcher_build_info{version="0.1.0",revision="abc123",binary="tcab-reaper",contract="1"} 1"#,
             "# TYPE tcab_dispatcher_view_current gauge",
             "tcab_dispatcher_view_current 1",
             "# TYPE tcab_dispatcher_tick_duration_seconds histogram",

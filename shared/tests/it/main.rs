@@ -3,6 +3,7 @@
 
 mod backend_client;
 mod config;
+mod contract_version;
 mod kube_client;
 mod metrics_docs;
 mod settings_docs;

@@ -108,9 +108,10 @@ fn the_baked_revision_is_head_or_the_given_one_or_unknown() {
 }
 
 /// The first log line, before anything can fail, names the binary, its
-/// version and its revision (here the binary then stops: there is no cluster).
+/// version, its revision and the backend contract it speaks (here the binary
+/// then stops: there is no cluster).
 #[test]
-fn the_first_log_line_names_version_and_revision() {
+fn the_first_log_line_names_version_revision_and_contract() {
     let mut env = required();
     env.push(("TCAB_DISPATCHER_LOG_FORMAT", "json"));
     env.push(("KUBECONFIG", "/nonexistent/tcab-test-kubeconfig"));
@@ -121,6 +122,7 @@ fn the_first_log_line_names_version_and_revision() {
         "tcab-admitter",
         env!("CARGO_PKG_VERSION"),
         env!("TCAB_REVISION"),
+        tcab_shared::backend::CONTRACT_VERSION,
     );
     assert_eq!(first["level"], "INFO", "{first}");
     assert!(!stderr.contains(SERVICE_TOKEN), "a token leaked: {stderr}");

@@ -3,6 +3,7 @@
 //! `cargo nextest run -p tcab-admitter -E 'test(/^tick::/)'`. `support` is
 //! the admitter's rig, built on tcab-testkit.
 
+mod check;
 mod cli;
 mod config;
 mod drain;

@@ -74,9 +74,10 @@ fn help_and_version_exit_0() {
 }
 
 /// The first log line, before anything can fail, names the binary, its
-/// version and its revision (here the binary then stops: there is no cluster).
+/// version, its revision and the backend contract it speaks (here the binary
+/// then stops: there is no cluster).
 #[test]
-fn the_first_log_line_names_version_and_revision() {
+fn the_first_log_line_names_version_revision_and_contract() {
     let env = [
         ("TCAB_BACKEND_URL", "http://backend.invalid:8080"),
         ("TCAB_BACKEND_SERVICE_TOKEN", SERVICE_TOKEN),
@@ -90,6 +91,7 @@ fn the_first_log_line_names_version_and_revision() {
         "tcab-lease-keeper",
         env!("CARGO_PKG_VERSION"),
         env!("TCAB_REVISION"),
+        tcab_shared::backend::CONTRACT_VERSION,
     );
     assert!(!stderr.contains(SERVICE_TOKEN), "a token leaked: {stderr}");
 }

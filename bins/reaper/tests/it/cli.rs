@@ -56,9 +56,10 @@ fn help_and_version_exit_0() {
 }
 
 /// The first log line, before anything can fail, names the binary, its
-/// version and its revision (here the binary then stops: there is no cluster).
+/// version, its revision and the backend contract it speaks (here the binary
+/// then stops: there is no cluster).
 #[test]
-fn the_first_log_line_names_version_and_revision() {
+fn the_first_log_line_names_version_revision_and_contract() {
     let env = [
         ("TCAB_DISPATCHER_LOG_FORMAT", "json"),
         ("TCAB_DISPATCHER_ORPHAN_SWEEP", "false"),
@@ -71,5 +72,6 @@ fn the_first_log_line_names_version_and_revision() {
         "tcab-reaper",
         env!("CARGO_PKG_VERSION"),
         env!("TCAB_REVISION"),
+        tcab_shared::backend::CONTRACT_VERSION,
     );
 }
