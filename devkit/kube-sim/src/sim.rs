@@ -364,8 +364,10 @@ impl Sim {
         }
         let errs = crate::events_v1::validate_create(&core, ns);
         if !errs.is_empty() {
+            // Upstream validates the internal (core) Event, so the Status
+            // names the core kind, whichever API the create came through.
             return Err(crate::validation::invalid(
-                "events.k8s.io",
+                "",
                 "Event",
                 objects::name(&core),
                 &errs,
