@@ -92,6 +92,7 @@ DISPATCHER_RULES = {
     *(("", "pods", v) for v in ("get", "list", "delete")),
     ("", "pods/log", "get"),
     ("", "events", "list"),
+    ("events.k8s.io", "events", "create"),
 }
 SANDBOX_RULES = {("", "pods", v) for v in ("get", "list", "delete")}
 
@@ -1789,7 +1790,7 @@ def main() -> int:
         )
         assert not r.of_kind("ClusterRole") and not r.of_kind("ClusterRoleBinding"), "cluster-wide RBAC"
 
-    run.check("Role: exactly batch/jobs create,get,list,watch,delete; pods get,list,delete; pods/log get; events list", role_rules)
+    run.check("Role: exactly batch/jobs create,get,list,watch,delete; pods get,list,delete; pods/log get; events list; events.k8s.io/events create", role_rules)
 
     def binding() -> None:
         r = need("defaults")

@@ -2,7 +2,7 @@
 //! binary reads ([`config`]), names on the cluster and the two lanes
 //! ([`names`], [`lane`]), the backend client ([`backend`]), the watch-backed
 //! view of owned Jobs ([`job_cache`]) and the bounded Kubernetes calls
-//! ([`kube_api`]), telemetry, metrics and health ([`metrics`]), the tick loop
+//! ([`kube_api`]), the Events left on the Jobs acted on ([`events`]), telemetry, metrics and health ([`metrics`]), the tick loop
 //! ([`tick`]) and the skeleton every binary runs on ([`runtime`]: bootstrap,
 //! shutdown, the supervisor of its loops); and one way each to tell wall
 //! time ([`clock`]), to retry ([`retry`]) and to write an error on one line
@@ -15,6 +15,7 @@ pub mod backend;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod failing;
 pub mod inline_str;
 pub mod job_cache;

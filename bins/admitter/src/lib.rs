@@ -19,6 +19,8 @@
 //!   the steps, then a file each for ending a poisoned claim once and for
 //!   deleting the stale Jobs of its id and settling the create into the
 //!   lane's outcome;
+//! - `events`: the Events left on Jobs (a claim that failed fast, a stale
+//!   Job deleted), decided from an admission's outcome, pure;
 //! - `lane`: one lane's loop (the tick: settle, snapshot, decide, ask the
 //!   gate, admit), its report ([`LaneReport`]), and recording each outcome
 //!   in the lane's memory (with what earlier ticks left to settle);
@@ -62,6 +64,7 @@
 mod admit;
 pub mod check;
 pub mod config;
+mod events;
 pub mod job_builder;
 pub mod keeper_client;
 mod lane;

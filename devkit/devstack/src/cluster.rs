@@ -459,7 +459,11 @@ impl ClusterAdmin {
                 let mut deleted = std::collections::BTreeSet::new();
                 let mut writes = Vec::new();
                 for e in entries {
-                    if e.actor != tcab_kube_sim::audit::Actor::Rbac {
+                    // Jobs and pods, as the audit log's reading keeps (not
+                    // the Events the dispatcher leaves on them).
+                    if e.actor != tcab_kube_sim::audit::Actor::Rbac
+                        || !matches!(e.kind.as_str(), "Job" | "Pod")
+                    {
                         continue;
                     }
                     let verb = if e.event == "ADDED" {

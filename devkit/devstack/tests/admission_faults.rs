@@ -122,6 +122,15 @@ async fn a_backend_clock_step_over_a_job_without_a_pod_leaves_one_live_job(kind:
     let live = live_jobs_of(&t, &id).await;
     assert_eq!(live.len(), 1, "one live Job: {live:?}{}", t.logs());
     assert_ne!(live[0], first, "the new claim's Job");
+    // The stale Job's Event says why it went, and outlives it.
+    let stale = t
+        .job_event(&id, "DeletedStale", "admitter", Duration::from_secs(30))
+        .await;
+    if stale["involvedObject"]["name"] != first.as_str() || stale["type"] != "Normal" {
+        t.fail(format!(
+            "DeletedStale is not about the stale Job {first}: {stale}"
+        ));
+    }
     assert!(
         admitter_metric(
             &t,
@@ -224,6 +233,18 @@ async fn a_poisoned_claim_is_reported_failed_once(kind: ClusterKind) {
         t.logs()
     );
     assert!(!log.contains("tok_"), "no token in the log");
+    // The Job it would have had carries why it failed fast (no token).
+    let failed = t
+        .job_event(&id, "FailedFast", "admitter", Duration::from_secs(30))
+        .await;
+    let note = failed["message"].as_str().unwrap_or_default();
+    if failed["type"] != "Warning"
+        || !note.contains("request")
+        || !note.contains("reported it failed")
+        || note.contains("tok_")
+    {
+        t.fail(format!("FailedFast: {failed}"));
+    }
 }
 
 /// A driver memory limit below its request: the API server would refuse

@@ -649,6 +649,16 @@ async fn assert_never_started(t: &TestStack, id: &str, enqueued: Instant, parts:
     .await
     .unwrap_or_else(|e| t.fail(e));
     assert!(t.sandboxes_of(id).await.is_empty());
+    // The deleted Job's Events outlive it: reported dead, then deleted
+    // because its pod can never start, each naming the cause.
+    let cause = parts[0].trim_start_matches("pod never started: ");
+    for reason in ["ReportedDead", "DeletedNeverStarted"] {
+        let event = t.job_event(id, reason, "lease-keeper", limit(t)).await;
+        let note = event["message"].as_str().unwrap_or_default();
+        if event["type"] != "Warning" || !note.contains(cause) {
+            t.fail(format!("{reason} without {cause:?}: {event}"));
+        }
+    }
 }
 
 /// The driver and publisher images cannot be pulled (ErrImagePull, then
@@ -840,6 +850,28 @@ async fn an_oom_kill_and_a_sigkill_are_worded_as_the_kubelet_does(kind: ClusterK
     assert!(!detail(&job).contains("OOM"), "{}", detail(&job));
     for id in [&oom, &killed] {
         t.sandboxes_reaped(id, limit(&t)).await;
+    }
+    // The OOM-killed driver's Job tells both: reported dead with its cause
+    // (never the log tail), and its sandbox reaped.
+    let dead = t
+        .job_event(&oom, "ReportedDead", "lease-keeper", limit(&t))
+        .await;
+    let note = dead["message"].as_str().unwrap_or_default();
+    if dead["type"] != "Warning"
+        || !note.contains("container driver OOMKilled (exit code 137)")
+        || note.contains("running: step")
+    {
+        t.fail(format!("ReportedDead: {dead}"));
+    }
+    let reaped = t
+        .job_event(&oom, "SandboxReaped", "reaper", limit(&t))
+        .await;
+    let note = reaped["message"].as_str().unwrap_or_default();
+    if reaped["type"] != "Normal"
+        || !note.contains("driver Job")
+        || reaped["involvedObject"] != dead["involvedObject"]
+    {
+        t.fail(format!("SandboxReaped: {reaped}"));
     }
 }
 

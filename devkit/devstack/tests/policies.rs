@@ -214,7 +214,37 @@ async fn refused_within_the_grace(t: &TestStack, e: &Enqueued, words: &[&str]) -
         longest = longest.max(took);
         jobs_gone(t, id).await;
     }
+    for id in &e.runs {
+        refusal_events(t, id, words[0], true).await;
+    }
+    for id in &e.publishes {
+        refusal_events(t, id, words[0], false).await;
+    }
     longest
+}
+
+/// The Events a refused Job leaves, found after it is gone: deleted with
+/// the refusal (`word` quoted), and for a run reported dead with it, both
+/// on the same Job.
+async fn refusal_events(t: &TestStack, id: &str, word: &str, run: bool) {
+    let deleted = t
+        .job_event(id, "DeletedRefused", "lease-keeper", LIMIT)
+        .await;
+    let note = deleted["message"].as_str().unwrap_or_default();
+    if deleted["type"] != "Warning" || !note.contains("refused its pod") || !note.contains(word) {
+        t.fail(format!(
+            "job {id}: DeletedRefused without the refusal {word:?}: {deleted}"
+        ));
+    }
+    if run {
+        let dead = t.job_event(id, "ReportedDead", "lease-keeper", LIMIT).await;
+        let note = dead["message"].as_str().unwrap_or_default();
+        if !note.contains(word) || dead["involvedObject"] != deleted["involvedObject"] {
+            t.fail(format!(
+                "run {id}: ReportedDead without the refusal on its Job: {dead}"
+            ));
+        }
+    }
 }
 
 /// Waits until no Job of backend job `id` is left that is not being

@@ -347,10 +347,17 @@ async fn each_permission_of_the_role_is_needed() {
     // must all be of the permission taken away (none before the first).
     let mut whole = Timestamp::now();
 
-    // Five drivers that never finish, each with its sandbox: the deaths
+    // Six drivers that never finish, each with its sandbox: the deaths
     // (and the orphaned Job) of the phases below.
     let hang = json!({"hang": true, "log_lines": 3});
-    let cases = ["get-pods", "list-pods", "delete-pods", "log", "list-jobs"];
+    let cases = [
+        "get-pods",
+        "list-pods",
+        "delete-pods",
+        "log",
+        "list-jobs",
+        "create-events",
+    ];
     let ids = t
         .stack
         .backend
@@ -646,6 +653,51 @@ async fn each_permission_of_the_role_is_needed() {
             && detail.contains("serviceaccount \"no-such-account\" not found"),
         "{detail}"
     );
+
+    // create events.k8s.io/events: the lease-keeper leaves an Event on a
+    // Job it reports dead, the reaper on a Job whose sandbox it reaps
+    // (tcab_shared::events, one writer per container). Refused: the death
+    // is reported and the sandbox reaped all the same, the Event is
+    // missing, and the refusal is counted as a failed create of an Event
+    // and logged.
+    let p = Permission::new("events.k8s.io", "events", "create");
+    phase(&p);
+    rbac.take_away(&p).await;
+    let dead = id("create-events");
+    oom_kill_driver(&t, &dead).await;
+    death_reported(&t, &dead).await;
+    rbac.refused(&t, &p, whole, whole, &["tcab-lease-keeper"])
+        .await;
+    wait_for("the refused Event counted and logged", LIMIT, || async {
+        let scrape = t.stack.scrape(Container::LeaseKeeper).await?;
+        let refused = scrape.value(
+            "tcab_dispatcher_kube_request_duration_seconds_count",
+            &[("call", "create_event"), ("outcome", "forbidden")],
+        );
+        let errors = scrape.value(
+            "tcab_dispatcher_kube_api_errors_total",
+            &[("verb", "create"), ("reason", "forbidden")],
+        );
+        let logged = !lines_with(
+            &t.stack.log(Container::LeaseKeeper),
+            &["cannot create an Event", "forbidden"],
+        )
+        .is_empty();
+        let counted = refused.is_some_and(|n| n >= 1.0) && errors.is_some_and(|n| n >= 1.0);
+        Ok((counted && logged).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    let needle = format!("job {dead} ");
+    let events = t.events("reason=ReportedDead").await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["message"].as_str().is_some_and(|m| m.contains(&needle))),
+        "an Event without create: {events:?}"
+    );
+    t.sandboxes_reaped(&dead, LIMIT).await;
+    whole = rbac.restore(&p).await;
 
     // watch batch/jobs: each container's Job view watches (job_cache's
     // watch_jobs); the open watches are ended (as their timeout ends them)

@@ -24,9 +24,28 @@ fn batch_group() -> Value {
         "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"}})
 }
 
+fn events_group() -> Value {
+    json!({"name": "events.k8s.io", "versions": [{"groupVersion": "events.k8s.io/v1", "version": "v1"}],
+        "preferredVersion": {"groupVersion": "events.k8s.io/v1", "version": "v1"}})
+}
+
 /// `GET /apis`.
 pub fn apis() -> Value {
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [batch_group()]})
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [batch_group(), events_group()]})
+}
+
+/// `GET /apis/events.k8s.io`.
+pub fn events() -> Value {
+    let mut g = events_group();
+    g["kind"] = json!("APIGroup");
+    g["apiVersion"] = json!("v1");
+    g
+}
+
+/// `GET /apis/events.k8s.io/v1`: the events.k8s.io view of the Events.
+pub fn events_v1() -> Value {
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "events.k8s.io/v1",
+        "resources": resources_of("events.k8s.io")})
 }
 
 /// `GET /apis/batch`.

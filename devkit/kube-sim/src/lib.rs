@@ -91,6 +91,7 @@ pub mod discovery;
 /// The fake driver and publisher, from the crate both kubelets of the rig share.
 pub use tcab_workloads::driver;
 pub mod events;
+pub mod events_v1;
 pub mod faults;
 pub mod http;
 /// The kubelet's image rules, from the crate both kubelets of the rig share.

@@ -167,6 +167,7 @@ pub fn unknown_fields(kind: Kind, obj: &Value) -> Result<Vec<FieldPath>, String>
         Kind::Secret => decode::<k8s_openapi::api::core::v1::Secret>(obj)?,
         Kind::ServiceAccount => decode::<k8s_openapi::api::core::v1::ServiceAccount>(obj)?,
         Kind::Event => decode::<k8s_openapi::api::core::v1::Event>(obj)?,
+        Kind::EventV1 => decode::<k8s_openapi::api::events::v1::Event>(obj)?,
     };
     check_quantities(kind, obj)?;
     Ok(unknown)

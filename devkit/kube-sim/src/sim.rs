@@ -347,6 +347,42 @@ impl Sim {
         self.store.create(Kind::Pod, ns, pod, self.clock.now())
     }
 
+    /// Creates an `events.k8s.io/v1` Event as upstream does: validated as
+    /// that API validates a create, stored as the core v1 Event it is a
+    /// view of, and answered in the `events.k8s.io/v1` form
+    /// ([`crate::events_v1`]).
+    /// With `dry_run` it is validated and answered, not stored.
+    pub fn create_event_v1(&self, ns: &str, obj: Value, dry_run: bool) -> Result<Value, ApiError> {
+        let mut core = crate::events_v1::to_core(&obj);
+        objects::strip_server_fields(&mut core, true);
+        core["metadata"]["namespace"] = json!(ns);
+        let md = &mut core["metadata"];
+        if md["name"].as_str().is_none_or(str::is_empty)
+            && let Some(prefix) = md["generateName"].as_str().filter(|p| !p.is_empty())
+        {
+            md["name"] = json!(crate::validation::generate_name(prefix));
+        }
+        let errs = crate::events_v1::validate_create(&core, ns);
+        if !errs.is_empty() {
+            // Upstream validates the internal (core) Event, so the Status
+            // names the core kind, whichever API the create came through.
+            return Err(crate::validation::invalid(
+                "",
+                "Event",
+                objects::name(&core),
+                &errs,
+            ));
+        }
+        if dry_run {
+            core["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
+            core["metadata"]["creationTimestamp"] = json!(k8s_time(self.clock.now()));
+            return Ok(crate::events_v1::from_core(&core));
+        }
+        self.ensure_namespace(ns);
+        let stored = self.store.create(Kind::Event, ns, core, self.clock.now())?;
+        Ok(crate::events_v1::from_core(&stored))
+    }
+
     /// Stores a new object of a kind without special handling (Secret,
     /// ServiceAccount, Event, Node).
     pub fn create_object(

@@ -33,6 +33,9 @@ pub enum Kind {
     ServiceAccount,
     /// v1 Event.
     Event,
+    /// events.k8s.io/v1 Event: a view of the core v1 Events, never stored
+    /// as itself ([`crate::events_v1`]).
+    EventV1,
 }
 
 /// What the API says about one kind: where it is served and how it is named.
@@ -62,7 +65,7 @@ pub struct KindInfo {
 
 const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
 
-const INFOS: [KindInfo; 6] = [
+const INFOS: [KindInfo; 7] = [
     KindInfo {
         group: "batch",
         version: "v1",
@@ -139,17 +142,30 @@ const INFOS: [KindInfo; 6] = [
         categories: &[],
         subresources: &[],
     },
+    KindInfo {
+        group: "events.k8s.io",
+        version: "v1",
+        api_version: "events.k8s.io/v1",
+        resource: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        short_names: &["ev"],
+        categories: &[],
+        subresources: &[],
+    },
 ];
 
 impl Kind {
     /// Every kind, in the order of [`Kind`].
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Job,
         Kind::Pod,
         Kind::Node,
         Kind::Secret,
         Kind::ServiceAccount,
         Kind::Event,
+        Kind::EventV1,
     ];
 
     /// The static description of this kind.

@@ -240,7 +240,7 @@ fn columns(kind: Kind) -> Value {
                 "CreationTimestamp is a timestamp representing the server time when this object was created."
             ),
         ]),
-        Kind::Event => json!([
+        Kind::Event | Kind::EventV1 => json!([
             col(
                 "Last Seen",
                 "string",
@@ -505,12 +505,30 @@ fn service_account_cells(clock: &SimClock, sa: &Value) -> Vec<Value> {
 
 fn event_cells(clock: &SimClock, e: &Value) -> Vec<Value> {
     let obj = &e["involvedObject"];
+    let component = e["source"]["component"].as_str().unwrap_or("");
     let source = match e["source"]["host"].as_str() {
-        Some(h) => format!("{}, {h}", e["source"]["component"].as_str().unwrap_or("")),
-        None => e["source"]["component"].as_str().unwrap_or("").to_string(),
+        Some(h) => format!("{component}, {h}"),
+        // An events.k8s.io Event names its reporter instead (upstream's
+        // formatEventSource).
+        None if component.is_empty() => {
+            let controller = e["reportingComponent"].as_str().unwrap_or("");
+            match e["reportingInstance"].as_str().filter(|i| !i.is_empty()) {
+                Some(i) => format!("{controller}, {i}"),
+                None => controller.to_string(),
+            }
+        }
+        None => component.to_string(),
     };
+    // Without the deprecated timestamps the eventTime stands for both.
+    fn or_event_time<'a>(e: &'a Value, t: &str) -> &'a Value {
+        if e[t].is_null() {
+            &e["eventTime"]
+        } else {
+            &e[t]
+        }
+    }
     vec![
-        json!(since(clock, &e["lastTimestamp"])),
+        json!(since(clock, or_event_time(e, "lastTimestamp"))),
         e["type"].clone(),
         e["reason"].clone(),
         json!(format!(
@@ -521,7 +539,7 @@ fn event_cells(clock: &SimClock, e: &Value) -> Vec<Value> {
         json!(obj["fieldPath"].as_str().unwrap_or("")),
         json!(source),
         e["message"].clone(),
-        json!(since(clock, &e["firstTimestamp"])),
+        json!(since(clock, or_event_time(e, "firstTimestamp"))),
         json!(e["count"].as_i64().unwrap_or(1)),
         e["metadata"]["name"].clone(),
     ]
@@ -553,6 +571,7 @@ fn row(clock: &SimClock, kind: Kind, obj: &Value, include: IncludeObject) -> Val
         Kind::Secret => secret_cells(clock, obj),
         Kind::ServiceAccount => service_account_cells(clock, obj),
         Kind::Event => event_cells(clock, obj),
+        Kind::EventV1 => event_cells(clock, &crate::events_v1::to_core(obj)),
     };
     let object = match include {
         IncludeObject::None => Value::Null,

@@ -1,7 +1,8 @@
 //! The one fake Kubernetes API, on a free loopback port: batch/v1 Jobs (list,
 //! watch as a stream of events from a resourceVersion, get, create with 201
-//! or 409 AlreadyExists, delete) and core/v1 pods (list by label selector,
-//! logs with `tailLines`, delete with a uid precondition), in any namespace.
+//! or 409 AlreadyExists, delete), core/v1 pods (list by label selector,
+//! logs with `tailLines`, delete with a uid precondition) and creates of
+//! `events.k8s.io/v1` Events (recorded, answered 201), in any namespace.
 //!
 //! Every request is written to a journal (method, path and query, JSON body)
 //! before it is answered, and a test may intercept any request: answer it
@@ -126,6 +127,8 @@ pub struct KubeState {
     pub job_lists: Vec<String>,
     /// Every request received, in order.
     pub journal: Vec<Seen>,
+    /// The `events.k8s.io/v1` Events created, as sent.
+    pub recorded_events: Vec<Value>,
 }
 
 /// Whether a Job has neither completed nor failed.
@@ -231,6 +234,7 @@ impl FakeKube {
             deleted_jobs: vec![],
             job_lists: vec![],
             journal: vec![],
+            recorded_events: vec![],
         }));
         let release = Arc::new(watch::channel(true).0);
         let router = Router::new()
@@ -247,7 +251,11 @@ impl FakeKube {
                 "/api/v1/namespaces/{ns}/pods/{name}",
                 get(read_pod).delete(delete_pod),
             )
-            .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(pod_log));
+            .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(pod_log))
+            .route(
+                "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+                axum::routing::post(create_event),
+            );
         let intercept = Arc::new(Mutex::new(None));
         let app = App {
             state: state.clone(),
@@ -304,6 +312,11 @@ impl FakeKube {
             .create_faults
             .retain(|_, f| !matches!(f, CreateFault::Hold | CreateFault::HoldThenRefuse(..)));
         self.release.send_replace(true);
+    }
+
+    /// The `events.k8s.io/v1` Events created so far, as sent.
+    pub fn recorded_events(&self) -> Vec<Value> {
+        self.lock().recorded_events.clone()
     }
 
     /// Every request received so far, as `METHOD uri`.
@@ -400,6 +413,12 @@ async fn journal(State(app): Shared, request: Request, next: Next) -> Response {
                 .await
         }
     }
+}
+
+/// Records an `events.k8s.io/v1` Event and answers it back with 201.
+async fn create_event(State(app): Shared, axum::Json(event): axum::Json<Value>) -> Response {
+    lock(&app).recorded_events.push(event.clone());
+    (StatusCode::CREATED, axum::Json(event)).into_response()
 }
 
 async fn list_jobs(State(app): Shared, Query(q): Query<HashMap<String, String>>) -> Response {

@@ -99,7 +99,9 @@ impl LabelValue for Verb {
     }
     fn meaning(self) -> &'static str {
         match self {
-            Verb::Create => "a create (the admitter's Jobs, its dry run at start)",
+            Verb::Create => {
+                "a create (the admitter's Jobs, its dry run at start, and every container's Events)"
+            }
             Verb::Get => "a read of one object (a pod's log read too)",
             Verb::List => "a list (the Job watch's (re)list too)",
             Verb::Watch => "the Job watch",
@@ -332,6 +334,7 @@ label_values! {
         DeletePod => "delete_pod", "delete a pod (a sandbox, a stale claim's pod)";
         GetPodLog => "get_pod_log", "read a dead pod's log tail";
         ListEvents => "list_events", "list the Job controller's `FailedCreate` Events (the lease-keeper, when a Job has had no pod for longer than the start grace)";
+        CreateEvent => "create_event", "create an `events.k8s.io/v1` Event on a Job the container acted on (best effort: one bounded try, off the loops)";
     }
 }
 
@@ -339,7 +342,7 @@ impl KubeCall {
     /// The verb of the call.
     pub fn verb(self) -> Verb {
         match self {
-            KubeCall::CreateJob => Verb::Create,
+            KubeCall::CreateJob | KubeCall::CreateEvent => Verb::Create,
             KubeCall::GetJob | KubeCall::GetPod | KubeCall::GetPodLog => Verb::Get,
             KubeCall::ListJobs | KubeCall::ListPods | KubeCall::ListEvents => Verb::List,
             KubeCall::DeleteJob | KubeCall::DeletePod => Verb::Delete,

@@ -4,6 +4,7 @@
 mod backend_client;
 mod config;
 mod contract_version;
+mod events;
 mod kube_client;
 mod metrics_docs;
 mod settings_docs;

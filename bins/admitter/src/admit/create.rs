@@ -184,6 +184,7 @@ pub(super) async fn conclude(
             };
             LaneOutcome::Poisoned {
                 job_id: Some(creation.job_id),
+                job_name: Some(creation.job_name),
                 reason: PoisonReason::Invalid,
                 detail,
                 report,

@@ -160,6 +160,7 @@ async fn admit_claimed(
         let report = report_failed(lane, deps, &job_id, claimed.token(), &detail).await;
         return LaneOutcome::Poisoned {
             job_id: Some(job_id),
+            job_name: Some(named.job_name),
             reason: PoisonReason::TooLarge,
             detail,
             report,

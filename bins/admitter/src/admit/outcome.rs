@@ -94,6 +94,9 @@ pub enum LaneOutcome {
     Poisoned {
         /// The backend job id, when the answer carried a valid one.
         job_id: Option<String>,
+        /// The name its Job has (or would have had), when the answer
+        /// carried a usable id and token.
+        job_name: Option<String>,
         /// Why.
         reason: PoisonReason,
         /// The words, as reported (never a token or a value of the answer).

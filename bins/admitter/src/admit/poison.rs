@@ -4,7 +4,7 @@
 
 use super::{AdmitDeps, LaneOutcome, PoisonReason, PoisonReport};
 use tcab_shared::backend::{FailureKind, PoisonedClaim};
-use tcab_shared::{Lane, Secret, error_chain};
+use tcab_shared::{Lane, Secret, error_chain, names};
 
 /// A claim answered 200 whose body cannot become a Job: reported failed with
 /// its own token when the answer carried a usable id and token. Nothing was
@@ -24,8 +24,13 @@ pub(super) async fn poisoned_answer(
             shape: poisoned.shape.clone(),
         },
     };
+    let job_name = match (&poisoned.id, &poisoned.token) {
+        (Some(id), Some(token)) => Some(names::claim_names(lane, id, token.expose()).job_name),
+        _ => None,
+    };
     LaneOutcome::Poisoned {
         job_id: poisoned.id,
+        job_name,
         reason: PoisonReason::Malformed,
         detail,
         report,

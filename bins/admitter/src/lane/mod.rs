@@ -29,11 +29,13 @@ use kube::Api;
 use std::fmt;
 use std::sync::Arc;
 use tcab_proto::gate::{GateReason, GateVerdict};
-use tcab_shared::Lane;
 use tcab_shared::backend::BackendClient;
+use tcab_shared::config::Binary;
+use tcab_shared::events::{EventSender, Reporter as EventReporter};
 use tcab_shared::job_cache::OwnedJobs;
 use tcab_shared::lane::PerLane;
 use tcab_shared::tick::{Tick, TickOutcome};
+use tcab_shared::{Lane, WallClock};
 use tokio::time::Instant;
 
 /// The I/O edges and settings both lanes share (read only).
@@ -50,6 +52,10 @@ pub(crate) struct Edges {
     pub(crate) vault: KeeperClient,
     /// The watch-backed view of the owned Jobs.
     pub(crate) cache: OwnedJobs,
+    /// The namespace of the Jobs (where their Events go).
+    pub(crate) namespace: String,
+    /// Where the Events on the Jobs acted on are sent (never waits).
+    pub(crate) events: EventSender,
 }
 
 impl fmt::Debug for Edges {
@@ -99,6 +105,13 @@ impl LaneAdmitter {
             Some(ns) => Api::namespaced(jobs.clone().into_client(), ns),
             None => Api::default_namespaced(jobs.clone().into_client()),
         };
+        let namespace = jobs.namespace().unwrap_or_default().to_owned();
+        let events = EventSender::start(
+            jobs.clone().into_client(),
+            EventReporter::of(Binary::Admitter),
+            WallClock::system(),
+            settings.kube_timeout,
+        );
         let edges = Arc::new(Edges {
             settings,
             backend,
@@ -106,6 +119,8 @@ impl LaneAdmitter {
             pods,
             vault,
             cache,
+            namespace,
+            events,
         });
         PerLane::from_fn(|lane| LaneAdmitter {
             lane,

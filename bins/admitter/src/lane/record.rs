@@ -63,6 +63,9 @@ impl LaneAdmitter {
         let Admission {
             outcome, unsettled, ..
         } = admission;
+        if let Some(notice) = crate::events::failed_fast(&self.edges.namespace, &outcome) {
+            self.edges.events.send(notice);
+        }
         let state = &mut self.state;
         match &outcome {
             LaneOutcome::Admitted {
@@ -131,6 +134,7 @@ impl LaneAdmitter {
                 reason,
                 detail,
                 report,
+                ..
             } => {
                 let job_id = job_id.as_deref().unwrap_or("(none)");
                 let reason = reason.as_str();
@@ -181,6 +185,9 @@ impl LaneAdmitter {
     pub(super) async fn settle_stale(&mut self, stale: &[StaleDeletion]) {
         let lane = self.lane;
         for deletion in stale {
+            if let Some(notice) = crate::events::deleted_stale(&self.edges.namespace, deletion) {
+                self.edges.events.send(notice);
+            }
             let claim = deletion.stale.claim.as_deref().unwrap_or("(none)");
             match &deletion.result {
                 Ok(()) => {

@@ -611,6 +611,7 @@ mod tests {
             admit(),
             Some(LaneOutcome::Poisoned {
                 job_id: None,
+                job_name: None,
                 reason: crate::admit::PoisonReason::Malformed,
                 detail: "x".into(),
                 report: crate::admit::PoisonReport::Impossible { shape: "{}".into() },

@@ -44,12 +44,43 @@ async fn a_live_job_of_the_claimed_id_under_an_older_claim_is_deleted_before_the
         "{:?}",
         report.run
     );
-    assert_eq!(rig.kube.lock().deleted_jobs, [stale]);
+    assert_eq!(rig.kube.lock().deleted_jobs, std::slice::from_ref(&stale));
     let mut live = rig.kube.live(Lane::Run);
     live.sort();
     let mut want = vec![name_for(Lane::Run, "run-0"), other];
     want.sort();
     assert_eq!(live, want, "one live Job for run-0");
+    // The stale Job carries an Event saying why it went.
+    let [event] = events_about(&rig, &stale, 1)
+        .await
+        .try_into()
+        .expect("one Event");
+    assert_eq!(event["reason"], "DeletedStale");
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(event["reportingController"], "tcab.dev/admitter");
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("job run-0 under the older claim 01dc1a1m deleted"),
+        "{note}"
+    );
+}
+
+/// The Events recorded about the Job `name`, once there are at least `n`.
+async fn events_about(rig: &Rig, name: &str, n: usize) -> Vec<serde_json::Value> {
+    tcab_testkit::wait::until(
+        &format!("{n} Events about {name}"),
+        std::time::Duration::from_secs(10),
+        || async move {
+            let about: Vec<serde_json::Value> = rig
+                .kube
+                .recorded_events()
+                .into_iter()
+                .filter(|e| e["regarding"]["name"] == name)
+                .collect();
+            (about.len() >= n).then_some(about)
+        },
+    )
+    .await
 }
 
 #[tokio::test(start_paused = true)]
@@ -107,6 +138,7 @@ async fn a_claim_missing_a_field_is_reported_failed_once_with_its_own_token() {
             reason: PoisonReason::Malformed,
             detail,
             report: PoisonReport::Reported,
+            ..
         }) => {
             assert_eq!(job_id.as_deref(), Some("run-0"));
             assert!(detail.contains("launch_request"), "{detail}");
@@ -225,6 +257,21 @@ async fn a_job_the_api_server_refuses_with_422_is_reported_failed_and_its_token_
     // Reported once: nothing more on the next tick (the queue is empty).
     admitter.tick().await;
     assert_eq!(rig.backend.lock().status_reports.len(), 1);
+    // The Job it would have had carries the failure, with the refusal.
+    let name = name_for(Lane::Run, "run-0");
+    let events = events_about(&rig, &name, 1).await;
+    let [event] = events.as_slice() else {
+        panic!("one Event about {name}: {events:?}")
+    };
+    assert_eq!(event["reason"], "FailedFast");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["action"], "ReportFailed");
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("job run-0 failed fast (invalid)") && note.contains("422 Invalid"),
+        "{note}"
+    );
+    assert!(!note.contains(&token_for("run-0")), "no token: {note}");
 }
 
 #[tokio::test(start_paused = true)]

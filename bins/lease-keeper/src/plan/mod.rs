@@ -4,6 +4,7 @@
 //! - [`gate`]: each lane's admission gate verdict, which the admitter acts on;
 //! - [`failures`]: what to read, judge and report about failing Jobs;
 //! - [`deaths`]: which claim's death is reported, once each;
+//! - [`events`]: the Event left on a Job reported dead or deleted;
 //! - [`lost`]: which driven jobs are lost (lapsed lease, no live Job);
 //! - [`refusals`]: which Jobs the cluster gives no pod, and whether it
 //!   refuses them (the Job controller's `FailedCreate` Events);
@@ -14,6 +15,7 @@
 //! [`lost::settle_lost_report`]), over the answer as [`Answer`] reads it.
 
 pub(crate) mod deaths;
+pub(crate) mod events;
 pub(crate) mod failures;
 pub(crate) mod gate;
 pub(crate) mod lost;

@@ -13,6 +13,7 @@ use crate::plan::Answer;
 use crate::plan::deaths::{
     DeathSettle, death_report_pending, plan_deaths, settle_death_check, settle_death_report,
 };
+use crate::plan::events;
 use crate::plan::failures::{DeathKind, StartVerdict, start_verdict};
 use crate::report::{Report, ReportTick};
 use crate::tokens::TokenKey;
@@ -129,6 +130,8 @@ impl Reporter {
                             .push(Instant::now().saturating_duration_since(evidence.first_sign));
                     }
                     self.note(&key.job_id, &cause.summary(), now);
+                    self.events
+                        .send(events::reported_dead(&self.namespace, job, cause));
                 }
                 (DeathSettle::Requeued, _) => {
                     tracing::info!(job_id = %key.job_id, claim = %key.claim, "death not reported: the job was requeued (token refused); dropping it");
@@ -259,21 +262,22 @@ impl Reporter {
             if out_of_budget(deadline, report) {
                 break;
             }
-            let detail = match why {
+            let (detail, notice) = match why {
                 Ended::NeverStarted => {
-                    let summary = self
-                        .never_started
-                        .get(&name)
-                        .map(StartFailure::summary)
-                        .unwrap_or_default();
-                    format!("its pod never started: {summary}")
+                    let failure = self.never_started.get(&name);
+                    let summary = failure.map(StartFailure::summary).unwrap_or_default();
+                    let notice = failure.map(|f| {
+                        events::deleted(&self.namespace, &job, events::Deleted::NeverStarted(f))
+                    });
+                    (format!("its pod never started: {summary}"), notice)
                 }
                 Ended::JudgedDead => {
-                    let evidence = self
-                        .explain_with(&job, DeathKind::Stuck, None, Instant::now())
-                        .map(|(_, detail)| detail)
-                        .unwrap_or_default();
-                    format!("it was judged dead: {evidence}")
+                    let explained = self.explain_with(&job, DeathKind::Stuck, None, Instant::now());
+                    let notice = explained.as_ref().map(|(cause, _)| {
+                        events::deleted(&self.namespace, &job, events::Deleted::JudgedDead(cause))
+                    });
+                    let evidence = explained.map(|(_, detail)| detail).unwrap_or_default();
+                    (format!("it was judged dead: {evidence}"), notice)
                 }
             };
             match self.inspector.delete_job(&name).await {
@@ -293,6 +297,9 @@ impl Reporter {
                         if job.lane == Lane::Publish {
                             self.ended_publishes.insert(id.to_owned(), Instant::now());
                         }
+                    }
+                    if let Some(notice) = notice {
+                        self.events.send(notice);
                     }
                     self.never_started.remove(&name);
                     deleted.push(name);

@@ -27,6 +27,8 @@ use reports::{MeteredReporter, Reporter, ReporterParts};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::BackendClient;
+use tcab_shared::config::Binary;
+use tcab_shared::events::{EventSender, Reporter as EventReporter};
 use tcab_shared::job_cache::{OwnedJobs, WatchSettings};
 use tcab_shared::metrics::{Exporter, Health, common, liveness_bound, serve_if};
 use tcab_shared::runtime::{CancellationToken, Supervisor};
@@ -101,6 +103,7 @@ impl Keeper {
     ) -> Self {
         let gate = Gate::new(config.publishing, jobs.clone());
         let judged_dead = JudgedDead::default();
+        let kube_for_events = kube.clone();
         let renewer = Renewer::new(
             backend.clone(),
             jobs.clone(),
@@ -127,6 +130,13 @@ impl Keeper {
             budget: report_budget(config),
             settings: failure_settings(config),
             clock: WallClock::system(),
+            namespace: namespace.to_owned(),
+            events: EventSender::start(
+                kube_for_events,
+                EventReporter::of(Binary::LeaseKeeper),
+                WallClock::system(),
+                config.common.kube_timeout,
+            ),
         });
         Keeper {
             renewer,

@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_shared::backend::{BackendClient, BackendError, BackendErrorKind, JobId};
+use tcab_shared::events::EventSender;
 use tcab_shared::failing::FailingSince;
 use tcab_shared::job_cache::{JobSummary, OwnedJobs, Snapshot};
 use tcab_shared::retry::{Backoff, JITTER_PERCENT, PerKey};
@@ -98,6 +99,10 @@ pub struct Reporter {
     pub(super) ended_publishes: BTreeMap<JobId, Instant>,
     /// The wall clock Jobs' ages are read on.
     pub(super) clock: WallClock,
+    /// The namespace of the Jobs (where their Events go).
+    pub(super) namespace: String,
+    /// Where the Events on the Jobs acted on are sent (never waits).
+    pub(super) events: EventSender,
 }
 
 /// The parts a [`Reporter`] is built from.
@@ -126,6 +131,10 @@ pub struct ReporterParts {
     pub settings: FailureSettings,
     /// The wall clock a Job's age is read on (against its creation time).
     pub clock: WallClock,
+    /// The namespace of the Jobs (where their Events go).
+    pub namespace: String,
+    /// Where the Events on the Jobs acted on are sent.
+    pub events: EventSender,
 }
 
 impl Reporter {
@@ -160,6 +169,8 @@ impl Reporter {
             last_refusal_check: None,
             ended_publishes: BTreeMap::new(),
             clock: parts.clock,
+            namespace: parts.namespace,
+            events: parts.events,
         }
     }
 

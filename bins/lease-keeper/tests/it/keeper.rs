@@ -307,6 +307,35 @@ async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
         assert!(again.reported_dead().is_empty());
     }
 
+    // Each death leaves one Event on its Job: the cause in one line, never
+    // the log tail the backend got.
+    for (id, cause) in [
+        ("oom", "OOMKilled"),
+        ("evicted", "evicted"),
+        ("deleted", "pod ran and was deleted"),
+    ] {
+        let name = job_name(Lane::Run, id, &claim_tag(&format!("token-of-{id}")));
+        let events = events_about(&rig, &name, 1).await;
+        let [event] = events.as_slice() else {
+            panic!("one Event about {name}: {events:?}")
+        };
+        assert_eq!(event["reason"], "ReportedDead");
+        assert_eq!(event["type"], "Warning");
+        assert_eq!(event["action"], "ReportDeath");
+        assert_eq!(event["reportingController"], "tcab.dev/lease-keeper");
+        assert_eq!(event["regarding"]["kind"], "Job");
+        assert_eq!(event["regarding"]["namespace"], NS);
+        let note = event["note"].as_str().unwrap_or_default();
+        assert!(
+            note.contains(&format!("job {id} reported dead")) && note.contains(cause),
+            "{note}"
+        );
+        assert!(
+            !note.contains("allocating 9GiB") && !note.contains("SIGTERM received"),
+            "no log line: {note}"
+        );
+    }
+
     let s = rig.backend.lock();
     assert_eq!(
         s.status_reports.len(),
@@ -351,6 +380,24 @@ async fn a_death_reaches_the_backend_once_with_cause_and_log_tail() {
     }
     drop(s);
     assert!(rig.store.is_empty(), "settled deaths drop their tokens");
+}
+
+/// The Events recorded about the Job `name`, once there are at least `n`.
+async fn events_about(rig: &Rig, name: &str, n: usize) -> Vec<Value> {
+    tcab_testkit::wait::until(
+        &format!("{n} Events about {name}"),
+        Duration::from_secs(10),
+        || async move {
+            let about: Vec<Value> = rig
+                .kube
+                .recorded_events()
+                .into_iter()
+                .filter(|e| e["regarding"]["name"] == name)
+                .collect();
+            (about.len() >= n).then_some(about)
+        },
+    )
+    .await
 }
 
 #[tokio::test]
@@ -1042,6 +1089,8 @@ fn reporter_with_budget(rig: &Rig, budget: Duration) -> tcab_lease_keeper::run::
         budget,
         settings: tcab_lease_keeper::run::failure_settings(&cfg),
         clock: test_clock(),
+        namespace: NS.into(),
+        events: tcab_shared::events::EventSender::off(),
     })
 }
 
@@ -1200,6 +1249,16 @@ async fn a_run_whose_pod_is_refused_is_reported_dead_with_the_refusal_and_delete
         "{detail}"
     );
     assert_eq!(rig.kube.lock().deleted_jobs, std::slice::from_ref(&name));
+    // Reported dead, then deleted: both Events on the Job, by its uid, with
+    // the API server's refusal.
+    let events = events_about(&rig, &name, 2).await;
+    let reasons: Vec<&str> = events.iter().filter_map(|e| e["reason"].as_str()).collect();
+    assert_eq!(reasons, ["ReportedDead", "DeletedRefused"]);
+    for event in &events {
+        assert_eq!(event["regarding"]["uid"], format!("uid-{name}"));
+        let note = event["note"].as_str().unwrap_or_default();
+        assert!(note.contains("exceeded quota: q"), "the refusal: {note}");
+    }
 }
 
 /// A publisher Job whose pod the API server refuses (the namespace enforces

@@ -23,9 +23,11 @@
 //! This module holds the snapshot, the plan, [`plan_with`] and the decision
 //! for one pod (`decide`). Beside it: `verdicts` judges a job id from its
 //! Jobs (and `confirm`s the fresh read before the deletes), `listing` says
-//! what a reap lists and what the LIST showed, `pods` reads a pod and
-//! `reasons` says why a pod goes or stays.
+//! what a reap lists and what the LIST showed, `pods` reads a pod,
+//! `reasons` says why a pod goes or stays, and `events` says which Event a
+//! reap leaves.
 
+pub(crate) mod events;
 mod listing;
 mod pods;
 mod reasons;

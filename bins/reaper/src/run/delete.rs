@@ -51,6 +51,9 @@ impl Reaper {
                     Some(skip) => DeleteOutcome::Skipped(skip.clone()),
                     None => self.delete(delete, &mut report.api_errors).await,
                 };
+                if outcome == DeleteOutcome::Deleted {
+                    self.leave_event(delete);
+                }
                 attempts.push((job_id.to_owned(), outcome.attempt()));
                 report.deletes.push(DeleteRecord {
                     pod: delete.pod.key(),
@@ -67,6 +70,22 @@ impl Reaper {
             }
         }
         attempts
+    }
+
+    /// Sends the Event of a sandbox deleted, on its driver Job (with the
+    /// Job's uid from the view, when it has the Job).
+    fn leave_event(&self, delete: &PodDelete) {
+        let Some(mut notice) = plan::events::reaped(&self.job_namespace, delete, None) else {
+            return;
+        };
+        notice.regarding.uid = self
+            .jobs
+            .with_job_id(&delete.job_id)
+            .iter()
+            .find(|j| j.name() == notice.regarding.name)
+            .map(|j| j.uid.as_str().to_owned())
+            .filter(|u| !u.is_empty());
+        self.events.send(notice);
     }
 
     /// One bounded read of the owned Jobs carrying `job_id`; the deletes of

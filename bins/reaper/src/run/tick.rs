@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tcab_shared::WallClock;
 use tcab_shared::backend::BackendClient;
+use tcab_shared::config::Binary;
+use tcab_shared::events::{EventSender, Reporter as EventReporter};
 use tcab_shared::job_cache::{self, OwnedJobs, ViewState};
 use tcab_shared::telemetry::list;
 use tokio::sync::watch;
@@ -53,15 +55,27 @@ pub struct Reaper {
     pub(super) kube_timeout: Duration,
     pub(super) memory: ReapMemory,
     pub(super) paused: bool,
+    /// The namespace of the owned Jobs (where a reap's Event goes).
+    pub(super) job_namespace: String,
+    /// Where the Events of the reaps are sent (never waits).
+    pub(super) events: EventSender,
 }
 
 impl Reaper {
     /// A reaper deciding against `setup.jobs`, which should be current
     /// before the first tick (a tick on a view that is not does nothing).
     pub fn new(setup: ReaperSetup) -> Self {
+        let events = EventSender::start(
+            setup.kube.clone(),
+            EventReporter::of(Binary::Reaper),
+            WallClock::system(),
+            setup.kube_timeout,
+        );
         Reaper {
             pods: Api::namespaced(setup.kube.clone(), &setup.sandbox_namespace),
             job_api: Api::namespaced(setup.kube, &setup.job_namespace),
+            job_namespace: setup.job_namespace,
+            events,
             sandbox_namespace: setup.sandbox_namespace,
             jobs: setup.jobs,
             settings: setup.settings,

@@ -42,7 +42,7 @@ async fn forbidden_list_is_logged_with_the_namespace_and_retried() {
         report.outcomes(),
         [("sandboxes/sb-a".to_string(), DeleteOutcome::Deleted)]
     );
-    let seen = seen.lock().journal.clone();
+    let seen = journal(&seen);
     assert_eq!(seen.len(), 5, "three LISTs, one read, one DELETE: {seen:?}");
     assert!(seen[..3].iter().all(|s| s.uri == reap_list_uri(&["a"])));
     assert_eq!(seen[4].body["preconditions"]["uid"], "uid-sb-a");

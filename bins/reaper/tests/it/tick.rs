@@ -80,6 +80,22 @@ async fn a_failed_drivers_sandboxes_are_listed_confirmed_and_deleted_once_then_n
         "uid-sb-a"
     );
     assert!(!seen.lock().pods.contains_key("sb-a"), "deleted");
+    // The reap leaves an Event on the failed driver Job, with its uid.
+    let events = events_about(&seen, "tcab-driver-a-1", 1).await;
+    let [event] = events.as_slice() else {
+        panic!("one Event: {events:?}")
+    };
+    assert_eq!(event["reason"], "SandboxReaped");
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(event["action"], "DeletePod");
+    assert_eq!(event["reportingController"], "tcab.dev/reaper");
+    assert_eq!(event["metadata"]["namespace"], "dispatcher");
+    assert_eq!(event["regarding"]["namespace"], "dispatcher");
+    assert_eq!(event["regarding"]["uid"], "uid-tcab-driver-a-1");
+    assert_eq!(
+        event["note"],
+        "sandbox pod sandboxes/sb-a of job a deleted: driver Job tcab-driver-a-1 failed"
+    );
 
     // The reap is complete: later ticks make no call at all.
     for _ in 0..3 {

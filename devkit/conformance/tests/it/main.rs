@@ -5,6 +5,7 @@
 mod common;
 mod conflicts;
 mod deletes;
+mod events;
 mod gone;
 mod jobs;
 mod lists;

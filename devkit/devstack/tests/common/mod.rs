@@ -356,6 +356,81 @@ impl TestStack {
             .expect("list jobs")
     }
 
+    /// The core v1 Events of the stack's namespace that `selector` (a
+    /// field selector) picks, as `kubectl get events --field-selector`
+    /// lists them.
+    pub async fn events(&self, selector: &str) -> Vec<Value> {
+        let ns = self.stack.options.namespace.clone();
+        let selector: String = selector
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let list = self
+            .stack
+            .cluster
+            .get(&format!(
+                "/api/v1/namespaces/{ns}/events?fieldSelector={selector}"
+            ))
+            .await
+            .expect("list events");
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until the dispatcher's Event `reason` about a Job of run `id`
+    /// (its note names `job <id>`) is listed; returns it, after checking
+    /// that it is about a Job, found by that Job's name too (as `kubectl
+    /// describe job` and `--field-selector involvedObject.name=` find it,
+    /// also once the Job is gone), from the container `by`.
+    pub async fn job_event(&self, id: &str, reason: &str, by: &str, limit: Duration) -> Value {
+        let needle = format!("job {id} ");
+        let event = wait_for(
+            &format!("a {reason} Event about run {id}"),
+            limit,
+            || async {
+                let found = self
+                    .events(&format!("reason={reason}"))
+                    .await
+                    .into_iter()
+                    .find(|e| e["message"].as_str().is_some_and(|m| m.contains(&needle)));
+                Ok(found)
+            },
+        )
+        .await
+        .unwrap_or_else(|e| self.fail(format!("run {id}: {e}")));
+        let about = &event["involvedObject"];
+        let job = about["name"].as_str().unwrap_or_default().to_owned();
+        if about["kind"] != "Job" || about["namespace"] != self.ns().as_str() || job.is_empty() {
+            self.fail(format!(
+                "{reason} is not about a Job of this namespace: {event}"
+            ));
+        }
+        if event["reportingComponent"] != format!("tcab.dev/{by}")
+            || event["reportingInstance"]
+                .as_str()
+                .is_none_or(str::is_empty)
+            || event["eventTime"].is_null()
+        {
+            self.fail(format!(
+                "{reason}: not the {by}'s events.k8s.io Event: {event}"
+            ));
+        }
+        let by_name = self.events(&format!("involvedObject.name={job}")).await;
+        if !by_name
+            .iter()
+            .any(|e| e["metadata"]["name"] == event["metadata"]["name"])
+        {
+            self.fail(format!(
+                "{reason} not found by its Job's name {job}: {by_name:?}"
+            ));
+        }
+        event
+    }
+
     /// The sandbox pods of one backend job.
     pub async fn sandboxes_of(&self, id: &str) -> Vec<Value> {
         self.sandboxes()

@@ -121,6 +121,48 @@ pub(super) fn list(
     Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response())
 }
 
+/// LIST of `events.k8s.io/v1` Events: the stored core Events selected by
+/// the selectors read in their core names, each converted
+/// ([`crate::events_v1`]). One page: `limit` and `continue` are not read.
+pub(super) fn list_events_v1(
+    view: &View<'_>,
+    ns: Option<&str>,
+    q: &Query,
+) -> Result<Response, ApiError> {
+    let mut core_q = q.clone();
+    if let Some(fs) = q.get("fieldSelector") {
+        core_q.insert(
+            "fieldSelector".into(),
+            crate::events_v1::core_field_selector(fs),
+        );
+    }
+    let (label, field) = selectors(Kind::Event, &core_q)?;
+    let (rv, stored) = view
+        .sim
+        .store
+        .list(Kind::Event, ns, |o| label.matches(o) && field.matches(o));
+    let items: Vec<serde_json::Value> = stored
+        .iter()
+        .map(|e| crate::events_v1::from_core(e))
+        .collect();
+    if view.table {
+        let t = table::table(
+            &view.sim.clock,
+            Kind::EventV1,
+            items.iter(),
+            rv,
+            None,
+            view.include,
+        );
+        return Ok(ok(StatusCode::OK, &t));
+    }
+    Ok(ok(
+        StatusCode::OK,
+        &json!({"kind": "EventList", "apiVersion": crate::events_v1::API_VERSION,
+            "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -184,6 +184,8 @@ fn discovery_doc(app: &AppState, path: &str) -> Option<Value> {
         "/apis/batch" => discovery::batch(),
         "/api/v1" => discovery::core_v1(),
         "/apis/batch/v1" => discovery::batch_v1(),
+        "/apis/events.k8s.io" => discovery::events(),
+        "/apis/events.k8s.io/v1" => discovery::events_v1(),
         "/openapi/v3" => crate::openapi::root(),
         _ if p.starts_with("/openapi/v3/") => {
             crate::openapi::group_version(&p["/openapi/v3/".len()..])?
@@ -344,7 +346,25 @@ async fn serve_resource(
         table,
         include,
     };
+    // events.k8s.io/v1 is a view of the core Events: created, listed and
+    // read here, nothing else.
+    if kind == Kind::EventV1 && !matches!(info.verb, "create" | "list" | "get") {
+        return Err(ApiError::method_not_allowed(format!(
+            "kube-sim serves only create, list and get on {}.events.k8s.io",
+            resource
+        )));
+    }
     match (info.verb, info.name.as_deref(), info.subresource.as_deref()) {
+        ("list", None, None) if kind == Kind::EventV1 => {
+            list::list_events_v1(&view, ns.as_deref(), &q)
+        }
+        ("get", Some(name), None) if kind == Kind::EventV1 => {
+            let obj = sim
+                .store
+                .get(&Key::new(Kind::Event, &ns.unwrap_or_default(), name))
+                .ok_or_else(|| kind.not_found(name))?;
+            Ok(view.one(kind, &crate::events_v1::from_core(&obj), StatusCode::OK))
+        }
         ("list", None, None) => list::list(&view, kind, ns.as_deref(), &q),
         ("watch", _, None) => watch::watch(
             &sim,
@@ -386,6 +406,7 @@ async fn serve_resource(
             let mut warnings = fields::check_body(kind, &mut obj, opts.field_validation)?;
             warnings.extend(crate::validation::warnings(kind, &obj));
             let created = match (opts.dry_run, kind) {
+                (dry_run, Kind::EventV1) => Arc::new(sim.create_event_v1(&ns, obj, dry_run)?),
                 (true, _) => Arc::new(dryrun::create(&sim, kind, &ns, obj)?),
                 (false, Kind::Job) => sim.create_job(&ns, obj)?,
                 (false, Kind::Pod) => sim.create_pod(&ns, obj)?,

@@ -312,7 +312,7 @@ pub(crate) fn go_string_map(v: &Value) -> String {
 
 /// Upstream's generated names: the prefix cut to 58 bytes, then five
 /// random characters.
-fn generate_name(prefix: &str) -> String {
+pub fn generate_name(prefix: &str) -> String {
     let mut cut = prefix.len().min(58);
     while !prefix.is_char_boundary(cut) {
         cut -= 1;

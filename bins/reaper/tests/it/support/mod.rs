@@ -114,9 +114,38 @@ pub fn unreachable_api() -> Client {
     tcab_shared::kube_api::client_from(config).expect("client")
 }
 
-/// The requests the fake API received so far, as `METHOD uri`.
+/// The requests the fake API received so far, as `METHOD uri`, leaving out
+/// the Events the reaper leaves on Jobs (created off the tick, by their
+/// own writer, whenever it gets to them: see `events_about`).
 pub fn requests(kube: &FakeKube) -> Vec<String> {
-    kube.requests()
+    journal(kube).iter().map(Seen::to_string).collect()
+}
+
+/// The requests the fake API received so far, without the Event creates.
+pub fn journal(kube: &FakeKube) -> Vec<Seen> {
+    kube.lock()
+        .journal
+        .iter()
+        .filter(|s| !s.uri.starts_with("/apis/events.k8s.io/"))
+        .cloned()
+        .collect()
+}
+
+/// The Events recorded about the Job `name`, once there are at least `n`.
+pub async fn events_about(kube: &FakeKube, name: &str, n: usize) -> Vec<Value> {
+    tcab_testkit::wait::until(
+        &format!("{n} Events about {name}"),
+        std::time::Duration::from_secs(10),
+        || async move {
+            let about: Vec<Value> = kube
+                .recorded_events()
+                .into_iter()
+                .filter(|e| e["regarding"]["name"] == name)
+                .collect();
+            (about.len() >= n).then_some(about)
+        },
+    )
+    .await
 }
 
 /// The status answer of a failed call.
