@@ -4,8 +4,9 @@
 //!
 //! Each lane's tick is: settle what earlier ticks could not, take the lane's
 //! snapshot, decide with the pure `plan::ungated` (every check but the
-//! gate's), ask the gate only when it would admit and finish with
-//! `plan::gated`, and carry out one admission. The modules:
+//! gate's), read the gate (every tick, so its reading stays true while the
+//! lane holds for another reason) and, when the lane would admit, finish
+//! with `plan::gated`, and carry out one admission. The modules:
 //!
 //! - `plan`: a lane's decision (admit, or hold with its reason), pure;
 //! - [`job_builder`]: the driver and publisher Jobs built from a claim, pure;
@@ -21,8 +22,8 @@
 //!   lane's outcome;
 //! - `events`: the Events left on Jobs (a claim that failed fast, a stale
 //!   Job deleted), decided from an admission's outcome, pure;
-//! - `lane`: one lane's loop (the tick: settle, snapshot, decide, ask the
-//!   gate, admit), its report ([`LaneReport`]), and recording each outcome
+//! - `lane`: one lane's loop (the tick: settle, snapshot, read the gate,
+//!   decide, admit), its report ([`LaneReport`]), and recording each outcome
 //!   in the lane's memory (with what earlier ticks left to settle);
 //! - [`keeper_client`]: the gRPC client of the lease-keeper's token vault and
 //!   admission gate (whose verdict the lease-keeper judges; the admitter acts

@@ -14,6 +14,7 @@ use std::fmt;
 use tcab_proto::gate::{GateClosed, GateVerdict};
 use tcab_shared::Lane;
 use tcab_shared::job_cache::{JobSummary, ViewState};
+use tcab_shared::metrics::labels::LaneHold;
 use tokio::time::Instant;
 
 /// What one lane remembers and is configured with, as its decision reads it.
@@ -84,6 +85,22 @@ pub enum HoldReason {
     GateClosed(GateClosed),
 }
 
+impl HoldReason {
+    /// The kind of the hold, as the `lane_hold` gauge and the status
+    /// document name it (`lane_full`, `gate_closed`, ...).
+    pub fn kind(&self) -> LaneHold {
+        match self {
+            HoldReason::Disabled => LaneHold::Disabled,
+            HoldReason::Paused => LaneHold::Paused,
+            HoldReason::ViewNotCurrent { .. } => LaneHold::ViewNotCurrent,
+            HoldReason::BackingOff { .. } => LaneHold::BackingOff,
+            HoldReason::Resting { .. } => LaneHold::Resting,
+            HoldReason::LaneFull { .. } => LaneHold::LaneFull,
+            HoldReason::GateClosed(_) => LaneHold::GateClosed,
+        }
+    }
+}
+
 impl fmt::Display for HoldReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -115,6 +132,15 @@ impl Decision {
     pub fn admits(&self) -> bool {
         matches!(self, Decision::Admit { .. })
     }
+
+    /// What holds the lane, as the `lane_hold` gauge names it: `none` when
+    /// it admits.
+    pub fn hold_kind(&self) -> LaneHold {
+        match self {
+            Decision::Admit { .. } => LaneHold::None,
+            Decision::Hold(reason) => reason.kind(),
+        }
+    }
 }
 
 /// Why a view that is not current is not, in words for the hold reason.
@@ -144,8 +170,10 @@ pub(crate) fn in_flight(live_cached: u32, created_unseen: &[String], unsettled: 
 /// Every check but the gate's, in a fixed order, so the reason given is
 /// the first that holds: disabled, paused (a cap of 0), view not current,
 /// backing off, resting, full. The lane's in-flight count when it would
-/// admit, else why it holds. The loop asks the gate only on `Ok` (a full or
-/// idle lane makes no call), then calls [`gated`], the last check.
+/// admit, else why it holds. The loop reads the gate on every tick (its
+/// reading is what the metrics and the status document show, also while
+/// the lane holds for another reason) and, on `Ok`, calls [`gated`] with
+/// it, the last check.
 pub(crate) fn ungated(snapshot: &LaneSnapshot) -> Result<u32, HoldReason> {
     let input = &snapshot.input;
     if !input.enabled {
@@ -386,6 +414,55 @@ mod tests {
         let mut checking = orphan;
         checking.set_rare(|r| r.orphan_pod = None);
         assert!(stale_jobs(Lane::Run, "a", new, &[terminating, checking]).is_empty());
+    }
+
+    #[test]
+    fn each_hold_names_its_kind_as_the_admissions_counter_does() {
+        use crate::lane::{AdmissionResult, LaneReport};
+        let now = Instant::now();
+        let holds = [
+            HoldReason::Disabled,
+            HoldReason::Paused,
+            HoldReason::ViewNotCurrent { why: "x".into() },
+            HoldReason::BackingOff { until: now },
+            HoldReason::Resting { until: now },
+            HoldReason::LaneFull {
+                in_flight: 1,
+                cap: 1,
+            },
+            HoldReason::GateClosed(GateClosed {
+                reason: GateReason::NeverRenewed,
+                detail: String::new(),
+            }),
+        ];
+        let mut kinds = std::collections::BTreeSet::new();
+        for hold in holds {
+            let report = LaneReport {
+                lane: Lane::Run,
+                decision: Decision::Hold(hold.clone()),
+                outcome: None,
+                resettled: vec![],
+                in_flight: 1,
+                stale: vec![],
+                cap: 1,
+                view_current: true,
+                claimed: None,
+                claim_to_job: vec![],
+                gate: None,
+                backoff_until: None,
+            };
+            assert_ne!(report.result(), AdmissionResult::Error);
+            assert_eq!(hold.kind().as_str(), report.result().as_str(), "{hold:?}");
+            kinds.insert(hold.kind());
+        }
+        assert_eq!(Decision::Admit { in_flight: 0 }.hold_kind(), LaneHold::None);
+        kinds.insert(LaneHold::None);
+        use tcab_shared::metrics::labels::LabelValue;
+        assert_eq!(
+            kinds.len(),
+            LaneHold::ALL.len(),
+            "every kind is one a hold has"
+        );
     }
 
     #[test]

@@ -139,6 +139,37 @@ label_values! {
 }
 
 label_values! {
+    /// What holds a lane from claiming, as its last tick decided
+    /// (`tcab_dispatcher_lane_hold`): one value per kind of the admitter's
+    /// hold reason, and `none` while the lane claims.
+    pub enum LaneHold: "reason" {
+        None => "none", "not held: the lane's last tick claimed";
+        Disabled => "disabled", "the lane is off (the publish lane without a publisher image)";
+        Paused => "paused", "its cap is 0";
+        ViewNotCurrent => "view_not_current", "the admitter's Job view is not current, so the lane's count is unknown";
+        BackingOff => "backing_off", "its claims or creates failed, and it waits out its back-off";
+        Resting => "resting", "its last claim found the queue empty, and it claims again a poll interval later";
+        LaneFull => "lane_full", "in flight at the cap";
+        GateClosed => "gate_closed", "the admission gate is closed (why in `gate_closed_reason`)";
+    }
+}
+
+label_values! {
+    /// Why a lane's admission gate is closed, as the admitter last read it
+    /// (`tcab_dispatcher_gate_closed_reason`): the lease-keeper's reason, or
+    /// the admitter's own when it could not ask or read the answer.
+    pub enum GateClosedReason: "reason" {
+        ViewNotCurrent => "view_not_current", "the lease-keeper's Job view is not current, so new Jobs would go unrenewed";
+        LaneNotRenewed => "lane_not_renewed", "the lease-keeper does not renew the lane (publishing is off in the lease-keeper)";
+        RenewalFailing => "renewal_failing", "the lane's latest lease renewal call failed";
+        NeverRenewed => "never_renewed", "no lease renewal of the lane has succeeded since the lease-keeper started";
+        RenewalStale => "renewal_stale", "the lane's last successful renewal is older than `TCAB_DISPATCHER_GATE_MAX_AGE_SECONDS`";
+        KeeperUnreachable => "keeper_unreachable", "the admitter could not ask: the lease-keeper did not answer";
+        UnreadableAnswer => "unreadable_answer", "the lease-keeper's answer held no verdict this admitter can read";
+    }
+}
+
+label_values! {
     /// How a Job ended (`tcab_dispatcher_job_duration_seconds`).
     pub enum JobOutcome: "outcome" {
         Succeeded => "succeeded", "its `Complete` condition turned true";
@@ -422,6 +453,8 @@ pub fn label_rows() -> Vec<LabelRow> {
         row::<Lane>("every metric of a lane"),
         row::<AdmissionOutcome>("`admissions_total`"),
         row::<JobOutcome>("`job_duration_seconds`"),
+        row::<LaneHold>("`lane_hold`"),
+        row::<GateClosedReason>("`gate_closed_reason`"),
         LabelRow {
             label: "outcome",
             on: "`backend_request_duration_seconds`, `kube_request_duration_seconds`",
@@ -535,6 +568,8 @@ mod tests {
         distinct::<Verb>();
         distinct::<Binary>();
         distinct::<AdmissionOutcome>();
+        distinct::<LaneHold>();
+        distinct::<GateClosedReason>();
         distinct::<JobOutcome>();
         distinct::<CallResult>();
         distinct::<PoisonResult>();

@@ -1,7 +1,7 @@
 //! One lane's loop: each tick settles what earlier ticks left unsettled,
 //! takes the lane's snapshot (its live cached Jobs, its memory, whether the
-//! Job view is current), decides, asks the gate when it would admit, and
-//! carries out one admission.
+//! Job view is current), reads the gate, decides, and carries out one
+//! admission.
 //!
 //! Each lane runs its own loop on its own task, over the I/O edges both
 //! share ([`Edges`]: the Job cache, the backend client, the vault client and
@@ -172,21 +172,29 @@ impl LaneAdmitter {
                 view_current: self.edges.cache.is_current(),
                 claimed: None,
                 claim_to_job: vec![],
+                gate: None,
+                backoff_until: None,
             };
         }
         let mut claim_to_job = vec![];
         let resettled = self.settle_leftovers(&mut claim_to_job).await;
 
-        // Every check but the gate's first: only when the lane could admit
-        // is the gate worth asking (a full or idle lane makes no call).
+        // Every check but the gate's first, then the gate, read on every
+        // tick whatever else holds the lane: its reading is what the metrics
+        // and the status document show, so a full lane after a restart
+        // still reads the gate as it is. Only a lane that would admit acts
+        // on it. The call is bounded (the vault client's timeout) and made
+        // from this lane's own task, so it never holds the other lane.
         let snapshot = self.snapshot();
         let in_flight = plan::in_flight(
             snapshot.live_cached,
             &snapshot.input.created_unseen,
             &snapshot.input.unsettled,
         );
-        let decision = match plan::ungated(&snapshot) {
-            Ok(in_flight) => plan::gated(&self.read_gate().await, in_flight),
+        let ungated = plan::ungated(&snapshot);
+        let gate = self.read_gate().await;
+        let decision = match ungated {
+            Ok(in_flight) => plan::gated(&gate, in_flight),
             Err(hold) => Decision::Hold(hold),
         };
         self.log_decision(&decision);
@@ -221,11 +229,13 @@ impl LaneAdmitter {
             view_current: snapshot.view.is_current(),
             claimed,
             claim_to_job,
+            gate: Some(gate),
+            backoff_until: snapshot.input.backoff_until,
         }
     }
 
-    /// The lane's snapshot (the gate is not in it: it is asked only when
-    /// the lane would admit).
+    /// The lane's snapshot (the gate is not in it: it is asked after the
+    /// other checks, just before a claim).
     fn snapshot(&self) -> LaneSnapshot {
         let edges = &*self.edges;
         let now = Instant::now();
@@ -251,8 +261,8 @@ impl LaneAdmitter {
 
     /// Asks the lease-keeper for this lane's gate verdict (it judges it; the
     /// lane acts on it as given); an unreachable lease-keeper is a closed gate.
-    /// Asked before every claim, never reused: a reused open verdict could
-    /// let a claim through after the first failed renewal.
+    /// Asked on every tick, so before every claim, and never reused: a reused
+    /// open verdict could let a claim through after the first failed renewal.
     async fn read_gate(&self) -> GateVerdict {
         let max_age = self.edges.settings.gate_max_age;
         match self.edges.vault.verdict(self.lane, max_age).await {

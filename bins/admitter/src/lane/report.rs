@@ -3,8 +3,10 @@
 
 use crate::admit::{ClaimTimes, LaneOutcome, StaleDeletion};
 use crate::plan::{Decision, HoldReason};
+use tcab_proto::gate::GateVerdict;
 use tcab_shared::Lane;
 use tcab_shared::tick::TickOutcome;
+use tokio::time::Instant;
 
 /// What one lane's tick came to, in the words the metrics count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -91,6 +93,12 @@ pub struct LaneReport {
     /// For each claim whose Job became known to exist this tick (a fresh
     /// one, or an earlier one settled now): from sending the claim to then.
     pub claim_to_job: Vec<std::time::Duration>,
+    /// The lane's gate as the tick read it (every tick of an enabled lane
+    /// reads it, whatever else holds the lane); `None` for a lane that is
+    /// off.
+    pub gate: Option<GateVerdict>,
+    /// Until when the lane backs off after failures, as the tick found it.
+    pub backoff_until: Option<Instant>,
 }
 
 impl LaneReport {

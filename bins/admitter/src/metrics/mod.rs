@@ -1,7 +1,8 @@
 //! The admitter's own metrics (docs/metrics.md): each lane's in-flight
 //! count and cap, whether those figures are stale, how long the lane has
-//! been saturated, its admissions by outcome and its admission errors by
-//! reason, its admission gate as the lane last read it, how long jobs waited
+//! been saturated, what holds it, its admissions by outcome and its
+//! admission errors by reason, its admission gate (and why it is closed) as
+//! the lane last read it, how long jobs waited
 //! in the backend's queue and how long a claim took to become a Job, and
 //! each Job's start and run time as the Job watch shows them. They are
 //! recorded from each lane's [`LaneReport`] at the loop's edge
@@ -15,7 +16,9 @@
 
 mod readings;
 
-pub(crate) use readings::{Saturation, admission_error, admissions, gate_reading, queue_wait};
+pub(crate) use readings::{
+    Saturation, admission_error, admissions, gate_closed_reason, gate_reading, queue_wait,
+};
 
 use crate::admit::LaneOutcome;
 use crate::lane::{LaneAdmitter, LaneReport};
@@ -31,8 +34,8 @@ use std::time::Duration;
 use tcab_shared::job_cache::{Milestone, OwnedJobs};
 use tcab_shared::lane::PerLane;
 use tcab_shared::metrics::labels::{
-    AdmissionOutcome, AdmissionStep, CallResult, ErrorReason, JobOutcome, LabelValue, PoisonReason,
-    PoisonResult,
+    AdmissionOutcome, AdmissionStep, CallResult, ErrorReason, GateClosedReason, JobOutcome,
+    LabelValue, LaneHold, PoisonReason, PoisonResult,
 };
 use tcab_shared::metrics::{HistogramFamily, Labels, histogram_family_with, zero};
 use tcab_shared::tick::{Tick, TickOutcome};
@@ -103,6 +106,8 @@ pub(crate) struct AdmitterMetrics {
     admissions: Family<Labels<2>, Counter>,
     admission_errors: Family<Labels<3>, Counter>,
     gate_open: Family<Labels<1>, Gauge>,
+    gate_closed_reason: Family<Labels<2>, Gauge>,
+    hold: Family<Labels<2>, Gauge>,
     paused: Family<Labels<1>, Gauge>,
     stale_deletes: Family<Labels<2>, Counter>,
     poisoned: Family<Labels<3>, Counter>,
@@ -147,6 +152,8 @@ impl AdmitterMetrics {
             admissions: Family::default(),
             admission_errors: Family::default(),
             gate_open: Family::default(),
+            gate_closed_reason: Family::default(),
+            hold: Family::default(),
             paused: Family::default(),
             stale_deletes: Family::default(),
             poisoned: Family::default(),
@@ -224,8 +231,18 @@ impl AdmitterMetrics {
         );
         registry.register(
             "tcab_dispatcher_gate_open",
-            "1 while the admitter reads the lane's admission gate as open, 0 while closed",
+            "1 while the lane's last reading of its admission gate was open, 0 while closed (read every tick; no series before the first reading)",
             self.gate_open.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_gate_closed_reason",
+            "1 for the reason the lane's admission gate is closed at its last reading, 0 for the others (all 0 while open)",
+            self.gate_closed_reason.clone(),
+        );
+        registry.register(
+            "tcab_dispatcher_lane_hold",
+            "1 for what holds the lane from claiming at its last tick (none while it claims), 0 for the others",
+            self.hold.clone(),
         );
         registry.register(
             "tcab_dispatcher_queue_wait_seconds",
@@ -250,10 +267,13 @@ impl AdmitterMetrics {
     }
 
     /// Every lane's cap and deadline from the settings (a cap of 0 for a
-    /// lane that is off), nothing in flight, the gate closed and the
-    /// figures stale until the lane's first tick (a lane that is off never
-    /// ticks: its figures are not stale), and every counter series a lane
-    /// can emit at 0.
+    /// lane that is off), nothing in flight, the figures stale until the
+    /// lane's first tick (a lane that is off never ticks: its figures are
+    /// not stale), every counter series a lane can emit at 0, and every
+    /// hold and gate reason at 0 (a lane that is off: held `disabled`, its
+    /// gate 0). An enabled lane's `gate_open` has no series until the lane
+    /// first reads its gate: a 0 there before any reading would say the
+    /// gate is closed when nobody has asked.
     pub(crate) fn start(&self, settings: &AdmitterSettings) {
         *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = settings.lease_length;
         self.gate_max_age.set(settings.gate_max_age.as_secs_f64());
@@ -267,7 +287,12 @@ impl AdmitterMetrics {
             let paused = settings.enabled(l) && cap == 0;
             self.paused.get_or_create(&lane(l)).set(i64::from(paused));
             self.in_flight.get_or_create(&lane(l)).set(0);
-            self.gate_open.get_or_create(&lane(l)).set(0);
+            if !settings.enabled(l) {
+                self.gate_open.get_or_create(&lane(l)).set(0);
+            }
+            let held = (!settings.enabled(l)).then_some(LaneHold::Disabled);
+            self.set_hold(l, held);
+            self.set_gate_reason(l, None);
             // Stale until the lane's first tick on a current view; a lane
             // that is off has no figures to be stale.
             self.stale
@@ -406,6 +431,26 @@ impl AdmitterMetrics {
         }
     }
 
+    /// Sets the lane's hold gauge: 1 for `held`, 0 for every other value
+    /// (all 0 with `None`: the lane has not ticked).
+    fn set_hold(&self, l: Lane, held: Option<LaneHold>) {
+        for kind in LaneHold::ALL {
+            self.hold
+                .get_or_create(&[("lane", l.label_value()), ("reason", kind.as_str())])
+                .set(i64::from(Some(*kind) == held));
+        }
+    }
+
+    /// Sets the lane's gate reason gauge: 1 for `closed`, 0 for every other
+    /// reason (all 0 with `None`: open, or not read).
+    fn set_gate_reason(&self, l: Lane, closed: Option<GateClosedReason>) {
+        for reason in GateClosedReason::ALL {
+            self.gate_closed_reason
+                .get_or_create(&[("lane", l.label_value()), ("reason", reason.as_str())])
+                .set(i64::from(Some(*reason) == closed));
+        }
+    }
+
     /// Records one tick of a lane.
     pub(crate) fn record(&self, report: &LaneReport) {
         let l = report.lane;
@@ -422,7 +467,9 @@ impl AdmitterMetrics {
         }
         if let Some(open) = gate_reading(report) {
             self.gate_open.get_or_create(&lane(l)).set(i64::from(open));
+            self.set_gate_reason(l, gate_closed_reason(report));
         }
+        self.set_hold(l, Some(report.decision.hold_kind()));
         for deletion in &report.stale {
             let result = if deletion.result.is_ok() {
                 CallResult::Ok
@@ -518,6 +565,8 @@ mod tests {
             view_current: true,
             claimed: None,
             claim_to_job: vec![],
+            gate: Some(tcab_proto::gate::GateVerdict::Open),
+            backoff_until: None,
         }
     }
 
@@ -575,6 +624,97 @@ mod tests {
         }
     }
 
+    /// Settings from the required variables and `extra`.
+    fn settings(extra: &[(&str, &str)]) -> AdmitterSettings {
+        use crate::config::AdmitterConfig;
+        use tcab_shared::config::BinaryConfig;
+        let mut vars = vec![
+            ("TCAB_BACKEND_URL", "http://backend:8080"),
+            ("TCAB_BACKEND_SERVICE_TOKEN", "t"),
+            ("TCAB_DRIVER_IMAGE", "driver:1"),
+        ];
+        vars.extend_from_slice(extra);
+        let config =
+            AdmitterConfig::from_vars(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+                .unwrap();
+        AdmitterSettings::from_config(&config)
+    }
+
+    fn has(text: &str, line: &str) -> bool {
+        text.lines().any(|l| l == line)
+    }
+
+    /// After a restart with every slot taken by long runs, the gate reads
+    /// as it is from the lane's first tick: no series before any reading
+    /// (a 0 there would page as a closed gate), then open, and when it
+    /// closes, closed with its reason while the lane holds for being full.
+    #[test]
+    fn a_full_lane_reads_its_gate_from_its_first_tick() {
+        let metrics = AdmitterMetrics::new();
+        let mut exporter = Exporter::new(&Common::new());
+        metrics.register(exporter.registry_mut());
+        metrics.start(&settings(&[
+            ("TCAB_PUBLISHER_IMAGE", "publisher:1"),
+            ("TCAB_DISPATCHER_MAX_INFLIGHT", "2"),
+        ]));
+        let text = exporter.encode();
+        assert!(!text.contains("tcab_dispatcher_gate_open{"), "{text}");
+        for lane in ["run", "publish"] {
+            for kind in LaneHold::ALL {
+                let line = format!(
+                    r#"tcab_dispatcher_lane_hold{{lane="{lane}",reason="{}"}} 0"#,
+                    kind.as_str()
+                );
+                assert!(has(&text, &line), "missing {line:?} in:\n{text}");
+            }
+            for reason in GateClosedReason::ALL {
+                let line = format!(
+                    r#"tcab_dispatcher_gate_closed_reason{{lane="{lane}",reason="{}"}} 0"#,
+                    reason.as_str()
+                );
+                assert!(has(&text, &line), "missing {line:?} in:\n{text}");
+            }
+        }
+
+        let mut full = report(
+            hold(HoldReason::LaneFull {
+                in_flight: 2,
+                cap: 2,
+            }),
+            None,
+        );
+        metrics.record(&full);
+        let text = exporter.encode();
+        for line in [
+            r#"tcab_dispatcher_gate_open{lane="run"} 1"#,
+            r#"tcab_dispatcher_lane_hold{lane="run",reason="lane_full"} 1"#,
+            r#"tcab_dispatcher_lane_hold{lane="run",reason="none"} 0"#,
+            r#"tcab_dispatcher_gate_closed_reason{lane="run",reason="renewal_failing"} 0"#,
+        ] {
+            assert!(has(&text, line), "missing {line:?} in:\n{text}");
+        }
+        assert!(
+            !text.contains(r#"tcab_dispatcher_gate_open{lane="publish"}"#),
+            "the publish lane has not read its gate yet:\n{text}"
+        );
+
+        full.gate = Some(tcab_proto::gate::GateVerdict::closed(
+            tcab_proto::gate::GateReason::RenewalFailing,
+            "POST /jobs/leases: 500",
+        ));
+        metrics.record(&full);
+        let text = exporter.encode();
+        for line in [
+            r#"tcab_dispatcher_gate_open{lane="run"} 0"#,
+            r#"tcab_dispatcher_gate_closed_reason{lane="run",reason="renewal_failing"} 1"#,
+            r#"tcab_dispatcher_gate_closed_reason{lane="run",reason="never_renewed"} 0"#,
+            r#"tcab_dispatcher_lane_hold{lane="run",reason="lane_full"} 1"#,
+            r#"tcab_dispatcher_lane_hold{lane="run",reason="gate_closed"} 0"#,
+        ] {
+            assert!(has(&text, line), "missing {line:?} in:\n{text}");
+        }
+    }
+
     #[test]
     fn recorded_ticks_encode_under_the_documented_names() {
         let metrics = AdmitterMetrics::new();
@@ -606,6 +746,11 @@ mod tests {
             None,
         );
         full.in_flight = 8;
+        // The gate is read while the lane is full, and closed.
+        full.gate = Some(tcab_proto::gate::GateVerdict::closed(
+            tcab_proto::gate::GateReason::RenewalFailing,
+            "POST /jobs/leases: 500",
+        ));
         metrics.record(&full);
         let mut poisoned = report(
             admit(),
@@ -638,8 +783,16 @@ mod tests {
             "# TYPE tcab_dispatcher_admissions_total counter",
             r#"tcab_dispatcher_admissions_total{lane="run",outcome="created"} 2"#,
             r#"tcab_dispatcher_admissions_total{lane="run",outcome="lane_full"} 1"#,
+            // The last tick's gate (closed, read while the lane was full),
+            // and the publish lane's, which is off: 0, held `disabled`.
             r#"tcab_dispatcher_gate_open{lane="run"} 1"#,
             r#"tcab_dispatcher_gate_open{lane="publish"} 0"#,
+            r#"tcab_dispatcher_gate_closed_reason{lane="run",reason="renewal_failing"} 0"#,
+            r#"tcab_dispatcher_gate_closed_reason{lane="publish",reason="never_renewed"} 0"#,
+            r#"tcab_dispatcher_lane_hold{lane="run",reason="none"} 1"#,
+            r#"tcab_dispatcher_lane_hold{lane="run",reason="lane_full"} 0"#,
+            r#"tcab_dispatcher_lane_hold{lane="publish",reason="disabled"} 1"#,
+            r#"tcab_dispatcher_lane_hold{lane="publish",reason="none"} 0"#,
             r#"tcab_dispatcher_lane_paused{lane="run"} 0"#,
             r#"tcab_dispatcher_lane_paused{lane="publish"} 0"#,
             r#"tcab_dispatcher_admissions_total{lane="run",outcome="error"} 1"#,

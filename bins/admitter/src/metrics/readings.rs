@@ -1,12 +1,15 @@
 //! What a lane's tick report counts as, pure: the admission outcomes, the
-//! failing step and reason of an admission error, the gate as read, the
-//! lane's saturation, the queue wait of a claim.
+//! failing step and reason of an admission error, the gate as read (and
+//! why it is closed), the lane's saturation, the queue wait of a claim.
 
 use crate::admit::{CreateFailure, LaneOutcome};
 use crate::lane::{AdmissionResult, LaneReport};
 use crate::plan::{Decision, HoldReason};
 use std::time::Duration;
-use tcab_shared::metrics::labels::{AdmissionOutcome, AdmissionStep, ErrorReason};
+use tcab_proto::gate::{GateReason, GateVerdict};
+use tcab_shared::metrics::labels::{
+    AdmissionOutcome, AdmissionStep, ErrorReason, GateClosedReason,
+};
 use tokio::time::Instant;
 
 /// The `outcome` a tick's result counts as, if it is an admission attempt:
@@ -75,13 +78,32 @@ pub(crate) fn admission_error(outcome: &LaneOutcome) -> Option<(AdmissionStep, E
     }
 }
 
-/// The gate as the tick read it: open when the lane admitted, closed when
-/// the gate held it, `None` when the lane did not ask (it held earlier).
+/// The gate as the tick read it (every tick of an enabled lane reads it,
+/// whatever else holds the lane): open or not; `None` for a lane that is off.
 pub(crate) fn gate_reading(report: &LaneReport) -> Option<bool> {
-    match &report.decision {
-        Decision::Admit { .. } => Some(true),
-        Decision::Hold(HoldReason::GateClosed(_)) => Some(false),
-        Decision::Hold(_) => None,
+    report.gate.as_ref().map(GateVerdict::is_open)
+}
+
+/// Why the gate was closed at the tick's reading; `None` when it was open
+/// or not read.
+pub(crate) fn gate_closed_reason(report: &LaneReport) -> Option<GateClosedReason> {
+    match report.gate.as_ref()? {
+        GateVerdict::Open => None,
+        GateVerdict::Closed(closed) => Some(gate_label(closed.reason)),
+    }
+}
+
+/// The label value of a gate's reason (one for each: a reason added to the
+/// gate must be declared with the other label values).
+pub(crate) fn gate_label(reason: GateReason) -> GateClosedReason {
+    match reason {
+        GateReason::ViewNotCurrent => GateClosedReason::ViewNotCurrent,
+        GateReason::LaneNotRenewed => GateClosedReason::LaneNotRenewed,
+        GateReason::RenewalFailing => GateClosedReason::RenewalFailing,
+        GateReason::NeverRenewed => GateClosedReason::NeverRenewed,
+        GateReason::RenewalStale => GateClosedReason::RenewalStale,
+        GateReason::KeeperUnreachable => GateClosedReason::KeeperUnreachable,
+        GateReason::UnreadableAnswer => GateClosedReason::UnreadableAnswer,
     }
 }
 
@@ -234,6 +256,8 @@ mod tests {
             view_current: report.view_current,
             claimed: None,
             claim_to_job: vec![],
+            gate: report.gate.clone(),
+            backoff_until: None,
         }
     }
 
@@ -393,17 +417,58 @@ mod tests {
     }
 
     #[test]
-    fn the_gate_is_read_only_when_the_lane_asked() {
-        assert_eq!(gate_reading(&report(admit(), None)), Some(true));
+    fn the_gate_is_read_whatever_holds_the_lane() {
+        let never = GateVerdict::closed(GateReason::NeverRenewed, "x");
+        let mut admitted = report(admit(), None);
+        assert_eq!(gate_reading(&admitted), Some(true));
+        assert_eq!(gate_closed_reason(&admitted), None);
         let closed = hold(HoldReason::GateClosed(tcab_proto::gate::GateClosed {
-            reason: tcab_proto::gate::GateReason::NeverRenewed,
+            reason: GateReason::NeverRenewed,
             detail: "x".into(),
         }));
-        assert_eq!(gate_reading(&report(closed, None)), Some(false));
-        let full = hold(HoldReason::LaneFull {
-            in_flight: 1,
-            cap: 1,
-        });
-        assert_eq!(gate_reading(&report(full, None)), None);
+        let mut held = report(closed, None);
+        held.gate = Some(never);
+        assert_eq!(gate_reading(&held), Some(false));
+        assert_eq!(
+            gate_closed_reason(&held),
+            Some(GateClosedReason::NeverRenewed)
+        );
+        // A full lane read its gate too: open, or closed with its reason.
+        let mut full = report(
+            hold(HoldReason::LaneFull {
+                in_flight: 1,
+                cap: 1,
+            }),
+            None,
+        );
+        assert_eq!(gate_reading(&full), Some(true));
+        full.gate = Some(GateVerdict::closed(GateReason::RenewalFailing, "500"));
+        assert_eq!(gate_reading(&full), Some(false));
+        assert_eq!(
+            gate_closed_reason(&full),
+            Some(GateClosedReason::RenewalFailing)
+        );
+        // A lane that is off reads nothing.
+        admitted.gate = None;
+        assert_eq!(gate_reading(&admitted), None);
+        assert_eq!(gate_closed_reason(&admitted), None);
+    }
+
+    #[test]
+    fn each_gate_reason_has_the_label_value_of_its_name() {
+        use tcab_shared::metrics::labels::LabelValue;
+        let all = [
+            GateReason::ViewNotCurrent,
+            GateReason::LaneNotRenewed,
+            GateReason::RenewalFailing,
+            GateReason::NeverRenewed,
+            GateReason::RenewalStale,
+            GateReason::KeeperUnreachable,
+            GateReason::UnreadableAnswer,
+        ];
+        for reason in all {
+            assert_eq!(gate_label(reason).as_str(), reason.name());
+        }
+        assert_eq!(all.len(), GateClosedReason::ALL.len());
     }
 }

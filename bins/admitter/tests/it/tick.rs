@@ -480,8 +480,11 @@ async fn the_gate_is_asked_before_every_claim_so_a_failed_renewal_stops_the_next
     assert_eq!(rig.gate.gate_calls(), 3);
 }
 
+/// A full lane still reads its gate every tick (so its reading, exported,
+/// stays true after a restart with every slot taken), claims nothing, and
+/// gives being full as its reason whatever the gate says.
 #[tokio::test(start_paused = true)]
-async fn the_gate_is_not_asked_while_no_lane_could_admit() {
+async fn a_full_lane_reads_its_gate_and_claims_nothing() {
     let rig = Rig::start().await;
     rig.backend.queue(Lane::Run, 3);
     let config = rig.config(&[
@@ -499,7 +502,17 @@ async fn the_gate_is_not_asked_while_no_lane_could_admit() {
         report.plan.run,
         Decision::Hold(HoldReason::LaneFull { .. })
     ));
-    assert_eq!(rig.gate.gate_calls(), 0);
+    assert_eq!(rig.gate.gate_calls(), 1, "the full lane read its gate");
+    rig.gate.set_verdict(
+        Lane::Run,
+        GateVerdict::closed(GateReason::RenewalFailing, "renewals fail"),
+    );
+    let report = admitter.tick().await;
+    assert!(matches!(
+        report.plan.run,
+        Decision::Hold(HoldReason::LaneFull { .. })
+    ));
+    assert_eq!(rig.gate.gate_calls(), 2);
     assert_eq!(rig.backend.requests(Lane::Run), 0);
 }
 
@@ -570,8 +583,8 @@ async fn no_claim_while_the_admitters_own_view_is_not_current() {
     );
     assert_eq!(
         rig.gate.gate_calls(),
-        0,
-        "a held lane does not ask the gate"
+        6,
+        "each lane read its gate on each of its three ticks, and claimed nothing"
     );
     // A fresh complete list makes it current again.
     cache.apply(Event::Init);
