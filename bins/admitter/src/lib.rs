@@ -31,6 +31,9 @@
 //! - `metrics`: the lanes' metrics, recorded from each tick's report (what
 //!   a report counts as, outcome, error, gate, saturation, queue wait, is
 //!   read apart, pure);
+//! - `status`: the admitter's status document (`/status`): each lane's
+//!   state, gate, back-off and last error, folded from the same reports
+//!   and rendered, both pure;
 //! - `settings`: what the admitter reads from its configuration (caps,
 //!   gate bound, settle limits), which the lanes, the metrics and the loop
 //!   read;
@@ -76,6 +79,7 @@ mod preflight;
 mod run;
 mod settings;
 mod settle;
+mod status;
 
 // What a tick's report carries, for the tests that read it.
 pub use admit::{

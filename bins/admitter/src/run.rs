@@ -7,6 +7,7 @@ use crate::lane::LaneAdmitter;
 use crate::metrics::{AdmitterMetrics, MeteredLane, loop_name};
 use crate::preflight;
 use crate::settings::AdmitterSettings;
+use crate::status::AdmitterStatus;
 use anyhow::Context as _;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
@@ -69,7 +70,14 @@ pub async fn run(
     metrics.register(exporter.registry_mut());
     let scraped = metrics.clone();
     exporter.on_scrape(move || scraped.refresh(tokio::time::Instant::now()));
-    let _endpoint = serve_if(config.common.metrics_addr, exporter, health.clone()).await?;
+    let status = Arc::new(AdmitterStatus::new(&settings, WallClock::system()));
+    let _endpoint = serve_if(
+        config.common.metrics_addr,
+        exporter,
+        health.clone(),
+        status.source(),
+    )
+    .await?;
     let vault =
         KeeperClient::connect_lazy(config.common.vault_addr, KeeperClientSettings::default())
             .context("building the vault client")?;
@@ -116,7 +124,8 @@ pub async fn run(
                 // A Job that finishes frees room: its lane ticks at once, not at the next poll.
                 let wake = cache.finishes();
                 let name = loop_name(lane.lane());
-                loops.add(name, poll, wake, MeteredLane::new(lane, metrics.clone()));
+                let lane = MeteredLane::new(lane, metrics.clone(), status.clone());
+                loops.add(name, poll, wake, lane);
             }
         })
         .await?;

@@ -33,6 +33,7 @@ mod metrics;
 mod plan;
 mod report;
 pub mod run;
+mod status;
 pub mod tokens;
 
 pub use config::LeaseKeeperConfig;

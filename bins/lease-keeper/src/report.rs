@@ -52,6 +52,19 @@ impl Report {
     }
 }
 
+/// A report that failed: which, of which job, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedReport {
+    /// The report.
+    pub report: Report,
+    /// The backend job.
+    pub job_id: JobId,
+    /// The failure's kind.
+    pub kind: BackendErrorKind,
+    /// The error in words (the backend client's errors carry no token).
+    pub message: String,
+}
+
 /// What one report tick did; returned for tests and summarised in the log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReportTick {
@@ -81,6 +94,9 @@ pub struct ReportTick {
     pub lost_publishes: Vec<JobId>,
     /// Reports that failed, each with the failure's kind (for metrics).
     pub failed_reports: Vec<(Report, BackendErrorKind)>,
+    /// The last report of the tick that failed, with its job id and words
+    /// (for the status document).
+    pub last_failure: Option<FailedReport>,
     /// Whether the tick's budget ran out and work was left for the next one.
     pub deferred: bool,
 }

@@ -46,6 +46,7 @@ mod metrics;
 mod plan;
 mod report;
 pub mod run;
+mod status;
 
 pub use config::ReaperConfig;
 // What a tick's report carries, for the tests that read it.

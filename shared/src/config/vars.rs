@@ -161,7 +161,7 @@ declare! {
         },
         fallback: Optional,
         read_by: &[A, L, R],
-        doc: "IP:port where the binary serves /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090 (docs/metrics.md); unset means nothing listens. An address that cannot be bound stops the start.",
+        doc: "IP:port where the binary serves /metrics, /healthz, /readyz and /status, e.g. 0.0.0.0:9090 (docs/metrics.md); unset means nothing listens. An address that cannot be bound stops the start.",
     };
 
     pub const BACKEND_TIMEOUT_SECONDS: Setting<Seconds> = Setting {

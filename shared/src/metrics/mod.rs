@@ -1,7 +1,8 @@
 //! Metrics and health endpoints (docs/metrics.md): the metrics every
 //! container exports (here), the health state its probes read ([`health`]),
-//! and the small HTTP server that serves `/metrics`, `/healthz` and `/readyz`
-//! on `TCAB_DISPATCHER_METRICS_ADDR` ([`server`]).
+//! the frame of each container's status document ([`status`]), and the
+//! small HTTP server that serves `/metrics`, `/healthz`, `/readyz` and
+//! `/status` on `TCAB_DISPATCHER_METRICS_ADDR` ([`server`]).
 //!
 //! The metrics common to the three binaries live in one process-wide
 //! [`Common`] ([`common`]): the Kubernetes and backend edges record into it
@@ -14,9 +15,11 @@ pub mod health;
 pub mod labels;
 pub mod process;
 pub mod server;
+pub mod status;
 
 pub use health::{Beat, Health, Timed, liveness, liveness_bound, readiness, timed};
 pub use server::{Endpoint, ServeError, serve, serve_if};
+pub use status::StatusSource;
 
 use crate::config::{Binary, BuildInfo};
 use crate::kube_api::Verb;

@@ -1,9 +1,9 @@
-//! The HTTP server of `/metrics`, `/healthz` and `/readyz`, bound only when
-//! `TCAB_DISPATCHER_METRICS_ADDR` is set.
+//! The HTTP server of `/metrics`, `/healthz`, `/readyz` and `/status`,
+//! bound only when `TCAB_DISPATCHER_METRICS_ADDR` is set.
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use super::*;
 pub enum ServeError {
     /// The address could not be bound.
     #[error(
-        "cannot listen on {addr} for /metrics, /healthz and /readyz (TCAB_DISPATCHER_METRICS_ADDR): {error}"
+        "cannot listen on {addr} for /metrics, /healthz, /readyz and /status (TCAB_DISPATCHER_METRICS_ADDR): {error}"
     )]
     Bind {
         /// The address asked for.
@@ -47,6 +47,7 @@ impl Drop for Endpoint {
 struct Served {
     exporter: Exporter,
     health: Health,
+    status: StatusSource,
 }
 
 async fn metrics(State(served): State<Arc<Served>>) -> impl IntoResponse {
@@ -72,14 +73,24 @@ async fn readyz(State(served): State<Arc<Served>>) -> impl IntoResponse {
     probe(served.health.ready())
 }
 
+async fn status_document(State(served): State<Arc<Served>>) -> impl IntoResponse {
+    let health = &served.health;
+    Json(
+        served
+            .status
+            .document(health.ready().is_ok(), health.view_current()),
+    )
+}
+
 /// Binds `addr` and serves `/metrics` (the exporter, with
 /// `tcab_dispatcher_view_current` read from `health` at each scrape),
-/// `/healthz` and `/readyz` on a task of its own until the [`Endpoint`]
-/// is dropped.
+/// `/healthz`, `/readyz` and `/status` (the container's status document,
+/// JSON) on a task of its own until the [`Endpoint`] is dropped.
 pub async fn serve(
     addr: SocketAddr,
     exporter: Exporter,
     health: Health,
+    status: StatusSource,
 ) -> Result<Endpoint, ServeError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -91,13 +102,18 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(Arc::new(Served { exporter, health }));
+        .route("/status", get(status_document))
+        .with_state(Arc::new(Served {
+            exporter,
+            health,
+            status,
+        }));
     let task = tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(%error, "the metrics server stopped");
         }
     });
-    tracing::info!(addr = %local, "serving /metrics, /healthz and /readyz on http://{local}");
+    tracing::info!(addr = %local, "serving /metrics, /healthz, /readyz and /status on http://{local}");
     Ok(Endpoint { addr: local, task })
 }
 
@@ -106,9 +122,10 @@ pub async fn serve_if(
     addr: Option<SocketAddr>,
     exporter: Exporter,
     health: Health,
+    status: StatusSource,
 ) -> Result<Option<Endpoint>, ServeError> {
     match addr {
-        Some(addr) => serve(addr, exporter, health).await.map(Some),
+        Some(addr) => serve(addr, exporter, health, status).await.map(Some),
         None => Ok(None),
     }
 }
@@ -140,6 +157,10 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             Exporter::new(common()),
             health.clone(),
+            StatusSource::new(
+                "tcab-reaper",
+                || serde_json::json!({"last_sweep": {"removed": 2}}),
+            ),
         )
         .await
         .expect("serves");
@@ -155,6 +176,14 @@ mod tests {
         health.ticked("reap");
         assert_eq!(get(addr, "/readyz").await.0, 200);
 
+        let (status, kind, body) = get(addr, "/status").await;
+        assert_eq!((status, kind.as_str()), (200, "application/json"));
+        let doc: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(doc["binary"], "tcab-reaper");
+        assert_eq!(doc["ready"], true);
+        assert_eq!(doc["view_current"], true);
+        assert_eq!(doc["last_sweep"]["removed"], 2);
+
         let (status, kind, body) = get(addr, "/metrics").await;
         assert_eq!(status, 200);
         assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");
@@ -169,6 +198,8 @@ mod tests {
             "{body}"
         );
         assert_eq!(get(addr, "/readyz").await.0, 503);
+        let (_, _, body) = get(addr, "/status").await;
+        assert!(body.contains(r#""ready":false"#), "{body}");
         assert_eq!(get(addr, "/nothing").await.0, 404);
 
         drop(endpoint);
@@ -196,6 +227,7 @@ mod tests {
             addr,
             Exporter::new(&Common::new()),
             Health::new(Duration::from_secs(1)),
+            StatusSource::empty("tcab-reaper"),
         )
         .await
         .expect_err("the port is taken");
@@ -208,7 +240,8 @@ mod tests {
             serve_if(
                 None,
                 Exporter::new(&Common::new()),
-                Health::new(Duration::from_secs(1))
+                Health::new(Duration::from_secs(1)),
+                StatusSource::empty("tcab-reaper"),
             )
             .await
             .expect("nothing to bind")

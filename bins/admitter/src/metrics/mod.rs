@@ -17,12 +17,14 @@
 mod readings;
 
 pub(crate) use readings::{
-    Saturation, admission_error, admissions, gate_closed_reason, gate_reading, queue_wait,
+    Saturation, admission_error, admissions, gate_closed_reason, gate_label, gate_reading,
+    queue_wait,
 };
 
 use crate::admit::LaneOutcome;
 use crate::lane::{LaneAdmitter, LaneReport};
 use crate::settings::AdmitterSettings;
+use crate::status::AdmitterStatus;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -524,17 +526,27 @@ impl AdmitterMetrics {
     }
 }
 
-/// A lane's loop that records the lane's metrics from each tick's report.
+/// A lane's loop that records the lane's metrics and its part of the
+/// status document from each tick's report.
 #[derive(Debug)]
 pub(crate) struct MeteredLane {
     lane: LaneAdmitter,
     metrics: Arc<AdmitterMetrics>,
+    status: Arc<AdmitterStatus>,
 }
 
 impl MeteredLane {
-    /// `lane`'s loop, recording into `metrics`.
-    pub(crate) fn new(lane: LaneAdmitter, metrics: Arc<AdmitterMetrics>) -> Self {
-        MeteredLane { lane, metrics }
+    /// `lane`'s loop, recording into `metrics` and `status`.
+    pub(crate) fn new(
+        lane: LaneAdmitter,
+        metrics: Arc<AdmitterMetrics>,
+        status: Arc<AdmitterStatus>,
+    ) -> Self {
+        MeteredLane {
+            lane,
+            metrics,
+            status,
+        }
     }
 }
 
@@ -542,6 +554,7 @@ impl Tick for MeteredLane {
     async fn tick(&mut self) -> TickOutcome {
         let report = self.lane.tick_report().await;
         self.metrics.record(&report);
+        self.status.record(&report);
         report.tick_outcome()
     }
 }

@@ -13,5 +13,6 @@ mod restricted;
 mod revision;
 mod run_loop;
 mod sims;
+mod status;
 mod support;
 mod tick;

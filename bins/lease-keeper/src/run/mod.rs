@@ -21,6 +21,7 @@ use crate::grpc;
 use crate::inspect::Inspector;
 use crate::metrics::{KeeperMetrics, RENEW_LOOP, REPORT_LOOP};
 use crate::plan::failures::FailureSettings;
+use crate::status::KeeperStatus;
 use crate::tokens::TokenStore;
 use renewals::{JudgedDead, MeteredRenewer, Renewer};
 use reports::{MeteredReporter, Reporter, ReporterParts};
@@ -251,7 +252,14 @@ pub async fn run(
     .with_clock(clock);
     let (ages, gate) = (metrics.clone(), keeper.gate.clone());
     exporter.on_scrape(move || ages.refresh_ages(&gate, tokio::time::Instant::now()));
-    let _endpoint = serve_if(config.common.metrics_addr, exporter, health.clone()).await?;
+    let status = Arc::new(KeeperStatus::new(keeper.gate.clone(), WallClock::system()));
+    let _endpoint = serve_if(
+        config.common.metrics_addr,
+        exporter,
+        health.clone(),
+        status.source(),
+    )
+    .await?;
     let (store, gate) = (keeper.store.clone(), keeper.gate.clone());
     supervisor.serve("the token vault server", |stop| async move {
         Ok(grpc::serve(vault_listener, store, gate, stop).await?)
@@ -271,10 +279,11 @@ pub async fn run(
                 jobs = jobs.len(),
                 "Job view current; renewing and reporting"
             );
-            let renewer = MeteredRenewer::new(renewer, metrics.clone(), config.publishing);
+            let renewer =
+                MeteredRenewer::new(renewer, metrics.clone(), status.clone(), config.publishing);
             loops.add(RENEW_LOOP, poll, Wake::never(), renewer);
             // A Job's first sign of failure is evidence to read now, not at the next poll.
-            let reporter = MeteredReporter::new(reporter, metrics.clone());
+            let reporter = MeteredReporter::new(reporter, metrics.clone(), status.clone());
             loops.add(REPORT_LOOP, poll, jobs.changes(), reporter);
         })
         .await?;

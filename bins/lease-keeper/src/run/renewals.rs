@@ -8,6 +8,7 @@ use crate::gate::Gate;
 use crate::metrics::KeeperMetrics;
 use crate::plan::renew::{LaneRenewal, RenewSkip, plan_renewals};
 use crate::report::RenewalReport;
+use crate::status::KeeperStatus;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use tcab_shared::Lane;
@@ -309,20 +310,28 @@ impl Tick for Renewer {
     }
 }
 
-/// The renewal loop, recording each round.
+/// The renewal loop, recording each round in the metrics and the status
+/// document.
 pub(super) struct MeteredRenewer {
     renewer: Renewer,
     metrics: Arc<KeeperMetrics>,
+    status: Arc<KeeperStatus>,
     publishing: bool,
 }
 
 impl MeteredRenewer {
-    /// `renewer`, recording into `metrics`; `publishing` says whether the
-    /// publish lane is renewed.
-    pub(super) fn new(renewer: Renewer, metrics: Arc<KeeperMetrics>, publishing: bool) -> Self {
+    /// `renewer`, recording into `metrics` and `status`; `publishing` says
+    /// whether the publish lane is renewed.
+    pub(super) fn new(
+        renewer: Renewer,
+        metrics: Arc<KeeperMetrics>,
+        status: Arc<KeeperStatus>,
+        publishing: bool,
+    ) -> Self {
         MeteredRenewer {
             renewer,
             metrics,
+            status,
             publishing,
         }
     }
@@ -332,6 +341,10 @@ impl Tick for MeteredRenewer {
     async fn tick(&mut self) -> TickOutcome {
         let report = self.renewer.round().await;
         self.metrics.record_renewals(&report, self.publishing);
+        self.status.record_round(Lane::Run, report.runs);
+        if self.publishing {
+            self.status.record_round(Lane::Publish, report.publishes);
+        }
         TickOutcome::Idle
     }
 }

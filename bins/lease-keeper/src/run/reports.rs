@@ -32,7 +32,8 @@ use crate::metrics::KeeperMetrics;
 use crate::plan::failures::{
     DeathKind, FailureSettings, Memories, evidence_settled, plan_failures,
 };
-use crate::report::{Report, ReportTick};
+use crate::report::{FailedReport, Report, ReportTick};
+use crate::status::{KeeperStatus, Pending};
 use crate::tokens::{TokenKey, TokenStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -385,6 +386,12 @@ impl Reporter {
             what.as_str(),
         );
         report.failed_reports.push((what, error.kind()));
+        report.last_failure = Some(FailedReport {
+            report: what,
+            job_id: job_id.into(),
+            kind: error.kind(),
+            message: error_chain(error),
+        });
         end_round
     }
 }
@@ -406,16 +413,26 @@ impl Tick for Reporter {
     }
 }
 
-/// The report loop, recording each tick's reports.
+/// The report loop, recording each tick's reports in the metrics and the
+/// status document.
 pub(super) struct MeteredReporter {
     reporter: Reporter,
     metrics: Arc<KeeperMetrics>,
+    status: Arc<KeeperStatus>,
 }
 
 impl MeteredReporter {
-    /// `reporter`, recording into `metrics`.
-    pub(super) fn new(reporter: Reporter, metrics: Arc<KeeperMetrics>) -> Self {
-        MeteredReporter { reporter, metrics }
+    /// `reporter`, recording into `metrics` and `status`.
+    pub(super) fn new(
+        reporter: Reporter,
+        metrics: Arc<KeeperMetrics>,
+        status: Arc<KeeperStatus>,
+    ) -> Self {
+        MeteredReporter {
+            reporter,
+            metrics,
+            status,
+        }
     }
 }
 
@@ -423,6 +440,12 @@ impl Tick for MeteredReporter {
     async fn tick(&mut self) -> TickOutcome {
         let tick = self.reporter.tick_at(None).await;
         self.metrics.record_reports(&tick);
+        let pending = Pending {
+            backing_off: self.reporter.backoffs.len(),
+            deaths: self.reporter.prepared.len(),
+            lost: self.reporter.lost_details.len(),
+        };
+        self.status.record_reports(&tick, pending);
         TickOutcome::Idle
     }
 }

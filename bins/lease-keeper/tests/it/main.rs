@@ -8,5 +8,6 @@ mod config;
 mod keeper;
 mod run_loop;
 mod sims;
+mod status;
 mod support;
 mod vault_grpc;

@@ -30,6 +30,7 @@ pub use tick::{Reaper, ReaperSetup};
 use crate::config::ReaperConfig;
 use crate::metrics::{REAP_LOOP, ReaperMetrics};
 use crate::plan::SweepSettings;
+use crate::status::StatusCell;
 use kube::Client;
 use std::sync::Arc;
 use tcab_shared::WallClock;
@@ -92,11 +93,12 @@ pub fn sweep_settings(config: &ReaperConfig) -> SweepSettings {
     }
 }
 
-/// The loop's unit of work: a tick, then its report to the metrics and the
-/// observer.
+/// The loop's unit of work: a tick, then its report to the metrics, the
+/// status document and the observer.
 struct Ticks {
     reaper: Reaper,
     metrics: Arc<ReaperMetrics>,
+    status: Arc<StatusCell>,
     on_tick: Option<TickObserver>,
 }
 
@@ -104,6 +106,7 @@ impl Tick for Ticks {
     async fn tick(&mut self) -> TickOutcome {
         let report = self.reaper.tick().await;
         self.metrics.record(&report);
+        self.status.record(&report);
         if let Some(observe) = &self.on_tick {
             observe(&report);
         }
@@ -142,7 +145,14 @@ pub async fn run(
     ));
     let mut exporter = Exporter::new(common());
     metrics.register(exporter.registry_mut());
-    let _endpoint = serve_if(config.common.metrics_addr, exporter, health.clone()).await?;
+    let status = Arc::new(StatusCell::new(deps.clock.clone()));
+    let _endpoint = serve_if(
+        config.common.metrics_addr,
+        exporter,
+        health.clone(),
+        status.source(),
+    )
+    .await?;
     tracing::info!(
         namespace = %own_namespace,
         sandbox_namespace = %sandbox_namespace,
@@ -177,6 +187,7 @@ pub async fn run(
                     kube_timeout: config.common.kube_timeout,
                 }),
                 metrics,
+                status,
                 on_tick: deps.on_tick,
             };
             loops.add(REAP_LOOP, config.common.poll_interval, wake, ticks);

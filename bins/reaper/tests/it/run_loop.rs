@@ -260,3 +260,73 @@ async fn the_sweep_without_a_backend_client_is_refused_at_start() {
         Some(RunError::NoBackend)
     ));
 }
+
+/// The reaper's `/status`, read over HTTP from `run()` as the binary serves
+/// it: of two dead drivers' sandboxes, one is reaped and one refused (403);
+/// the document names the reaped pod, and the refused one's job id as the
+/// last error and as backing off.
+#[tokio::test]
+async fn status_names_the_last_reap_and_the_refused_one_by_job_id() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let jobs = [
+        driver_job("tcab-driver-a-1", "a", true),
+        driver_job("tcab-driver-c-1", "c", true),
+    ];
+    let pods = vec![sandbox("sb-a", "a"), sandbox("sb-c", "c")];
+    let (client, _kube) = api_with(pods, &jobs, |req| {
+        (req.method == "DELETE" && req.uri.contains("/pods/sb-c")).then(|| {
+            Answer::Json(
+                403,
+                tcab_testkit::kube::failure(403, "Forbidden", "pods \"sb-c\" is forbidden: test"),
+            )
+        })
+    })
+    .await;
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let mut config = config();
+    config.common.metrics_addr = Some(metrics);
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run(config, deps(client, reports.clone()), shutdown.clone()));
+    let url = format!("http://{metrics}/status");
+    let doc: Value = tcab_testkit::wait::within(
+        "the status after the first reap",
+        Duration::from_secs(15),
+        async {
+            loop {
+                if let Ok(answer) = reqwest::get(&url).await
+                    && let Ok(text) = answer.text().await
+                    && let Ok(doc) = serde_json::from_str::<Value>(&text)
+                    && !doc["last_error"].is_null()
+                    && !doc["last_reaped"].is_null()
+                {
+                    return doc;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(doc["binary"], "tcab-reaper");
+    assert_eq!(doc["view_current"], true);
+    assert_eq!(doc["last_reaped"]["pod"], "sandboxes/sb-a", "{doc}");
+    assert_eq!(doc["last_reaped"]["job_id"], "a");
+    assert_eq!(doc["last_error"]["job_id"], "c", "{doc}");
+    assert_eq!(doc["last_error"]["step"], "delete pods");
+    assert!(
+        doc["last_error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("forbidden")),
+        "{doc}"
+    );
+    assert_eq!(doc["backing_off"][0]["job_id"], "c", "{doc}");
+    assert!(doc["last_sweep"].is_null(), "the sweep is off: {doc}");
+    shutdown.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("run stops on shutdown")
+        .expect("run task");
+    assert!(result.is_ok(), "{result:?}");
+}
