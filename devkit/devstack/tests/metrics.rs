@@ -653,8 +653,201 @@ async fn a_fresh_containers_metrics_show_every_documented_counter_at_0() {
     }
 }
 
+/// A container's `/status` document, read over its port.
+async fn status(t: &TestStack, c: Container) -> anyhow::Result<serde_json::Value> {
+    let (code, body) = t.stack.endpoint(c, "/status").await?;
+    anyhow::ensure!(code == 200, "{} /status: {code} {body}", c.binary());
+    anyhow::ensure!(
+        !body.contains(SERVICE_TOKEN),
+        "{} /status shows the service token",
+        c.binary()
+    );
+    Ok(serde_json::from_str(&body)?)
+}
+
+/// The value of one series of the admitter's lane gauges, by lane and reason.
+fn by_reason(s: &Scrape, name: &str, lane: &str, reason: &str) -> Option<f64> {
+    s.value(name, &[("lane", lane), ("reason", reason)])
+}
+
+/// Why a lane holds, in one look, with the real binaries: the run lane full
+/// of a run that never ends, the publish lane paused (a cap of 0). The hold
+/// gauge, the gate and the `/status` documents say so; after an admitter
+/// restart the full lane's gate reads open from its first tick (never 0,
+/// which paged `TcabDispatcherGateClosed` while renewals were healthy); and
+/// while the backend refuses renewals the gate reads closed with its
+/// reason, the lane still held for being full, the lease-keeper's document
+/// naming the failing call.
+async fn a_lane_says_why_it_holds_in_its_metrics_and_status(kind: ClusterKind) {
+    let mut t = TestStack::start(kind, |o| {
+        o.max_inflight = 1;
+        o.max_publish_inflight = 0;
+    })
+    .await;
+    let ids = t
+        .stack
+        .backend
+        .enqueue_batch(vec![
+            run("long", json!({"hang": true})),
+            run("waiting", json!({"duration_ms": 100})),
+        ])
+        .await
+        .expect("enqueue");
+    t.running_driver(
+        &ids[0],
+        t.pick(Duration::from_secs(30), Duration::from_secs(60)),
+    )
+    .await;
+    let full = wait_for(
+        "the run lane held full",
+        Duration::from_secs(20),
+        || async {
+            let s = t.stack.scrape(Container::Admitter).await?;
+            let full = by_reason(&s, "tcab_dispatcher_lane_hold", "run", "lane_full") == Some(1.0);
+            Ok(full.then_some(s))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    assert_eq!(lane(&full, "tcab_dispatcher_gate_open", "run"), Some(1.0));
+    assert_eq!(
+        by_reason(&full, "tcab_dispatcher_lane_hold", "run", "none"),
+        Some(0.0)
+    );
+    assert_eq!(
+        by_reason(&full, "tcab_dispatcher_lane_hold", "publish", "paused"),
+        Some(1.0)
+    );
+    assert_eq!(
+        full.sum("tcab_dispatcher_gate_closed_reason", &[("lane", "run")]),
+        0.0,
+        "no closed reason while the gate is open"
+    );
+    let doc = status(&t, Container::Admitter)
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    let run_lane = &doc["lanes"]["run"];
+    assert_eq!(run_lane["hold_reason"], "lane_full", "{doc}");
+    assert_eq!(
+        (run_lane["in_flight"].as_u64(), run_lane["cap"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(run_lane["gate"]["open"], true, "{doc}");
+    assert_eq!(
+        run_lane["last_admitted"]["job_id"],
+        ids[0].as_str(),
+        "{doc}"
+    );
+    assert_eq!(doc["lanes"]["publish"]["hold_reason"], "paused", "{doc}");
+    let keeper = status(&t, Container::LeaseKeeper)
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    assert_eq!(keeper["renewals"]["run"]["healthy"], true, "{keeper}");
+    assert_eq!(keeper["renewals"]["publish"]["enabled"], true, "{keeper}");
+    let reaper = status(&t, Container::Reaper)
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    assert_eq!(reaper["view_current"], true, "{reaper}");
+    assert!(reaper["last_tick"]["seconds_ago"].is_number(), "{reaper}");
+
+    // The admitter restarts with its lane full and renewals healthy: from
+    // its first answer on, the gate never reads closed.
+    t.stack.stop_container(Container::Admitter).await;
+    t.stack
+        .start_container(Container::Admitter)
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    // `wait_for` retries on an error, so a closed reading is noted and
+    // checked after the wait.
+    let read_closed = std::cell::Cell::new(false);
+    wait_for(
+        "the restarted admitter reading its full lane's gate open",
+        Duration::from_secs(30),
+        || async {
+            let Ok(s) = t.stack.scrape(Container::Admitter).await else {
+                return Ok(None);
+            };
+            let gate = lane(&s, "tcab_dispatcher_gate_open", "run");
+            if gate == Some(0.0) {
+                read_closed.set(true);
+            }
+            let full = by_reason(&s, "tcab_dispatcher_lane_hold", "run", "lane_full") == Some(1.0);
+            Ok((full && gate == Some(1.0)).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    assert!(
+        !read_closed.get(),
+        "the restarted admitter read the gate closed with its lane full and renewals healthy"
+    );
+
+    // The backend refuses renewals: the gate closes for the run lane with
+    // its reason, and the lane still holds for being full.
+    t.stack
+        .backend
+        .add_fault(&["/jobs/leases"], "error", 60.0)
+        .await
+        .expect("fail renewals");
+    let closed = wait_for(
+        "the full lane's gate read closed, renewals failing",
+        Duration::from_secs(20),
+        || async {
+            let s = t.stack.scrape(Container::Admitter).await?;
+            let failing = by_reason(
+                &s,
+                "tcab_dispatcher_gate_closed_reason",
+                "run",
+                "renewal_failing",
+            ) == Some(1.0);
+            Ok(failing.then_some(s))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    assert_eq!(lane(&closed, "tcab_dispatcher_gate_open", "run"), Some(0.0));
+    assert_eq!(
+        by_reason(&closed, "tcab_dispatcher_lane_hold", "run", "lane_full"),
+        Some(1.0)
+    );
+    assert_eq!(
+        closed.sum("tcab_dispatcher_gate_closed_reason", &[("lane", "run")]),
+        1.0,
+        "one reason at a time"
+    );
+    let doc = status(&t, Container::Admitter)
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    assert_eq!(
+        doc["lanes"]["run"]["gate"]["reason"], "renewal_failing",
+        "{doc}"
+    );
+    assert_eq!(doc["lanes"]["run"]["hold_reason"], "lane_full", "{doc}");
+    let keeper = status(&t, Container::LeaseKeeper)
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    let renewals = &keeper["renewals"]["run"];
+    assert_eq!(renewals["healthy"], false, "{keeper}");
+    assert!(renewals["failing"].is_string(), "{keeper}");
+    assert!(
+        renewals["failed_rounds_in_a_row"].as_u64() >= Some(1),
+        "{keeper}"
+    );
+
+    // Renewals succeed again: the gate opens.
+    t.stack.backend.clear_faults().await.expect("clear faults");
+    wait_for("the gate open again", Duration::from_secs(20), || async {
+        let s = t.stack.scrape(Container::Admitter).await?;
+        Ok((lane(&s, "tcab_dispatcher_gate_open", "run") == Some(1.0)).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| t.fail(e));
+    t.stack.check_alive().unwrap_or_else(|e| t.fail(e));
+}
+
 on_both_clusters!(
     the_containers_metrics_and_probes_follow_a_drain,
     a_taken_metrics_address_stops_the_container_naming_it,
     the_devstack_command_shows_the_dispatchers_view,
+    a_lane_says_why_it_holds_in_its_metrics_and_status,
 );
