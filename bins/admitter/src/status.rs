@@ -59,6 +59,9 @@ pub(crate) struct LaneStatus {
     pub(crate) backoff_until: Option<Instant>,
     /// The gate as last read, and when.
     pub(crate) gate: Option<(GateVerdict, At)>,
+    /// What the lane's last claim came to (`created`, `empty_queue`,
+    /// `error`: the admissions counter's outcome), and when.
+    pub(crate) last_claim: Option<(&'static str, At)>,
     /// The job id of the last Job known to exist for a claim, and when.
     pub(crate) last_admitted: Option<(String, At)>,
     /// The last error.
@@ -78,6 +81,7 @@ impl LaneStatus {
             view_current: false,
             backoff_until: None,
             gate: None,
+            last_claim: None,
             last_admitted: None,
             last_error: None,
         }
@@ -96,6 +100,9 @@ impl LaneStatus {
         self.backoff_until = report.backoff_until;
         if let Some(gate) = &report.gate {
             self.gate = Some((gate.clone(), at));
+        }
+        if report.outcome.is_some() {
+            self.last_claim = Some((report.result().as_str(), at));
         }
         for outcome in report.outcome.iter().chain(&report.resettled) {
             if outcome.created().is_some()
@@ -144,6 +151,9 @@ impl LaneStatus {
                 "read": read.render(now),
             })
         });
+        let last_claim = self
+            .last_claim
+            .map(|(outcome, at)| at.render_with(now, json!({ "outcome": outcome })));
         let last_admitted = self
             .last_admitted
             .as_ref()
@@ -170,6 +180,7 @@ impl LaneStatus {
             "backoff_remaining_seconds": backoff,
             "gate": gate,
             "last_tick": self.last_tick.map(|t| t.render(now)),
+            "last_claim": last_claim,
             "last_admitted": last_admitted,
             "last_error": last_error,
         })
@@ -325,7 +336,9 @@ mod tests {
             settled: None,
         });
         let status = LaneStatus::new(true, 4).after(&admitted, at(t0, 0));
-        assert_eq!(status.render(at(t0, 0))["state"], "admitting");
+        let doc = status.render(at(t0, 0));
+        assert_eq!(doc["state"], "admitting");
+        assert_eq!(doc["last_claim"]["outcome"], "created");
 
         tokio::time::advance(Duration::from_secs(5)).await;
         let t1 = Instant::now();
@@ -356,6 +369,10 @@ mod tests {
         assert_eq!(doc["last_admitted"]["job_id"], "job-7");
         assert_eq!(doc["last_admitted"]["seconds_ago"], 5.0);
         assert_eq!(doc["last_admitted"]["at"], "2026-12-07T11:00:00Z");
+        assert_eq!(
+            doc["last_claim"]["seconds_ago"], 5.0,
+            "a held tick claims nothing"
+        );
         assert!(doc["last_error"].is_null());
         assert!(doc["backoff_remaining_seconds"].is_null());
     }
@@ -390,6 +407,7 @@ mod tests {
         let now = at(Instant::now(), 2);
         let doc = status.after(&backing_off, now).render(now);
         assert_eq!(doc["hold_reason"], "backing_off");
+        assert_eq!(doc["last_claim"]["outcome"], "error");
         assert_eq!(doc["backoff_remaining_seconds"], 6.0);
         let error = &doc["last_error"];
         assert_eq!(error["job_id"], "job-9");

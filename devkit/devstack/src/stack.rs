@@ -845,7 +845,7 @@ pub async fn run_demo(
         ),
     };
     println!(
-        "\ndev stack up\n  backend  {}  (service token {SERVICE_TOKEN})\n  cluster  {}\n  kubectl  {} --kubeconfig {} get jobs,pods\n  logs     {}/*.log\n  metrics  admitter {}\n           lease-keeper {}\n           reaper {}\n           (/healthz and /readyz beside each)\n\nenqueued {} runs and {} publishes; enqueue more with\n  curl -H 'Authorization: Bearer {SERVICE_TOKEN}' -H 'Content-Type: application/json' \\\n    -d '{{\"harness\":\"h\",\"model\":\"m\",\"case\":\"c\",\"jam\":null,\"launch_request\":{{\"sim\":{{\"duration_ms\":2000}}}}}}' {}/jobs\nCtrl-C stops everything.\n",
+        "\ndev stack up\n  backend  {}  (service token {SERVICE_TOKEN})\n  cluster  {}\n  kubectl  {} --kubeconfig {} get jobs,pods\n  logs     {}/*.log\n  metrics  admitter {}\n           lease-keeper {}\n           reaper {}\n           (/healthz, /readyz and /status beside each)\n\nenqueued {} runs and {} publishes; enqueue more with\n  curl -H 'Authorization: Bearer {SERVICE_TOKEN}' -H 'Content-Type: application/json' \\\n    -d '{{\"harness\":\"h\",\"model\":\"m\",\"case\":\"c\",\"jam\":null,\"launch_request\":{{\"sim\":{{\"duration_ms\":2000}}}}}}' {}/jobs\nCtrl-C stops everything.\n",
         stack.backend.url(),
         cluster,
         crate::real::kubectl(),
