@@ -379,6 +379,7 @@ async fn each_new_alert_fires_on_the_real_control_plane_and_none_on_a_healthy_in
     // Prometheus. The liveness probe then restarts it.
     let real = t.stack.real.as_ref().expect("a real cluster");
     let agent = tcab_node_agent::AdminClient::new(&real.agent_url);
+    let frozen_at = std::time::Instant::now();
     agent
         .freeze(&ns, &pod_name, "admitter")
         .await
@@ -400,10 +401,11 @@ async fn each_new_alert_fires_on_the_real_control_plane_and_none_on_a_healthy_in
         down["labels"]
     );
 
-    // The admitter restarted with the publish lane full: it never reads
-    // that lane's gate, so its gate reading stays 0 while renewals are
-    // healthy. No alert may fire (TcabDispatcherGateClosed did, before the
-    // rule asked for room in the lane).
+    // The admitter restarted with the publish lane full: it reads that
+    // lane's gate on every tick, so the reading is 1 while renewals are
+    // healthy, and never 0 on the way (it once sat at its start value 0
+    // until the lane had room, and TcabDispatcherGateClosed paged before the
+    // rule asked for room in the lane). No alert may fire.
     wait_for("the admitter restarted and Ready", LIMIT, || async {
         let pods = dispatcher_pods(&t).await;
         Ok(pods.into_iter().find(|p| {
@@ -413,16 +415,33 @@ async fn each_new_alert_fires_on_the_real_control_plane_and_none_on_a_healthy_in
     })
     .await
     .unwrap_or_else(|e| t.fail(e));
-    wait_for("the restarted admitter scraped, its publish gate reading 0", LIMIT, || async {
-        let q = format!(
-            r#"tcab_dispatcher_gate_open{{{sel},lane="publish"}} == 0 and on (pod) up{{{sel},container="admitter"}} == 1"#
-        );
-        let views = format!(r#"min(tcab_dispatcher_view_current{{{sel}}}) == 1"#);
-        Ok((prom.query(&q).await?.len() == 1 && prom.query(&views).await?.len() == 1)
-            .then_some(()))
-    })
+    wait_for(
+        "the restarted admitter scraped, its full publish lane's gate reading open",
+        LIMIT,
+        || async {
+            let q = format!(
+                r#"tcab_dispatcher_gate_open{{{sel},lane="publish"}} == 1 and on (pod) up{{{sel},container="admitter"}} == 1"#
+            );
+            let views = format!(r#"min(tcab_dispatcher_view_current{{{sel}}}) == 1"#);
+            Ok(
+                (prom.query(&q).await?.len() == 1 && prom.query(&views).await?.len() == 1)
+                    .then_some(()),
+            )
+        },
+    )
     .await
     .unwrap_or_else(|e| t.fail(e));
+    let window = frozen_at.elapsed().as_secs() + 1;
+    let closed = prom
+        .query(&format!(
+            r#"min_over_time(tcab_dispatcher_gate_open{{{sel},lane="publish"}}[{window}s]) == 0"#
+        ))
+        .await
+        .unwrap_or_else(|e| t.fail(e));
+    assert!(
+        closed.is_empty(),
+        "the full publish lane's gate read closed across the admitter's restart: {closed:?}"
+    );
     wait_for("the publish lane full", LIMIT, publish_full)
         .await
         .unwrap_or_else(|e| t.fail(e));
