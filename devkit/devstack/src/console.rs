@@ -513,7 +513,7 @@ fn http_client() -> reqwest::Client {
 }
 
 /// Percent-encodes a query value (everything but unreserved characters).
-fn encode(value: &str) -> String {
+pub fn encode(value: &str) -> String {
     value
         .bytes()
         .map(|b| match b {

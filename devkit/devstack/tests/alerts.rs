@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tcab_devstack::chart;
+use tcab_devstack::console::encode;
 use tcab_devstack::policy;
 use tcab_devstack::stack::free_port;
 use tcab_devstack::wait_for;
@@ -73,19 +74,6 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Percent-encodes a query value.
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 impl Prometheus {
