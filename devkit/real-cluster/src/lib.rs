@@ -27,6 +27,7 @@
 mod access;
 mod bins;
 mod control_plane;
+pub mod node;
 pub mod pki;
 mod process;
 mod settings;
@@ -43,6 +44,7 @@ pub use control_plane::{
     CONTROLLERS, ControlPlane, Failure, LogTail, LogTails, Logs, PauseError, Ports, PrepareError,
     RestartError, SERVICE_ACCOUNT_ISSUER, StartError, StartTimes, StopReport, TAIL_LINES,
 };
+pub use node::{KubeletCluster, KubeletSettings, NodeError};
 pub use process::children_die_with_us;
 pub use settings::{ExtraArgs, Identity, NodeAgent, Settings, Timings};
 

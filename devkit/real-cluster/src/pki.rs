@@ -4,7 +4,8 @@
 //!   and is the API server's client CA, so a caller can later mint a client
 //!   certificate for any identity ([`mint_client_cert`]);
 //! - the API server's serving certificate (`apiserver.crt`, `apiserver.key`)
-//!   for `127.0.0.1`, `localhost` and the in-cluster names;
+//!   for `127.0.0.1`, `localhost`, the in-cluster names and the node
+//!   network's gateway address;
 //! - the service-account signing key (`sa.key`, `sa.pub`): ECDSA P-256, so
 //!   tokens are signed ES256.
 //!
@@ -127,6 +128,8 @@ pub fn generate(dir: &Path) -> Result<PkiFiles, PkiError> {
         "kubernetes.default.svc.cluster.local",
         // The first address of the default service CIDR (10.0.0.0/24).
         "10.0.0.1",
+        // The host's loopback as real nodes see it (node::network::GATEWAY_IP).
+        "10.201.255.1",
     ];
     let mut params = CertificateParams::new(sans.map(String::from).to_vec()).map_err(|source| {
         PkiError::Generate {
