@@ -7,9 +7,9 @@
 //! - [`driver::run_driver`]: the fake tcab driver (docs/job-contract.md),
 //!   scripted by the `sim` key of its launch request ([`driver::Script`]);
 //! - [`driver::run_publisher`]: the fake publisher;
-//! - the *plain* program: writes [`LOG_LINES`] lines to its log, runs for
-//!   the annotation [`RUN_SECONDS`] (or until SIGTERM) and exits with
-//!   [`EXIT_CODE`].
+//! - the *plain* program: allocates [`ALLOCATE_MIB`] (on a real process
+//!   only), writes [`LOG_LINES`] lines to its log, runs for the annotation
+//!   [`RUN_SECONDS`] (or until SIGTERM) and exits with [`EXIT_CODE`].
 //!
 //! [`Program::for_pod`] chooses the program of a pod the way both kubelets
 //! do; [`run`] runs it on a [`Host`]. The host is whoever runs the program:
@@ -20,8 +20,34 @@
 //!
 //! [`images`] holds the kubelet's image-reference and pull back-off rules,
 //! which both kubelets apply before a program starts.
+//!
+//! ## On real nodes: the `tcab-workload` binary
+//!
+//! On a real node (the upstream kubelet with containerd and runc) a pod's
+//! container is a real process in a real image; its entrypoint is this
+//! crate's binary, `tcab-workload driver | publisher | plain` (any other
+//! command line: a message on stderr, exit status 2), which runs the same
+//! programs on [`container::ContainerHost`]:
+//!
+//! - env: the process environment; namespace: the ServiceAccount's
+//!   `namespace` file, else `POD_NAMESPACE`, else `default`;
+//! - log: each line on stdout as the program logs it (no prefix), so
+//!   `kubectl logs` shows what the node agent serves;
+//! - SIGTERM: a real handler installed before the program starts (a driver
+//!   that ignores it lives on until the kubelet's SIGKILL);
+//! - sandbox pods: `POST`/`DELETE` on the Kubernetes API at
+//!   `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT` with the
+//!   ServiceAccount's token (read for each call) and CA from
+//!   `/var/run/secrets/kubernetes.io/serviceaccount` (`TCAB_SERVICEACCOUNT_DIR`
+//!   overrides the directory, `TCAB_KUBERNETES_URL` the URL, for tests);
+//! - the plain program: env `TCAB_RUN_SECONDS`, `TCAB_EXIT_CODE`,
+//!   `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`, else the annotations above from
+//!   the downward API's `/etc/podinfo/annotations` (`TCAB_PODINFO_DIR`
+//!   overrides the directory); without a run time it runs until SIGTERM
+//!   and exits 143; [`ALLOCATE_MIB`] is allocated for real there;
+//! - the exit status is the program's.
 
-
+pub mod container;
 pub mod driver;
 pub mod images;
 
@@ -42,7 +68,7 @@ pub const LOG_LINES: &str = "kube-sim.tcab.dev/log-lines";
 /// Annotation: how many MiB a plain container allocates, every page
 /// touched, before its log lines and holds until it exits (default none),
 /// so a memory limit below it gets it OOM-killed. Only the container
-/// entrypoint (`container`) allocates for real; the in-process hosts
+/// entrypoint ([`container`]) allocates for real; the in-process hosts
 /// leave [`Host::allocate`] a no-op.
 pub const ALLOCATE_MIB: &str = "kube-sim.tcab.dev/allocate-mib";
 
