@@ -7,9 +7,9 @@
 //! - [`driver::run_driver`]: the fake tcab driver (docs/job-contract.md),
 //!   scripted by the `sim` key of its launch request ([`driver::Script`]);
 //! - [`driver::run_publisher`]: the fake publisher;
-//! - the *plain* program: writes [`LOG_LINES`] lines to its log, runs for
-//!   the annotation [`RUN_SECONDS`] (or until SIGTERM) and exits with
-//!   [`EXIT_CODE`].
+//! - the *plain* program: allocates [`ALLOCATE_MIB`] (on a real process
+//!   only), writes [`LOG_LINES`] lines to its log, runs for the annotation
+//!   [`RUN_SECONDS`] (or until SIGTERM) and exits with [`EXIT_CODE`].
 //!
 //! [`Program::for_pod`] chooses the program of a pod the way both kubelets
 //! do; [`run`] runs it on a [`Host`]. The host is whoever runs the program:
@@ -20,7 +20,34 @@
 //!
 //! [`images`] holds the kubelet's image-reference and pull back-off rules,
 //! which both kubelets apply before a program starts.
+//!
+//! ## On real nodes: the `tcab-workload` binary
+//!
+//! On a real node (the upstream kubelet with containerd and runc) a pod's
+//! container is a real process in a real image; its entrypoint is this
+//! crate's binary, `tcab-workload driver | publisher | plain` (any other
+//! command line: a message on stderr, exit status 2), which runs the same
+//! programs on [`container::ContainerHost`]:
+//!
+//! - env: the process environment; namespace: the ServiceAccount's
+//!   `namespace` file, else `POD_NAMESPACE`, else `default`;
+//! - log: each line on stdout as the program logs it (no prefix), so
+//!   `kubectl logs` shows what the node agent serves;
+//! - SIGTERM: a real handler installed before the program starts (a driver
+//!   that ignores it lives on until the kubelet's SIGKILL);
+//! - sandbox pods: `POST`/`DELETE` on the Kubernetes API at
+//!   `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT` with the
+//!   ServiceAccount's token (read for each call) and CA from
+//!   `/var/run/secrets/kubernetes.io/serviceaccount` (`TCAB_SERVICEACCOUNT_DIR`
+//!   overrides the directory, `TCAB_KUBERNETES_URL` the URL, for tests);
+//! - the plain program: env `TCAB_RUN_SECONDS`, `TCAB_EXIT_CODE`,
+//!   `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`, else the annotations above from
+//!   the downward API's `/etc/podinfo/annotations` (`TCAB_PODINFO_DIR`
+//!   overrides the directory); without a run time it runs until SIGTERM
+//!   and exits 143; [`ALLOCATE_MIB`] is allocated for real there;
+//! - the exit status is the program's.
 
+pub mod container;
 pub mod driver;
 pub mod images;
 
@@ -38,6 +65,12 @@ pub const EXIT_CODE: &str = "kube-sim.tcab.dev/exit-code";
 /// starts (`line 1`, `line 2`, ...; default none), so a test can read a
 /// log that both clusters' kubelets serve alike.
 pub const LOG_LINES: &str = "kube-sim.tcab.dev/log-lines";
+/// Annotation: how many MiB a plain container allocates, every page
+/// touched, before its log lines and holds until it exits (default none),
+/// so a memory limit below it gets it OOM-killed. Only the container
+/// entrypoint ([`container`]) allocates for real; the in-process hosts
+/// leave [`Host::allocate`] a no-op.
+pub const ALLOCATE_MIB: &str = "kube-sim.tcab.dev/allocate-mib";
 
 /// What a program needs from whoever runs it.
 ///
@@ -73,6 +106,12 @@ pub trait Host: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Allocates `mib` MiB, touches every page and holds it until the
+    /// program ends (the plain program's [`ALLOCATE_MIB`]). The default does
+    /// nothing: only a real process has real memory to run out of.
+    fn allocate(&self, mib: u32) {
+        let _ = mib;
+    }
 }
 
 /// Sleeps `d` on the host's clock; `false` when SIGTERM cut it short.
@@ -90,8 +129,9 @@ pub enum Program {
     Driver,
     /// The fake tcab publisher.
     Publisher,
-    /// Writes its log lines, runs for the given time (until SIGTERM when
-    /// `None`) and exits with the code; SIGTERM stops it at once with 143.
+    /// Allocates its memory, writes its log lines, runs for the given time
+    /// (until SIGTERM when `None`) and exits with the code; SIGTERM stops it
+    /// at once with 143.
     Plain {
         /// How long it runs.
         run: Option<Duration>,
@@ -99,6 +139,9 @@ pub enum Program {
         exit_code: i32,
         /// How many lines it writes to its log first.
         log_lines: u32,
+        /// How many MiB it allocates (through [`Host::allocate`]) before
+        /// its log lines; 0 for none.
+        allocate_mib: u32,
     },
 }
 
@@ -120,9 +163,9 @@ impl Program {
     /// The program of a pod: a Job's pod labelled `tcab.dev/job-kind=run`
     /// (or, without the label, named `tcab-driver-...`) runs the driver;
     /// `publish` (or `tcab-publisher-...`) the publisher; anything else the
-    /// plain program, which writes [`LOG_LINES`] lines, runs for
-    /// [`RUN_SECONDS`] (a Job's pod without it for `job_pod_run`, a bare pod
-    /// until deleted) and exits with [`EXIT_CODE`].
+    /// plain program, which allocates [`ALLOCATE_MIB`], writes [`LOG_LINES`]
+    /// lines, runs for [`RUN_SECONDS`] (a Job's pod without it for
+    /// `job_pod_run`, a bare pod until deleted) and exits with [`EXIT_CODE`].
     pub fn for_pod(pod: &Value, job_pod_run: Duration) -> Program {
         let kind = label(pod, "tcab.dev/job-kind");
         let name = pod["metadata"]["name"].as_str().unwrap_or("");
@@ -135,25 +178,34 @@ impl Program {
         {
             return Program::Publisher;
         }
-        let ann = &pod["metadata"]["annotations"];
-        let run = ann[RUN_SECONDS]
-            .as_str()
-            .and_then(|s| s.parse::<f64>().ok())
+        let annotations = &pod["metadata"]["annotations"];
+        Program::plain(
+            |key| annotations[key].as_str().map(str::to_string),
+            owned.then_some(job_pod_run),
+        )
+    }
+
+    /// The plain program with the parameters `annotation` gives for the
+    /// annotation keys [`RUN_SECONDS`], [`EXIT_CODE`], [`LOG_LINES`] and
+    /// [`ALLOCATE_MIB`]; a run time absent (or not a number of seconds
+    /// `>= 0`) is `default_run`, anything else absent or unreadable its
+    /// default (0).
+    pub fn plain(
+        annotation: impl Fn(&str) -> Option<String>,
+        default_run: Option<Duration>,
+    ) -> Program {
+        fn number<T: std::str::FromStr>(value: Option<String>) -> Option<T> {
+            value?.trim().parse().ok()
+        }
+        let run = number::<f64>(annotation(RUN_SECONDS))
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(Duration::from_secs_f64)
-            .or(owned.then_some(job_pod_run));
-        let exit_code = ann[EXIT_CODE]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let log_lines = ann[LOG_LINES]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+            .or(default_run);
         Program::Plain {
             run,
-            exit_code,
-            log_lines,
+            exit_code: number(annotation(EXIT_CODE)).unwrap_or(0),
+            log_lines: number(annotation(LOG_LINES)).unwrap_or(0),
+            allocate_mib: number(annotation(ALLOCATE_MIB)).unwrap_or(0),
         }
     }
 }
@@ -167,7 +219,11 @@ pub async fn run<H: Host>(program: &Program, host: &H) -> i32 {
             run,
             exit_code,
             log_lines,
+            allocate_mib,
         } => {
+            if *allocate_mib > 0 {
+                host.allocate(*allocate_mib);
+            }
             for i in 1..=*log_lines {
                 host.log(&format!("line {i}"));
             }
@@ -224,7 +280,8 @@ mod tests {
             Program::Plain {
                 run: Some(d),
                 exit_code: 0,
-                log_lines: 0
+                log_lines: 0,
+                allocate_mib: 0
             }
         );
         // Not owned by a Job: never the driver; runs until deleted.
@@ -235,20 +292,22 @@ mod tests {
             Program::Plain {
                 run: None,
                 exit_code: 0,
-                log_lines: 0
+                log_lines: 0,
+                allocate_mib: 0
             }
         );
         let annotated = job_pod(
             "p",
             json!({}),
-            json!({RUN_SECONDS: "2.5", EXIT_CODE: "3", LOG_LINES: "4"}),
+            json!({RUN_SECONDS: "2.5", EXIT_CODE: "3", LOG_LINES: "4", ALLOCATE_MIB: "16"}),
         );
         assert_eq!(
             Program::for_pod(&annotated, d),
             Program::Plain {
                 run: Some(Duration::from_millis(2500)),
                 exit_code: 3,
-                log_lines: 4
+                log_lines: 4,
+                allocate_mib: 16
             }
         );
     }
