@@ -8,6 +8,7 @@ mod base;
 pub mod elf;
 mod images;
 mod layer;
+pub mod rig;
 mod tar;
 
 use std::collections::BTreeMap;

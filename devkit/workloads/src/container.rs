@@ -3,7 +3,7 @@
 //! node (the upstream kubelet with containerd and runc) runs as a pod's
 //! container.
 //!
-//! - `tcab-workload driver | publisher | plain` ([`parse_args`]); anything
+//! - `tcab-workload driver | publisher | plain | pause` ([`parse_args`]); anything
 //!   else is a usage message on stderr and exit status 2.
 //! - env: the process environment, as the kubelet resolved it.
 //! - namespace: the ServiceAccount directory's `namespace` file, else
@@ -41,7 +41,7 @@ pub const SERVICEACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacco
 /// Where the image's pods mount the downward API's `annotations` file.
 pub const PODINFO_DIR: &str = "/etc/podinfo";
 /// The message of a wrong command line.
-pub const USAGE: &str = "usage: tcab-workload driver|publisher|plain";
+pub const USAGE: &str = "usage: tcab-workload driver|publisher|plain|pause";
 
 /// Each plain-program annotation and the env variable that overrides it.
 const PLAIN_ENV: [(&str, &str); 4] = [
@@ -60,6 +60,9 @@ pub enum Which {
     Publisher,
     /// `plain`: [`Program::Plain`], parameters from [`plain_program`].
     Plain,
+    /// `pause`: a pod sandbox's process (the CRI's "pause" image, which no
+    /// registry here serves): waits for SIGTERM and exits 0.
+    Pause,
 }
 
 /// Reads the arguments after the program's name: exactly one, the
@@ -71,6 +74,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Which, Strin
             "driver" => Ok(Which::Driver),
             "publisher" => Ok(Which::Publisher),
             "plain" => Ok(Which::Plain),
+            "pause" => Ok(Which::Pause),
             other => Err(format!("unknown program {other:?}; {USAGE}")),
         },
         [] => Err(format!("no program named; {USAGE}")),
@@ -86,7 +90,7 @@ pub fn program(which: Which, env: &HashMap<String, String>) -> Program {
     match which {
         Which::Driver => Program::Driver,
         Which::Publisher => Program::Publisher,
-        Which::Plain => plain_program(env),
+        Which::Plain | Which::Pause => plain_program(env),
     }
 }
 
@@ -393,6 +397,11 @@ pub async fn main(which: Which) -> i32 {
             return 1;
         }
     };
+    if which == Which::Pause {
+        let mut sigterm = sigterm;
+        let _ = sigterm.wait_for(|t| *t).await;
+        return 0;
+    }
     let env: HashMap<String, String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
@@ -426,6 +435,7 @@ mod tests {
         assert_eq!(parse_args(strings(&["driver"])), Ok(Which::Driver));
         assert_eq!(parse_args(strings(&["publisher"])), Ok(Which::Publisher));
         assert_eq!(parse_args(strings(&["plain"])), Ok(Which::Plain));
+        assert_eq!(parse_args(strings(&["pause"])), Ok(Which::Pause));
         for wrong in [&[][..], &["Driver"], &["plain", "extra"], &["--help"]] {
             let message = parse_args(strings(wrong)).unwrap_err();
             assert!(message.ends_with(USAGE), "{message}");

@@ -94,6 +94,38 @@ pub fn missing() -> Vec<String> {
     out
 }
 
+/// With this set to `1`, a machine that cannot run real nodes fails the
+/// tests that need them instead of skipping them (scripts/test sets it once
+/// it has installed what they need).
+pub const REQUIRED_ENV: &str = "TCAB_REAL_NODES_REQUIRED";
+
+/// For a test that needs real nodes: the control plane's bin dir, or
+/// `None` after one `SKIP: ...` line naming what is missing (the test then
+/// returns and passes); with [`REQUIRED_ENV`]`=1` it panics instead.
+pub fn ready_or_skip() -> Option<PathBuf> {
+    let why = match crate::binaries_present() {
+        Ok(dir) => {
+            let mut lacking = missing();
+            lacking.extend(
+                ["kubelet", "kube-proxy"]
+                    .iter()
+                    .filter(|b| !dir.join(b).is_file())
+                    .map(|b| format!("{} (scripts/control-plane build)", dir.join(b).display())),
+            );
+            if lacking.is_empty() {
+                return Some(dir);
+            }
+            format!("real nodes cannot run here: missing {}", lacking.join(", "))
+        }
+        Err(why) => why,
+    };
+    if std::env::var(REQUIRED_ENV).is_ok_and(|v| v == "1") {
+        panic!("{why} ({REQUIRED_ENV}=1)");
+    }
+    println!("SKIP: {why}");
+    None
+}
+
 fn find_in_path(cmd: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")
         .into_iter()

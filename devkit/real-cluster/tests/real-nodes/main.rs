@@ -1,0 +1,158 @@
+//! Real nodes: the upstream kubelet on containerd and runc, running images
+//! built here (`tcab-oci-image`), inside the rig's node network. Each test
+//! starts its own cluster (a few seconds) and stops it, so nothing outlives
+//! it. Without root, containerd, runc, the CNI plugins or the kubelet each
+//! test prints one SKIP line and passes (`TCAB_REAL_NODES_REQUIRED=1` makes
+//! that a failure: scripts/test sets it once it has installed them).
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{LogParams, PostParams};
+use serde_json::{Value, json};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tcab_real_cluster::node::{network, ready_or_skip};
+use tcab_real_cluster::{KubeletCluster, KubeletSettings, Settings, error_chain};
+use tokio::sync::Mutex;
+
+const NS: &str = "work";
+
+/// The cluster as a test body holds it (to stop a kubelet, say).
+type Shared = Arc<Mutex<KubeletCluster>>;
+
+/// Starts a cluster with real nodes `names` and the rig's images, runs
+/// `body`, and stops the cluster however the body ended.
+async fn with_cluster<F, Fut>(names: &[&str], body: F)
+where
+    F: FnOnce(kube::Client, Shared) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Some(_bins) = ready_or_skip() else {
+        return;
+    };
+    let workload = tcab_oci_image::rig::target_binary("tcab-workload").expect("tcab-workload");
+    let dir = workload.parent().unwrap().join("rig-images");
+    let images = tcab_oci_image::rig::workload_archives(&workload, &dir).expect("images");
+    let cluster = KubeletCluster::start(
+        Settings {
+            namespaces: vec![NS.into()],
+            ..Settings::default()
+        },
+        KubeletSettings::new(names.iter().map(|s| s.to_string()).collect(), images),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let client = cluster.admin_client().await.expect("admin client");
+    let shared = Arc::new(Mutex::new(cluster));
+    let outcome = tokio::spawn(body(client, shared.clone())).await;
+    let cluster = Arc::try_unwrap(shared)
+        .ok()
+        .expect("the body's task ended, and its handle with it")
+        .into_inner();
+    cluster.stop().await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn create_pod(client: &kube::Client, pod: Value) -> String {
+    let pod: Pod = serde_json::from_value(pod).unwrap();
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let made = api
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    made.metadata.name.unwrap()
+}
+
+/// Waits (up to `limit`) until the pod satisfies `done`; returns it.
+async fn wait_pod(
+    client: &kube::Client,
+    name: &str,
+    limit: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + limit;
+    loop {
+        let pod = serde_json::to_value(api.get(name).await.expect("get pod")).unwrap();
+        if done(&pod) {
+            return pod;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pod {name} not as waited for within {limit:?}: {:#}",
+            pod["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn terminated(pod: &Value) -> &Value {
+    &pod["status"]["containerStatuses"][0]["state"]["terminated"]
+}
+
+fn plain_pod(name: &str, env: Value, resources: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
+                 "containers": [{"name": "main", "image": "tcab/plain:dev", "env": env,
+                                 "resources": resources}]}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_runs_in_a_real_container_and_its_log_is_read_through_the_api_server() {
+    with_cluster(&["real-1"], |client, _cluster| async move {
+        let env = json!([{"name": "TCAB_LOG_LINES", "value": "3"},
+                          {"name": "TCAB_RUN_SECONDS", "value": "0"},
+                          {"name": "TCAB_EXIT_CODE", "value": "3"}]);
+        let name = create_pod(&client, plain_pod("plain", env, json!({}))).await;
+        let pod = wait_pod(&client, &name, Duration::from_secs(60), |p| {
+            p["status"]["phase"] == "Failed"
+        })
+        .await;
+        let t = terminated(&pod);
+        assert_eq!(t["exitCode"], 3, "{t:#}");
+        assert_eq!(t["reason"], "Error", "{t:#}");
+        assert!(
+            t["containerID"]
+                .as_str()
+                .unwrap()
+                .starts_with("containerd://"),
+            "{t:#}"
+        );
+        let ip: std::net::Ipv4Addr = pod["status"]["podIP"].as_str().unwrap().parse().unwrap();
+        assert_eq!(
+            ip.octets()[..3],
+            network::pod_subnet(0).octets()[..3],
+            "pod IP {ip}"
+        );
+        // The API server reads the log from the kubelet through the rig's
+        // egress proxy (the node's address is inside the node network).
+        let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let log = api.logs(&name, &LogParams::default()).await.expect("logs");
+        assert_eq!(log, "line 1\nline 2\nline 3\n");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_limit_below_what_the_program_touches_is_an_oom_kill_by_the_kernel() {
+    with_cluster(&["real-1"], |client, _cluster| async move {
+        let env = json!([{"name": "TCAB_ALLOCATE_MIB", "value": "96"},
+                          {"name": "TCAB_RUN_SECONDS", "value": "30"}]);
+        let limits = json!({"limits": {"memory": "32Mi"}, "requests": {"memory": "32Mi"}});
+        let name = create_pod(&client, plain_pod("hog", env, limits)).await;
+        let pod = wait_pod(&client, &name, Duration::from_secs(60), |p| {
+            p["status"]["phase"] == "Failed"
+        })
+        .await;
+        let t = terminated(&pod);
+        assert_eq!(t["reason"], "OOMKilled", "{t:#}");
+        assert_eq!(t["exitCode"], 137, "{t:#}");
+    })
+    .await;
+}
