@@ -156,3 +156,61 @@ async fn a_memory_limit_below_what_the_program_touches_is_an_oom_kill_by_the_ker
     })
     .await;
 }
+
+/// The fake driver in a real container: it reaches the backend through the
+/// gateway the rig forwards, and the API server as pods do (the
+/// `kubernetes` Service through kube-proxy, its ServiceAccount's token and
+/// CA) to make and delete its sandbox pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_reaches_the_backend_through_the_gateway_and_the_api_through_its_service() {
+    with_cluster(&["real-1"], |client, cluster| async move {
+        let backend = tcab_testkit::backend::MockBackend::start().await;
+        backend.add_run_row("run-1", "dispatched", "job-token");
+        let port: u16 = backend.url.rsplit(':').next().unwrap().trim_end_matches('/').parse().unwrap();
+        let gateway = cluster.lock().await.network().forward_host_port(port).expect("forward");
+        for (kind, body) in [
+            ("serviceaccounts", json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "driver"}})),
+            ("roles", json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "sandboxes"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"],
+                           "verbs": ["create", "delete", "get"]}]})),
+            ("rolebindings", json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding", "metadata": {"name": "driver-sandboxes"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sandboxes"},
+                "subjects": [{"kind": "ServiceAccount", "name": "driver", "namespace": NS}]})),
+        ] {
+            let group = if kind == "serviceaccounts" { "api/v1" } else { "apis/rbac.authorization.k8s.io/v1" };
+            let req = http::Request::post(format!("/{group}/namespaces/{NS}/{kind}"))
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&body).unwrap())
+                .unwrap();
+            client.request::<Value>(req).await.unwrap_or_else(|e| panic!("creating {kind}: {e}"));
+        }
+        let env = json!([
+            {"name": "TCAB_BACKEND_URL", "value": format!("http://{gateway}")},
+            {"name": "TCAB_JOB_ID", "value": "run-1"},
+            {"name": "TCAB_JOB_TOKEN", "value": "job-token"},
+            {"name": "TCAB_LAUNCH_REQUEST",
+             "value": r#"{"sim": {"duration_ms": 200, "record": false, "log_lines": 0}}"#},
+        ]);
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "driver", "namespace": NS},
+            "spec": {"restartPolicy": "Never", "serviceAccountName": "driver",
+                     "containers": [{"name": "driver", "image": "tcab/driver:dev", "env": env}]}
+        });
+        let name = create_pod(&client, pod).await;
+        let pod = wait_pod(&client, &name, Duration::from_secs(90), |p| {
+            matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+        })
+        .await;
+        let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let log = api.logs(&name, &LogParams::default()).await.expect("logs");
+        assert_eq!(pod["status"]["phase"], "Succeeded", "{:#}\nlog:\n{log}", pod["status"]);
+        assert_eq!(backend.row_state("run-1"), "succeeded", "log:\n{log}");
+        assert!(log.contains(&format!("created sandbox pod {NS}/")), "log:\n{log}");
+        assert!(log.contains(&format!("deleted sandbox pod {NS}/")), "log:\n{log}");
+    })
+    .await;
+}
