@@ -170,9 +170,13 @@ struct RealNode {
 /// How long the start took.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NodeTimes {
+    /// The node network's setup (namespaces, gateway, egress proxy).
+    pub network: Duration,
     /// The control plane's start.
     pub control_plane: Duration,
-    /// From the control plane's start to every node Ready.
+    /// Every node's containerd started and the images imported (summed).
+    pub runtimes: Duration,
+    /// From the control plane being ready to every node Ready.
     pub nodes_ready: Duration,
 }
 
@@ -221,6 +225,7 @@ impl KubeletCluster {
             return Err(NodeError::Missing(lacking));
         }
         sweep_stale_cgroups();
+        let begun = Instant::now();
         let dir = tempfile::Builder::new()
             .prefix("tcab-nodes-")
             .tempdir()
@@ -228,6 +233,7 @@ impl KubeletCluster {
         let network = NodeNetwork::start(&dir.path().join("network"))
             .await
             .map_err(io_err("making the node network"))?;
+        let network_time = begun.elapsed();
         let egress = dir.path().join("egress-selector.yaml");
         std::fs::write(&egress, network::egress_config(network.egress_socket()))
             .map_err(io_err("writing the egress selector configuration"))?;
@@ -259,7 +265,9 @@ impl KubeletCluster {
             dir: Some(dir),
             settings: kubelets.clone(),
             times: NodeTimes {
+                network: network_time,
                 control_plane,
+                runtimes: Duration::ZERO,
                 nodes_ready: Duration::ZERO,
             },
         };
@@ -294,7 +302,9 @@ impl KubeletCluster {
                 ],
             )
             .map_err(io_err(format!("giving node {name} its address")))?;
+            let runtime = Instant::now();
             cluster.start_runtime(index).await?;
+            cluster.times.runtimes += runtime.elapsed();
             cluster.start_kubelet(index)?;
         }
         cluster.start_proxy()?;
@@ -307,7 +317,7 @@ impl KubeletCluster {
                     cluster.log_tails()
                 ))
             })?;
-        cluster.times.nodes_ready = started.elapsed();
+        cluster.times.nodes_ready = started.elapsed() - control_plane;
         Ok(cluster)
     }
 
