@@ -49,7 +49,10 @@ async fn pod_running(client: &kube::Client, image: &str) -> Duration {
         if p.status.and_then(|s| s.phase).as_deref() == Some("Running") {
             return begun.elapsed();
         }
-        assert!(begun.elapsed() < Duration::from_secs(60), "pod not Running in 60 s");
+        assert!(
+            begun.elapsed() < Duration::from_secs(60),
+            "pod not Running in 60 s"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -64,18 +67,32 @@ async fn main() {
         .or_else(|_| {
             // A release example looks beside itself; the debug build also does.
             let p = tcab_real_cluster::workspace_root().join("target/debug/tcab-workload");
-            if p.is_file() { Ok(p) } else { Err(anyhow::anyhow!("build it: cargo build -p tcab-workloads --bins")) }
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(anyhow::anyhow!(
+                    "build it: cargo build -p tcab-workloads --bins"
+                ))
+            }
         })
         .expect("the tcab-workload binary");
     let images_dir = tcab_real_cluster::workspace_root().join("target/rig-images");
     let begun = Instant::now();
     let images = tcab_oci_image::rig::workload_archives(&workload, &images_dir).expect("images");
-    println!("images ready in {:?} ({} archives)", begun.elapsed(), images.len());
+    println!(
+        "images ready in {:?} ({} archives)",
+        begun.elapsed(),
+        images.len()
+    );
 
-    let (mut network, mut cp, mut runtimes, mut ready, mut first) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut network, mut cp, mut runtimes, mut ready, mut first) =
+        (vec![], vec![], vec![], vec![], vec![]);
     for round in 1..=ROUNDS {
         let cluster = KubeletCluster::start(
-            Settings { namespaces: vec![NS.into()], ..Settings::default() },
+            Settings {
+                namespaces: vec![NS.into()],
+                ..Settings::default()
+            },
             KubeletSettings::new(vec!["real-1".into(), "real-2".into()], images.clone()),
         )
         .await
@@ -96,7 +113,15 @@ async fn main() {
     }
     figure("node network setup", median(network), "s");
     figure("control plane start", median(cp), "s");
-    figure("containerd start and image import per node", median(runtimes), "s");
-    figure("two real nodes Ready after the control plane", median(ready), "s");
+    figure(
+        "containerd start and image import per node",
+        median(runtimes),
+        "s",
+    );
+    figure(
+        "two real nodes Ready after the control plane",
+        median(ready),
+        "s",
+    );
     figure("first pod Running on a real node", median(first), "s");
 }

@@ -224,7 +224,7 @@ impl KubeletCluster {
         if !lacking.is_empty() {
             return Err(NodeError::Missing(lacking));
         }
-        sweep_stale_cgroups();
+        sweep_stale();
         let begun = Instant::now();
         let dir = tempfile::Builder::new()
             .prefix("tcab-nodes-")
@@ -233,6 +233,8 @@ impl KubeletCluster {
         let network = NodeNetwork::start(&dir.path().join("network"))
             .await
             .map_err(io_err("making the node network"))?;
+        std::fs::write(dir.path().join(HOLDER_FILE), network.pid().to_string())
+            .map_err(io_err("writing the holder's PID"))?;
         let network_time = begun.elapsed();
         let egress = dir.path().join("egress-selector.yaml");
         std::fs::write(&egress, network::egress_config(network.egress_socket()))
@@ -422,12 +424,29 @@ impl KubeletCluster {
         std::fs::write(paths.cni_conf_dir.join("10-tcab.conflist"), conflist)
             .map_err(io_err("writing the CNI configuration"))?;
         make_cgroup_root(&node.cgroup_root).map_err(io_err("making the node's cgroups"))?;
-        let args = self.inside(
+        // containerd goes into the node's memory cgroup before it execs, so
+        // the shims it starts (which outlive it by design) are found there by
+        // a stop, or by the next start's sweep after a killed run.
+        let runtime_cgroup = Path::new(CGROUP_V1)
+            .join("memory")
+            .join(&node.cgroup_root)
+            .join("runtime");
+        std::fs::create_dir_all(&runtime_cgroup)
+            .map_err(io_err("making the node runtime's cgroup"))?;
+        let mut args = vec![
+            "-c".to_owned(),
+            format!(
+                "echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"",
+                runtime_cgroup.display()
+            ),
+            "nsenter".to_owned(),
+        ];
+        args.extend(self.inside(
             "containerd",
             &["--config".into(), paths.config.display().to_string()],
-        );
+        ));
         let log = node.dir.join("containerd.log");
-        let c = Component::spawn("containerd", Path::new("nsenter"), &args, &log)
+        let c = Component::spawn("containerd", Path::new("sh"), &args, &log)
             .map_err(io_err("starting containerd"))?;
         self.nodes[index].containerd = Some(c);
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -720,28 +739,56 @@ async fn remove_cgroup_tree(root: &str) {
     }
 }
 
-/// Removes the cgroups of real nodes whose owner (the node network's holder,
-/// whose PID the name carries) is gone: a run that was killed.
-fn sweep_stale_cgroups() {
+/// The file in a cluster's directory naming its holder's PID (for the sweep).
+const HOLDER_FILE: &str = "holder.pid";
+
+/// Cleans up after runs that were killed (their holder, whose PID the
+/// cgroup names and the directory's [`HOLDER_FILE`] carry, is gone): kills
+/// what is left in their cgroups (containers, and the containerd shims,
+/// which run in the runtime's cgroup), removes the cgroups, then the
+/// directory (images and all).
+fn sweep_stale() {
+    let alive = |pid: u32| Path::new(&format!("/proc/{pid}")).exists();
     let memory = Path::new(CGROUP_V1).join("memory");
+    let mut roots = Vec::new();
     for e in std::fs::read_dir(&memory).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
+        let pid = name
             .strip_prefix("tcab-")
             .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !alive(p)) {
+            kill_cgroup_tree(&name);
+            roots.push(name);
+        }
+    }
+    let mut dirs = Vec::new();
+    for e in std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if !e.file_name().to_string_lossy().starts_with("tcab-nodes-") {
             continue;
         }
-        kill_cgroup_tree(&name);
-        let name2 = name.clone();
-        // Best effort, synchronously: a stale tree is small.
-        let rt = tokio::runtime::Handle::try_current();
-        if let Ok(rt) = rt {
-            rt.spawn(async move { remove_cgroup_tree(&name2).await });
+        let holder = std::fs::read_to_string(e.path().join(HOLDER_FILE))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok());
+        if holder.is_some_and(|p| !alive(p)) {
+            dirs.push(e.path());
         }
+    }
+    if roots.is_empty() && dirs.is_empty() {
+        return;
+    }
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            for root in roots {
+                remove_cgroup_tree(&root).await;
+            }
+            for dir in dirs {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        });
     }
 }

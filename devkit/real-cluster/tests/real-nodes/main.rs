@@ -10,6 +10,7 @@ use kube::Api;
 use kube::api::{LogParams, PostParams};
 use serde_json::{Value, json};
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcab_real_cluster::node::{network, ready_or_skip};
@@ -105,7 +106,7 @@ fn plain_pod(name: &str, env: Value, resources: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_runs_in_a_real_container_and_its_log_is_read_through_the_api_server() {
-    with_cluster(&["real-1"], |client, _cluster| async move {
+    with_cluster(&["real-1"], |client, cluster| async move {
         let env = json!([{"name": "TCAB_LOG_LINES", "value": "3"},
                           {"name": "TCAB_RUN_SECONDS", "value": "0"},
                           {"name": "TCAB_EXIT_CODE", "value": "3"}]);
@@ -135,6 +136,29 @@ async fn a_pod_runs_in_a_real_container_and_its_log_is_read_through_the_api_serv
         let api: Api<Pod> = Api::namespaced(client.clone(), NS);
         let log = api.logs(&name, &LogParams::default()).await.expect("logs");
         assert_eq!(log, "line 1\nline 2\nline 3\n");
+        // The egress proxy carries the API server only to loopback and the
+        // node network: any other address is refused before a packet goes.
+        let socket = cluster.lock().await.network().egress_socket().to_owned();
+        for (target, want) in [
+            ("192.168.1.1:80", "403"),
+            ("10.0.0.9:443", "403"),
+            ("8.8.8.8:53", "403"),
+            ("10.201.0.1:10250", "200"),
+        ] {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut conn = tokio::net::UnixStream::connect(&socket)
+                .await
+                .expect("egress socket");
+            conn.write_all(
+                format!("CONNECT {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut answer = [0u8; 12];
+            conn.read_exact(&mut answer).await.unwrap();
+            let answer = String::from_utf8_lossy(&answer).into_owned();
+            assert_eq!(&answer[9..12], want, "CONNECT {target}: {answer}");
+        }
     })
     .await;
 }
@@ -213,4 +237,121 @@ async fn a_driver_reaches_the_backend_through_the_gateway_and_the_api_through_it
         assert!(log.contains(&format!("deleted sandbox pod {NS}/")), "log:\n{log}");
     })
     .await;
+}
+
+/// The child of [`a_killed_run_leaves_nothing_after_the_next_start`]: starts
+/// a cluster with a running pod, prints its holder's PID and the cluster's
+/// directory, and waits to be killed. Run only by that test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of a_killed_run_leaves_nothing_after_the_next_start"]
+async fn killed_run_child() {
+    if std::env::var("TCAB_KILLED_RUN_CHILD").is_err() {
+        return;
+    }
+    let workload = tcab_oci_image::rig::target_binary("tcab-workload").expect("tcab-workload");
+    let images = tcab_oci_image::rig::workload_archives(
+        &workload,
+        &workload.parent().unwrap().join("rig-images"),
+    )
+    .expect("images");
+    let cluster = KubeletCluster::start(
+        Settings {
+            namespaces: vec![NS.into()],
+            ..Settings::default()
+        },
+        KubeletSettings::new(vec!["doomed".into()], images),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let client = cluster.admin_client().await.expect("client");
+    let name = create_pod(&client, plain_pod("left", json!([]), json!({}))).await;
+    wait_pod(&client, &name, Duration::from_secs(60), |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+    println!("READY {}", cluster.node_dir("doomed").unwrap().display());
+    std::future::pending::<()>().await;
+}
+
+/// A run killed with its cluster up (a test SIGKILLed on a timeout) leaves
+/// containers and containerd's shims behind (they outlive containerd by
+/// design), their cgroups, and its directory with the images: the next
+/// start sweeps them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_run_leaves_nothing_after_the_next_start() {
+    if ready_or_skip().is_none() {
+        return;
+    }
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "killed_run_child", "--nocapture"])
+        .env("TCAB_KILLED_RUN_CHILD", "1")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the child run");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let node_dir = tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(dir) = line.strip_prefix("READY ") {
+                return std::path::PathBuf::from(dir);
+            }
+        }
+        panic!("the child run ended before its cluster was up");
+    })
+    .await
+    .expect("the child's cluster up within 120 s");
+    // .../tcab-nodes-XXXX/nodes/doomed
+    let cluster_dir = node_dir.parent().unwrap().parent().unwrap().to_owned();
+    let holder: u32 = std::fs::read_to_string(cluster_dir.join("holder.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cgroup = std::path::PathBuf::from(format!("/sys/fs/cgroup/memory/tcab-{holder}-doomed"));
+    child.kill().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{holder}")).exists() {
+        assert!(Instant::now() < deadline, "the holder outlived its run");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let procs = |dir: &Path| -> usize {
+        walkdir(dir)
+            .iter()
+            .map(|d| {
+                std::fs::read_to_string(d.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .count()
+            })
+            .sum()
+    };
+    assert!(
+        procs(&cgroup) > 0,
+        "the killed run left nothing running: the test shows nothing"
+    );
+    with_cluster(&["real-1"], |_client, _cluster| async move {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while cgroup.exists() || cluster_dir.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "left after the next start: cgroup {} ({} processes), directory {}",
+                cgroup.exists(),
+                procs(&cgroup),
+                cluster_dir.exists()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+}
+
+fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![dir.to_owned()];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walkdir(&e.path()));
+        }
+    }
+    out
 }
