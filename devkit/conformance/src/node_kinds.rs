@@ -46,10 +46,10 @@ pub enum Kind {
 
 enum Nodes {
     Agent {
-        cp: Option<ControlPlane>,
+        cp: Option<Box<ControlPlane>>,
         admin: tcab_node_agent::AdminClient,
     },
-    Kubelet(Mutex<Option<KubeletCluster>>),
+    Kubelet(Box<Mutex<Option<KubeletCluster>>>),
 }
 
 /// One side of a scenario: its cluster (raw API calls and waits, as the
@@ -121,7 +121,7 @@ impl NodeSide {
             kind: Kind::Agent,
             c: Cluster::over(access, ns, Some(tcab_node_agent::AdminClient::new(&url))).await?,
             nodes: Nodes::Agent {
-                cp: Some(cp),
+                cp: Some(Box::new(cp)),
                 admin,
             },
         };
@@ -148,7 +148,7 @@ impl NodeSide {
         .await
         .map_err(|e| anyhow!("starting the real nodes: {}", error_chain(&e)))?;
         let access = cluster.access().clone();
-        let nodes = Nodes::Kubelet(Mutex::new(Some(cluster)));
+        let nodes = Nodes::Kubelet(Box::new(Mutex::new(Some(cluster))));
         let c = match Cluster::over(access, ns, None).await {
             Ok(c) => c,
             Err(e) => {
@@ -272,7 +272,7 @@ async fn stop(nodes: Nodes) {
             }
         }
         Nodes::Kubelet(k) => {
-            if let Some(k) = k.into_inner() {
+            if let Some(k) = (*k).into_inner() {
                 k.stop().await;
             }
         }
