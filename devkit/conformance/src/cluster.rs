@@ -178,7 +178,7 @@ fn bin_dir() -> Result<PathBuf> {
 /// crates, which a test run does not build: build them (a quick no-op when
 /// current), as `scripts/test` does before the tests. On a blocking thread:
 /// the probe's kube-sim side runs on the same task meanwhile.
-async fn ensure_binaries() -> Result<PathBuf> {
+pub(crate) async fn ensure_binaries() -> Result<PathBuf> {
     tokio::task::spawn_blocking(build_binaries)
         .await
         .context("building the binaries")?
@@ -197,6 +197,9 @@ fn build_binaries() -> Result<PathBuf> {
                 "tcab-node-agent",
                 "-p",
                 "tcab-real-cluster",
+                // The container entrypoint of the real nodes' images.
+                "-p",
+                "tcab-workloads",
                 "--bins",
                 "--quiet",
             ]);
@@ -229,7 +232,7 @@ fn build_binaries() -> Result<PathBuf> {
                 Ok(s) if s.success() => {}
                 Ok(s) => {
                     return Err(format!(
-                        "cargo build -p tcab-node-agent -p tcab-real-cluster --bins failed ({s})"
+                        "cargo build -p tcab-node-agent -p tcab-real-cluster -p tcab-workloads --bins failed ({s})"
                     ));
                 }
                 Err(e) => eprintln!("cannot run {cargo} ({e}); using the binaries as they are"),
@@ -307,6 +310,17 @@ impl Cluster {
         let access = cp.access().clone();
         let c = Self::from_access(access, ns, None, Some(Box::new(cp))).await?;
         Ok(Some(c))
+    }
+
+    /// A cluster over a control plane someone else started (the node
+    /// conformance's own clusters), namespace `ns` made; `agent` the node
+    /// agent's admin API when it plays the nodes.
+    pub async fn over(
+        access: Access,
+        ns: &str,
+        agent: Option<tcab_node_agent::AdminClient>,
+    ) -> Result<Cluster> {
+        Self::from_access(access, ns, agent, None).await
     }
 
     async fn from_access(

@@ -11,6 +11,10 @@ use std::path::PathBuf;
 
 /// The heading the table follows.
 pub const HEADING: &str = "## Known divergences from upstream";
+/// The heading of the node agent's table (`devkit/node-agent/README.md`):
+/// `| scenario | line | kubelet | node agent | why |`, read into the same
+/// rows (`upstream` the kubelet, `kube_sim` the node agent).
+pub const NODE_HEADING: &str = "## Known divergences from the real kubelet";
 
 /// One row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,18 +31,32 @@ pub fn readme_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../kube-sim/README.md")
 }
 
+/// The node agent's README.
+pub fn node_readme_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../node-agent/README.md")
+}
+
 /// The rows of kube-sim's README.
 pub fn load() -> Result<Vec<Divergence>> {
-    let path = readme_path();
+    load_from(&readme_path(), HEADING)
+}
+
+/// The rows of the table under `heading` in the file at `path`.
+pub fn load_from(path: &std::path::Path, heading: &str) -> Result<Vec<Divergence>> {
     let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    parse(&text).with_context(|| format!("the table of {}", path.display()))
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse_under(&text, heading).with_context(|| format!("the table of {}", path.display()))
 }
 
 /// The rows of the table under [`HEADING`] (none without the heading).
 pub fn parse(text: &str) -> Result<Vec<Divergence>> {
+    parse_under(text, HEADING)
+}
+
+/// The rows of the table under `heading` (none without the heading).
+pub fn parse_under(text: &str, heading: &str) -> Result<Vec<Divergence>> {
     let mut rows = Vec::new();
-    let mut lines = text.lines().skip_while(|l| !l.starts_with(HEADING));
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(heading));
     if lines.next().is_none() {
         return Ok(rows);
     }
@@ -125,5 +143,10 @@ mod tests {
     #[test]
     fn kube_sims_readme_parses() {
         load().unwrap();
+    }
+
+    #[test]
+    fn the_node_agents_readme_parses() {
+        load_from(&node_readme_path(), NODE_HEADING).unwrap();
     }
 }

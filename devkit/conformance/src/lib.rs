@@ -31,6 +31,7 @@
 
 pub mod cluster;
 pub mod divergences;
+pub mod node_kinds;
 pub mod normalise;
 pub mod outcome;
 pub mod run;

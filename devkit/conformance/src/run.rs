@@ -26,11 +26,28 @@ pub fn namespace_for(probe: &str) -> String {
 }
 
 /// One side's result.
-struct Ran {
-    outcome: Outcome,
-    error: Option<anyhow::Error>,
-    took: Duration,
+pub(crate) struct Ran {
+    pub(crate) outcome: Outcome,
+    pub(crate) error: Option<anyhow::Error>,
+    pub(crate) took: Duration,
 }
+
+/// What the two sides and the table of divergences are called in a report.
+pub(crate) struct Names {
+    /// The model's side (kube-sim, the node agent).
+    pub(crate) model: &'static str,
+    /// The upstream side.
+    pub(crate) upstream: &'static str,
+    /// The README whose table lists the divergences.
+    pub(crate) readme: &'static str,
+}
+
+/// kube-sim against the real control plane.
+const SIM_NAMES: Names = Names {
+    model: "kube-sim",
+    upstream: "real",
+    readme: "devkit/kube-sim/README.md",
+};
 
 /// Runs `probe` on a fresh kube-sim and on the shared real control plane at
 /// once, prints both outcomes, and panics on a difference that
@@ -80,40 +97,46 @@ pub async fn differential_on(
     let (sim, real) = tokio::join!(sim_side, real_side);
     let rows = divergences::load().unwrap_or_else(|e| panic!("{e:#}"));
     let listed = divergences::of_probe(&rows, name);
-    let (report, failures) = judge(name, &ns, &sim, real.as_ref(), &listed);
+    let (report, failures) = judge(name, &ns, &sim, real.as_ref(), &listed, &SIM_NAMES);
     println!("{report}");
     if !failures.is_empty() {
         panic!("probe {name}:\n{}", failures.join("\n"));
     }
 }
 
-fn judge(
+pub(crate) fn judge(
     name: &str,
     ns: &str,
     sim: &Ran,
     real: Option<&Ran>,
     listed: &[&Divergence],
+    names: &Names,
 ) -> (String, Vec<String>) {
+    let Names {
+        model,
+        upstream,
+        readme,
+    } = names;
     let mut out = String::new();
     let mut failures = Vec::new();
     let _ = write!(
         out,
-        "probe {name} (namespace {ns}): kube-sim {:.1} s",
+        "probe {name} (namespace {ns}): {model} {:.1} s",
         sim.took.as_secs_f64()
     );
     if let Some(e) = &sim.error {
-        failures.push(format!("kube-sim side failed: {e:#}"));
+        failures.push(format!("{model} side failed: {e:#}"));
     }
     let Some(real) = real else {
-        let _ = writeln!(out, "; real side skipped");
+        let _ = writeln!(out, "; {upstream} side skipped");
         for (k, v) in sim.outcome.lines() {
-            let _ = writeln!(out, "  kube-sim  {k} = {v}");
+            let _ = writeln!(out, "  {model}  {k} = {v}");
         }
         return (out, failures);
     };
-    let _ = writeln!(out, ", real {:.1} s", real.took.as_secs_f64());
+    let _ = writeln!(out, ", {upstream} {:.1} s", real.took.as_secs_f64());
     if let Some(e) = &real.error {
-        failures.push(format!("real side failed: {e:#}"));
+        failures.push(format!("{upstream} side failed: {e:#}"));
     }
     let diffs = Outcome::compare(&sim.outcome, &real.outcome);
     let differs = |k: &str| diffs.iter().find(|d| d.key == k);
@@ -122,17 +145,17 @@ fn judge(
             None => {
                 let _ = writeln!(out, "  same      {k} = {v}");
             }
-            Some(d) => show(&mut out, d, listed),
+            Some(d) => show(&mut out, d, listed, names),
         }
     }
     for d in diffs.iter().filter(|d| d.sim.is_none()) {
-        show(&mut out, d, listed);
+        show(&mut out, d, listed, names);
     }
     if sim.error.is_none() && real.error.is_none() {
         for d in &diffs {
             if !listed.iter().any(|r| r.covers(&d.key)) {
                 failures.push(format!(
-                    "`{}` differs and devkit/kube-sim/README.md does not list it:\n    kube-sim: {}\n    real:     {}",
+                    "`{}` differs and {readme} does not list it:\n    {model}: {}\n    {upstream}: {}",
                     d.key,
                     d.sim.as_deref().unwrap_or("(none)"),
                     d.real.as_deref().unwrap_or("(none)")
@@ -142,7 +165,7 @@ fn judge(
         for r in listed {
             if !diffs.iter().any(|d| r.covers(&d.key)) {
                 failures.push(format!(
-                    "`{}` is listed as a divergence in devkit/kube-sim/README.md but both clusters agree now: remove the row",
+                    "`{}` is listed as a divergence in {readme} but both clusters agree now: remove the row",
                     r.line
                 ));
             }
@@ -151,16 +174,18 @@ fn judge(
     (out, failures)
 }
 
-fn show(out: &mut String, d: &Difference, listed: &[&Divergence]) {
+fn show(out: &mut String, d: &Difference, listed: &[&Divergence], names: &Names) {
     let tag = match listed.iter().find(|r| r.covers(&d.key)) {
         Some(_) => "LISTED   ",
         None => "DIFFERENT",
     };
     let _ = writeln!(
         out,
-        "  {tag} {}\n      kube-sim: {}\n      real:     {}",
+        "  {tag} {}\n      {}: {}\n      {}: {}",
         d.key,
+        names.model,
         d.sim.as_deref().unwrap_or("(none)"),
+        names.upstream,
         d.real.as_deref().unwrap_or("(none)")
     );
 }
@@ -203,17 +228,24 @@ mod tests {
     fn unlisted_differences_and_stale_rows_fail() {
         let sim = ran(&[("code", "422"), ("message", "a")]);
         let real = ran(&[("code", "422"), ("message", "b")]);
-        let (_, f) = judge("a::b", "ns", &sim, Some(&real), &[]);
+        let (_, f) = judge("a::b", "ns", &sim, Some(&real), &[], &SIM_NAMES);
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(f[0].contains("`message` differs"));
         let listed = row("message");
-        let (report, f) = judge("a::b", "ns", &sim, Some(&real), &[&listed]);
+        let (report, f) = judge("a::b", "ns", &sim, Some(&real), &[&listed], &SIM_NAMES);
         assert!(f.is_empty(), "{f:?}");
         assert!(report.contains("LISTED"), "{report}");
-        let (_, f) = judge("a::b", "ns", &sim, Some(&sim_copy(&sim)), &[&listed]);
+        let (_, f) = judge(
+            "a::b",
+            "ns",
+            &sim,
+            Some(&sim_copy(&sim)),
+            &[&listed],
+            &SIM_NAMES,
+        );
         assert!(f[0].contains("remove the row"), "{f:?}");
         // skipped real side: nothing to compare
-        let (report, f) = judge("a::b", "ns", &sim, None, &[&listed]);
+        let (report, f) = judge("a::b", "ns", &sim, None, &[&listed], &SIM_NAMES);
         assert!(f.is_empty() && report.contains("real side skipped"));
     }
 

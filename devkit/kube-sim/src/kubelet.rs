@@ -566,8 +566,9 @@ fn image_trouble(
         if let Some(next) = state.next_try
             && now < next
         {
-            let msg = format!("Back-off pulling image \"{image}\"");
-            sim.record(Kind::Pod, pod, EventType::Normal, "BackOff", &msg, src);
+            let msg = images::back_off_message(image);
+            let event = images::back_off_event(image);
+            sim.record(Kind::Pod, pod, EventType::Normal, "BackOff", &event, src);
             sim.record(
                 Kind::Pod,
                 pod,

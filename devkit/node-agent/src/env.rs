@@ -187,7 +187,7 @@ fn resource_value(container: &Value, r: &Value) -> Result<String, String> {
     Ok(format!("{}", (value / divisor).ceil() as i64))
 }
 
-fn parse_quantity(q: &str) -> Option<f64> {
+pub(crate) fn parse_quantity(q: &str) -> Option<f64> {
     let units: [(&str, f64); 13] = [
         ("Ki", 1024.0),
         ("Mi", 1024f64.powi(2)),

@@ -28,6 +28,20 @@ impl Workload {
     }
 }
 
+impl Workload {
+    /// Whether the kernel OOM-kills it as it starts: a plain program that
+    /// allocates more than the pod's first container's memory limit
+    /// (`Program::oom_at_start`, the rule kube-sim can share).
+    pub fn oom_at_start(&self, pod: &Value) -> bool {
+        let limit = pod["spec"]["containers"][0]["resources"]["limits"]["memory"]
+            .as_str()
+            .and_then(crate::env::parse_quantity);
+        match self {
+            Workload::Fake(program) => program.oom_at_start(limit),
+        }
+    }
+}
+
 /// Runs `workload` on `host`; returns the exit code.
 pub async fn run<H: tcab_workloads::Host>(workload: &Workload, host: &H) -> i32 {
     match workload {

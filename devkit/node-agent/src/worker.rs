@@ -16,7 +16,8 @@
 //! 6. the container runs its program (`Running`, Ready);
 //! 7. its end: the program's exit; on a graceful delete SIGTERM and
 //!    SIGKILL after max(grace, 2 s) (kuberuntime `killContainer`,
-//!    `minimumGracePeriodInSeconds`); an OOM kill (`OOMKilled`, 137); a
+//!    `minimumGracePeriodInSeconds`); an OOM kill (`OOMKilled`, 137), also
+//!    at start for a plain program allocating more than its memory limit; a
 //!    node-pressure eviction (grace 1 s, so 2 s; `Failed`, `Evicted`,
 //!    `DisruptionTarget`); then the terminal status, and for a pod being
 //!    deleted the DELETE with grace 0 and a UID precondition
@@ -254,8 +255,8 @@ impl Worker {
             if let Some(next) = state.next_try
                 && now < next
             {
-                let msg = format!("Back-off pulling image \"{image}\"");
-                self.event(false, "BackOff", &msg);
+                let msg = images::back_off_message(image);
+                self.event(false, "BackOff", &images::back_off_event(image));
                 self.event(
                     true,
                     "Failed",
@@ -463,6 +464,18 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
         w.event(false, "Created", &format!("Created container: {n}"));
         w.event(false, "Started", &format!("Started container {n}"));
     }
+    let workload = Workload::for_pod(&w.pod, &life.shared.timing);
+    if workload.oom_at_start(&w.pod) {
+        // The program's first act, its allocation, is over the limit: the
+        // kernel kills it before its first log line, and the kubelet reads
+        // the container's end (`OOMKilled`, 137) from the runtime.
+        let started = Worker::now();
+        life.pods.logs.get(&w.uid, &container).finish();
+        w.local.terminate(&Stop::oom(&started, &Worker::now()));
+        w.write().await;
+        w.delete_if_deleting().await;
+        return;
+    }
     let started = Worker::now();
     w.local.set_all(ContainerState::Running {
         started_at: started.clone(),
@@ -493,7 +506,6 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
         node_client: life.client.clone(),
         token: tokio::sync::Mutex::new(None),
     };
-    let workload = Workload::for_pod(&w.pod, &life.shared.timing);
     let mut program = Box::pin(async move { runtime::run(&workload, &host).await });
     let mut kill_at: Option<Instant> = None;
     let mut hang = false;

@@ -20,13 +20,14 @@
 //!   `TCAB_SERVICEACCOUNT_DIR`); `TCAB_KUBERNETES_URL` replaces the URL (a
 //!   test's plain-HTTP fake API).
 //! - the plain program's parameters: env `TCAB_RUN_SECONDS`,
-//!   `TCAB_EXIT_CODE`, `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`, else the same
+//!   `TCAB_EXIT_CODE`, `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`,
+//!   `TCAB_IGNORE_SIGTERM`, else the same
 //!   annotations as on the in-process hosts, read from the downward API's
 //!   `annotations` file in [`PODINFO_DIR`] (or `TCAB_PODINFO_DIR`)
 //!   ([`plain_program`]). Without a run time it runs until SIGTERM.
 //! - the exit status is the program's return value.
 
-use crate::{ALLOCATE_MIB, EXIT_CODE, Host, LOG_LINES, Program, RUN_SECONDS};
+use crate::{ALLOCATE_MIB, EXIT_CODE, Host, IGNORE_SIGTERM, LOG_LINES, Program, RUN_SECONDS};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -44,11 +45,12 @@ pub const PODINFO_DIR: &str = "/etc/podinfo";
 pub const USAGE: &str = "usage: tcab-workload driver|publisher|plain|pause";
 
 /// Each plain-program annotation and the env variable that overrides it.
-const PLAIN_ENV: [(&str, &str); 4] = [
+const PLAIN_ENV: [(&str, &str); 5] = [
     (RUN_SECONDS, "TCAB_RUN_SECONDS"),
     (EXIT_CODE, "TCAB_EXIT_CODE"),
     (LOG_LINES, "TCAB_LOG_LINES"),
     (ALLOCATE_MIB, "TCAB_ALLOCATE_MIB"),
+    (IGNORE_SIGTERM, "TCAB_IGNORE_SIGTERM"),
 ];
 
 /// The program the command line names.
@@ -485,7 +487,8 @@ mod tests {
                 run: Some(Duration::from_secs(5)),
                 exit_code: 3,
                 log_lines: 2,
-                allocate_mib: 8
+                allocate_mib: 8,
+                ignore_sigterm: false
             }
         );
         let env = map(&[
@@ -500,7 +503,8 @@ mod tests {
                 run: Some(Duration::from_millis(500)),
                 exit_code: 7,
                 log_lines: 2,
-                allocate_mib: 16
+                allocate_mib: 16,
+                ignore_sigterm: false
             }
         );
         assert_eq!(
@@ -509,7 +513,8 @@ mod tests {
                 run: None,
                 exit_code: 0,
                 log_lines: 0,
-                allocate_mib: 0
+                allocate_mib: 0,
+                ignore_sigterm: false
             }
         );
     }
@@ -532,7 +537,8 @@ mod tests {
                 run: Some(Duration::from_secs(1)),
                 exit_code: 9,
                 log_lines: 4,
-                allocate_mib: 0
+                allocate_mib: 0,
+                ignore_sigterm: false
             }
         );
         let missing = map(&[("TCAB_PODINFO_DIR", "/nonexistent/tcab-podinfo")]);
@@ -542,7 +548,8 @@ mod tests {
                 run: None,
                 exit_code: 0,
                 log_lines: 0,
-                allocate_mib: 0
+                allocate_mib: 0,
+                ignore_sigterm: false
             }
         );
         assert_eq!(program(Which::Driver, &env), Program::Driver);

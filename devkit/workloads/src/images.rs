@@ -141,11 +141,28 @@ pub fn back_off(failures: u32, initial: Duration, max: Duration) -> Duration {
     d.min(max)
 }
 
+/// The waiting message while the pull back-off runs: the back-off Event's
+/// text with the last pull's error after it (image_manager.go
+/// `EnsureImageExists`: `prevPullErrMsg`, `"<ErrImagePull>: <message>"`).
+pub fn back_off_message(image: &str) -> String {
+    format!(
+        "{}: {ERR_IMAGE_PULL}: {}",
+        back_off_event(image),
+        pull_error(image)
+    )
+}
+
+/// The text of the `BackOff` Event (and the start of the waiting message).
+pub fn back_off_event(image: &str) -> String {
+    format!("Back-off pulling image \"{image}\"")
+}
+
 /// The message of a failed pull (what containerd answers for an image that
-/// does not exist or may not be read).
+/// does not exist or may not be read, as the kubelet shows it: the gRPC
+/// status's message, without its `rpc error: code = ... desc =` wrapping).
 pub fn pull_error(image: &str) -> String {
     format!(
-        "rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {image}: not found"
+        "failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {image}: not found"
     )
 }
 

@@ -41,7 +41,7 @@
 //!   `/var/run/secrets/kubernetes.io/serviceaccount` (`TCAB_SERVICEACCOUNT_DIR`
 //!   overrides the directory, `TCAB_KUBERNETES_URL` the URL, for tests);
 //! - the plain program: env `TCAB_RUN_SECONDS`, `TCAB_EXIT_CODE`,
-//!   `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`, else the annotations above from
+//!   `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`, `TCAB_IGNORE_SIGTERM`, else the annotations above from
 //!   the downward API's `/etc/podinfo/annotations` (`TCAB_PODINFO_DIR`
 //!   overrides the directory); without a run time it runs until SIGTERM
 //!   and exits 143; [`ALLOCATE_MIB`] is allocated for real there;
@@ -71,6 +71,10 @@ pub const LOG_LINES: &str = "kube-sim.tcab.dev/log-lines";
 /// entrypoint ([`container`]) allocates for real; the in-process hosts
 /// leave [`Host::allocate`] a no-op.
 pub const ALLOCATE_MIB: &str = "kube-sim.tcab.dev/allocate-mib";
+/// Annotation: a plain container ignores SIGTERM (`true` or `1`), so a
+/// graceful stop ends with the kubelet's SIGKILL at the end of the grace
+/// period (exit 137) instead of its own exit 143.
+pub const IGNORE_SIGTERM: &str = "kube-sim.tcab.dev/ignore-sigterm";
 
 /// What a program needs from whoever runs it.
 ///
@@ -131,7 +135,8 @@ pub enum Program {
     Publisher,
     /// Allocates its memory, writes its log lines, runs for the given time
     /// (until SIGTERM when `None`) and exits with the code; SIGTERM stops it
-    /// at once with 143.
+    /// at once with 143, unless it ignores SIGTERM (then only the SIGKILL
+    /// ends it before its time).
     Plain {
         /// How long it runs.
         run: Option<Duration>,
@@ -142,6 +147,8 @@ pub enum Program {
         /// How many MiB it allocates (through [`Host::allocate`]) before
         /// its log lines; 0 for none.
         allocate_mib: u32,
+        /// It does not stop on SIGTERM ([`IGNORE_SIGTERM`]).
+        ignore_sigterm: bool,
     },
 }
 
@@ -187,7 +194,7 @@ impl Program {
 
     /// The plain program with the parameters `annotation` gives for the
     /// annotation keys [`RUN_SECONDS`], [`EXIT_CODE`], [`LOG_LINES`] and
-    /// [`ALLOCATE_MIB`]; a run time absent (or not a number of seconds
+    /// [`ALLOCATE_MIB`] (and [`IGNORE_SIGTERM`]); a run time absent (or not a number of seconds
     /// `>= 0`) is `default_run`, anything else absent or unreadable its
     /// default (0).
     pub fn plain(
@@ -206,6 +213,23 @@ impl Program {
             exit_code: number(annotation(EXIT_CODE)).unwrap_or(0),
             log_lines: number(annotation(LOG_LINES)).unwrap_or(0),
             allocate_mib: number(annotation(ALLOCATE_MIB)).unwrap_or(0),
+            ignore_sigterm: annotation(IGNORE_SIGTERM)
+                .is_some_and(|v| matches!(v.trim(), "true" | "1")),
+        }
+    }
+
+    /// Whether the kernel OOM-kills this program as it starts in a
+    /// container whose memory limit is `limit_bytes`: the plain program
+    /// allocates [`ALLOCATE_MIB`] first thing, every page touched, so more
+    /// than the limit is an OOM kill (`OOMKilled`, 137) before its first log
+    /// line, as on a real node (the process's own few MiB are not counted).
+    /// No limit: never.
+    pub fn oom_at_start(&self, limit_bytes: Option<f64>) -> bool {
+        match (self, limit_bytes) {
+            (Program::Plain { allocate_mib, .. }, Some(limit)) => {
+                f64::from(*allocate_mib) * 1024.0 * 1024.0 > limit
+            }
+            _ => false,
         }
     }
 }
@@ -220,6 +244,7 @@ pub async fn run<H: Host>(program: &Program, host: &H) -> i32 {
             exit_code,
             log_lines,
             allocate_mib,
+            ignore_sigterm,
         } => {
             if *allocate_mib > 0 {
                 host.allocate(*allocate_mib);
@@ -227,12 +252,17 @@ pub async fn run<H: Host>(program: &Program, host: &H) -> i32 {
             for i in 1..=*log_lines {
                 host.log(&format!("line {i}"));
             }
-            let done = match run {
-                Some(d) => sleep_unless_terminated(host, *d).await,
-                None => {
+            let done = match (run, ignore_sigterm) {
+                (Some(d), false) => sleep_unless_terminated(host, *d).await,
+                (None, false) => {
                     host.sigterm().await;
                     false
                 }
+                (Some(d), true) => {
+                    host.sleep(*d).await;
+                    true
+                }
+                (None, true) => std::future::pending().await,
             };
             if done { *exit_code } else { 143 }
         }
@@ -281,7 +311,8 @@ mod tests {
                 run: Some(d),
                 exit_code: 0,
                 log_lines: 0,
-                allocate_mib: 0
+                allocate_mib: 0,
+                ignore_sigterm: false
             }
         );
         // Not owned by a Job: never the driver; runs until deleted.
@@ -293,7 +324,8 @@ mod tests {
                 run: None,
                 exit_code: 0,
                 log_lines: 0,
-                allocate_mib: 0
+                allocate_mib: 0,
+                ignore_sigterm: false
             }
         );
         let annotated = job_pod(
@@ -307,8 +339,34 @@ mod tests {
                 run: Some(Duration::from_millis(2500)),
                 exit_code: 3,
                 log_lines: 4,
-                allocate_mib: 16
+                allocate_mib: 16,
+                ignore_sigterm: false
             }
         );
+    }
+
+    #[test]
+    fn ignoring_sigterm_and_the_oom_rule() {
+        let p = Program::plain(
+            |k| match k {
+                IGNORE_SIGTERM => Some("true".into()),
+                ALLOCATE_MIB => Some("96".into()),
+                _ => None,
+            },
+            None,
+        );
+        assert!(matches!(
+            p,
+            Program::Plain {
+                ignore_sigterm: true,
+                allocate_mib: 96,
+                ..
+            }
+        ));
+        let mib = 1024.0 * 1024.0;
+        assert!(p.oom_at_start(Some(32.0 * mib)));
+        assert!(!p.oom_at_start(Some(96.0 * mib)));
+        assert!(!p.oom_at_start(None));
+        assert!(!Program::Driver.oom_at_start(Some(1.0)));
     }
 }

@@ -263,7 +263,7 @@ async fn an_unpullable_image_backs_off_and_a_malformed_one_is_invalid() {
     let p = waiting_with(&a, "i1", "ImagePullBackOff").await;
     assert_eq!(
         waiting(&p).unwrap().message.as_deref(),
-        Some("Back-off pulling image \"ghost:1\"")
+        Some(tcab_workloads::images::back_off_message("ghost:1").as_str())
     );
     let evs = events_about(&a.events, "Pod", &name).await;
     for (reason, text) in [

@@ -17,6 +17,12 @@ pub struct Config<'a> {
     pub cgroup_root: &'a str,
     /// How long the node's Lease lasts (renewed at a quarter of it).
     pub lease_seconds: u32,
+    /// Where the node's pod logs go (`podLogsDir`): one directory per node,
+    /// since the nodes share a mount namespace and each kubelet removes
+    /// the log directories of pods it does not know (upstream's
+    /// `/var/log/pods` shared by two kubelets loses every log of the other
+    /// node's pods: "failed to try resolving symlinks in path ...").
+    pub pod_logs_dir: &'a Path,
 }
 
 /// The KubeletConfiguration (kubelet.config.k8s.io/v1beta1).
@@ -30,6 +36,13 @@ pub struct Config<'a> {
 /// - `localStorageCapacityIsolation`: ephemeral-storage limits are enforced
 ///   by the eviction manager (a death cause the tests provoke).
 /// - Short status and lease periods, as the node agent uses for tests.
+/// - `evictionHard` with disk thresholds of 1 % (upstream: nodefs 10 %,
+///   imagefs 15 %): the nodes share this machine's disk, which is often
+///   fuller than that, and the kubelet would then report `DiskPressure`,
+///   evict pods and reject them when it restarts ("The node had condition:
+///   [DiskPressure]"), a pressure no test asked for. Memory keeps
+///   upstream's 100Mi. A container's own ephemeral-storage limit is
+///   enforced whatever these are.
 pub fn config(c: &Config<'_>) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -55,6 +68,13 @@ localStorageCapacityIsolation: true
 nodeStatusUpdateFrequency: 2s
 nodeLeaseDurationSeconds: {lease}
 evictionPressureTransitionPeriod: 5s
+podLogsDir: {logs}
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
+  imagefs.inodesFree: "1%"
 serializeImagePulls: false
 imageMinimumGCAge: 24h
 imageGCHighThresholdPercent: 100
@@ -64,6 +84,7 @@ imageGCLowThresholdPercent: 99
         root = c.cgroup_root,
         sock = c.containerd_socket.display(),
         lease = c.lease_seconds,
+        logs = c.pod_logs_dir.display(),
     )
 }
 

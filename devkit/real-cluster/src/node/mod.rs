@@ -477,12 +477,15 @@ impl KubeletCluster {
         let name = node.name.clone();
         let kdir = node.dir.join("kubelet");
         std::fs::create_dir_all(&kdir).map_err(io_err("making the kubelet's directory"))?;
+        std::fs::create_dir_all(node.dir.join("pod-logs"))
+            .map_err(io_err("making the node's pod log directory"))?;
         let socket = containerd::Paths::in_dir(&node.dir.join("containerd")).socket;
         let config = kubelet::config(&kubelet::Config {
             node_ip: network::node_ip(node.index),
             containerd_socket: &socket,
             cgroup_root: &format!("/{}", node.cgroup_root),
             lease_seconds: self.settings.lease_seconds,
+            pod_logs_dir: &node.dir.join("pod-logs"),
         });
         let config_file = node.dir.join("kubelet.yaml");
         std::fs::write(&config_file, config).map_err(io_err("writing the kubelet's config"))?;
