@@ -30,6 +30,12 @@ pub struct Config<'a> {
 /// - `localStorageCapacityIsolation`: ephemeral-storage limits are enforced
 ///   by the eviction manager (a death cause the tests provoke).
 /// - Short status and lease periods, as the node agent uses for tests.
+/// - `evictionHard` at small absolute amounts: the nodes share the
+///   machine's disk and memory, and upstream's defaults (nodefs under 10%,
+///   imagefs under 15% free) put a well-used build machine under disk
+///   pressure at once, so that the kubelet evicts every pod (the
+///   dispatcher's among them) and taints the node. A pod's own
+///   ephemeral-storage limit is enforced all the same.
 pub fn config(c: &Config<'_>) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -55,6 +61,12 @@ localStorageCapacityIsolation: true
 nodeStatusUpdateFrequency: 2s
 nodeLeaseDurationSeconds: {lease}
 evictionPressureTransitionPeriod: 5s
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1Gi"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1Gi"
+  imagefs.inodesFree: "1%"
 serializeImagePulls: false
 imageMinimumGCAge: 24h
 imageGCHighThresholdPercent: 100
