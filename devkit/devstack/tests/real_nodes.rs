@@ -469,3 +469,32 @@ async fn on_real_kubelets_the_dispatchers_node_lost_its_pod_moves_and_runs_drain
     let kept = container(&moved, "admitter");
     assert!(kept["state"]["running"].is_object(), "{kept}");
 }
+
+/// `--node kubelet` without `--cluster real`, or without `--install chart`,
+/// stops at once with exit status 2 and a line saying what it needs (no
+/// cluster is started, so this runs everywhere).
+#[test]
+fn node_kubelet_needs_the_real_cluster_and_the_chart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (args, needs) in [
+        (
+            &["--node", "kubelet", "--install", "chart"][..],
+            "--node kubelet needs --cluster real",
+        ),
+        (
+            &["--cluster", "real", "--node", "kubelet"][..],
+            "--node kubelet needs --install chart",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcab-devstack"))
+            .args(args)
+            .arg("--dir")
+            .arg(dir.path().join("stack"))
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needs), "{args:?}: {stderr}");
+        assert!(!dir.path().join("stack").exists(), "nothing was started");
+    }
+}
