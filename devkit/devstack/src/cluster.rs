@@ -22,6 +22,13 @@
 //! | `preempt` | its call: the scheduler's condition, the delete, the Event | a real preemption by a pod of a higher priority that fits only without the victim ([`crate::preempt`]) |
 //! | `compact` | its admin call | unsupported ([`UNSUPPORTED`] says why) |
 //! | `pause_controller_manager` | unsupported ([`SIM_UNSUPPORTED`] says why) | the launcher stops kube-controller-manager (SIGSTOP) until the guard it returns resumes it (SIGCONT), by [`ControllerManagerPause::resume`] or its `Drop` |
+//!
+//! With real kubelets ([`NodeKind::Kubelet`]) there is no node agent: its
+//! calls (`oom_kill`, `kill`, `kubelet_evict`, `crash_node`,
+//! `restart_node`, `set_unpullable`) answer [`AdminError::Unsupported`]
+//! with [`NO_NODE_AGENT`]; the dispatcher's pod reaches the API server
+//! through the `kubernetes` Service, not the fault proxy, so the proxy's
+//! fault rules and counters do not see it either.
 
 use crate::console::Cluster;
 use crate::timeline;
@@ -64,6 +71,38 @@ impl std::fmt::Display for ClusterKind {
         f.write_str(self.name())
     }
 }
+
+/// What plays the real control plane's nodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum NodeKind {
+    /// The node agent (`tcab-node-agent`): two simulated kubelets whose
+    /// pods are local processes, with admin calls for node and pod faults.
+    #[default]
+    Agent,
+    /// Real nodes: the upstream kubelet on containerd and runc in the rig's
+    /// node network (`tcab_real_cluster::KubeletCluster`), running OCI
+    /// images built here.
+    Kubelet,
+}
+
+impl NodeKind {
+    /// `agent` or `kubelet`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeKind::Agent => "agent",
+            NodeKind::Kubelet => "kubelet",
+        }
+    }
+}
+
+impl std::fmt::Display for NodeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why the node agent's calls are refused on real kubelets.
+pub const NO_NODE_AGENT: &str = "the nodes are real kubelets (--node kubelet), with no node agent to kill, OOM, evict, lose or restore on request; stop a kubelet through tcab_real_cluster::KubeletCluster::stop_kubelet, or signal a container's processes found through its cgroup";
 
 /// kube-sim's admin calls that have no equivalent on the real control
 /// plane, and why.
@@ -139,10 +178,10 @@ enum Inner {
 pub struct RealAdmin {
     /// The fault proxy's admin API (kube-sim's calls).
     pub proxy: AdminClient,
-    /// The node agent's admin API.
-    pub agent: tcab_node_agent::AdminClient,
+    /// The node agent's admin API (`None`: real kubelets play the nodes).
+    pub agent: Option<tcab_node_agent::AdminClient>,
     /// The node agent's admin URL (for the calls its client lacks).
-    pub agent_url: String,
+    pub agent_url: Option<String>,
     /// The API as the admin (through the proxy).
     pub api: Cluster,
     /// The API server's audit log.
@@ -272,7 +311,7 @@ impl ClusterAdmin {
     pub async fn oom_kill(&self, ns: &str, pod: &str) -> Result<(), AdminError> {
         match &self.inner {
             Inner::Sim(c) => Ok(c.oom_kill(ns, pod).await?),
-            Inner::Real(r) => Ok(r.agent.oom_kill(ns, pod).await?),
+            Inner::Real(r) => Ok(r.agent("oom_kill")?.oom_kill(ns, pod).await?),
         }
     }
 
@@ -281,7 +320,7 @@ impl ClusterAdmin {
     pub async fn kill(&self, ns: &str, pod: &str, grace_seconds: f64) -> Result<(), AdminError> {
         match &self.inner {
             Inner::Sim(c) => Ok(c.kill(ns, pod, grace_seconds).await?),
-            Inner::Real(r) => Ok(r.agent.kill(ns, pod, grace_seconds).await?),
+            Inner::Real(r) => Ok(r.agent("kill")?.kill(ns, pod, grace_seconds).await?),
         }
     }
 
@@ -335,8 +374,11 @@ impl ClusterAdmin {
         match &self.inner {
             Inner::Sim(c) => Ok(c.kubelet_evict(ns, pod, resource).await?),
             // The agent's own message names memory, the container and its use.
-            Inner::Real(r) if resource == "memory" => Ok(r.agent.evict(ns, pod).await?),
+            Inner::Real(r) if resource == "memory" => {
+                Ok(r.agent("kubelet_evict")?.evict(ns, pod).await?)
+            }
             Inner::Real(r) => {
+                r.agent("kubelet_evict")?;
                 let message = format!("The node was low on resource: {resource}. ");
                 r.agent_post(
                     &format!("/pods/{ns}/{pod}/evict"),
@@ -367,7 +409,7 @@ impl ClusterAdmin {
                     .flatten()
                     .filter(|p| p["status"]["phase"] == "Running")
                     .count() as u64;
-                r.agent.lose_node(node).await?;
+                r.agent("crash_node")?.lose_node(node).await?;
                 Ok(running)
             }
         }
@@ -378,7 +420,7 @@ impl ClusterAdmin {
     pub async fn restart_node(&self, node: &str) -> Result<(), AdminError> {
         match &self.inner {
             Inner::Sim(c) => Ok(c.restart_node(node).await?),
-            Inner::Real(r) => Ok(r.agent.restore_node(node).await?),
+            Inner::Real(r) => Ok(r.agent("restart_node")?.restore_node(node).await?),
         }
     }
 
@@ -415,7 +457,10 @@ impl ClusterAdmin {
     pub async fn set_unpullable(&self, image: &str, unpullable: bool) -> Result<(), AdminError> {
         match &self.inner {
             Inner::Sim(c) => Ok(c.set_unpullable(image, unpullable).await?),
-            Inner::Real(r) => Ok(r.agent.set_unpullable(image, unpullable).await?),
+            Inner::Real(r) => Ok(r
+                .agent("set_unpullable")?
+                .set_unpullable(image, unpullable)
+                .await?),
         }
     }
 
@@ -620,9 +665,20 @@ impl RealAdmin {
         ))
     }
 
+    /// The node agent's client, or `call` refused when real kubelets play
+    /// the nodes ([`NO_NODE_AGENT`]).
+    fn agent(&self, call: &'static str) -> Result<&tcab_node_agent::AdminClient, AdminError> {
+        self.agent.as_ref().ok_or(AdminError::Unsupported {
+            call,
+            cluster: ClusterKind::Real,
+            reason: NO_NODE_AGENT,
+        })
+    }
+
     async fn agent_post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        let url = self.agent_url.as_deref().context("no node agent")?;
         let r = reqwest::Client::new()
-            .post(format!("{}{path}", self.agent_url))
+            .post(format!("{url}{path}"))
             .json(&body)
             .send()
             .await

@@ -386,6 +386,24 @@ impl Cluster {
         Ok(text)
     }
 
+    /// GET a path as text, with its status whatever it is (a pod's
+    /// endpoint through the API server's pod proxy, say).
+    pub async fn get_answer(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .with_context(|| format!("GET {path}: reading the answer"))?;
+        Ok((status, text))
+    }
+
     /// POST a JSON body to a path of the sim (API or admin).
     pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
         let resp = self

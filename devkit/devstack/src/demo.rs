@@ -41,6 +41,38 @@ pub struct Args {
     /// `--cluster real`)
     #[arg(long, value_enum, value_name = "HOW", default_value_t = Install::Processes)]
     pub install: Install,
+    /// What plays the real control plane's nodes: `agent` (the node agent,
+    /// pods as local processes) or `kubelet` (the upstream kubelet on
+    /// containerd and runc, running images built here; needs `--cluster
+    /// real --install chart`, root, containerd, runc, the CNI plugins and
+    /// cgroup v1)
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = crate::NodeKind::Agent)]
+    pub node: crate::NodeKind,
+}
+
+impl Args {
+    /// Why these arguments cannot run together (exit status 2), if they
+    /// cannot.
+    pub fn conflict(&self) -> Option<&'static str> {
+        let chart = self.install == Install::Chart;
+        let kubelet = self.node == crate::NodeKind::Kubelet;
+        if kubelet && !self.cluster.is_real() {
+            return Some(
+                "--node kubelet needs --cluster real (real kubelets join the upstream control plane; kube-sim plays its own nodes)",
+            );
+        }
+        if kubelet && !chart {
+            return Some(
+                "--node kubelet needs --install chart (the dispatcher runs as the chart's pod on a real node: its processes on this host could not share one backend URL with drivers inside the node network)",
+            );
+        }
+        if chart && !self.cluster.is_real() {
+            return Some(
+                "--install chart needs --cluster real (the node agent or real kubelets run the chart's pod)",
+            );
+        }
+        None
+    }
 }
 
 /// How the dev stack runs the dispatcher.
@@ -159,7 +191,7 @@ mod tests {
         assert_eq!(a.dir, PathBuf::from("x"));
         let d = args(&[]).unwrap();
         assert_eq!(
-            (d.dir, d.runs, d.publishes, d.exit_when_drained),
+            (d.dir.clone(), d.runs, d.publishes, d.exit_when_drained),
             (PathBuf::from(".devstack"), 12, 3, false)
         );
         assert_eq!(d.cluster, crate::ClusterKind::Sim, "kube-sim by default");
@@ -171,6 +203,42 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::InvalidValue);
         assert!(e.to_string().contains("'kind'"), "{e}");
         assert_eq!(args(&["--runs", "1", "--runs", "2"]).unwrap().runs, 2);
+        assert_eq!(d.node, crate::NodeKind::Agent, "the node agent by default");
+        assert_eq!(d.conflict(), None);
+        let kubelet = args(&[
+            "--cluster",
+            "real",
+            "--node",
+            "kubelet",
+            "--install",
+            "chart",
+        ]);
+        let kubelet = kubelet.unwrap();
+        assert_eq!(kubelet.node, crate::NodeKind::Kubelet);
+        assert_eq!(kubelet.conflict(), None);
+        let on_sim = args(&["--node", "kubelet", "--install", "chart"]).unwrap();
+        assert!(
+            on_sim
+                .conflict()
+                .unwrap()
+                .contains("--node kubelet needs --cluster real")
+        );
+        let processes = args(&["--cluster", "real", "--node", "kubelet"]).unwrap();
+        assert!(
+            processes
+                .conflict()
+                .unwrap()
+                .contains("needs --install chart")
+        );
+        let chart_on_sim = args(&["--install", "chart"]).unwrap();
+        assert!(
+            chart_on_sim
+                .conflict()
+                .unwrap()
+                .contains("--install chart needs --cluster real")
+        );
+        let e = args(&["--node", "kind"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
         assert_eq!(
             args(&["--help"]).unwrap_err().kind(),
             ErrorKind::DisplayHelp

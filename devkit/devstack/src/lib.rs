@@ -24,5 +24,5 @@ pub mod stack;
 pub mod timeline;
 pub mod vault_recorder;
 
-pub use cluster::{AdminError, ClusterAdmin, ClusterKind};
+pub use cluster::{AdminError, ClusterAdmin, ClusterKind, NodeKind};
 pub use stack::{Container, Stack, StackOptions, wait_for};

@@ -11,6 +11,15 @@
 //! starts by making them healthy again ([`heal_nodes`]) and by resuming a
 //! controller-manager a killed test left paused, and the real tests run one
 //! at a time (the nextest profile gives each the whole machine).
+//!
+//! With real kubelets ([`crate::NodeKind::Kubelet`], [`Hold::Kubelet`]) the
+//! stack starts a `tcab_real_cluster::KubeletCluster` of its own: the
+//! upstream kubelet on containerd and runc for each of [`NODES`], in the
+//! rig's node network, running the images [`node_images`] writes (the
+//! dispatcher's, as the Dockerfile builds it, and the rig's workloads).
+//! The dispatcher then runs only as the chart's pod ([`crate::Stack`]
+//! refuses its processes): in the node network it reaches the API server
+//! through the `kubernetes` Service and the backend through the gateway.
 
 use crate::cluster::RealAdmin;
 use crate::console::Cluster;
@@ -23,7 +32,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tcab_api_proxy::{ProxyHandle, ProxyOptions, RestartHook, UpstreamOptions};
-use tcab_real_cluster::{Access, ControlPlane, NodeAgent, Settings};
+use tcab_real_cluster::{
+    Access, ControlPlane, KubeletCluster, KubeletSettings, NodeAgent, Settings,
+};
 
 /// The nodes the node agent plays (8 CPUs, 32 GiB, 110 pods each).
 pub const NODES: [&str; 2] = ["node-1", "node-2"];
@@ -43,6 +54,9 @@ pub const CHART_IMAGE: &str = "tcab-dispatcher";
 /// (the kubelet's 10 s to 300 s would make a test that lets an image be
 /// pulled again wait minutes).
 pub const IMAGE_BACK_OFF: (u32, u32) = (1, 4);
+/// The tag of the dispatcher image the stack builds for real kubelets
+/// (`tcab-dispatcher:dev`, from the stack's bin dir).
+pub const DISPATCHER_TAG: &str = "dev";
 /// The node agent's Lease (renewed every quarter of it) against the
 /// launcher's 10 s node-monitor grace.
 pub const NODE_LEASE_SECONDS: u32 = 4;
@@ -92,6 +106,75 @@ pub fn settings(bins: &Path, node_pods: Option<u32>) -> Settings {
         audit: true,
         ..Settings::default()
     }
+}
+
+/// The control plane's settings for real kubelets: the launcher's short
+/// timings and the audit log; the nodes are the [`KubeletSettings`]'.
+pub fn kubelet_settings() -> Settings {
+    Settings {
+        audit: true,
+        ..Settings::default()
+    }
+}
+
+/// What this machine lacks for real kubelets (empty: nothing):
+/// `tcab_real_cluster::node::missing` and the kubelet and kube-proxy
+/// binaries beside the control plane's.
+pub fn kubelet_nodes_missing() -> Vec<String> {
+    let mut lacking = tcab_real_cluster::node::missing();
+    match tcab_real_cluster::binaries_present() {
+        Ok(dir) => lacking.extend(
+            ["kubelet", "kube-proxy"]
+                .iter()
+                .filter(|b| !dir.join(b).is_file())
+                .map(|b| format!("{} (scripts/control-plane build)", dir.join(b).display())),
+        ),
+        Err(why) => lacking.push(why),
+    }
+    lacking
+}
+
+/// The OCI archives real kubelets import: the rig's workload images
+/// (`tcab/driver:dev`, `tcab/publisher:dev`, `tcab-sandbox:sim`, pause, ...)
+/// from `bins/tcab-workload`, and `tcab-dispatcher:`[`DISPATCHER_TAG`] made
+/// from the three binaries of `bins` as the Dockerfile's runtime stage makes
+/// it. Written into `bins/rig-images` and kept while the binaries are the
+/// same (a key beside each archive: the workloads' digest, the dispatcher
+/// binaries' sizes and modification times).
+pub fn node_images(bins: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let dir = bins.join("rig-images");
+    let mut archives = tcab_oci_image::rig::workload_archives(&bins.join("tcab-workload"), &dir)?;
+    let mut key = String::new();
+    for b in tcab_oci_image::DISPATCHER_BINARIES {
+        let path = bins.join(b);
+        // Size and modification time: cargo writes a binary anew when it
+        // rebuilds it, and hashing three debug binaries in a debug build
+        // of this crate takes seconds.
+        let meta =
+            std::fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?;
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .unwrap_or_default();
+        key.push_str(&format!("{b} {} {}\n", meta.len(), modified.as_nanos()));
+    }
+    let archive = dir.join(format!("tcab-dispatcher_{DISPATCHER_TAG}.tar"));
+    let key_file = archive.with_extension("key");
+    let current = archive.is_file() && std::fs::read_to_string(&key_file).is_ok_and(|k| k == key);
+    if !current {
+        let image = tcab_oci_image::dispatcher_image(
+            bins,
+            DISPATCHER_TAG,
+            env!("CARGO_PKG_VERSION"),
+            "devstack",
+        )?;
+        tcab_oci_image::rig::write_atomically(&image, &archive)?;
+        std::fs::write(&key_file, &key)
+            .with_context(|| format!("writing {}", key_file.display()))?;
+    }
+    archives.push(archive);
+    Ok(archives)
 }
 
 /// Makes sure the real control plane is built: when its binaries are
@@ -161,6 +244,8 @@ pub enum Hold {
     Shared(&'static Access),
     /// One of its own (`tcab-devstack --cluster real`), stopped with it.
     Own(Arc<tokio::sync::Mutex<ControlPlane>>),
+    /// One of its own with real kubelets, stopped with it.
+    Kubelet(Arc<tokio::sync::Mutex<KubeletCluster>>),
 }
 
 /// Pauses and resumes the control plane's kube-controller-manager
@@ -171,6 +256,7 @@ pub enum Hold {
 pub enum ControllerManagerSwitch {
     Shared(&'static Access),
     Own(std::sync::Weak<tokio::sync::Mutex<ControlPlane>>),
+    Kubelet(std::sync::Weak<tokio::sync::Mutex<KubeletCluster>>),
 }
 
 impl ControllerManagerSwitch {
@@ -178,6 +264,7 @@ impl ControllerManagerSwitch {
         match hold {
             Hold::Shared(access) => ControllerManagerSwitch::Shared(access),
             Hold::Own(cp) => ControllerManagerSwitch::Own(Arc::downgrade(cp)),
+            Hold::Kubelet(c) => ControllerManagerSwitch::Kubelet(Arc::downgrade(c)),
         }
     }
 
@@ -189,6 +276,11 @@ impl ControllerManagerSwitch {
                 let cp = cp.upgrade().context("the control plane has stopped")?;
                 let mut cp = cp.lock().await;
                 cp.pause_controller_manager().await
+            }
+            ControllerManagerSwitch::Kubelet(c) => {
+                let c = c.upgrade().context("the control plane has stopped")?;
+                let mut c = c.lock().await;
+                c.pause_controller_manager().await
             }
         };
         paused.map_err(|e| anyhow::anyhow!("{}", tcab_real_cluster::error_chain(&e)))
@@ -204,9 +296,25 @@ impl ControllerManagerSwitch {
                 let mut cp = cp.lock().await;
                 cp.resume_controller_manager().await
             }
+            ControllerManagerSwitch::Kubelet(c) => {
+                let c = c.upgrade().context("the control plane has stopped")?;
+                let mut c = c.lock().await;
+                c.resume_controller_manager().await
+            }
         };
         resumed.map_err(|e| anyhow::anyhow!("{}", tcab_real_cluster::error_chain(&e)))
     }
+}
+
+/// Which control plane [`RealCluster::start`] takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Take {
+    /// The test binary's shared one, its nodes played by the node agent.
+    Shared,
+    /// One of its own, its nodes played by the node agent.
+    Own,
+    /// One of its own with real kubelets.
+    Kubelets(KubeletSettings),
 }
 
 /// A stack's part of the real control plane.
@@ -225,20 +333,21 @@ pub struct RealCluster {
     pub dispatcher_token: String,
     /// The control plane's admin token.
     pub admin_token: String,
-    /// The node agent's admin API.
-    pub agent_url: String,
+    /// The node agent's admin API (`None` on real kubelets).
+    pub agent_url: Option<String>,
 }
 
 impl RealCluster {
-    /// Takes the control plane (`own`: starts one, its work dir in
-    /// `run_dir/control-plane`), makes its nodes healthy, creates the
+    /// Takes the control plane as `take` says (one of its own has its work
+    /// dir in `run_dir/control-plane`), makes the node agent's nodes
+    /// healthy, creates the
     /// namespaces `namespace` and `sandbox_namespace` (the same or not),
     /// the dispatcher's and the drivers' ServiceAccounts and Roles, and the
     /// fault proxy; writes the dispatcher's and the admin's kubeconfigs
     /// (both through the proxy, HTTPS).
     pub async fn start(
         settings: Settings,
-        own: bool,
+        take: Take,
         run_dir: &Path,
         namespace: &str,
         sandbox_namespace: &str,
@@ -248,7 +357,21 @@ impl RealCluster {
         if let Err(why) = tcab_real_cluster::binaries_present() {
             bail!("{why}");
         }
-        let (hold, access) = if own {
+        let (hold, access) = if let Take::Kubelets(kubelets) = take {
+            let settings = Settings {
+                work_dir: Some(run_dir.join("control-plane")),
+                ..settings
+            };
+            let cluster = KubeletCluster::start(settings, kubelets)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}", tcab_real_cluster::error_chain(&e)))
+                .context("starting the real control plane with real kubelets")?;
+            let access = cluster.access().clone();
+            (
+                Hold::Kubelet(Arc::new(tokio::sync::Mutex::new(cluster))),
+                access,
+            )
+        } else if take == Take::Own {
             let settings = Settings {
                 work_dir: Some(run_dir.join("control-plane")),
                 ..settings
@@ -265,10 +388,15 @@ impl RealCluster {
                 .context("the test binary's shared control plane")?;
             (Hold::Shared(access), access.clone())
         };
-        let agent_url = access
-            .node_agent_url()
-            .context("the node agent said no admin URL")?
-            .to_owned();
+        let agent_url = match &hold {
+            Hold::Kubelet(_) => None,
+            _ => Some(
+                access
+                    .node_agent_url()
+                    .context("the node agent said no admin URL")?
+                    .to_owned(),
+            ),
+        };
         let client = access
             .admin_client()
             .await
@@ -283,7 +411,9 @@ impl RealCluster {
                 .await
                 .context("resuming kube-controller-manager")?;
         }
-        heal_nodes(&client, &agent_url).await?;
+        if let Some(agent_url) = &agent_url {
+            heal_nodes(&client, agent_url).await?;
+        }
 
         let mut namespaces = vec![namespace.to_owned()];
         if sandbox_namespace != namespace {
@@ -351,7 +481,10 @@ impl RealCluster {
     pub fn admin(&self) -> RealAdmin {
         RealAdmin {
             proxy: tcab_kube_sim::AdminClient::new(&self.proxy.admin_url()),
-            agent: tcab_node_agent::AdminClient::new(&self.agent_url),
+            agent: self
+                .agent_url
+                .as_deref()
+                .map(tcab_node_agent::AdminClient::new),
             agent_url: self.agent_url.clone(),
             api: self.console(&self.namespaces[0]),
             audit_log: self.access.audit_log.clone().unwrap_or_default(),
@@ -374,6 +507,14 @@ impl RealCluster {
         }
     }
 
+    /// The real kubelets' cluster (`None`: the node agent plays the nodes).
+    pub fn kubelets(&self) -> Option<Arc<tokio::sync::Mutex<KubeletCluster>>> {
+        match &self.hold {
+            Hold::Kubelet(c) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
     /// The control plane's admin kubeconfig (straight to the API server).
     pub fn direct_kubeconfig(&self) -> &Path {
         &self.access.admin.kubeconfig
@@ -392,10 +533,18 @@ impl RealCluster {
             let _ = crate::policy::remove_rig_objects(&console, ns).await;
         }
         self.proxy.shutdown();
-        if let Hold::Own(cp) = self.hold
-            && let Ok(cp) = Arc::try_unwrap(cp)
-        {
-            cp.into_inner().stop().await;
+        match self.hold {
+            Hold::Own(cp) => {
+                if let Ok(cp) = Arc::try_unwrap(cp) {
+                    cp.into_inner().stop().await;
+                }
+            }
+            Hold::Kubelet(c) => {
+                if let Ok(c) = Arc::try_unwrap(c) {
+                    c.into_inner().stop().await;
+                }
+            }
+            Hold::Shared(_) => {}
         }
     }
 
@@ -431,11 +580,27 @@ fn restart_hook(hold: &Hold) -> RestartHook {
             })
         }
         Hold::Own(cp) => {
-            let cp = cp.clone();
+            let cp = Arc::downgrade(cp);
             Arc::new(move || {
                 let cp = cp.clone();
                 Box::pin(async move {
+                    let cp = cp.upgrade().context("the control plane has stopped")?;
                     cp.lock()
+                        .await
+                        .restart_apiserver()
+                        .await
+                        .map(drop)
+                        .map_err(|e| anyhow::anyhow!("{}", tcab_real_cluster::error_chain(&e)))
+                })
+            })
+        }
+        Hold::Kubelet(c) => {
+            let c = Arc::downgrade(c);
+            Arc::new(move || {
+                let c = c.clone();
+                Box::pin(async move {
+                    let c = c.upgrade().context("the control plane has stopped")?;
+                    c.lock()
                         .await
                         .restart_apiserver()
                         .await

@@ -3,7 +3,7 @@
 //! together exactly as the chart wires them in a real pod.
 
 use crate::binaries;
-use crate::cluster::{ClusterAdmin, ClusterKind};
+use crate::cluster::{ClusterAdmin, ClusterKind, NodeKind};
 use crate::console::{Backend, Cluster};
 use crate::process::{Proc, Spec, tail};
 use crate::real::RealCluster;
@@ -95,6 +95,11 @@ pub struct StackOptions {
     /// Start the three containers as processes (false: the backend and the
     /// cluster only, e.g. for a dispatcher installed from the chart).
     pub start_containers: bool,
+    /// What plays the real control plane's nodes: the node agent (the
+    /// default) or real kubelets (a control plane of the stack's own, the
+    /// dispatcher only as the chart's pod: `start_containers` must be
+    /// false). kube-sim ignores it.
+    pub nodes: NodeKind,
 }
 
 impl StackOptions {
@@ -120,6 +125,7 @@ impl StackOptions {
             cluster_nodes: 2,
             node_pods: None,
             start_containers: true,
+            nodes: NodeKind::Agent,
         }
     }
 }
@@ -150,6 +156,10 @@ pub struct Stack {
     pub dispatcher_token: String,
     /// The stack's part of the real control plane.
     pub real: Option<RealCluster>,
+    /// The backend's URL as pods on real kubelets reach it (the node
+    /// network's gateway, forwarded to the backend's port of the host's
+    /// loopback); `None` elsewhere, where pods share the host's loopback.
+    pub pod_backend_url: Option<String>,
     bins: PathBuf,
     vault_addr: String,
     /// Where the admitter calls the vault instead, when a
@@ -322,6 +332,14 @@ impl Stack {
         let admin_kubeconfig = dir.join("kubeconfig");
         let dispatcher_kubeconfig = dir.join("kubeconfig-dispatcher");
         let mut sims = vec![backend_proc];
+        let kubelets = options.cluster.is_real() && options.nodes == NodeKind::Kubelet;
+        if kubelets && options.start_containers {
+            bail!(
+                "on real kubelets the dispatcher runs only as the chart's pod (start_containers false): \
+                 its processes on this host and the drivers in the node network cannot share one backend URL"
+            );
+        }
+        let mut pod_backend_url = None;
         let (cluster, dispatcher_token, real) = match options.cluster {
             ClusterKind::Sim => {
                 let (kube_proc, cluster, token) =
@@ -329,10 +347,52 @@ impl Stack {
                 sims.push(kube_proc);
                 (cluster, token, None)
             }
+            ClusterKind::Real if kubelets => {
+                let missing = crate::real::kubelet_nodes_missing();
+                if !missing.is_empty() {
+                    bail!(
+                        "real kubelets cannot run on this machine: missing {}",
+                        missing.join(", ")
+                    );
+                }
+                let images = crate::real::node_images(&bins)
+                    .context("writing the images the real kubelets run")?;
+                let nodes = crate::real::NODES.map(String::from).to_vec();
+                let real = RealCluster::start(
+                    crate::real::kubelet_settings(),
+                    crate::real::Take::Kubelets(tcab_real_cluster::KubeletSettings::new(
+                        nodes, images,
+                    )),
+                    &dir,
+                    &options.namespace,
+                    &options.sandbox_namespace,
+                    &dispatcher_kubeconfig,
+                    &admin_kubeconfig,
+                )
+                .await?;
+                let port = reqwest::Url::parse(&backend_url)
+                    .ok()
+                    .and_then(|u| u.port())
+                    .with_context(|| format!("the backend's URL {backend_url} has no port"))?;
+                let kubelets = real.kubelets().context("the real kubelets")?;
+                let gateway = kubelets
+                    .lock()
+                    .await
+                    .network()
+                    .forward_host_port(port)
+                    .context("forwarding the backend's port into the node network")?;
+                pod_backend_url = Some(format!("http://{gateway}"));
+                let cluster = real.console(&options.namespace);
+                (cluster, real.dispatcher_token.clone(), Some(real))
+            }
             ClusterKind::Real => {
                 let real = RealCluster::start(
                     crate::real::settings(&bins, options.node_pods),
-                    !options.shared_control_plane,
+                    if options.shared_control_plane {
+                        crate::real::Take::Shared
+                    } else {
+                        crate::real::Take::Own
+                    },
                     &dir,
                     &options.namespace,
                     &options.sandbox_namespace,
@@ -352,6 +412,7 @@ impl Stack {
             dispatcher_kubeconfig,
             dispatcher_token,
             real,
+            pod_backend_url,
             bins,
             vault_addr: format!("127.0.0.1:{}", free_port()?),
             admitter_vault_addr: None,
@@ -495,8 +556,18 @@ impl Stack {
         Ok(recorder)
     }
 
-    /// The base URL of a container's endpoints (`/metrics`, `/healthz`, `/readyz`).
+    /// The base URL of a container's endpoints (`/metrics`, `/healthz`,
+    /// `/readyz`). On real kubelets, the API server's pod proxy of the
+    /// dispatcher's pod, with `<pod>` for its name.
     pub fn endpoint_url(&self, c: Container) -> String {
+        if self.on_real_kubelets() {
+            return format!(
+                "{}/api/v1/namespaces/{}/pods/<pod>:{}/proxy",
+                self.cluster.url(),
+                self.options.namespace,
+                self.metrics_port(c)
+            );
+        }
         format!("http://{}", self.metrics_addrs[&c])
     }
 
@@ -505,8 +576,14 @@ impl Stack {
         format!("{}/metrics", self.endpoint_url(c))
     }
 
-    /// GETs `path` of a container's endpoints: the status and the body.
+    /// GETs `path` of a container's endpoints: the status and the body. On
+    /// real kubelets through the API server's pod proxy (the host cannot
+    /// reach a pod's address, and must not try).
     pub async fn endpoint(&self, c: Container, path: &str) -> anyhow::Result<(u16, String)> {
+        if self.on_real_kubelets() {
+            let at = format!("{}{path}", self.pod_proxy_path(c).await?);
+            return self.cluster.get_answer(&at).await;
+        }
         let url = format!("{}{path}", self.endpoint_url(c));
         let response = self
             .http
@@ -652,7 +729,63 @@ impl Stack {
         if self.real.is_some() {
             values["driver"]["serviceAccount"] = crate::real::DRIVER_SA.into();
         }
+        if let Some(url) = &self.pod_backend_url {
+            // Real kubelets: the image built here and imported into each
+            // node's containerd (no registry to pull from, so never pulled);
+            // the backend through the node network's gateway; the vault on
+            // the pod's own loopback (the chart's default address); the
+            // metrics ports on every address, where the kubelet probes them
+            // at the pod's IP and the stack reads them through the API
+            // server's pod proxy.
+            values["image"] = serde_json::json!({"repository": crate::real::CHART_IMAGE,
+                "tag": crate::real::DISPATCHER_TAG, "pullPolicy": "Never"});
+            values["backend"]["url"] = url.as_str().into();
+            values["dispatcher"]["vaultAddr"] = serde_json::Value::Null;
+            values["metrics"]["listenHost"] = "0.0.0.0".into();
+        }
         values
+    }
+
+    /// Whether the dispatcher's pod runs on real kubelets, in the node
+    /// network the host cannot reach but through the API server.
+    pub fn on_real_kubelets(&self) -> bool {
+        self.pod_backend_url.is_some()
+    }
+
+    /// The path, under the API server, of a container's endpoints in the
+    /// dispatcher's running pod (the newest, when a rollout leaves two):
+    /// `/api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy`.
+    async fn pod_proxy_path(&self, c: Container) -> anyhow::Result<String> {
+        let ns = &self.options.namespace;
+        let pods = self
+            .cluster
+            .pods(ns, Some("app.kubernetes.io/name=tcab-dispatcher"))
+            .await?;
+        let pod = pods
+            .iter()
+            .filter(|p| {
+                p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null()
+            })
+            .max_by_key(|p| {
+                p["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .context("no running pod of the dispatcher")?;
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        Ok(format!(
+            "/api/v1/namespaces/{ns}/pods/{name}:{}/proxy",
+            self.metrics_port(c)
+        ))
+    }
+
+    /// The port a container serves its endpoints on.
+    fn metrics_port(&self, c: Container) -> u16 {
+        self.metrics_addrs[&c]
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Installs the chart as release `release` with `values` (see
@@ -827,7 +960,7 @@ pub async fn run_demo(
     let cluster = match &stack.real {
         None => format!("kube-sim {}", stack.cluster.url()),
         Some(real) => format!(
-            "real control plane {} (Kubernetes from Go modules), {}\n           node agent (nodes {}) {}\n           control plane logs {}",
+            "real control plane {} (Kubernetes from Go modules), {}\n           nodes {}: {}\n           control plane logs {}",
             real.access.api_url,
             if stack.options.start_containers {
                 format!(
@@ -840,7 +973,13 @@ pub async fn run_demo(
                 )
             },
             crate::real::NODES.join(", "),
-            real.agent_url,
+            match &real.agent_url {
+                Some(url) => format!("the node agent, {url}"),
+                None => "real kubelets on containerd and runc, in the rig's node network; \
+                    the dispatcher's pod reaches the API server through the kubernetes Service \
+                    and the backend at its forwarded gateway address"
+                    .to_owned(),
+            },
             real.access.work_dir.join("logs").display()
         ),
     };

@@ -366,7 +366,8 @@ async fn each_new_alert_fires_on_the_real_control_plane_and_none_on_a_healthy_in
     // times out: up 0), as a wedged or stopped container looks to
     // Prometheus. The liveness probe then restarts it.
     let real = t.stack.real.as_ref().expect("a real cluster");
-    let agent = tcab_node_agent::AdminClient::new(&real.agent_url);
+    let agent =
+        tcab_node_agent::AdminClient::new(real.agent_url.as_deref().expect("the node agent"));
     let frozen_at = std::time::Instant::now();
     agent
         .freeze(&ns, &pod_name, "admitter")

@@ -295,7 +295,8 @@ async fn a_wedged_container_is_restarted_by_its_liveness_probe() {
     let (_release, pod) = install_ready(&t, &client, &values(&t, tight)).await;
     let pod_name = name_of(&pod);
     let real = t.stack.real.as_ref().expect("a real cluster");
-    let agent = tcab_node_agent::AdminClient::new(&real.agent_url);
+    let agent =
+        tcab_node_agent::AdminClient::new(real.agent_url.as_deref().expect("the node agent"));
     agent
         .freeze(&ns, &pod_name, "lease-keeper")
         .await

@@ -36,13 +36,13 @@ pub struct Config<'a> {
 /// - `localStorageCapacityIsolation`: ephemeral-storage limits are enforced
 ///   by the eviction manager (a death cause the tests provoke).
 /// - Short status and lease periods, as the node agent uses for tests.
-/// - `evictionHard` with disk thresholds of 1 % (upstream: nodefs 10 %,
-///   imagefs 15 %): the nodes share this machine's disk, which is often
-///   fuller than that, and the kubelet would then report `DiskPressure`,
-///   evict pods and reject them when it restarts ("The node had condition:
-///   [DiskPressure]"), a pressure no test asked for. Memory keeps
-///   upstream's 100Mi. A container's own ephemeral-storage limit is
-///   enforced whatever these are.
+/// - `evictionHard` at small absolute amounts (upstream: nodefs under
+///   10 %, imagefs under 15 % free): the nodes share this machine's disk and
+///   memory, which a well-used build machine often has less of, and the
+///   kubelet would then report `DiskPressure`, evict every pod (the
+///   dispatcher's among them), taint the node and reject pods when it
+///   restarts, a pressure no test asked for. A container's own
+///   ephemeral-storage limit is enforced all the same.
 pub fn config(c: &Config<'_>) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -71,9 +71,9 @@ evictionPressureTransitionPeriod: 5s
 podLogsDir: {logs}
 evictionHard:
   memory.available: "100Mi"
-  nodefs.available: "1%"
+  nodefs.available: "1Gi"
   nodefs.inodesFree: "1%"
-  imagefs.available: "1%"
+  imagefs.available: "1Gi"
   imagefs.inodesFree: "1%"
 serializeImagePulls: false
 imageMinimumGCAge: 24h

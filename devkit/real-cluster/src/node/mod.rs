@@ -200,6 +200,15 @@ impl std::ops::Deref for KubeletCluster {
     }
 }
 
+/// The control plane's own calls that change it (restarting the API server,
+/// pausing the controller-manager) leave the nodes as they are: the API
+/// server comes back on the same port, which the gateway forwards.
+impl std::ops::DerefMut for KubeletCluster {
+    fn deref_mut(&mut self) -> &mut ControlPlane {
+        self.cp.as_mut().expect("the control plane runs until stop")
+    }
+}
+
 impl KubeletCluster {
     /// Starts the node network, the control plane (with `settings`, plus
     /// the nodes' identities and the egress proxy) and the nodes.

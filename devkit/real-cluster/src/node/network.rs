@@ -12,9 +12,10 @@
 //!   backend). Node `i` has `10.201.0.<i+1>`; its pods `10.202.<i+1>.0/24`
 //!   on a bridge of their own.
 //! - The API server reaches kubelets and pods (logs, pod proxy) through its
-//!   egress selector: an HTTP CONNECT proxy on a Unix socket ([`Egress`]),
-//!   which dials loopback on the host and the rig's ranges inside the
-//!   namespace, and refuses any other address.
+//!   egress selector: an HTTP CONNECT proxy on a Unix socket
+//!   ([`NodeNetwork::egress_socket`]), which dials loopback on the host
+//!   and the rig's ranges inside the namespace, and refuses any other
+//!   address.
 
 use std::fs::File;
 use std::io;
