@@ -76,10 +76,12 @@ struct PodsInner {
 }
 
 /// The pods of one life of a node.
-#[derive(Default)]
 pub(crate) struct Pods {
     inner: Mutex<PodsInner>,
-    pub(crate) logs: LogBook,
+    /// The node's container logs, which outlive a life of the node: the
+    /// CRI's log files stay on the machine's disk across a kubelet restart
+    /// and a reboot.
+    pub(crate) logs: Arc<LogBook>,
 }
 
 fn rv(pod: &Value) -> u64 {
@@ -104,6 +106,13 @@ fn uid_of(pod: &Value) -> String {
 }
 
 impl Pods {
+    fn new(logs: Arc<LogBook>) -> Self {
+        Pods {
+            inner: Mutex::default(),
+            logs,
+        }
+    }
+
     /// Keeps `pod` as the latest known object unless a newer one is known.
     pub(crate) fn remember(&self, pod: &Value) {
         let key = key_of(pod);
@@ -259,6 +268,8 @@ pub(crate) struct Node {
     health_changed: Arc<Notify>,
     port: AtomicU16,
     ips: Arc<AtomicU32>,
+    /// The containers' logs, kept across the node's lives.
+    logs: Arc<LogBook>,
     up: Mutex<Option<Up>>,
 }
 
@@ -286,7 +297,7 @@ impl Node {
             return Ok(());
         }
         let name = self.spec.name.clone();
-        let pods = Arc::new(Pods::default());
+        let pods = Arc::new(Pods::new(self.logs.clone()));
         let life = Arc::new(NodeLife {
             shared: self.shared.clone(),
             client: self.client.clone(),
@@ -705,7 +716,31 @@ async fn container_logs(
     if let Err(msg) = logs::check_status(&p, &container, q.previous) {
         return (StatusCode::BAD_REQUEST, msg).into_response();
     }
-    logs::respond(pods.logs.get(&uid_of(&p), &container), q)
+    let uid = uid_of(&p);
+    if pods.logs.removed(&uid) {
+        // The container and its log file are removed: kuberuntime
+        // `ReadLogs` fails on the file's path, but `GetKubeletContainerLogs`
+        // has already written zero bytes to the stream (since v1.32), so the
+        // status is 200 and server.go's `WriteError(400, ...)` only adds its
+        // text to the body. The path is under the kubelet's default
+        // `podLogsDir`.
+        let restarts = p["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"] == container.as_str())
+            .and_then(|c| c["restartCount"].as_u64())
+            .unwrap_or(0);
+        let path = format!("/var/log/pods/{ns}_{pod}_{uid}/{container}/{restarts}.log");
+        return (
+            StatusCode::OK,
+            format!(
+                "failed to try resolving symlinks in path \"{path}\": lstat {path}: no such file or directory"
+            ),
+        )
+            .into_response();
+    }
+    logs::respond(pods.logs.get(&uid, &container), q)
 }
 
 /// A running agent. Dropping it stops every node (without a word to the
@@ -760,6 +795,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<Agent> {
             health_changed: Arc::new(Notify::new()),
             port: AtomicU16::new(0),
             ips: Arc::new(AtomicU32::new(0)),
+            logs: Arc::default(),
             up: Mutex::new(None),
         });
         nodes.insert(spec.name.clone(), node);

@@ -179,6 +179,10 @@ pub struct Timing {
     pub start_delay: Duration,
     /// How long a plain Job pod without the run-seconds annotation runs.
     pub job_pod_run: Duration,
+    /// How long after a container starts the eviction manager finds it
+    /// over its `ephemeral-storage` limit (it looks every
+    /// `evictionMonitoringPeriod`, 10 s, kubelet.go).
+    pub eviction_monitoring: Duration,
 }
 
 impl Default for Timing {
@@ -192,6 +196,7 @@ impl Default for Timing {
             retry: Duration::from_secs(10),
             start_delay: Duration::from_millis(50),
             job_pod_run: Duration::from_millis(100),
+            eviction_monitoring: Duration::from_secs(10),
         }
     }
 }
