@@ -163,12 +163,13 @@ impl NodeSide {
         })
     }
 
-    /// The node's kubelet stops (the node agent: the node is lost, its
-    /// programs stop where they are; the real node: the kubelet process
-    /// ends, its containers run on).
+    /// The node's kubelet stops, its containers run on (the node agent:
+    /// `stop-kubelet`, its programs run on and nothing reaches the API).
     pub async fn stop_kubelet(&self, node: &str) -> Result<()> {
         match &self.nodes {
-            Nodes::Agent { admin, .. } => admin.lose_node(node).await.map_err(|e| anyhow!("{e:#}")),
+            Nodes::Agent { admin, .. } => {
+                admin.stop_kubelet(node).await.map_err(|e| anyhow!("{e:#}"))
+            }
             Nodes::Kubelet(k) => with(k, async |k| k.stop_kubelet(node).await).await,
         }
     }
@@ -188,9 +189,9 @@ impl NodeSide {
     /// both start again (the node agent: lost, then restored).
     pub async fn reboot(&self, node: &str) -> Result<()> {
         match &self.nodes {
-            Nodes::Agent { .. } => {
-                self.stop_kubelet(node).await?;
-                self.start_kubelet(node).await
+            Nodes::Agent { admin, .. } => {
+                admin.lose_node(node).await.map_err(|e| anyhow!("{e:#}"))?;
+                admin.restore_node(node).await.map_err(|e| anyhow!("{e:#}"))
             }
             Nodes::Kubelet(k) => with(k, async |k| k.reboot(node).await).await,
         }

@@ -25,8 +25,9 @@
 //!
 //! Faults, through [`Agent`]'s methods or its loopback admin API
 //! ([`admin`]): lose a node (its heartbeats, status updates, watch, log
-//! server and programs stop) and bring it back (it restarts as a kubelet
-//! would: lost containers end `ContainerStatusUnknown`); evict a pod for
+//! server and programs stop) and bring it back (as after a reboot: its
+//! running containers end exit 255, their logs kept); stop or restart its
+//! kubelet with its programs running on; evict a pod for
 //! node pressure; OOM-kill it; crash its container with an exit code; make
 //! its program ignore SIGTERM (hang); make an image unpullable.
 //!

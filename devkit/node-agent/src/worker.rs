@@ -135,6 +135,9 @@ impl Worker {
         if self.gone {
             return;
         }
+        // A stopped kubelet writes nothing; its status manager starts
+        // over from the pod when it is back.
+        self.life.kubelet_running().await;
         let client = &self.life.client;
         let path = api::pod_path(&self.ns, &self.name);
         let mut pause = Duration::from_millis(100);
@@ -382,6 +385,7 @@ impl Worker {
 
 /// The DELETE of a finished pod: grace 0, UID precondition.
 pub(crate) async fn delete_now(life: &NodeLife, ns: &str, name: &str, uid: &str) {
+    life.kubelet_running().await;
     let options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
         "gracePeriodSeconds": 0, "preconditions": {"uid": uid}});
     match api::delete(&life.client, &api::pod_path(ns, name), &options).await {
