@@ -440,8 +440,8 @@ pub fn record_pod(o: &mut Outcome, prefix: &str, pod: &Value) {
     o.put(format!("{prefix}.restartCount"), c["restartCount"].clone());
 }
 
-static POD_LOGS_DIR: std::sync::LazyLock<regex::Regex> =
-    std::sync::LazyLock::new(|| regex::Regex::new(r#"/[^\s"]*?/(pod-logs|pods)/"#).unwrap());
+static CONTAINER_ID: std::sync::LazyLock<regex::Regex> =
+    std::sync::LazyLock::new(|| regex::Regex::new(r"containerd://[0-9a-f]{64}").unwrap());
 
 /// The pod's log through the API server, whole and `previous`: the code
 /// and the text (or the Status's message), under `prefix`.
@@ -459,11 +459,10 @@ pub async fn record_logs(side: &NodeSide, o: &mut Outcome, prefix: &str, pod: &s
             b if b["kind"] == "Status" => b["message"].as_str().map(scrub).unwrap_or_default(),
             b => b.to_string(),
         };
-        // A Job's pod's generated name is masked, uids, and the node's
-        // directory of pod logs (a removed container's log file is named in
-        // the error the kubelet streams).
+        // A Job's pod's generated name is masked, uids, and container IDs
+        // (a removed container is named in the error the kubelet streams).
         let text = scrub(&text.replace(pod, "<pod>"));
-        let text = POD_LOGS_DIR.replace_all(&text, "<podLogsDir>/");
+        let text = CONTAINER_ID.replace_all(&text, "containerd://<id>");
         o.put(format!("{prefix}.{key}"), format!("{} {text}", a.code));
     }
     Ok(())

@@ -208,7 +208,7 @@ async fn evictions_and_preemptions_are_reported_as_such_with_the_log_tail(kind: 
                 &job,
                 &[
                     "--- last log lines ---",
-                    "/driver/0.log: no such file or directory",
+                    "unable to retrieve container logs for containerd://",
                 ],
             );
             continue;

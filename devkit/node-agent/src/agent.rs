@@ -768,25 +768,17 @@ async fn container_logs(
     }
     let uid = uid_of(&p);
     if pods.logs.removed(&uid) {
-        // The container and its log file are removed: kuberuntime
-        // `ReadLogs` fails on the file's path, but `GetKubeletContainerLogs`
-        // has already written zero bytes to the stream (since v1.32), so the
-        // status is 200 and server.go's `WriteError(400, ...)` only adds its
-        // text to the body. The path is under the kubelet's default
-        // `podLogsDir`.
-        let restarts = p["status"]["containerStatuses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["name"] == container.as_str())
-            .and_then(|c| c["restartCount"].as_u64())
-            .unwrap_or(0);
-        let path = format!("/var/log/pods/{ns}_{pod}_{uid}/{container}/{restarts}.log");
+        // The container is removed: kuberuntime `GetContainerLogs` fails to
+        // find it, but `GetKubeletContainerLogs` has already written zero
+        // bytes to the stream (since v1.32), so the status is 200 and
+        // server.go's `WriteError(400, ...)` only adds its text to the body.
+        // (While the kubelet removes it, between its log file and its
+        // record, the text is `failed to try resolving symlinks in path
+        // ".../0.log": lstat ...: no such file or directory` instead.)
+        let id = status::container_id(&uid, &container);
         return (
             StatusCode::OK,
-            format!(
-                "failed to try resolving symlinks in path \"{path}\": lstat {path}: no such file or directory"
-            ),
+            format!("unable to retrieve container logs for {id}"),
         )
             .into_response();
     }

@@ -451,17 +451,22 @@ async fn an_ephemeral_storage_limit_exceeded() {
             );
             record_pod(o, "pod", &pod);
             // The kubelet removes an evicted pod's dead containers at once
-            // (`cleanUpContainersInPod` on their ContainerDied event), their
-            // log files with them: wait for that, then read.
+            // (`cleanUpContainersInPod` on their ContainerDied event): first
+            // the log file, then the container. Its log then answers 200
+            // with the kubelet's error as the text; wait for the end of the
+            // removal (the runtime no longer knows the container), then read.
             side.until(
-                "the evicted container's log is removed",
+                "the evicted container is removed",
                 Duration::from_secs(30),
                 async || {
                     let a = side
                         .get(&format!("{}/{name}/log?container=main", side.pods()))
                         .await?;
-                    let lines = a.body.as_str().is_some_and(|t| t.contains("line 1"));
-                    Ok((a.code != 200 || !lines).then_some(()))
+                    let gone = a
+                        .body
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("unable to retrieve container logs"));
+                    Ok((a.code != 200 || gone).then_some(()))
                 },
             )
             .await?;
