@@ -24,6 +24,9 @@ pub struct Divergence {
     pub upstream: String,
     pub kube_sim: String,
     pub why: String,
+    /// Upstream's answer varies between runs (the line cell says
+    /// `(varies)`): the row may differ or agree, and is never stale.
+    pub varies: bool,
 }
 
 /// kube-sim's README.
@@ -87,9 +90,14 @@ pub fn parse_under(text: &str, heading: &str) -> Result<Vec<Divergence>> {
             bail!("a row without 5 cells: {l}");
         }
         let code = |c: &str| c.trim_matches('`').to_string();
+        let (line, varies) = match cells[1].strip_suffix("(varies)") {
+            Some(l) => (l.trim(), true),
+            None => (cells[1], false),
+        };
         let row = Divergence {
             probe: code(cells[0]),
-            line: code(cells[1]),
+            line: code(line),
+            varies,
             upstream: cells[2].to_string(),
             kube_sim: cells[3].to_string(),
             why: cells[4].to_string(),
@@ -125,9 +133,11 @@ mod tests {
 
     #[test]
     fn reads_the_table_under_its_heading() {
-        let text = "# x\n| a | b |\n|---|---|\n| not | this |\n\n## Known divergences from upstream\n\nWhy.\n\n| probe | line | upstream | kube-sim | why |\n|---|---|---|---|---|\n| `v::p` | `create` | 422 | 201 | stricter on purpose |\n| `v::q` | `x.y` | a | b | c |\n\nAfter.\n| `z` | `z` | z | z | z |\n";
+        let text = "# x\n| a | b |\n|---|---|\n| not | this |\n\n## Known divergences from upstream\n\nWhy.\n\n| probe | line | upstream | kube-sim | why |\n|---|---|---|---|---|\n| `v::p` | `create` | 422 | 201 | stricter on purpose |\n| `v::q` | `x.y` | a | b | c |\n| `v::r` | `x.r` (varies) | a | b | c |\n\nAfter.\n| `z` | `z` | z | z | z |\n";
         let rows = parse(text).unwrap();
-        assert_eq!(rows.len(), 2);
+        assert_eq!(rows.len(), 3);
+        assert!(!rows[0].varies);
+        assert_eq!((rows[2].line.as_str(), rows[2].varies), ("x.r", true));
         assert_eq!(rows[0].probe, "v::p");
         assert_eq!(rows[0].line, "create");
         assert_eq!(rows[0].why, "stricter on purpose");

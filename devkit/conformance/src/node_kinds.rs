@@ -163,12 +163,13 @@ impl NodeSide {
         })
     }
 
-    /// The node's kubelet stops (the node agent: the node is lost, its
-    /// programs stop where they are; the real node: the kubelet process
-    /// ends, its containers run on).
+    /// The node's kubelet stops, its containers run on (the node agent:
+    /// `stop-kubelet`, its programs run on and nothing reaches the API).
     pub async fn stop_kubelet(&self, node: &str) -> Result<()> {
         match &self.nodes {
-            Nodes::Agent { admin, .. } => admin.lose_node(node).await.map_err(|e| anyhow!("{e:#}")),
+            Nodes::Agent { admin, .. } => {
+                admin.stop_kubelet(node).await.map_err(|e| anyhow!("{e:#}"))
+            }
             Nodes::Kubelet(k) => with(k, async |k| k.stop_kubelet(node).await).await,
         }
     }
@@ -188,9 +189,9 @@ impl NodeSide {
     /// both start again (the node agent: lost, then restored).
     pub async fn reboot(&self, node: &str) -> Result<()> {
         match &self.nodes {
-            Nodes::Agent { .. } => {
-                self.stop_kubelet(node).await?;
-                self.start_kubelet(node).await
+            Nodes::Agent { admin, .. } => {
+                admin.lose_node(node).await.map_err(|e| anyhow!("{e:#}"))?;
+                admin.restore_node(node).await.map_err(|e| anyhow!("{e:#}"))
             }
             Nodes::Kubelet(k) => with(k, async |k| k.reboot(node).await).await,
         }
@@ -439,6 +440,9 @@ pub fn record_pod(o: &mut Outcome, prefix: &str, pod: &Value) {
     o.put(format!("{prefix}.restartCount"), c["restartCount"].clone());
 }
 
+static CONTAINER_ID: std::sync::LazyLock<regex::Regex> =
+    std::sync::LazyLock::new(|| regex::Regex::new(r"containerd://[0-9a-f]{64}").unwrap());
+
 /// The pod's log through the API server, whole and `previous`: the code
 /// and the text (or the Status's message), under `prefix`.
 pub async fn record_logs(side: &NodeSide, o: &mut Outcome, prefix: &str, pod: &str) -> Result<()> {
@@ -455,8 +459,10 @@ pub async fn record_logs(side: &NodeSide, o: &mut Outcome, prefix: &str, pod: &s
             b if b["kind"] == "Status" => b["message"].as_str().map(scrub).unwrap_or_default(),
             b => b.to_string(),
         };
-        // A Job's pod's generated name is masked.
-        let text = text.replace(pod, "<pod>");
+        // A Job's pod's generated name is masked, uids, and container IDs
+        // (a removed container is named in the error the kubelet streams).
+        let text = scrub(&text.replace(pod, "<pod>"));
+        let text = CONTAINER_ID.replace_all(&text, "containerd://<id>");
         o.put(format!("{prefix}.{key}"), format!("{} {text}", a.code));
     }
     Ok(())

@@ -4,7 +4,9 @@
 //! |---|---|
 //! | `GET /nodes` | each node: name, up, kubelet port, health |
 //! | `POST /nodes/{node}/lose` | the node is lost: heartbeats, status, watch, log server and programs stop |
-//! | `POST /nodes/{node}/restore` | it comes back (a kubelet restart) |
+//! | `POST /nodes/{node}/restore` | it comes back (a reboot: pods that were running end), or its stopped kubelet starts again (its pods go on) |
+//! | `POST /nodes/{node}/stop-kubelet` | the kubelet stops, its programs run on: nothing reaches the API until `restore` |
+//! | `POST /nodes/{node}/restart-kubelet` | the kubelet restarts with its programs running, registers again and goes on with its pods |
 //! | `POST /nodes/{node}/health` `{"memoryPressure": true, ...}` | the conditions it reports |
 //! | `POST /pods/{ns}/{name}/evict` `{"message"?}` | node-pressure eviction |
 //! | `POST /pods/{ns}/{name}/oom` | OOM kill (`OOMKilled`, 137) |
@@ -63,6 +65,16 @@ pub(crate) async fn serve(
             "/nodes/{node}/restore",
             post(|State(h): State<Handle>, Path(n): Path<String>| async move {
                 answer(h.restore_node(&n).await)
+            }),
+        )
+        .route(
+            "/nodes/{node}/stop-kubelet",
+            post(|State(h): State<Handle>, Path(n): Path<String>| async move { answer(h.stop_kubelet(&n)) }),
+        )
+        .route(
+            "/nodes/{node}/restart-kubelet",
+            post(|State(h): State<Handle>, Path(n): Path<String>| async move {
+                answer(h.restart_kubelet(&n).await)
             }),
         )
         .route(
@@ -192,9 +204,21 @@ impl AdminClient {
             .await
             .map(drop)
     }
-    /// Brings a lost node back.
+    /// Brings a lost node back (a reboot), or starts a stopped kubelet again.
     pub async fn restore_node(&self, node: &str) -> anyhow::Result<()> {
         self.post(&format!("/nodes/{node}/restore"), json!({}))
+            .await
+            .map(drop)
+    }
+    /// Stops a node's kubelet, its programs running on.
+    pub async fn stop_kubelet(&self, node: &str) -> anyhow::Result<()> {
+        self.post(&format!("/nodes/{node}/stop-kubelet"), json!({}))
+            .await
+            .map(drop)
+    }
+    /// Restarts a node's kubelet with its programs running.
+    pub async fn restart_kubelet(&self, node: &str) -> anyhow::Result<()> {
+        self.post(&format!("/nodes/{node}/restart-kubelet"), json!({}))
             .await
             .map(drop)
     }

@@ -76,10 +76,12 @@ struct PodsInner {
 }
 
 /// The pods of one life of a node.
-#[derive(Default)]
 pub(crate) struct Pods {
     inner: Mutex<PodsInner>,
-    pub(crate) logs: LogBook,
+    /// The node's container logs, which outlive a life of the node: the
+    /// CRI's log files stay on the machine's disk across a kubelet restart
+    /// and a reboot.
+    pub(crate) logs: Arc<LogBook>,
 }
 
 fn rv(pod: &Value) -> u64 {
@@ -104,6 +106,13 @@ fn uid_of(pod: &Value) -> String {
 }
 
 impl Pods {
+    fn new(logs: Arc<LogBook>) -> Self {
+        Pods {
+            inner: Mutex::default(),
+            logs,
+        }
+    }
+
     /// Keeps `pod` as the latest known object unless a newer one is known.
     pub(crate) fn remember(&self, pod: &Value) {
         let key = key_of(pod);
@@ -172,9 +181,20 @@ pub(crate) struct NodeLife {
     pub(crate) recorder: Recorder,
     index: usize,
     ips: Arc<AtomicU32>,
+    /// The machine's boot: a kubelet restart keeps it, a reboot makes a new one.
+    boot_id: String,
+    /// Whether the kubelet process runs: while it is stopped (its programs
+    /// running on) nothing of this life reaches the API.
+    kubelet_up: tokio::sync::watch::Sender<bool>,
 }
 
 impl NodeLife {
+    /// Waits until the kubelet runs (at once when it does).
+    pub(crate) async fn kubelet_running(&self) {
+        let mut up = self.kubelet_up.subscribe();
+        let _ = up.wait_for(|up| *up).await;
+    }
+
     /// The next pod IP of this node (10.244.<node>.<n>).
     pub(crate) fn next_pod_ip(&self) -> String {
         let n = self.ips.fetch_add(1, Ordering::Relaxed);
@@ -259,11 +279,16 @@ pub(crate) struct Node {
     health_changed: Arc<Notify>,
     port: AtomicU16,
     ips: Arc<AtomicU32>,
+    /// The containers' logs, kept across the node's lives.
+    logs: Arc<LogBook>,
     up: Mutex<Option<Up>>,
+    /// The life whose kubelet was stopped with its programs running on
+    /// ([`Node::stop_kubelet`]); the next start resumes it.
+    paused: Mutex<Option<Arc<NodeLife>>>,
 }
 
 impl Node {
-    fn facts(&self, port: u16) -> node::Facts {
+    fn facts(&self, port: u16, boot_id: &str) -> node::Facts {
         node::Facts {
             name: self.spec.name.clone(),
             capacity: self.spec.capacity.clone(),
@@ -275,32 +300,49 @@ impl Node {
             port,
             kubelet_version: self.shared.kubelet_version.clone(),
             machine_id: self.machine_id.clone(),
-            boot_id: uuid::Uuid::new_v4().to_string(),
+            boot_id: boot_id.to_string(),
         }
     }
 
     /// Starts a life of the node: the log server, the Node (registered or
-    /// found), its Lease, then the loops.
+    /// found), its Lease, then the loops. After [`Self::stop_kubelet`] it
+    /// resumes the paused life instead: its programs ran on, and its pod
+    /// workers write again once the kubelet is registered and watching.
     async fn start(self: &Arc<Self>) -> anyhow::Result<()> {
         if lock(&self.up).is_some() {
             return Ok(());
         }
         let name = self.spec.name.clone();
-        let pods = Arc::new(Pods::default());
-        let life = Arc::new(NodeLife {
-            shared: self.shared.clone(),
-            client: self.client.clone(),
-            name: name.clone(),
-            host_ip: "127.0.0.1".into(),
-            pods: pods.clone(),
-            recorder: Recorder::new(self.client.clone(), &name),
-            index: self.index,
-            ips: self.ips.clone(),
-        });
-        let server = self.serve_logs(&life).await?;
+        let paused = lock(&self.paused).take();
+        let life = match paused {
+            Some(life) => life,
+            None => Arc::new(NodeLife {
+                shared: self.shared.clone(),
+                client: self.client.clone(),
+                name: name.clone(),
+                host_ip: "127.0.0.1".into(),
+                pods: Arc::new(Pods::new(self.logs.clone())),
+                recorder: Recorder::new(self.client.clone(), &name),
+                index: self.index,
+                ips: self.ips.clone(),
+                boot_id: uuid::Uuid::new_v4().to_string(),
+                kubelet_up: tokio::sync::watch::Sender::new(false),
+            }),
+        };
+        let started = self.start_life(&life).await;
+        if started.is_err() {
+            // Not up: the programs still run under a stopped kubelet.
+            *lock(&self.paused) = Some(life);
+        }
+        started
+    }
+
+    async fn start_life(self: &Arc<Self>, life: &Arc<NodeLife>) -> anyhow::Result<()> {
+        let name = self.spec.name.clone();
+        let server = self.serve_logs(life).await?;
         let port = server.addr().port();
         self.port.store(port, Ordering::Relaxed);
-        let facts = self.facts(port);
+        let facts = self.facts(port, &life.boot_id);
         let health = *lock(&self.health);
         let registered = self.register(&facts, &health).await?;
         let node_uid = registered["metadata"]["uid"]
@@ -328,14 +370,30 @@ impl Node {
             )),
             tokio::spawn(watch_pods(life.clone(), cancel.clone())),
         ];
+        life.kubelet_up.send_replace(true);
         *lock(&self.up) = Some(Up {
-            life,
+            life: life.clone(),
             cancel,
             tasks,
             _server: server,
         });
         tracing::info!(node = %name, port, "node up");
         Ok(())
+    }
+
+    /// The kubelet process stops, its containers run on: heartbeats,
+    /// status, the watch and the log server stop, the pod workers hold
+    /// their writes; [`Self::start`] resumes.
+    fn stop_kubelet(&self) {
+        if let Some(up) = lock(&self.up).take() {
+            up.cancel.cancel();
+            for t in &up.tasks {
+                t.abort();
+            }
+            up.life.kubelet_up.send_replace(false);
+            *lock(&self.paused) = Some(up.life.clone());
+            tracing::info!(node = %self.spec.name, "kubelet stopped");
+        }
     }
 
     fn lease_seconds(&self) -> i32 {
@@ -345,6 +403,9 @@ impl Node {
     /// Stops the life: heartbeats, status, watch, log server and every
     /// program end where they are; nothing more reaches the API.
     fn stop(&self) {
+        if let Some(life) = lock(&self.paused).take() {
+            life.pods.abort_all();
+        }
         if let Some(up) = lock(&self.up).take() {
             up.cancel.cancel();
             for t in &up.tasks {
@@ -705,7 +766,23 @@ async fn container_logs(
     if let Err(msg) = logs::check_status(&p, &container, q.previous) {
         return (StatusCode::BAD_REQUEST, msg).into_response();
     }
-    logs::respond(pods.logs.get(&uid_of(&p), &container), q)
+    let uid = uid_of(&p);
+    if pods.logs.removed(&uid) {
+        // The container is removed: kuberuntime `GetContainerLogs` fails to
+        // find it, but `GetKubeletContainerLogs` has already written zero
+        // bytes to the stream (since v1.32), so the status is 200 and
+        // server.go's `WriteError(400, ...)` only adds its text to the body.
+        // (While the kubelet removes it, between its log file and its
+        // record, the text is `failed to try resolving symlinks in path
+        // ".../0.log": lstat ...: no such file or directory` instead.)
+        let id = status::container_id(&uid, &container);
+        return (
+            StatusCode::OK,
+            format!("unable to retrieve container logs for {id}"),
+        )
+            .into_response();
+    }
+    logs::respond(pods.logs.get(&uid, &container), q)
 }
 
 /// A running agent. Dropping it stops every node (without a word to the
@@ -760,7 +837,9 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<Agent> {
             health_changed: Arc::new(Notify::new()),
             port: AtomicU16::new(0),
             ips: Arc::new(AtomicU32::new(0)),
+            logs: Arc::default(),
             up: Mutex::new(None),
+            paused: Mutex::new(None),
         });
         nodes.insert(spec.name.clone(), node);
     }
@@ -839,9 +918,22 @@ impl Agent {
         self.handle().lose_node(node)
     }
 
-    /// The lost node comes back (a kubelet restart).
+    /// The lost node comes back (a reboot: its running pods end), or a
+    /// node whose kubelet was stopped starts it again (its pods go on).
     pub async fn restore_node(&self, node: &str) -> Result<(), String> {
         self.handle().restore_node(node).await
+    }
+
+    /// The node's kubelet stops, its programs run on (nothing reaches the
+    /// API until [`Agent::restore_node`] starts it again).
+    pub fn stop_kubelet(&self, node: &str) -> Result<(), String> {
+        self.handle().stop_kubelet(node)
+    }
+
+    /// The node's kubelet restarts with its programs running: it registers
+    /// again, watches its pods and goes on with them.
+    pub async fn restart_kubelet(&self, node: &str) -> Result<(), String> {
+        self.handle().restart_kubelet(node).await
     }
 
     /// Sets the conditions a node reports.
@@ -935,6 +1027,16 @@ impl Handle {
 
     pub(crate) async fn restore_node(&self, node: &str) -> Result<(), String> {
         self.node(node)?.start().await.map_err(|e| format!("{e:#}"))
+    }
+
+    pub(crate) fn stop_kubelet(&self, node: &str) -> Result<(), String> {
+        self.node(node)?.stop_kubelet();
+        Ok(())
+    }
+
+    pub(crate) async fn restart_kubelet(&self, node: &str) -> Result<(), String> {
+        self.stop_kubelet(node)?;
+        self.restore_node(node).await
     }
 
     pub(crate) fn set_health(&self, node: &str, health: Health) -> Result<(), String> {

@@ -25,8 +25,9 @@
 //!
 //! Faults, through [`Agent`]'s methods or its loopback admin API
 //! ([`admin`]): lose a node (its heartbeats, status updates, watch, log
-//! server and programs stop) and bring it back (it restarts as a kubelet
-//! would: lost containers end `ContainerStatusUnknown`); evict a pod for
+//! server and programs stop) and bring it back (as after a reboot: its
+//! running containers end exit 255, their logs kept); stop or restart its
+//! kubelet with its programs running on; evict a pod for
 //! node pressure; OOM-kill it; crash its container with an exit code; make
 //! its program ignore SIGTERM (hang); make an image unpullable.
 //!
@@ -179,6 +180,10 @@ pub struct Timing {
     pub start_delay: Duration,
     /// How long a plain Job pod without the run-seconds annotation runs.
     pub job_pod_run: Duration,
+    /// How long after a container starts the eviction manager finds it
+    /// over its `ephemeral-storage` limit (it looks every
+    /// `evictionMonitoringPeriod`, 10 s, kubelet.go).
+    pub eviction_monitoring: Duration,
 }
 
 impl Default for Timing {
@@ -192,6 +197,7 @@ impl Default for Timing {
             retry: Duration::from_secs(10),
             start_delay: Duration::from_millis(50),
             job_pod_run: Duration::from_millis(100),
+            eviction_monitoring: Duration::from_secs(10),
         }
     }
 }

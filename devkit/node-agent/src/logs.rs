@@ -81,6 +81,9 @@ impl ContainerLog {
 #[derive(Default)]
 pub struct LogBook {
     logs: Mutex<HashMap<(String, String), Arc<ContainerLog>>>,
+    /// Pods (by UID) whose containers the runtime has removed: their logs
+    /// are no longer served (the lines stay for the agent's own readers).
+    removed: Mutex<std::collections::HashSet<String>>,
 }
 
 impl LogBook {
@@ -100,6 +103,29 @@ impl LogBook {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(u, _), _| u != uid);
+        self.removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+
+    /// The pod's containers are removed from the runtime, their log files
+    /// with them: what the kubelet does to an evicted pod's dead containers
+    /// at once (kubelet.go `cleanUpContainersInPod`: `ShouldPodContentBeRemoved`
+    /// is true for an evicted pod, so none is kept).
+    pub fn remove_containers(&self, uid: &str) {
+        self.removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_string());
+    }
+
+    /// Whether the pod's containers were removed ([`Self::remove_containers`]).
+    pub fn removed(&self, uid: &str) -> bool {
+        self.removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(uid)
     }
 }
 

@@ -42,6 +42,20 @@ impl Workload {
     }
 }
 
+impl Workload {
+    /// The eviction manager's message when what the program writes to its
+    /// writable layer is over the pod's or its container's
+    /// `ephemeral-storage` limit (`tcab_workloads::local_storage_eviction`,
+    /// the rule kube-sim can share); `None` when it is within them.
+    pub fn storage_eviction(&self, pod: &Value) -> Option<String> {
+        match self {
+            Workload::Fake(program) => {
+                tcab_workloads::local_storage_eviction(pod, program.storage_used())
+            }
+        }
+    }
+}
+
 /// Runs `workload` on `host`; returns the exit code.
 pub async fn run<H: tcab_workloads::Host>(workload: &Workload, host: &H) -> i32 {
     match workload {

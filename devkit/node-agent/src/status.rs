@@ -99,6 +99,17 @@ impl Stop {
             ..Stop::exited(137, started, finished)
         }
     }
+    /// A container that was running when its machine went down, as the
+    /// runtime reports it once back: containerd, restarted, finds the task
+    /// dead and records exit 255 (`unknownExitCode`) with reason `Unknown`
+    /// and no message (when it saw the task die it has no reason, and the
+    /// kubelet says `Error`: which one varies between runs on a real node).
+    pub fn lost(started: &str, finished: &str) -> Self {
+        Stop {
+            reason: "Unknown".into(),
+            ..Stop::exited(255, started, finished)
+        }
+    }
     /// A container that never ran or that the kubelet can no longer find.
     pub fn unknown() -> Self {
         Stop {
@@ -125,6 +136,10 @@ pub struct Local {
     /// A node-pressure eviction: its message (phase `Failed`, reason
     /// `Evicted`, `DisruptionTarget` `TerminationByKubelet`).
     pub eviction: Option<String>,
+    /// The eviction was for a local-storage limit: no `DisruptionTarget`
+    /// (eviction_manager.go `localStorageEviction` calls `evictPod` without
+    /// a condition; only node-pressure evictions add one).
+    pub storage_eviction: bool,
     /// What the prober and the restarts add for containers run as local
     /// binaries (by name); a container without an entry is ready while
     /// it runs and never restarted.
@@ -157,6 +172,7 @@ impl Local {
                 .map(|n| (n, waiting(CONTAINER_CREATING, None)))
                 .collect(),
             eviction: None,
+            storage_eviction: false,
             probed: Default::default(),
             restarting: false,
         }
@@ -485,7 +501,11 @@ pub fn generate(pod: &Value, local: &Local, now: &str) -> Value {
         .cloned()
         .collect();
     let terminal_now = matches!(phase, "Succeeded" | "Failed");
-    if let Some(message) = local.eviction.as_ref().filter(|_| terminal_now) {
+    if let Some(message) = local
+        .eviction
+        .as_ref()
+        .filter(|_| terminal_now && !local.storage_eviction)
+    {
         let dt = json!({"type": "DisruptionTarget", "status": "True", "lastProbeTime": null,
             "reason": "TerminationByKubelet", "message": message});
         match conditions
@@ -753,6 +773,34 @@ mod tests {
         assert_eq!(dt["reason"], "TerminationByKubelet");
         assert_eq!(dt["lastTransitionTime"], "t3");
         assert_eq!(cond_of(&s, "Foreign")["status"], "True");
+        // A local-storage eviction: the same reason and message, no condition.
+        l.storage_eviction = true;
+        let s = generate(&p, &l, "t3");
+        assert_eq!(s["reason"], "Evicted");
+        assert!(
+            s["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["type"] != "DisruptionTarget")
+        );
+    }
+
+    #[test]
+    fn a_container_lost_with_its_machine_ends_255_without_a_message() {
+        let p = pod();
+        let mut l = Local::admitted(&p, "127.0.0.1");
+        l.terminate(&Stop::lost("t1", "t2"));
+        let s = generate(&p, &l, "t2");
+        let t = &s["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!(
+            (t["exitCode"].as_i64(), t["reason"].as_str()),
+            (Some(255), Some("Unknown"))
+        );
+        assert!(t.get("message").is_none());
+        // It ran: it has an ID, so its log is served.
+        assert!(t["containerID"].is_string() && t["startedAt"] == "t1");
+        assert_eq!(s["phase"], "Failed");
     }
 
     #[test]

@@ -135,6 +135,9 @@ impl Worker {
         if self.gone {
             return;
         }
+        // A stopped kubelet writes nothing; its status manager starts
+        // over from the pod when it is back.
+        self.life.kubelet_running().await;
         let client = &self.life.client;
         let path = api::pod_path(&self.ns, &self.name);
         let mut pause = Duration::from_millis(100);
@@ -182,6 +185,14 @@ impl Worker {
                     tracing::warn!(pod = %self.name, error = %e, "patching the pod's status failed")
                 }
             }
+        }
+    }
+
+    /// After the terminal status of an evicted pod: the kubelet removes its
+    /// dead containers at once, and their logs with them.
+    fn remove_if_evicted(&self) {
+        if self.local.eviction.is_some() && status::terminal(&self.pod) {
+            self.life.pods.logs.remove_containers(&self.uid);
         }
     }
 
@@ -374,6 +385,7 @@ impl Worker {
 
 /// The DELETE of a finished pod: grace 0, UID precondition.
 pub(crate) async fn delete_now(life: &NodeLife, ns: &str, name: &str, uid: &str) {
+    life.kubelet_running().await;
     let options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
         "gracePeriodSeconds": 0, "preconditions": {"uid": uid}});
     match api::delete(&life.client, &api::pod_path(ns, name), &options).await {
@@ -384,8 +396,11 @@ pub(crate) async fn delete_now(life: &NodeLife, ns: &str, name: &str, uid: &str)
 }
 
 /// Ends a pod whose containers the node lost (it was Running when this
-/// life of the node began): `ContainerStatusUnknown`, `Failed`, then the
-/// delete if it is being deleted.
+/// life of the node began: the machine went down with them): each container
+/// that ran ends as the runtime reports it after the reboot (exit 255,
+/// [`Stop::lost`]; its log kept), one that never ran
+/// `ContainerStatusUnknown`; `Failed`, then the delete if it is being
+/// deleted.
 pub(crate) async fn end_lost(life: Arc<NodeLife>, pod: Value) {
     let mut w = Worker {
         ns: pod["metadata"]["namespace"]
@@ -394,18 +409,33 @@ pub(crate) async fn end_lost(life: Arc<NodeLife>, pod: Value) {
             .to_string(),
         name: pod["metadata"]["name"].as_str().unwrap_or("").to_string(),
         uid: pod["metadata"]["uid"].as_str().unwrap_or("").to_string(),
-        local: lost_local(&pod, &life.host_ip),
+        local: lost_local(&pod, &life.host_ip, &Worker::now()),
         pod,
         gone: false,
         life,
     };
+    // What the containers wrote before the machine went down stays readable.
+    for name in status::container_names(&w.pod) {
+        w.life.pods.logs.get(&w.uid, &name).finish();
+    }
     w.write().await;
     w.delete_if_deleting().await;
 }
 
-fn lost_local(pod: &Value, host_ip: &str) -> Local {
+fn lost_local(pod: &Value, host_ip: &str, now: &str) -> Local {
     let mut l = Local::admitted(pod, host_ip);
     l.pod_ip = pod["status"]["podIP"].as_str().map(str::to_string);
+    for (name, state) in &mut l.containers {
+        let started = pod["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"] == name.as_str())
+            .and_then(|c| c["state"]["running"]["startedAt"].as_str());
+        if let Some(started) = started {
+            *state = ContainerState::Terminated(Stop::lost(started, now));
+        }
+    }
     l.terminate(&Stop::unknown());
     l
 }
@@ -506,6 +536,14 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
         node_client: life.client.clone(),
         token: tokio::sync::Mutex::new(None),
     };
+    // The eviction manager finds a program over its ephemeral-storage limit
+    // at its next look (eviction_manager.go `localStorageEviction`).
+    let mut storage_eviction = workload.storage_eviction(&w.pod).map(|message| {
+        (
+            Instant::now() + life.shared.timing.eviction_monitoring,
+            message,
+        )
+    });
     let mut program = Box::pin(async move { runtime::run(&workload, &host).await });
     let mut kill_at: Option<Instant> = None;
     let mut hang = false;
@@ -527,6 +565,7 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
         let at = Instant::now() + grace.max(MIN_GRACE);
         *kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
     };
+    let mut storage_evicted = false;
     let stop = loop {
         let kill_timer = async {
             match kill_at {
@@ -534,9 +573,27 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
                 None => std::future::pending().await,
             }
         };
+        let storage_timer = async {
+            match &storage_eviction {
+                Some((t, _)) => tokio::time::sleep_until(*t).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             code = &mut program => break Stop::exited(code, &started, &Worker::now()),
             _ = kill_timer => break Stop::killed(&started, &Worker::now()),
+            _ = storage_timer => {
+                // evictPod: the Event, then the kill with grace 1 s (so 2 s);
+                // phase Failed, reason Evicted, no DisruptionTarget.
+                if let Some((_, message)) = storage_eviction.take()
+                    && eviction.is_none()
+                {
+                    w.event(true, "Evicted", &message);
+                    eviction = Some(message);
+                    storage_evicted = true;
+                    term(EVICTION_GRACE, &mut kill_at, hang);
+                }
+            }
             sig = rx.recv() => match sig {
                 Some(Signal::Term { grace } | Signal::Kill { grace }) => term(grace, &mut kill_at, hang),
                 Some(Signal::Gone) | None => {
@@ -550,6 +607,8 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
                 Some(Signal::Evict { message }) => {
                     w.event(true, "Evicted", &message);
                     eviction = Some(message);
+                    storage_evicted = false;
+                    storage_eviction = None;
                     term(EVICTION_GRACE, &mut kill_at, hang);
                 }
             },
@@ -563,8 +622,10 @@ pub(crate) async fn run(life: Arc<NodeLife>, pod: Value, mut rx: mpsc::Unbounded
         return;
     }
     w.local.eviction = eviction;
+    w.local.storage_eviction = storage_evicted;
     w.local.terminate(&stop);
     w.write().await;
+    w.remove_if_evicted();
     w.delete_if_deleting().await;
 }
 
@@ -917,6 +978,7 @@ async fn run_local(mut w: Worker, mut rx: mpsc::UnboundedReceiver<Signal>, bins:
     w.local.eviction = eviction;
     w.local.terminate(&Stop::unknown());
     w.write().await;
+    w.remove_if_evicted();
     w.delete_if_deleting().await;
 }
 

@@ -20,14 +20,16 @@
 //!   `TCAB_SERVICEACCOUNT_DIR`); `TCAB_KUBERNETES_URL` replaces the URL (a
 //!   test's plain-HTTP fake API).
 //! - the plain program's parameters: env `TCAB_RUN_SECONDS`,
-//!   `TCAB_EXIT_CODE`, `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`,
+//!   `TCAB_EXIT_CODE`, `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`, `TCAB_WRITE_MIB`,
 //!   `TCAB_IGNORE_SIGTERM`, else the same
 //!   annotations as on the in-process hosts, read from the downward API's
 //!   `annotations` file in [`PODINFO_DIR`] (or `TCAB_PODINFO_DIR`)
 //!   ([`plain_program`]). Without a run time it runs until SIGTERM.
 //! - the exit status is the program's return value.
 
-use crate::{ALLOCATE_MIB, EXIT_CODE, Host, IGNORE_SIGTERM, LOG_LINES, Program, RUN_SECONDS};
+use crate::{
+    ALLOCATE_MIB, EXIT_CODE, Host, IGNORE_SIGTERM, LOG_LINES, Program, RUN_SECONDS, WRITE_MIB,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -45,11 +47,12 @@ pub const PODINFO_DIR: &str = "/etc/podinfo";
 pub const USAGE: &str = "usage: tcab-workload driver|publisher|plain|pause";
 
 /// Each plain-program annotation and the env variable that overrides it.
-const PLAIN_ENV: [(&str, &str); 5] = [
+const PLAIN_ENV: [(&str, &str); 6] = [
     (RUN_SECONDS, "TCAB_RUN_SECONDS"),
     (EXIT_CODE, "TCAB_EXIT_CODE"),
     (LOG_LINES, "TCAB_LOG_LINES"),
     (ALLOCATE_MIB, "TCAB_ALLOCATE_MIB"),
+    (WRITE_MIB, "TCAB_WRITE_MIB"),
     (IGNORE_SIGTERM, "TCAB_IGNORE_SIGTERM"),
 ];
 
@@ -385,6 +388,24 @@ impl Host for ContainerHost {
             .unwrap_or_else(PoisonError::into_inner)
             .push(block);
     }
+
+    fn write(&self, mib: u32) {
+        // The image's /tmp (1777) is in the container's writable layer
+        // (`TMPDIR` moves it, for tests). The data is flushed so the layer's
+        // usage counts it; a failure goes to stderr and the program goes on.
+        use std::io::Write;
+        let path = std::env::temp_dir().join("fill");
+        let block = vec![0x5au8; 1 << 20];
+        let written = std::fs::File::create(&path).and_then(|mut f| {
+            for _ in 0..mib {
+                f.write_all(&block)?;
+            }
+            f.sync_all()
+        });
+        if let Err(e) = written {
+            eprintln!("writing {mib} MiB to {}: {e}", path.display());
+        }
+    }
 }
 
 /// The entrypoint after the command line: installs the SIGTERM handler,
@@ -488,6 +509,7 @@ mod tests {
                 exit_code: 3,
                 log_lines: 2,
                 allocate_mib: 8,
+                write_mib: 0,
                 ignore_sigterm: false
             }
         );
@@ -504,6 +526,7 @@ mod tests {
                 exit_code: 7,
                 log_lines: 2,
                 allocate_mib: 16,
+                write_mib: 0,
                 ignore_sigterm: false
             }
         );
@@ -514,6 +537,7 @@ mod tests {
                 exit_code: 0,
                 log_lines: 0,
                 allocate_mib: 0,
+                write_mib: 0,
                 ignore_sigterm: false
             }
         );
@@ -538,6 +562,7 @@ mod tests {
                 exit_code: 9,
                 log_lines: 4,
                 allocate_mib: 0,
+                write_mib: 0,
                 ignore_sigterm: false
             }
         );
@@ -549,6 +574,7 @@ mod tests {
                 exit_code: 0,
                 log_lines: 0,
                 allocate_mib: 0,
+                write_mib: 0,
                 ignore_sigterm: false
             }
         );

@@ -41,10 +41,11 @@
 //!   `/var/run/secrets/kubernetes.io/serviceaccount` (`TCAB_SERVICEACCOUNT_DIR`
 //!   overrides the directory, `TCAB_KUBERNETES_URL` the URL, for tests);
 //! - the plain program: env `TCAB_RUN_SECONDS`, `TCAB_EXIT_CODE`,
-//!   `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`, `TCAB_IGNORE_SIGTERM`, else the annotations above from
+//!   `TCAB_LOG_LINES`, `TCAB_ALLOCATE_MIB`, `TCAB_WRITE_MIB`, `TCAB_IGNORE_SIGTERM`, else the annotations above from
 //!   the downward API's `/etc/podinfo/annotations` (`TCAB_PODINFO_DIR`
 //!   overrides the directory); without a run time it runs until SIGTERM
-//!   and exits 143; [`ALLOCATE_MIB`] is allocated for real there;
+//!   and exits 143; [`ALLOCATE_MIB`] is allocated and [`WRITE_MIB`] written
+//!   (to `/tmp/fill`) for real there;
 //! - the exit status is the program's.
 
 pub mod container;
@@ -75,6 +76,15 @@ pub const ALLOCATE_MIB: &str = "kube-sim.tcab.dev/allocate-mib";
 /// graceful stop ends with the kubelet's SIGKILL at the end of the grace
 /// period (exit 137) instead of its own exit 143.
 pub const IGNORE_SIGTERM: &str = "kube-sim.tcab.dev/ignore-sigterm";
+/// Annotation: how many MiB a plain container writes to a file in its
+/// writable layer (`/tmp/fill`, its image's `/tmp`) after its allocation and
+/// before its log lines, and then keeps (default none): what the kubelet's
+/// eviction manager counts against the container's (and the pod's)
+/// `ephemeral-storage` limit (eviction_manager.go `localStorageEviction`).
+/// Only the container entrypoint ([`container`]) writes for real; the
+/// in-process hosts leave [`Host::write`] a no-op and their kubelets judge
+/// the limit from the annotation ([`Program::storage_used`]).
+pub const WRITE_MIB: &str = "kube-sim.tcab.dev/write-mib";
 
 /// What a program needs from whoever runs it.
 ///
@@ -116,6 +126,12 @@ pub trait Host: Send + Sync {
     fn allocate(&self, mib: u32) {
         let _ = mib;
     }
+    /// Writes `mib` MiB to a file of the container's writable layer and
+    /// keeps it (the plain program's [`WRITE_MIB`]). The default does
+    /// nothing: only a real container has a layer to fill.
+    fn write(&self, mib: u32) {
+        let _ = mib;
+    }
 }
 
 /// Sleeps `d` on the host's clock; `false` when SIGTERM cut it short.
@@ -147,6 +163,9 @@ pub enum Program {
         /// How many MiB it allocates (through [`Host::allocate`]) before
         /// its log lines; 0 for none.
         allocate_mib: u32,
+        /// How many MiB it writes (through [`Host::write`]) after its
+        /// allocation; 0 for none.
+        write_mib: u32,
         /// It does not stop on SIGTERM ([`IGNORE_SIGTERM`]).
         ignore_sigterm: bool,
     },
@@ -213,6 +232,7 @@ impl Program {
             exit_code: number(annotation(EXIT_CODE)).unwrap_or(0),
             log_lines: number(annotation(LOG_LINES)).unwrap_or(0),
             allocate_mib: number(annotation(ALLOCATE_MIB)).unwrap_or(0),
+            write_mib: number(annotation(WRITE_MIB)).unwrap_or(0),
             ignore_sigterm: annotation(IGNORE_SIGTERM)
                 .is_some_and(|v| matches!(v.trim(), "true" | "1")),
         }
@@ -232,6 +252,102 @@ impl Program {
             _ => false,
         }
     }
+
+    /// The bytes this program leaves in its container's writable layer
+    /// (the plain program's [`WRITE_MIB`]), which the eviction manager
+    /// counts against its `ephemeral-storage` limit; 0 for the others.
+    pub fn storage_used(&self) -> u64 {
+        match self {
+            Program::Plain { write_mib, .. } => u64::from(*write_mib) << 20,
+            _ => 0,
+        }
+    }
+}
+
+/// A quantity of bytes (`16Mi`, `20M`, `1e6`, `1024`), as the API server
+/// accepts one; `None` when it does not parse.
+pub fn parse_bytes(q: &str) -> Option<f64> {
+    const UNITS: [(&str, f64); 12] = [
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("Pi", 1125899906842624.0),
+        ("Ei", 1152921504606846976.0),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    let q = q.trim();
+    for (suffix, mult) in UNITS {
+        if let Some(n) = q.strip_suffix(suffix) {
+            return n.parse::<f64>().ok().map(|v| v * mult);
+        }
+    }
+    q.parse().ok()
+}
+
+/// A byte count as a quantity's canonical string: the largest binary
+/// suffix that divides it (`48Mi`), else the plain number.
+fn bytes_quantity(n: u64) -> String {
+    for (suffix, shift) in [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ] {
+        if n != 0 && n.is_multiple_of(1u64 << shift) {
+            return format!("{}{suffix}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+/// The kubelet eviction manager's verdict on a pod whose first container
+/// has `used` bytes in its writable layer (its program's
+/// [`Program::storage_used`]; its log and the pod's other files are not
+/// counted): the eviction message, or `None`. Upstream checks, in this
+/// order (eviction_manager.go `localStorageEviction`), each emptyDir's
+/// `sizeLimit` (nothing is written to a volume here), the pod's usage
+/// against the sum of its containers' `ephemeral-storage` limits
+/// (`podEphemeralStorageLimitEviction`, helpers.go
+/// `podEphemeralStorageMessageFmt`), then each container's against its own
+/// (`containerEphemeralStorageLimitEviction`,
+/// `containerEphemeralStorageMessageFmt`); the pod's sum comes first, so a
+/// lone container over its limit gets the pod's message.
+pub fn local_storage_eviction(pod: &Value, used: u64) -> Option<String> {
+    let containers = pod["spec"]["containers"].as_array()?;
+    let limit = |c: &Value| {
+        c["resources"]["limits"]["ephemeral-storage"]
+            .as_str()
+            .map(|q| (q.to_string(), parse_bytes(q).unwrap_or(0.0)))
+    };
+    let limits: Vec<(String, f64)> = containers.iter().filter_map(limit).collect();
+    if !limits.is_empty() {
+        let total: f64 = limits.iter().map(|(_, b)| b).sum();
+        if used as f64 > total {
+            let shown = match limits.as_slice() {
+                [(q, _)] => q.clone(),
+                _ => bytes_quantity(total as u64),
+            };
+            return Some(format!(
+                "Pod ephemeral local storage usage exceeds the total limit of containers {shown}. "
+            ));
+        }
+    }
+    let first = containers.first()?;
+    match limit(first) {
+        Some((q, bytes)) if bytes > 0.0 && used as f64 > bytes => Some(format!(
+            "Container {} exceeded its local ephemeral storage limit \"{q}\". ",
+            first["name"].as_str().unwrap_or("")
+        )),
+        _ => None,
+    }
 }
 
 /// Runs `program` on `host`; returns the container's exit code.
@@ -244,10 +360,14 @@ pub async fn run<H: Host>(program: &Program, host: &H) -> i32 {
             exit_code,
             log_lines,
             allocate_mib,
+            write_mib,
             ignore_sigterm,
         } => {
             if *allocate_mib > 0 {
                 host.allocate(*allocate_mib);
+            }
+            if *write_mib > 0 {
+                host.write(*write_mib);
             }
             for i in 1..=*log_lines {
                 host.log(&format!("line {i}"));
@@ -273,6 +393,45 @@ pub async fn run<H: Host>(program: &Program, host: &H) -> i32 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_eviction_manager_judges_the_pod_total_before_each_container() {
+        let pod = |limits: &[Option<&str>]| {
+            let containers: Vec<Value> = limits
+                .iter()
+                .enumerate()
+                .map(|(i, l)| match l {
+                    Some(l) => json!({"name": format!("c{i}"),
+                        "resources": {"limits": {"ephemeral-storage": l}}}),
+                    None => json!({"name": format!("c{i}")}),
+                })
+                .collect();
+            json!({"spec": {"containers": containers}})
+        };
+        let mib = 1u64 << 20;
+        assert_eq!(local_storage_eviction(&pod(&[None]), 48 * mib), None);
+        assert_eq!(
+            local_storage_eviction(&pod(&[Some("16Mi")]), 16 * mib),
+            None
+        );
+        assert_eq!(
+            local_storage_eviction(&pod(&[Some("16Mi")]), 48 * mib).as_deref(),
+            Some("Pod ephemeral local storage usage exceeds the total limit of containers 16Mi. ")
+        );
+        assert_eq!(
+            local_storage_eviction(&pod(&[Some("16Mi"), Some("32Mi")]), 64 * mib).as_deref(),
+            Some("Pod ephemeral local storage usage exceeds the total limit of containers 48Mi. ")
+        );
+        // Under the pod's total, over the first container's own limit.
+        assert_eq!(
+            local_storage_eviction(&pod(&[Some("16Mi"), Some("100Mi")]), 20 * mib).as_deref(),
+            Some("Container c0 exceeded its local ephemeral storage limit \"16Mi\". ")
+        );
+        assert_eq!(
+            Program::plain(|k| (k == WRITE_MIB).then(|| "48".to_string()), None).storage_used(),
+            48 * mib
+        );
+    }
 
     fn job_pod(name: &str, labels: Value, annotations: Value) -> Value {
         json!({"metadata": {"name": name, "labels": labels, "annotations": annotations,
@@ -312,6 +471,7 @@ mod tests {
                 exit_code: 0,
                 log_lines: 0,
                 allocate_mib: 0,
+                write_mib: 0,
                 ignore_sigterm: false
             }
         );
@@ -325,6 +485,7 @@ mod tests {
                 exit_code: 0,
                 log_lines: 0,
                 allocate_mib: 0,
+                write_mib: 0,
                 ignore_sigterm: false
             }
         );
@@ -340,6 +501,7 @@ mod tests {
                 exit_code: 3,
                 log_lines: 4,
                 allocate_mib: 16,
+                write_mib: 0,
                 ignore_sigterm: false
             }
         );

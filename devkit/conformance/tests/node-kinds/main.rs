@@ -406,8 +406,79 @@ async fn a_reboot() {
             .pod_until(&name, "the pod ends", Duration::from_secs(90), terminal)
             .await?;
         record_pod(o, "pod", &pod);
+        // containerd's reason for the dead container varies between runs
+        // (`Error` or `Unknown`): a line of its own, so the rest of the
+        // state (exit code, message) is compared every time.
+        let t = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+        o.put("pod.state.reason", t["reason"].clone());
+        o.put(
+            "pod.state",
+            tcab_conformance::normalise::compact(
+                &json!({"exitCode": t["exitCode"], "signal": t["signal"], "message": t["message"]}),
+            ),
+        );
         record_logs(side, o, "pod", &name).await?;
         Ok(())
     })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ephemeral_storage_limit_exceeded() {
+    node_differential(
+        "ephemeral_storage_eviction",
+        async |side, o: &mut Outcome| {
+            // 48 MiB written to the container's writable layer (/tmp of its
+            // image) under a 16Mi limit: the kubelet's eviction manager, which
+            // looks every 10 s, evicts the pod.
+            let mut pod = plain_pod("filler", &[("write-mib", "48")]);
+            pod["spec"]["containers"][0]["resources"] =
+                json!({"limits": {"ephemeral-storage": "16Mi"}});
+            let name = start_running(side, pod).await?;
+            let t = Instant::now();
+            let pod = side
+                .pod_until(
+                    &name,
+                    "the pod is evicted",
+                    Duration::from_secs(90),
+                    terminal,
+                )
+                .await?;
+            println!(
+                "{:?}: evicted {:.1} s after its log showed the write done",
+                side.kind,
+                t.elapsed().as_secs_f64()
+            );
+            record_pod(o, "pod", &pod);
+            // The kubelet removes an evicted pod's dead containers at once
+            // (`cleanUpContainersInPod` on their ContainerDied event): first
+            // the log file, then the container. Its log then answers 200
+            // with the kubelet's error as the text; wait for the end of the
+            // removal (the runtime no longer knows the container), then read.
+            side.until(
+                "the evicted container is removed",
+                Duration::from_secs(30),
+                async || {
+                    let a = side
+                        .get(&format!("{}/{name}/log?container=main", side.pods()))
+                        .await?;
+                    let gone = a
+                        .body
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("unable to retrieve container logs"));
+                    Ok((a.code != 200 || gone).then_some(()))
+                },
+            )
+            .await?;
+            record_logs(side, o, "pod", &name).await?;
+            o.put(
+                "events.Evicted",
+                event_reasons(side, &name)
+                    .await?
+                    .contains(&"Evicted".to_string()),
+            );
+            Ok(())
+        },
+    )
     .await;
 }

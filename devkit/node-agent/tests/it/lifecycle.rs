@@ -245,6 +245,47 @@ async fn a_node_pressure_eviction_keeps_the_pod_failed_and_evicted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_over_its_ephemeral_storage_limit_is_evicted_without_a_disruption_target() {
+    let bin = require_control_plane!();
+    let rig = Rig::start_with(&bin, &["n1"], Default::default(), |o| {
+        o.timing.eviction_monitoring = Duration::from_secs(1);
+    })
+    .await;
+    let mut pod = plain_pod("filler", "n1");
+    pod["metadata"]["annotations"] =
+        json!({"kube-sim.tcab.dev/write-mib": "48", "kube-sim.tcab.dev/log-lines": "2"});
+    pod["spec"]["containers"][0]["resources"] = json!({"limits": {"ephemeral-storage": "16Mi"}});
+    rig.create_pod(&pod).await;
+    let pod = rig
+        .until("the pod evicted", Duration::from_secs(30), || async {
+            let p = rig.pod("filler").await?;
+            (p["status"]["phase"] == "Failed").then_some(p)
+        })
+        .await;
+    let s = &pod["status"];
+    assert_eq!(s["reason"], "Evicted");
+    assert_eq!(
+        s["message"],
+        "Pod ephemeral local storage usage exceeds the total limit of containers 16Mi. "
+    );
+    assert!(cond(s, "DisruptionTarget").is_none());
+    assert_eq!(state(&pod)["terminated"]["exitCode"], 143);
+    // Its container is removed, its log file with it: the kubelet streams
+    // its error (status 200); the agent still has the lines.
+    let text = rig
+        .get_text(&format!("/api/v1/namespaces/{NS}/pods/filler/log"))
+        .await;
+    assert!(
+        text.starts_with("unable to retrieve container logs for containerd://"),
+        "{text}"
+    );
+    assert_eq!(
+        rig.agent.log_lines(NS, "filler", "main").unwrap(),
+        ["line 1", "line 2"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unpullable_image_backs_off_and_a_missing_secret_is_a_config_error_until_they_are_fixed()
 {
     let bin = require_control_plane!();

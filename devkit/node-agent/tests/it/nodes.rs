@@ -189,3 +189,50 @@ async fn the_binary_plays_the_nodes_of_the_api_servers_token_file_until_sigterm(
         .unwrap();
     assert!(status.success(), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_restarted_or_stopped_goes_on_with_its_running_programs() {
+    let bin = require_control_plane!();
+    let rig = Rig::start(&bin, &["n1"]).await;
+    let mut pod = plain_pod("survivor", "n1");
+    pod["metadata"]["annotations"] = serde_json::json!({"kube-sim.tcab.dev/log-lines": "2"});
+    rig.create_pod(&pod).await;
+    let log = format!("/api/v1/namespaces/{NS}/pods/survivor/log");
+    let started = rig
+        .until("the pod Running", Duration::from_secs(30), || async {
+            let p = rig.pod("survivor").await?;
+            (p["status"]["phase"] == "Running").then_some(p)
+        })
+        .await;
+    let started_at =
+        started["status"]["containerStatuses"][0]["state"]["running"]["startedAt"].clone();
+
+    // A restart: the same container goes on, its log still served.
+    rig.agent.restart_kubelet("n1").await.unwrap();
+    rig.wait_node_ready("n1").await;
+    assert_eq!(rig.get_text(&log).await, "line 1\nline 2\n");
+    let p = rig.pod("survivor").await.unwrap();
+    assert_eq!(p["status"]["phase"], "Running");
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"],
+        started_at
+    );
+
+    // Stopped, the kubelet misses a delete; started again, it stops the
+    // container it still runs (SIGTERM: 143) and the pod goes.
+    rig.agent.stop_kubelet("n1").unwrap();
+    api::delete(
+        &rig.client,
+        &format!("/api/v1/namespaces/{NS}/pods/survivor"),
+        &serde_json::json!({"gracePeriodSeconds": 5}),
+    )
+    .await
+    .expect("delete");
+    let p = rig.pod("survivor").await.expect("nobody finishes it yet");
+    assert_eq!(p["status"]["phase"], "Running");
+    rig.agent.restore_node("n1").await.unwrap();
+    rig.until("the pod gone", Duration::from_secs(30), || async {
+        rig.pod("survivor").await.is_none().then_some(())
+    })
+    .await;
+}
