@@ -10,9 +10,11 @@
 //! that never started a pod from one whose pod was deleted.
 //!
 //! Wording follows the kubelet: only a container terminated with reason
-//! `OOMKilled` is an OOM kill; an exit code above 128 names the signal that
-//! ended the process (137 is SIGKILL, e.g. a grace period that ran out). The
-//! kubelet never fills the `signal` field, so it is not read.
+//! `OOMKilled` is an OOM kill; an exit code of 129 to 192 names the signal
+//! that ended the process (137 is SIGKILL, e.g. a grace period that ran out);
+//! above that it is a plain code (containerd's 255 for a task it never saw
+//! end, after a reboot). The kubelet never fills the `signal` field, so it
+//! is not read.
 //!
 //! By input: `pod` reads the pod's status (its disruption, its own reason,
 //! its container), `job` the Job's failure conditions (and rebuilds a Job
@@ -77,7 +79,7 @@ pub enum DeathCause {
     ContainerExited {
         /// The container's name.
         container: String,
-        /// Its exit code (above 128: ended by signal `exit_code - 128`).
+        /// Its exit code (129 to 192: ended by signal `exit_code - 128`).
         exit_code: i32,
         /// The runtime's reason, e.g. `Error` or `Completed`.
         reason: Option<String>,

@@ -120,7 +120,9 @@ pub(super) fn deleted_by_its_job(pod: &Pod, cause: &DeathCause) -> bool {
     let deleting = pod.metadata.deletion_timestamp.is_some();
     match cause {
         DeathCause::PodDeleted { .. } => true,
-        DeathCause::ContainerExited { exit_code, .. } => deleting && *exit_code > 128,
+        DeathCause::ContainerExited { exit_code, .. } => {
+            deleting && super::summary::signal_of(*exit_code).is_some()
+        }
         _ => false,
     }
 }

@@ -60,17 +60,15 @@ impl DeathCause {
                 message,
             } => {
                 let container = one_line(container);
-                let mut line = match (*exit_code > 128)
-                    .then(|| signal_name(exit_code - 128))
-                    .flatten()
-                {
-                    Some(signal) => {
-                        format!("container {container} killed by {signal} (exit code {exit_code})")
-                    }
-                    None if *exit_code > 128 => format!(
-                        "container {container} killed by signal {} (exit code {exit_code})",
-                        exit_code - 128
-                    ),
+                let mut line = match signal_of(*exit_code) {
+                    Some(signal) => match signal_name(signal) {
+                        Some(name) => format!(
+                            "container {container} killed by {name} (exit code {exit_code})"
+                        ),
+                        None => format!(
+                            "container {container} killed by signal {signal} (exit code {exit_code})"
+                        ),
+                    },
                     None => format!("container {container} exited with code {exit_code}"),
                 };
                 let reason = reason.as_deref().unwrap_or("");
@@ -149,7 +147,9 @@ impl DeathCause {
                 _ => Cause::Unknown,
             },
             DeathCause::OomKilled { .. } => Cause::OomKilled,
-            DeathCause::ContainerExited { exit_code, .. } if *exit_code > 128 => Cause::Killed,
+            DeathCause::ContainerExited { exit_code, .. } if signal_of(*exit_code).is_some() => {
+                Cause::Killed
+            }
             DeathCause::ContainerExited { .. } => Cause::ExitCode,
             DeathCause::ContainerWaiting { reason, .. } => match reason.as_str() {
                 "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" => Cause::ImagePull,
@@ -223,6 +223,13 @@ pub(super) fn truncate_chars_to_bytes(s: &mut String, max: usize) {
 }
 
 /// The name of a common POSIX signal.
+/// The signal an exit code stands for: 128 + n for a signal n of Linux's
+/// 1 to 64. Anything above 192 is a plain exit code: containerd's 255 for a
+/// task whose end it did not see (a node rebooted under it) is no signal.
+pub(super) fn signal_of(exit_code: i32) -> Option<i32> {
+    (129..=192).contains(&exit_code).then(|| exit_code - 128)
+}
+
 fn signal_name(signal: i32) -> Option<&'static str> {
     Some(match signal {
         1 => "SIGHUP",

@@ -279,7 +279,7 @@ fn a_job_without_status_never_started() {
 /// Wording follows the kubelet: 137 without OOMKilled is a SIGKILL (a grace
 /// period that ran out), never an OOM kill; no `signal` field is read.
 #[test]
-fn exit_codes_above_128_read_as_the_signal_and_only_oomkilled_is_an_oom() {
+fn exit_codes_129_to_192_read_as_the_signal_and_only_oomkilled_is_an_oom() {
     let killed = DeathCause::ContainerExited {
         container: s("driver"),
         exit_code: 137,
@@ -301,16 +301,36 @@ fn exit_codes_above_128_read_as_the_signal_and_only_oomkilled_is_an_oom() {
         term.summary(),
         "container driver killed by SIGTERM (exit code 143) (Error)"
     );
-    let odd = DeathCause::ContainerExited {
+    let realtime = DeathCause::ContainerExited {
         container: s("driver"),
-        exit_code: 200,
+        exit_code: 162,
         reason: None,
         message: None,
     };
     assert_eq!(
-        odd.summary(),
-        "container driver killed by signal 72 (exit code 200)"
+        realtime.summary(),
+        "container driver killed by signal 34 (exit code 162)"
     );
+    assert_eq!(realtime.kind().as_str(), "killed");
+    // Linux's signals end at 64: above 192 an exit code is only that, such
+    // as containerd's 255 for a task it never saw end (a node rebooted).
+    for (code, reason, summary) in [
+        (200, None, "container driver exited with code 200"),
+        (
+            255,
+            Some(s("Unknown")),
+            "container driver exited with code 255 (Unknown)",
+        ),
+    ] {
+        let odd = DeathCause::ContainerExited {
+            container: s("driver"),
+            exit_code: code,
+            reason,
+            message: None,
+        };
+        assert_eq!(odd.summary(), summary);
+        assert_eq!(odd.kind().as_str(), "exit_code", "{code}");
+    }
     let oom = DeathCause::OomKilled {
         container: s("driver"),
         exit_code: 137,
