@@ -347,6 +347,24 @@ async fn a_job_list_and_watch_outage_starts_no_second_driver_reports_nothing_and
         .await
         .expect("the outage");
     let outage_to = outage_from + jiff::SignedDuration::from_secs_f64(OUTAGE_S);
+    // The rule closes the open watches as it is added; the admitter learns
+    // of it when its watch ends and its list fails. Work offered before that
+    // could be claimed on the view it still had (a race a loaded machine
+    // met), so wait until its run lane holds for a view that is not current.
+    wait_for(
+        "the admitter's run lane holding for a view that is not current",
+        Duration::from_secs(20),
+        || async {
+            let s = t.stack.scrape(tcab_devstack::Container::Admitter).await?;
+            let held = s.value(
+                "tcab_dispatcher_lane_hold",
+                &[("lane", "run"), ("reason", "view_not_current")],
+            );
+            Ok((held == Some(1.0)).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| t.fail(e));
     let queued = backend
         .enqueue_batch(vec![
             run("short-c", json!({"duration_ms": 1000, "log_lines": 1})),

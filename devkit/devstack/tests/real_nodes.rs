@@ -426,7 +426,10 @@ async fn on_real_kubelets_the_dispatchers_node_lost_its_pod_moves_and_runs_drain
     }
     let moved = wait_for(
         "a new dispatcher pod Ready on the other node",
-        Duration::from_secs(90),
+        // The node-monitor grace and the toleration (10 s each), the
+        // eviction, a new pod scheduled, started and probed Ready: about
+        // 30 s alone, over 90 s once on a loaded CI machine.
+        Duration::from_secs(180),
         || async {
             let pods = dispatcher_pods(&t).await;
             Ok(pods.into_iter().find(|p| {
