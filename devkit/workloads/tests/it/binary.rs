@@ -17,7 +17,7 @@ use tokio::process::{Child, ChildStdout, Command};
 const BIN: &str = env!("CARGO_BIN_EXE_tcab-workload");
 /// How long a test waits for anything the binary does.
 const LIMIT: Duration = Duration::from_secs(30);
-const USAGE: &str = "usage: tcab-workload driver|publisher|plain";
+const USAGE: &str = "usage: tcab-workload driver|publisher|plain|pause";
 
 /// The test's own ServiceAccount and podinfo directories.
 struct Dirs {
