@@ -352,7 +352,9 @@ async fn a_lost_node() {
             .pod_until(
                 &name,
                 "the taint manager marks the pod",
-                Duration::from_secs(90),
+                // The node-monitor grace and the toleration (10 s each) make
+                // about 25 s alone; a loaded CI machine once took over 90 s.
+                Duration::from_secs(180),
                 |p| p["metadata"]["deletionTimestamp"].is_string(),
             )
             .await?;
