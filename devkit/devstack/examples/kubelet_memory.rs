@@ -24,41 +24,6 @@ fn figure(name: &str, value: f64, unit: &str) {
     println!("figure\tkubelet_memory\t{name}\t{value:.1}\t{unit}");
 }
 
-/// Every process of the memory cgroup named after a container ID under
-/// the real nodes' cgroup roots.
-fn container_pids(id: &str) -> Vec<i32> {
-    fn find(dir: &std::path::Path, id: &str, depth: usize) -> Option<std::path::PathBuf> {
-        for e in std::fs::read_dir(dir).ok()?.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            if e.file_name() == id {
-                return Some(e.path());
-            }
-            if depth > 0
-                && let Some(found) = find(&e.path(), id, depth - 1)
-            {
-                return Some(found);
-            }
-        }
-        None
-    }
-    let memory = std::path::Path::new("/sys/fs/cgroup/memory");
-    for root in std::fs::read_dir(memory).into_iter().flatten().flatten() {
-        if !root.file_name().to_string_lossy().starts_with("tcab-") {
-            continue;
-        }
-        if let Some(dir) = find(&root.path(), id, 4) {
-            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            return procs
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect();
-        }
-    }
-    Vec::new()
-}
-
 fn vm_rss_kib(pid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -153,7 +118,11 @@ async fn main() -> anyhow::Result<()> {
             .and_then(|s| s["containerID"].as_str())
             .and_then(|s| s.strip_prefix("containerd://"))
             .unwrap_or("");
-        let rss = container_pids(id).into_iter().map(vm_rss_kib).sum::<u64>() as f64 / 1024.0;
+        let rss = tcab_real_cluster::node::container_pids(id)
+            .into_iter()
+            .map(vm_rss_kib)
+            .sum::<u64>() as f64
+            / 1024.0;
         println!(
             "{cname:<14} {:>9.1} MiB {:>8.1} MiB {:>8.1} MiB {:>8.1} MiB",
             mib("workingSetBytes"),

@@ -23,7 +23,6 @@ use common::chart::{
 };
 use common::{ClusterKind, RunBy, TestStack, states};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tcab_devstack::chart;
 use tcab_devstack::{Container, NodeKind, StackOptions, wait_for};
@@ -48,44 +47,6 @@ fn container_id(pod: &Value, name: &str) -> String {
     id.strip_prefix("containerd://")
         .unwrap_or_else(|| panic!("{name}: not a containerd container: {id:?}"))
         .to_owned()
-}
-
-/// The processes of a container on the real nodes: the `cgroup.procs` of
-/// its memory cgroup, which the kubelet (cgroupfs driver) names after the
-/// container's ID under a node's cgroup root (`tcab-<holder>-<node>`).
-fn container_pids(id: &str) -> Vec<i32> {
-    fn find(dir: &Path, id: &str, depth: usize) -> Option<PathBuf> {
-        for e in std::fs::read_dir(dir).ok()?.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            if e.file_name() == id {
-                return Some(e.path());
-            }
-            if depth > 0
-                && let Some(found) = find(&e.path(), id, depth - 1)
-            {
-                return Some(found);
-            }
-        }
-        None
-    }
-    let memory = Path::new("/sys/fs/cgroup/memory");
-    let roots = std::fs::read_dir(memory)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("tcab-"));
-    for root in roots {
-        if let Some(dir) = find(&root.path(), id, 4) {
-            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            return procs
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect();
-        }
-    }
-    Vec::new()
 }
 
 /// The real user IDs of a process (`Uid:` of `/proc/<pid>/status`).
@@ -143,7 +104,7 @@ async fn on_real_kubelets_the_charts_pod_drains_runs_and_publishes() {
     assert_eq!(pod["spec"]["securityContext"]["runAsUser"], 65532);
     for name in ["admitter", "lease-keeper", "reaper"] {
         let id = container_id(&pod, name);
-        let pids = container_pids(&id);
+        let pids = tcab_real_cluster::node::container_pids(&id);
         assert!(!pids.is_empty(), "{name}: no process in its cgroup");
         for pid in pids {
             assert_eq!(uids(pid), [65532; 4], "{name}: process {pid}");
@@ -328,7 +289,7 @@ async fn on_real_kubelets_a_wedged_container_is_restarted_by_its_liveness_probe(
     let tight = json!({"terminationGracePeriodSeconds": 3, "metrics": {"livenessProbe": probe}});
     let (_release, pod) = install_ready(&t, &client, &values(&t, tight)).await;
     let pod_name = name_of(&pod);
-    let pids = container_pids(&container_id(&pod, "lease-keeper"));
+    let pids = tcab_real_cluster::node::container_pids(&container_id(&pod, "lease-keeper"));
     assert!(!pids.is_empty(), "the lease-keeper's processes");
     for pid in &pids {
         nix::sys::signal::kill(
@@ -453,7 +414,7 @@ async fn on_real_kubelets_the_dispatchers_node_lost_its_pod_moves_and_runs_drain
         );
     }
     assert!(
-        !container_pids(&old_admitter).is_empty(),
+        !tcab_real_cluster::node::container_pids(&old_admitter).is_empty(),
         "the old pod's admitter still runs on the node without a kubelet"
     );
     enqueue_runs(

@@ -687,6 +687,41 @@ fn cgroup_pids(root: &str) -> Vec<i32> {
     out
 }
 
+/// The processes of a container on real nodes, by its containerd ID: the
+/// `cgroup.procs` of the memory cgroup the kubelet (cgroupfs driver) names
+/// after the container under a node's cgroup root. Empty when no node has it.
+pub fn container_pids(container_id: &str) -> Vec<i32> {
+    fn find(dir: &Path, id: &str, depth: usize) -> Option<PathBuf> {
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name() == id {
+                return Some(e.path());
+            }
+            if depth > 0
+                && let Some(found) = find(&e.path(), id, depth - 1)
+            {
+                return Some(found);
+            }
+        }
+        None
+    }
+    let memory = Path::new(CGROUP_V1).join("memory");
+    let roots = std::fs::read_dir(&memory).into_iter().flatten().flatten();
+    for root in roots.filter(|e| e.file_name().to_string_lossy().starts_with("tcab-")) {
+        // <root>/kubepods/<qos>/pod<uid>/<container>
+        if let Some(dir) = find(&root.path(), container_id, 4) {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            return procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+        }
+    }
+    Vec::new()
+}
+
 fn kill_cgroup_tree(root: &str) {
     for pid in cgroup_pids(root) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
